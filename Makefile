@@ -1,0 +1,78 @@
+# meshlimit: the one entry point. `make help` lists the targets.
+
+GO        ?= go
+BUILD     := build
+SDK       := github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal
+# The SDK targets TinyGo; with the standard toolchain, -tags tinygo selects its bodyless host-call
+# declarations, -complete=false lets that package compile, and package abi supplies the bodies.
+WASMFLAGS := -buildmode=c-shared -tags tinygo -gcflags=$(SDK)=-complete=false -trimpath
+WASMENV   := GOOS=wasip1 GOARCH=wasm
+FUZZTIME  ?= 20s
+BENCHTIME ?= 1s
+BENCHCOUNT ?= 6
+
+.PHONY: help wasm test test-wasip1 demo bench fuzz plots check fmt vet tidy clean
+
+help: ## list the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+wasm: $(BUILD)/meshlimit.wasm $(BUILD)/passthrough.wasm ## build the filter (build/meshlimit.wasm) and the pass-through floor
+
+# Always rebuilt: the go command's cache makes an unchanged build instant.
+.PHONY: $(BUILD)/meshlimit.wasm $(BUILD)/passthrough.wasm
+$(BUILD)/meshlimit.wasm:
+	@mkdir -p $(BUILD)
+	$(WASMENV) $(GO) build $(WASMFLAGS) -o $@ ./cmd/filter
+
+$(BUILD)/passthrough.wasm:
+	@mkdir -p $(BUILD)
+	$(WASMENV) $(GO) build $(WASMFLAGS) -o $@ ./cmd/passthrough
+
+test: wasm ## build the wasm, then run every test with the race detector (the README's test command)
+	$(GO) test -race -count=1 ./...
+	$(MAKE) test-wasip1
+
+# The pure packages also run as wasm, where the filter runs them, on wazero through the Go
+# distribution's wasip1 exec script.
+test-wasip1: $(BUILD)/bin/wazero ## run the algorithms tests compiled to wasip1
+	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" GOWASIRUNTIME=wazero $(WASMENV) $(GO) test -count=1 \
+	  -exec="$$($(GO) env GOROOT)/lib/wasm/go_wasip1_wasm_exec" ./algorithms/
+
+$(BUILD)/bin/wazero: go.mod
+	@mkdir -p $(BUILD)/bin
+	$(GO) build -o $@ github.com/tetratelabs/wazero/cmd/wazero
+
+demo: wasm ## the main job on an embedded default: a burst through the filter on the e2e host
+	$(GO) run ./cmd/demo
+
+bench: wasm ## benchmarks (medians over BENCHCOUNT runs; feed the output to benchstat)
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./... | tee $(BUILD)/bench.txt
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	  done; done
+
+plots: ## draw docs/algorithms.png (admitted requests over time under each algorithm)
+	$(GO) run ./cmd/mlplot -o docs/algorithms.png
+
+fmt: ## format the tree
+	gofmt -w $$(git ls-files '*.go')
+
+vet: ## go vet, natively and for the wasm build
+	$(GO) vet ./...
+	$(WASMENV) $(GO) vet -tags tinygo -gcflags=$(SDK)=-complete=false ./abi/ ./cmd/filter/ ./cmd/passthrough/ ./filter/
+
+tidy:
+	$(GO) mod tidy
+
+check: vet ## gofmt, vet, and go mod tidy leave the tree unchanged
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	@cp go.mod $(BUILD)/go.mod.bak 2>/dev/null || { mkdir -p $(BUILD); cp go.mod $(BUILD)/go.mod.bak; }
+	@cp go.sum $(BUILD)/go.sum.bak
+	$(GO) mod tidy
+	@cmp -s go.mod $(BUILD)/go.mod.bak && cmp -s go.sum $(BUILD)/go.sum.bak || { echo "go mod tidy changed go.mod/go.sum"; git --no-pager diff -- go.mod go.sum; exit 1; }
+
+clean:
+	rm -rf $(BUILD)
