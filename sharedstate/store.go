@@ -1,0 +1,109 @@
+// Package sharedstate keeps rate-limit state in the proxy's shared data, the one key-value store that
+// every worker thread's VM of a plugin can see, and updates it with compare-and-swap.
+//
+// Envoy's shared data (proxy-wasm-cpp-host src/shared_data.cc) has three properties this package is
+// built around:
+//
+//   - a set with cas 0 is unconditional, and a set with any cas on a missing key succeeds, so "create
+//     only if absent" cannot be asked for directly (see Updater for how it is obtained anyway);
+//   - cas values come from one process-wide counter, so a cas value names one version of one key;
+//   - keys can never be deleted, so one key per client would grow without end (see Table).
+//
+// The package depends on algorithms for the decisions and on the SDK only in HostStore.
+package sharedstate
+
+import (
+	"errors"
+	"strings"
+	"sync"
+)
+
+// Errors a Store reports. Implementations return them (or wrap them) so that callers can use errors.Is.
+var (
+	// ErrNotFound: the key has never been set.
+	ErrNotFound = errors.New("sharedstate: key not found")
+	// ErrCasMismatch: the key was set by someone else since the cas passed to Set was read.
+	ErrCasMismatch = errors.New("sharedstate: cas mismatch")
+	// ErrContention: an update ran out of attempts because every attempt lost a CAS race.
+	ErrContention = errors.New("sharedstate: update attempts exhausted by contention")
+)
+
+// Store is shared data as the filter needs it. Its semantics are Envoy's: Get of a missing key reports
+// ErrNotFound; Set with cas 0, or on a missing key, always succeeds; Set with a non-zero cas that differs
+// from the key's current one reports ErrCasMismatch and changes nothing; every successful Set gives the
+// key a new cas that no other version of any key has (until the 32-bit counter wraps).
+//
+// The bytes Get returns must be treated as read-only: in some hosts they alias the store.
+type Store interface {
+	Get(key string) (value []byte, cas uint32, err error)
+	Set(key string, value []byte, cas uint32) error
+}
+
+// MemStore is an in-memory Store with Envoy's exact semantics, safe for concurrent use. Tests use it to
+// model several worker VMs on one store; the decision service does not (it has Redis).
+// The zero value is ready to use.
+type MemStore struct {
+	mu      sync.Mutex
+	entries map[string]memEntry
+	nextCas uint32 // the last cas handed out; 0 before the first Set
+	bytes   int    // sum of len(key)+len(value)
+}
+
+type memEntry struct {
+	value []byte
+	cas   uint32
+}
+
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore { return &MemStore{} }
+
+// Get implements Store. The returned slice is a copy.
+func (m *MemStore) Get(key string) ([]byte, uint32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[key]
+	if !ok {
+		return nil, 0, ErrNotFound
+	}
+	return append([]byte(nil), e.value...), e.cas, nil
+}
+
+// Set implements Store.
+func (m *MemStore) Set(key string, value []byte, cas uint32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[key]
+	if ok && cas != 0 && cas != e.cas {
+		return ErrCasMismatch
+	}
+	if m.entries == nil {
+		m.entries = make(map[string]memEntry)
+	}
+	m.nextCas++
+	if m.nextCas == 0 { // the counter skips 0 when it wraps, as Envoy's does
+		m.nextCas = 1
+	}
+	if ok {
+		m.bytes -= len(e.value)
+	} else {
+		key = strings.Clone(key) // callers may pass a string that aliases a reused buffer
+		m.bytes += len(key)
+	}
+	m.bytes += len(value)
+	m.entries[key] = memEntry{value: append([]byte(nil), value...), cas: m.nextCas}
+	return nil
+}
+
+// Len reports how many keys the store holds.
+func (m *MemStore) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.entries)
+}
+
+// Bytes reports the total size of the keys and values the store holds.
+func (m *MemStore) Bytes() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.bytes
+}

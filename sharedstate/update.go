@@ -1,0 +1,80 @@
+package sharedstate
+
+import (
+	"errors"
+	"fmt"
+)
+
+// DefaultMaxAttempts is the number of read-compute-write rounds an update may take before it gives up
+// with ErrContention. With N workers contending on one key, an attempt fails only when another worker
+// wrote between this one's read and write; 16 rounds keep the chance of exhausting them negligible for
+// the 2–64 worker threads proxies run, while bounding the work one request can do.
+const DefaultMaxAttempts = 16
+
+// Updater performs bounded compare-and-swap updates on a Store.
+//
+// Creating a key is where Envoy's semantics bite: a Set on a missing key succeeds whatever cas it
+// carries, so two workers that both read "not found" would both write, and one admission would be lost.
+// The Updater therefore creates keys with the cas of a sentinel key it owns: that cas belongs to a
+// version of the sentinel and can be no other key's current cas, so the Set succeeds if the key is still
+// missing and fails with ErrCasMismatch if another worker created it meanwhile, which sends this worker
+// back to read what the other wrote. (Uniqueness holds until the host's 32-bit cas counter wraps, i.e.
+// for 2^32 writes between two updates of the same key.)
+type Updater struct {
+	store       Store
+	maxAttempts int
+	createCas   uint32
+}
+
+// NewUpdater returns an Updater on s whose updates take at most maxAttempts rounds (DefaultMaxAttempts
+// when maxAttempts ≤ 0). It makes sure sentinelKey exists and remembers its cas, so it must not be
+// called where the host forbids shared-data calls (Envoy forbids them during _initialize; call it from
+// OnPluginStart). The sentinel's value is not meaningful; any number of Updaters may share it.
+func NewUpdater(s Store, sentinelKey string, maxAttempts int) (*Updater, error) {
+	if maxAttempts <= 0 {
+		maxAttempts = DefaultMaxAttempts
+	}
+	_, cas, err := s.Get(sentinelKey)
+	if errors.Is(err, ErrNotFound) {
+		if err = s.Set(sentinelKey, []byte("meshlimit"), 0); err != nil {
+			return nil, fmt.Errorf("sharedstate: creating sentinel %q: %w", sentinelKey, err)
+		}
+		_, cas, err = s.Get(sentinelKey)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sharedstate: reading sentinel %q: %w", sentinelKey, err)
+	}
+	if cas == 0 {
+		return nil, fmt.Errorf("sharedstate: sentinel %q has cas 0; the host does not number versions", sentinelKey)
+	}
+	return &Updater{store: s, maxAttempts: maxAttempts, createCas: cas}, nil
+}
+
+// Store returns the store the Updater works on.
+func (u *Updater) Store() Store { return u.store }
+
+// Read returns the value of key and the cas to pass to Write to replace exactly that version. A missing
+// key reads as (nil, the creation cas, nil), so that Write creates it only if it is still missing.
+func (u *Updater) Read(key string) ([]byte, uint32, error) {
+	v, cas, err := u.store.Get(key)
+	if errors.Is(err, ErrNotFound) {
+		return nil, u.createCas, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("sharedstate: get %q: %w", key, err)
+	}
+	return v, cas, nil
+}
+
+// Write stores value under key if the key is still at the version Read returned cas for. It reports
+// ErrCasMismatch (unwrapped) when it is not, and wraps any other store error.
+func (u *Updater) Write(key string, value []byte, cas uint32) error {
+	err := u.store.Set(key, value, cas)
+	if err == nil || errors.Is(err, ErrCasMismatch) {
+		return err
+	}
+	return fmt.Errorf("sharedstate: set %q: %w", key, err)
+}
+
+// MaxAttempts is the bound on rounds an update may take.
+func (u *Updater) MaxAttempts() int { return u.maxAttempts }
