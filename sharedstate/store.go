@@ -44,7 +44,7 @@ type Store interface {
 // The zero value is ready to use.
 type MemStore struct {
 	mu      sync.Mutex
-	entries map[string]memEntry
+	entries map[string]*memEntry
 	nextCas uint32 // the last cas handed out; 0 before the first Set
 	bytes   int    // sum of len(key)+len(value)
 }
@@ -77,7 +77,7 @@ func (m *MemStore) Set(key string, value []byte, cas uint32) error {
 		return ErrCasMismatch
 	}
 	if m.entries == nil {
-		m.entries = make(map[string]memEntry)
+		m.entries = make(map[string]*memEntry)
 	}
 	m.nextCas++
 	if m.nextCas == 0 { // the counter skips 0 when it wraps, as Envoy's does
@@ -86,11 +86,14 @@ func (m *MemStore) Set(key string, value []byte, cas uint32) error {
 	if ok {
 		m.bytes -= len(e.value)
 	} else {
-		key = strings.Clone(key) // callers may pass a string that aliases a reused buffer
+		// The entry is inserted once and then updated in place: the map keeps the key string it was
+		// given, and callers may pass one that aliases a reused buffer.
+		e = &memEntry{}
+		m.entries[strings.Clone(key)] = e
 		m.bytes += len(key)
 	}
 	m.bytes += len(value)
-	m.entries[key] = memEntry{value: append([]byte(nil), value...), cas: m.nextCas}
+	e.value, e.cas = append(e.value[:0:0], value...), m.nextCas
 	return nil
 }
 

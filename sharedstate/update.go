@@ -6,10 +6,12 @@ import (
 )
 
 // DefaultMaxAttempts is the number of read-compute-write rounds an update may take before it gives up
-// with ErrContention. With N workers contending on one key, an attempt fails only when another worker
-// wrote between this one's read and write; 16 rounds keep the chance of exhausting them negligible for
-// the 2–64 worker threads proxies run, while bounding the work one request can do.
-const DefaultMaxAttempts = 16
+// with ErrContention. An attempt fails only when another worker wrote the same key between this one's
+// read and write, and every round has a winner. Under the worst interleaving (every worker yielding
+// between read and write; see TestEightWorkersOnOneKeyAdmitExactlyTheCapacity) one request of 8
+// contending workers was seen to need 58 rounds; 64 bounds the work of one request (a few host calls a
+// round) while leaving exhaustion to pathological contention, where the rule's failure mode decides.
+const DefaultMaxAttempts = 64
 
 // Updater performs bounded compare-and-swap updates on a Store.
 //
