@@ -1,11 +1,21 @@
 package filter
 
 import (
+	"errors"
+	"fmt"
+	"strconv"
+	"unsafe"
+
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
-// NewVMContext returns the VM context that cmd/filter registers. One exists per Envoy worker thread.
+// NewVMContext returns the VM context that cmd/filter registers. Envoy creates one VM per worker thread
+// (plus the main thread), so there is one VM context per thread; all of them share the shared data of
+// their vm_id.
 func NewVMContext() types.VMContext { return &vmContext{} }
 
 // vmContext implements types.VMContext.
@@ -14,22 +24,128 @@ type vmContext struct{ types.DefaultVMContext }
 // NewPluginContext implements types.VMContext.
 func (*vmContext) NewPluginContext(uint32) types.PluginContext { return &pluginContext{} }
 
-// pluginContext implements types.PluginContext.
-type pluginContext struct{ types.DefaultPluginContext }
+// pluginContext implements types.PluginContext. It holds the parsed configuration and what the
+// request path needs: one shared-data table per set of limits, the limiter and the metrics.
+type pluginContext struct {
+	types.DefaultPluginContext
+	cfg     *Config
+	rules   []ruleState
+	limiter *sharedstate.Limiter
+	store   sharedstate.Store
+	metrics pluginMetrics
+	scratch scratch
+}
 
-// OnPluginStart implements types.PluginContext.
-func (*pluginContext) OnPluginStart(size int) types.OnPluginStartStatus {
-	data, err := proxywasm.GetPluginConfiguration()
-	if err != nil && size > 0 {
-		proxywasm.LogCriticalf("meshlimit: reading the plugin configuration: %v", err)
+// ruleState is what a plugin keeps per configured rule.
+type ruleState struct {
+	rule    *Rule
+	tables  map[*LimitSpec]*sharedstate.Table // keyed by the first LimitSpec of the rule's or an override's list
+	metrics ruleMetrics
+}
+
+// keyPrefix is the start of every shared-data key the plugin writes. The shared data of a vm_id is one
+// namespace that Istio gives every WasmPlugin (its vm_id is empty), so keys also carry the plugin name.
+const keyPrefix = "meshlimit/"
+
+// OnPluginStart implements types.PluginContext. A configuration that does not parse or validate makes
+// the start fail, with the error (which names the field) in Envoy's log.
+func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
+	p.metrics = definePluginMetrics()
+	if err := p.start(HostStore()); err != nil {
+		p.metrics.configErrors.Increment(1)
+		proxywasm.LogCriticalf("meshlimit: invalid configuration: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	proxywasm.LogInfof("meshlimit: started with configuration %q", data)
+	proxywasm.LogInfof("meshlimit: %s", p.cfg.Summary())
 	return types.OnPluginStartStatusOK
 }
 
-// NewHttpContext implements types.PluginContext.
-func (*pluginContext) NewHttpContext(uint32) types.HttpContext { return &httpContext{} }
+// HostStore returns the shared data of the proxy the plugin runs in.
+func HostStore() sharedstate.Store { return sharedstate.HostStore{} }
 
-// httpContext implements types.HttpContext.
-type httpContext struct{ types.DefaultHttpContext }
+func (p *pluginContext) start(store sharedstate.Store) error {
+	data, err := proxywasm.GetPluginConfiguration()
+	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
+		return fmt.Errorf("reading the plugin configuration: %w", err)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return err
+	}
+	name := pluginName()
+	u, err := sharedstate.NewUpdater(store, keyPrefix+name+"/sentinel", 0)
+	if err != nil {
+		return err
+	}
+	p.cfg, p.store, p.limiter = cfg, store, sharedstate.NewLimiter(u)
+	p.rules = make([]ruleState, 0, len(cfg.Rules()))
+	for i, r := range cfg.Rules() {
+		if r.Scope != ScopeLocal {
+			return fmt.Errorf("rules[%d].scope: %q needs the global decision service, which this build does not have yet", i, r.Scope)
+		}
+		rs := ruleState{rule: r, tables: map[*LimitSpec]*sharedstate.Table{}, metrics: defineRuleMetrics(r.Name)}
+		base := keyPrefix + name + "/" + r.Name + "/"
+		if err := rs.addTable(base+strconv.FormatUint(r.Fingerprint(), 36), r.MaxKeys, r.limits); err != nil {
+			return fmt.Errorf("rules[%d]: %w", i, err)
+		}
+		for _, o := range r.overrides {
+			if o.unlimited {
+				continue
+			}
+			// An override applies to one key value, so its table needs one slot.
+			if err := rs.addTable(base+"override/"+strconv.FormatUint(specsFingerprint(o.limits), 36), 1, o.limits); err != nil {
+				return fmt.Errorf("rules[%d].overrides: %w", i, err)
+			}
+		}
+		p.rules = append(p.rules, rs)
+	}
+	return nil
+}
+
+func (rs *ruleState) addTable(prefix string, slots int, specs []LimitSpec) error {
+	if _, ok := rs.tables[&specs[0]]; ok {
+		return nil
+	}
+	limits := make([]algorithms.Limit, len(specs))
+	for i := range specs {
+		limits[i] = specs[i].Limit
+	}
+	t, err := sharedstate.NewTable(prefix, slots, limits)
+	if err != nil {
+		return err
+	}
+	rs.tables[&specs[0]] = t
+	return nil
+}
+
+// table returns the table that holds the state of the given limits (a rule's or an override's list).
+func (rs *ruleState) table(specs []LimitSpec) *sharedstate.Table {
+	return rs.tables[unsafe.SliceData(specs)]
+}
+
+// specsFingerprint combines the fingerprints of a list of limits.
+func specsFingerprint(specs []LimitSpec) uint64 {
+	h := uint64(fnvOffset64)
+	for _, s := range specs {
+		h ^= s.Fingerprint
+		h *= fnvPrime64
+	}
+	return h
+}
+
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+// pluginName returns the plugin_name property (Istio: "<namespace>.<name>"), or "default".
+func pluginName() string {
+	v, err := proxywasm.GetProperty([]string{"plugin_name"})
+	if err != nil || len(v) == 0 {
+		return "default"
+	}
+	return string(v)
+}
+
+// NewHttpContext implements types.PluginContext.
+func (p *pluginContext) NewHttpContext(uint32) types.HttpContext { return &httpContext{plugin: p} }

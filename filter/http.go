@@ -1,0 +1,144 @@
+package filter
+
+import (
+	"errors"
+	"math/rand/v2"
+	"time"
+	"unsafe"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/meshlimit/meshlimit/sharedstate"
+)
+
+// scratch holds the buffers one plugin reuses from request to request. A VM runs one callback at a
+// time and the local path never pauses, so one set per plugin context is enough.
+type scratch struct {
+	req      hostRequest
+	key      []byte
+	outcomes []Outcome
+	fields   []Field
+	buf      []byte
+	local    LocalResponse
+	pairs    [][2]string
+}
+
+// httpContext implements types.HttpContext for one request.
+type httpContext struct {
+	types.DefaultHttpContext
+	plugin *pluginContext
+	quota  []Outcome // what to report on the upstream's response; nil when nothing
+}
+
+// OnHttpRequestHeaders implements types.HttpContext. It runs the matching rules in order, each against
+// its shared-data table, and answers with the configured local response at the first enforced denial
+// (later rules are then not charged). Rules in shadow mode, and every rule when enforce is false, count
+// and tag but never deny.
+func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+	p := h.plugin
+	s := &p.scratch
+	s.req.reset()
+	s.outcomes = s.outcomes[:0]
+	now := time.Now().UnixNano()
+	denied := false
+	for i := range p.rules {
+		if denied = p.decide(&p.rules[i], now); denied {
+			break
+		}
+	}
+	if denied {
+		h.deny()
+		return types.ActionPause
+	}
+	if len(s.outcomes) > 0 && p.cfg.Response.QuotaHeadersOnAllowed {
+		h.quota = append([]Outcome(nil), s.outcomes...)
+	}
+	return types.ActionContinue
+}
+
+// decide applies one rule to the current request and reports whether it denies it (enforced). The
+// outcomes of enforced rules are appended to the scratch list for the response headers.
+func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
+	s, r := &p.scratch, rs.rule
+	if !r.Matches(&s.req) {
+		return false
+	}
+	key, ok := r.AppendKey(s.key[:0], &s.req)
+	s.key = key
+	if !ok {
+		return false
+	}
+	specs, unlimited := r.Limits(key)
+	if unlimited {
+		return false
+	}
+	cost, err := r.Cost(&s.req)
+	if err != nil && p.cfg.LogLevel <= LogDebug {
+		proxywasm.LogDebugf("meshlimit: rule %s: %v; charging %d", r.Name, err, cost)
+	}
+	enforced := p.cfg.Enforce && !r.Shadow
+	out, err := p.limiter.Take(rs.table(specs), key, now, cost)
+	if err != nil {
+		if errors.Is(err, sharedstate.ErrContention) {
+			rs.metrics.casExhausted.Increment(1)
+		} else {
+			proxywasm.LogWarnf("meshlimit: rule %s: %v", r.Name, err)
+		}
+		if r.FailureMode == FailDeny && enforced {
+			rs.metrics.failureDenied.Increment(1)
+			return true
+		}
+		return false
+	}
+	if out.Collided {
+		rs.metrics.collisions.Increment(1)
+	}
+	if p.cfg.LogLevel <= LogDebug {
+		proxywasm.LogDebugf("meshlimit: rule %s key %q cost %d: allowed=%t (%d attempts)", r.Name, key, cost, out.Allowed, out.Attempts)
+	}
+	switch {
+	case out.Allowed:
+		rs.metrics.allowed.Increment(1)
+	case enforced:
+		rs.metrics.limited.Increment(1)
+	default:
+		rs.metrics.shadowLimited.Increment(1)
+		if r.ShadowHeader != "" {
+			_ = proxywasm.AddHttpRequestHeader(r.ShadowHeader, r.Name)
+		}
+	}
+	if enforced {
+		for j := range specs {
+			s.outcomes = append(s.outcomes, Outcome{Limit: &specs[j], Decision: out.Decisions[j]})
+		}
+	}
+	return enforced && !out.Allowed
+}
+
+// deny sends the configured local response. The host sends it after this callback returns.
+func (h *httpContext) deny() {
+	p := h.plugin
+	s := &p.scratch
+	ct, _ := s.req.Header("content-type")
+	s.buf = p.cfg.Response.Deny(&s.local, s.buf[:0], s.outcomes, IsGRPC(ct), rand.Uint64())
+	s.pairs = Pairs(s.pairs[:0], s.local.Headers)
+	if err := proxywasm.SendHttpResponse(s.local.Status, s.pairs, s.local.Body, s.local.GRPCStatus); err != nil {
+		proxywasm.LogErrorf("meshlimit: sending the local response: %v", err)
+	}
+}
+
+// OnHttpResponseHeaders implements types.HttpContext: an admitted request's quota fields are added to
+// the upstream's response.
+func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	if h.quota == nil {
+		return types.ActionContinue
+	}
+	s := &h.plugin.scratch
+	s.fields, s.buf = h.plugin.cfg.Response.AppendAllowed(s.fields[:0], s.buf[:0], h.quota)
+	for _, f := range s.fields {
+		// The host copies the value during the call, so a string view of the buffer is enough.
+		_ = proxywasm.AddHttpResponseHeader(f.Name, unsafe.String(unsafe.SliceData(f.Value), len(f.Value)))
+	}
+	return types.ActionContinue
+}

@@ -1,0 +1,38 @@
+package filter
+
+import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+// Metrics follow Envoy's dotted stat names (Envoy shows them with the prefix "wasmcustom."; Istio
+// exports them to Prometheus with dots turned into underscores). Every VM defines the same names; the
+// host keeps one stat per name, so the counts add up across worker threads.
+//
+//	meshlimit.config_errors                      plugin starts refused for a bad configuration
+//	meshlimit.rule.<rule>.allowed                requests the rule admitted
+//	meshlimit.rule.<rule>.limited                requests the rule denied (enforced)
+//	meshlimit.rule.<rule>.shadow_limited         requests the rule would have denied (shadow or enforce=false)
+//	meshlimit.rule.<rule>.cas_exhausted          decisions abandoned after too many lost CAS races
+//	meshlimit.rule.<rule>.failure_denied         requests denied by failure_mode "deny"
+//	meshlimit.rule.<rule>.collisions             requests decided in another active key's slot (max_keys too small)
+type pluginMetrics struct {
+	configErrors proxywasm.MetricCounter
+}
+
+type ruleMetrics struct {
+	allowed, limited, shadowLimited, casExhausted, failureDenied, collisions proxywasm.MetricCounter
+}
+
+func definePluginMetrics() pluginMetrics {
+	return pluginMetrics{configErrors: proxywasm.DefineCounterMetric("meshlimit.config_errors")}
+}
+
+func defineRuleMetrics(rule string) ruleMetrics {
+	p := "meshlimit.rule." + rule + "."
+	return ruleMetrics{
+		allowed:       proxywasm.DefineCounterMetric(p + "allowed"),
+		limited:       proxywasm.DefineCounterMetric(p + "limited"),
+		shadowLimited: proxywasm.DefineCounterMetric(p + "shadow_limited"),
+		casExhausted:  proxywasm.DefineCounterMetric(p + "cas_exhausted"),
+		failureDenied: proxywasm.DefineCounterMetric(p + "failure_denied"),
+		collisions:    proxywasm.DefineCounterMetric(p + "collisions"),
+	}
+}

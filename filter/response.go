@@ -1,0 +1,509 @@
+package filter
+
+import (
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+// Header field names, lower-case as HTTP/2 and the proxy-wasm host use them.
+const (
+	HeaderRateLimitPolicy     = "ratelimit-policy"
+	HeaderRateLimit           = "ratelimit"
+	HeaderRetryAfter          = "retry-after"
+	HeaderXRateLimitLimit     = "x-ratelimit-limit"
+	HeaderXRateLimitRemaining = "x-ratelimit-remaining"
+	HeaderXRateLimitReset     = "x-ratelimit-reset"
+	headerContentType         = "content-type"
+)
+
+// gRPC statuses passed to the host's send_local_response.
+const (
+	// NoGRPCStatus tells the host the local response is not a gRPC one.
+	NoGRPCStatus int32 = -1
+	// GRPCResourceExhausted is RESOURCE_EXHAUSTED, what Envoy's
+	// rate_limited_as_resource_exhausted answers gRPC requests with.
+	GRPCResourceExhausted int32 = 8
+)
+
+const (
+	problemType  = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemTitle = "Request cannot be satisfied as assigned quota has been exceeded"
+	// maxSFInteger is the largest RFC 9651 Integer.
+	maxSFInteger = 999_999_999_999_999
+)
+
+// headerSet is a bit set of quota header dialects.
+type headerSet uint8
+
+const (
+	setIETF headerSet = 1 << iota
+	setDraft03
+)
+
+// Response is the compiled top-level response configuration: it renders quota headers
+// for allowed requests and the local response for denied ones. It is immutable.
+//
+// The quota headers follow draft-ietf-httpapi-ratelimit-headers-10, both Structured Field
+// Lists (RFC 9651) with one member per policy, the policy name as an sf-string:
+//
+//	RateLimit-Policy: "api-per-ip-0";q=10;w=1, "api-per-ip-1";q=1000;w=3600
+//	RateLimit: "api-per-ip-0";r=0;t=1, "api-per-ip-1";r=958;t=3550
+//
+// The parameters:
+//   - q is the limit's quota and w its window in seconds, rounded up (at least 1).
+//   - r is the quota units remaining (never negative).
+//   - t is, for a policy that denied the request, the seconds until the request would be
+//     admitted (Decision.RetryAfter, rounded up, at least 1); for any other policy, the
+//     seconds until its quota is fully restored (Decision.Reset, rounded up; 0 when full).
+//     Rounding up means t is never 0 while quota is still coming back.
+//
+// Members are ordered most restrictive first, so clients that read one member read the one
+// that matters: policies that denied (longest wait first), then the others (fewest
+// remaining first, then latest reset); ties keep configuration order. Every integer is
+// clamped to the Structured Field range (15 digits).
+//
+// A denied response also carries Retry-After: the largest t among the policies that denied
+// (at least 1 second), plus a jitter of 0 to retry_after_jitter seconds (rounded up) drawn
+// from the caller's random value. So Retry-After is never earlier than any denying
+// policy's t, as the draft requires. A request whose cost exceeds a denying limit's
+// capacity can never be admitted (algorithms.RetryNever): its response has no Retry-After,
+// and that policy's t falls back to the time until its quota is fully restored.
+//
+// The draft03 set is Envoy's: X-RateLimit-Limit "<q>, <q>;w=<w>;name="<policy>", ..." with
+// the first member's quota in front, X-RateLimit-Remaining and X-RateLimit-Reset from the
+// first (most restrictive) member.
+type Response struct {
+	// Status is the HTTP status of a denied, non-gRPC request.
+	Status uint32
+	// QuotaHeadersOnAllowed reports whether AppendAllowed renders anything.
+	QuotaHeadersOnAllowed bool
+	// RetryAfterJitter is the most Retry-After is lengthened by.
+	RetryAfterJitter time.Duration
+
+	sets         headerSet
+	problem      bool
+	contentType  []byte
+	textBody     []byte
+	problemHead  []byte // `{"type":…,"title":…,"status":N[,"detail":…]`
+	grpcMessage  []byte
+	extra        []Field // sorted by name; values are immutable
+	jitterSecond int64
+}
+
+// Field is one rendered response header. Name is lower-case. Value aliases the buffer
+// passed to the rendering method and stays valid until the caller reuses that buffer; to
+// pass it to the host as a string without copying, the caller may use unsafe.String.
+type Field struct {
+	Name  string
+	Value []byte
+}
+
+// Outcome is the decision of one limit for a request, as the response reports it. Callers
+// pass the outcomes of enforced rules only: shadow rules must not change what clients see.
+type Outcome struct {
+	Limit    *LimitSpec
+	Decision algorithms.Decision
+}
+
+// LocalResponse is a rendered denied response, for proxywasm.SendHttpResponse (status,
+// headers, body, gRPC status). Its slices are reused across calls to Deny.
+type LocalResponse struct {
+	// Status is the HTTP status: the configured one, or 200 for gRPC requests.
+	Status uint32
+	// GRPCStatus is GRPCResourceExhausted for gRPC requests, else NoGRPCStatus. Envoy then
+	// sends a trailers-only reply with grpc-status 8 and Body as grpc-message.
+	GRPCStatus int32
+	Headers    []Field
+	Body       []byte
+}
+
+// IsGRPC reports whether a request content-type denotes gRPC, as Envoy decides it:
+// "application/grpc" alone or followed by "+" or ";" (so not gRPC-Web).
+func IsGRPC(contentType string) bool {
+	const p = "application/grpc"
+	if len(contentType) < len(p) || !strings.EqualFold(contentType[:len(p)], p) {
+		return false
+	}
+	return len(contentType) == len(p) || contentType[len(p)] == '+' || contentType[len(p)] == ';'
+}
+
+// AppendAllowed appends the quota headers for an allowed request (to be added to the
+// upstream's response) to dst, rendering their values into buf, and returns both extended.
+// It renders nothing when quota_headers_on_allowed is false, no header set is enabled or
+// outcomes is empty. It reorders outcomes (most restrictive first) and does not allocate
+// when dst and buf have room.
+func (r *Response) AppendAllowed(dst []Field, buf []byte, outcomes []Outcome) ([]Field, []byte) {
+	if !r.QuotaHeadersOnAllowed || len(outcomes) == 0 {
+		return dst, buf
+	}
+	sortOutcomes(outcomes)
+	return r.appendQuota(dst, buf, outcomes)
+}
+
+// Deny renders the local response for a denied request into dst, reusing its slices, with
+// values rendered into buf, and returns the extended buf. outcomes are the enforced limits
+// that applied (those that denied and those that allowed); an empty list (a denial by
+// failure_mode "deny") renders no quota headers and Retry-After: 1 plus jitter. grpc
+// selects the gRPC form (see IsGRPC). random is any uniformly distributed value; it only
+// picks the Retry-After jitter, so tests can pass a constant. Deny reorders outcomes.
+func (r *Response) Deny(dst *LocalResponse, buf []byte, outcomes []Outcome, grpc bool, random uint64) []byte {
+	sortOutcomes(outcomes)
+	dst.Headers = dst.Headers[:0]
+	dst.Status, dst.GRPCStatus = r.Status, NoGRPCStatus
+	if grpc {
+		dst.Status, dst.GRPCStatus = 200, GRPCResourceExhausted
+	}
+	dst.Headers, buf = r.appendQuota(dst.Headers, buf, outcomes)
+
+	var retry int64 = 1
+	never := false
+	for i := range outcomes {
+		if d := &outcomes[i].Decision; !d.Allowed {
+			never = never || d.RetryAfter == algorithms.RetryNever
+			retry = max(retry, retrySeconds(d))
+		}
+	}
+	start := len(buf)
+	if !never {
+		if r.jitterSecond > 0 {
+			retry += int64(random % uint64(r.jitterSecond+1))
+		}
+		buf = strconv.AppendInt(buf, min(retry, maxSFInteger), 10)
+		dst.Headers = append(dst.Headers, Field{HeaderRetryAfter, buf[start:]})
+	}
+
+	if grpc {
+		for _, f := range r.extra {
+			if f.Name != headerContentType {
+				dst.Headers = append(dst.Headers, f)
+			}
+		}
+		dst.Body = r.grpcMessage
+		return buf
+	}
+	ownType := true
+	for _, f := range r.extra {
+		if f.Name == headerContentType {
+			ownType = false
+		}
+	}
+	if ownType {
+		dst.Headers = append(dst.Headers, Field{headerContentType, r.contentType})
+	}
+	dst.Headers = append(dst.Headers, r.extra...)
+	if !r.problem {
+		dst.Body = r.textBody
+		return buf
+	}
+	start = len(buf)
+	buf = append(buf, r.problemHead...)
+	first := true
+	for i := range outcomes {
+		if outcomes[i].Decision.Allowed {
+			continue
+		}
+		if first {
+			buf = append(buf, `,"violated-policies":[`...)
+		} else {
+			buf = append(buf, ',')
+		}
+		first = false
+		// Policy names are [A-Za-z0-9_.-]: nothing to escape.
+		buf = append(buf, '"')
+		buf = append(buf, outcomes[i].Limit.Name...)
+		buf = append(buf, '"')
+	}
+	if !first {
+		buf = append(buf, ']')
+	}
+	buf = append(buf, '}')
+	dst.Body = buf[start:]
+	return buf
+}
+
+// appendQuota appends the enabled quota header sets for sorted outcomes.
+func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]Field, []byte) {
+	if len(outcomes) == 0 {
+		return dst, buf
+	}
+	if r.sets&setIETF != 0 {
+		start := len(buf)
+		for i := range outcomes {
+			if i > 0 {
+				buf = append(buf, ", "...)
+			}
+			l := &outcomes[i].Limit.Limit
+			buf = appendSFString(buf, outcomes[i].Limit.Name)
+			buf = append(buf, ";q="...)
+			buf = strconv.AppendInt(buf, clampSF(l.Quota), 10)
+			buf = append(buf, ";w="...)
+			buf = strconv.AppendInt(buf, windowSeconds(l.Window), 10)
+		}
+		dst = append(dst, Field{HeaderRateLimitPolicy, buf[start:]})
+		start = len(buf)
+		for i := range outcomes {
+			if i > 0 {
+				buf = append(buf, ", "...)
+			}
+			d := &outcomes[i].Decision
+			buf = appendSFString(buf, outcomes[i].Limit.Name)
+			buf = append(buf, ";r="...)
+			buf = strconv.AppendInt(buf, clampSF(d.Remaining), 10)
+			buf = append(buf, ";t="...)
+			buf = strconv.AppendInt(buf, resetSeconds(d), 10)
+		}
+		dst = append(dst, Field{HeaderRateLimit, buf[start:]})
+	}
+	if r.sets&setDraft03 != 0 {
+		start := len(buf)
+		buf = strconv.AppendInt(buf, clampSF(outcomes[0].Limit.Limit.Quota), 10)
+		for i := range outcomes {
+			l := outcomes[i].Limit
+			buf = append(buf, ", "...)
+			buf = strconv.AppendInt(buf, clampSF(l.Limit.Quota), 10)
+			buf = append(buf, ";w="...)
+			buf = strconv.AppendInt(buf, windowSeconds(l.Limit.Window), 10)
+			buf = append(buf, ";name="...)
+			buf = appendSFString(buf, l.Name)
+		}
+		dst = append(dst, Field{HeaderXRateLimitLimit, buf[start:]})
+		start = len(buf)
+		buf = strconv.AppendInt(buf, clampSF(outcomes[0].Decision.Remaining), 10)
+		dst = append(dst, Field{HeaderXRateLimitRemaining, buf[start:]})
+		start = len(buf)
+		buf = strconv.AppendInt(buf, resetSeconds(&outcomes[0].Decision), 10)
+		dst = append(dst, Field{HeaderXRateLimitReset, buf[start:]})
+	}
+	return dst, buf
+}
+
+// sortOutcomes orders outcomes most restrictive first (see Response). It is an
+// insertion sort: stable, allocation-free, and the lists are short.
+func sortOutcomes(o []Outcome) {
+	for i := 1; i < len(o); i++ {
+		for j := i; j > 0 && moreRestrictive(&o[j], &o[j-1]); j-- {
+			o[j], o[j-1] = o[j-1], o[j]
+		}
+	}
+}
+
+func moreRestrictive(a, b *Outcome) bool {
+	da, db := &a.Decision, &b.Decision
+	if da.Allowed != db.Allowed {
+		return !da.Allowed
+	}
+	if !da.Allowed {
+		return da.RetryAfter > db.RetryAfter
+	}
+	if da.Remaining != db.Remaining {
+		return da.Remaining < db.Remaining
+	}
+	return da.Reset > db.Reset
+}
+
+// appendSFString appends s as an RFC 9651 sf-string. Policy names never need escaping,
+// but the function escapes '"' and '\' and drops bytes outside printable ASCII, so its
+// output is always a valid sf-string.
+func appendSFString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c >= 0x20 && c < 0x7f:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}
+
+// ceilSeconds returns d in whole seconds, rounded up, clamped to [0, maxSFInteger].
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return min(s, maxSFInteger)
+}
+
+func windowSeconds(w time.Duration) int64 { return max(ceilSeconds(w), 1) }
+
+// retrySeconds is the wait a denied decision reports: RetryAfter rounded up, at least 1.
+func retrySeconds(d *algorithms.Decision) int64 { return max(ceilSeconds(d.RetryAfter), 1) }
+
+// resetSeconds is the t parameter of a decision (see Response).
+func resetSeconds(d *algorithms.Decision) int64 {
+	if !d.Allowed && d.RetryAfter != algorithms.RetryNever {
+		return retrySeconds(d)
+	}
+	return ceilSeconds(d.Reset)
+}
+
+func clampSF(n int64) int64 { return min(max(n, 0), maxSFInteger) }
+
+// headerSetNames renders the enabled sets for the summary.
+func (r *Response) headerSetNames() string {
+	switch r.sets {
+	case setIETF:
+		return "ietf"
+	case setDraft03:
+		return "draft03"
+	case setIETF | setDraft03:
+		return "ietf+draft03"
+	}
+	return "none"
+}
+
+// reservedHeaders are set by the filter itself and cannot be configured as extra headers.
+var reservedHeaders = []string{
+	HeaderRateLimitPolicy, HeaderRateLimit, HeaderRetryAfter, HeaderXRateLimitLimit,
+	HeaderXRateLimitRemaining, HeaderXRateLimitReset, "content-length", "grpc-status", "grpc-message",
+}
+
+func (v *validator) response(rj *responseJSON) *Response {
+	r := &Response{Status: DefaultStatus, QuotaHeadersOnAllowed: true, sets: setIETF}
+	if rj.Status.Set {
+		if s := rj.Status.Value; s < 400 || s > 599 {
+			v.failf("response.status", "%d out of range: want 400 to 599", s)
+		} else {
+			r.Status = uint32(s)
+		}
+	}
+	if rj.QuotaHeadersOnAllowed != nil {
+		r.QuotaHeadersOnAllowed = *rj.QuotaHeadersOnAllowed
+	}
+	if rj.RateLimitHeaders != nil {
+		r.sets = 0
+		none := false
+		for i, s := range rj.RateLimitHeaders {
+			p := "response.rate_limit_headers[" + strconv.Itoa(i) + "]"
+			var bit headerSet
+			switch s {
+			case "ietf":
+				bit = setIETF
+			case "draft03":
+				bit = setDraft03
+			case "none":
+				none = true
+				continue
+			default:
+				v.failf(p, "unknown header set %q (want ietf, draft03 or none)", s)
+				continue
+			}
+			if r.sets&bit != 0 {
+				v.failf(p, "%q is listed twice", s)
+			}
+			r.sets |= bit
+		}
+		if none && r.sets != 0 {
+			v.failf("response.rate_limit_headers", `"none" cannot be combined with other header sets`)
+		}
+	}
+	if rj.RetryAfterJitter != "" {
+		d, err := parseDuration(rj.RetryAfterJitter)
+		switch {
+		case err != nil:
+			v.failf("response.retry_after_jitter", "%v", err)
+		case d > maxJitter:
+			v.failf("response.retry_after_jitter", "%s is above the maximum of 1h", rj.RetryAfterJitter)
+		default:
+			r.RetryAfterJitter = d
+			r.jitterSecond = ceilSeconds(d)
+		}
+	}
+
+	body := DefaultBody
+	if rj.Body != nil {
+		body = *rj.Body
+		if len(body) > maxBodyLen {
+			v.failf("response.body", "%d bytes: at most %d are allowed", len(body), maxBodyLen)
+		}
+	}
+	switch rj.BodyFormat {
+	case "", "text":
+		r.contentType = []byte("text/plain; charset=utf-8")
+		r.textBody = []byte(body)
+	case "problem_json":
+		r.problem = true
+		r.contentType = []byte("application/problem+json")
+		head, _ := json.Marshal(problemType) // strings always marshal
+		r.problemHead = append([]byte(`{"type":`), head...)
+		title, _ := json.Marshal(problemTitle)
+		r.problemHead = append(append(r.problemHead, `,"title":`...), title...)
+		r.problemHead = strconv.AppendInt(append(r.problemHead, `,"status":`...), int64(r.Status), 10)
+		if rj.Body != nil && body != "" {
+			detail, _ := json.Marshal(body)
+			r.problemHead = append(append(r.problemHead, `,"detail":`...), detail...)
+		}
+		if rj.Body == nil {
+			body = strings.TrimSpace(DefaultBody)
+		}
+	default:
+		v.failf("response.body_format", "unknown format %q (want text or problem_json)", rj.BodyFormat)
+	}
+	r.grpcMessage = []byte(strings.TrimRight(body, "\r\n"))
+	if len(r.grpcMessage) == 0 {
+		r.grpcMessage = []byte(strings.TrimSpace(DefaultBody))
+	}
+
+	if len(rj.Headers) > maxExtraHeaders {
+		v.failf("response.headers", "%d headers: at most %d are allowed", len(rj.Headers), maxExtraHeaders)
+	}
+	for name, value := range rj.Headers {
+		p := "response.headers[" + strconv.Quote(name) + "]"
+		lower := strings.ToLower(name)
+		switch {
+		case !isToken(name):
+			v.failf(p, "%q is not a valid header name", name)
+			continue
+		case containsString(reservedHeaders, lower):
+			v.failf(p, "%q is set by the filter (see rate_limit_headers and retry_after_jitter)", lower)
+			continue
+		case len(value) > maxHeaderValue:
+			v.failf(p, "value longer than %d bytes", maxHeaderValue)
+			continue
+		case strings.ContainsAny(value, "\r\n\x00"):
+			v.failf(p, "value contains CR, LF or NUL")
+			continue
+		}
+		r.extra = append(r.extra, Field{Name: lower, Value: []byte(value)})
+	}
+	sort.Slice(r.extra, func(i, j int) bool { return r.extra[i].Name < r.extra[j].Name })
+	for i := 1; i < len(r.extra); i++ {
+		if r.extra[i].Name == r.extra[i-1].Name {
+			v.failf("response.headers", "%q is set twice (names are case-insensitive)", r.extra[i].Name)
+		}
+	}
+	return r
+}
+
+// Pairs converts fields to the [][2]string form of proxywasm.SendHttpResponse, appending to
+// dst. It copies all values into one string, so it allocates once however many fields
+// there are.
+func Pairs(dst [][2]string, fields []Field) [][2]string {
+	n := 0
+	for _, f := range fields {
+		n += len(f.Value)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, f := range fields {
+		b.Write(f.Value)
+	}
+	all := b.String()
+	off := 0
+	for _, f := range fields {
+		dst = append(dst, [2]string{f.Name, all[off : off+len(f.Value)]})
+		off += len(f.Value)
+	}
+	return dst
+}

@@ -1,0 +1,667 @@
+package filter
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+// A test-only parser for RFC 9651 Structured Field Lists (§4.2.1), strict enough to reject
+// what a conforming client would reject: it covers Items with Integer, Decimal, String,
+// Token, Byte Sequence and Boolean bare items, Inner Lists, and Parameters.
+
+type (
+	sfString string
+	sfToken  string
+	sfParam  struct {
+		key   string
+		value any
+	}
+	sfMember struct {
+		value  any // a bare item, or []sfMember for an inner list
+		params []sfParam
+	}
+)
+
+type sfParser struct {
+	s string
+	i int
+}
+
+func parseSFList(field string) ([]sfMember, error) {
+	p := &sfParser{s: strings.TrimLeft(field, " ")}
+	p.s = strings.TrimRight(p.s, " ")
+	var out []sfMember
+	if p.s == "" {
+		return nil, nil
+	}
+	for {
+		m, err := p.member()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+		p.ows()
+		if p.i == len(p.s) {
+			return out, nil
+		}
+		if p.s[p.i] != ',' {
+			return nil, fmt.Errorf("at %d: want ',' after a member, got %q", p.i, p.s[p.i])
+		}
+		p.i++
+		p.ows()
+		if p.i == len(p.s) {
+			return nil, errors.New("trailing comma")
+		}
+	}
+}
+
+func (p *sfParser) ows() {
+	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t') {
+		p.i++
+	}
+}
+
+func (p *sfParser) member() (sfMember, error) {
+	if p.i < len(p.s) && p.s[p.i] == '(' {
+		p.i++
+		var inner []sfMember
+		for {
+			for p.i < len(p.s) && p.s[p.i] == ' ' {
+				p.i++
+			}
+			if p.i < len(p.s) && p.s[p.i] == ')' {
+				p.i++
+				params, err := p.params()
+				return sfMember{value: inner, params: params}, err
+			}
+			v, err := p.bareItem()
+			if err != nil {
+				return sfMember{}, err
+			}
+			params, err := p.params()
+			if err != nil {
+				return sfMember{}, err
+			}
+			inner = append(inner, sfMember{value: v, params: params})
+			if p.i < len(p.s) && p.s[p.i] != ' ' && p.s[p.i] != ')' {
+				return sfMember{}, fmt.Errorf("at %d: bad inner list", p.i)
+			}
+		}
+	}
+	v, err := p.bareItem()
+	if err != nil {
+		return sfMember{}, err
+	}
+	params, err := p.params()
+	return sfMember{value: v, params: params}, err
+}
+
+func (p *sfParser) params() ([]sfParam, error) {
+	var out []sfParam
+	for p.i < len(p.s) && p.s[p.i] == ';' {
+		p.i++
+		for p.i < len(p.s) && p.s[p.i] == ' ' {
+			p.i++
+		}
+		key, err := p.key()
+		if err != nil {
+			return nil, err
+		}
+		var v any = true
+		if p.i < len(p.s) && p.s[p.i] == '=' {
+			p.i++
+			if v, err = p.bareItem(); err != nil {
+				return nil, err
+			}
+		}
+		for _, q := range out {
+			if q.key == key {
+				return nil, fmt.Errorf("duplicate parameter %q", key) // RFC 9651 overwrites; we forbid it
+			}
+		}
+		out = append(out, sfParam{key, v})
+	}
+	return out, nil
+}
+
+func (p *sfParser) key() (string, error) {
+	start := p.i
+	if p.i >= len(p.s) || !(p.s[p.i] >= 'a' && p.s[p.i] <= 'z' || p.s[p.i] == '*') {
+		return "", fmt.Errorf("at %d: bad key", p.i)
+	}
+	for p.i < len(p.s) && (p.s[p.i] >= 'a' && p.s[p.i] <= 'z' || p.s[p.i] >= '0' && p.s[p.i] <= '9' || strings.IndexByte("_-.*", p.s[p.i]) >= 0) {
+		p.i++
+	}
+	return p.s[start:p.i], nil
+}
+
+func (p *sfParser) bareItem() (any, error) {
+	if p.i >= len(p.s) {
+		return nil, errors.New("missing item")
+	}
+	c := p.s[p.i]
+	switch {
+	case c == '-' || c >= '0' && c <= '9':
+		return p.number()
+	case c == '"':
+		p.i++
+		var b strings.Builder
+		for p.i < len(p.s) {
+			c := p.s[p.i]
+			p.i++
+			switch {
+			case c == '\\':
+				if p.i >= len(p.s) || (p.s[p.i] != '"' && p.s[p.i] != '\\') {
+					return nil, errors.New("bad escape in string")
+				}
+				b.WriteByte(p.s[p.i])
+				p.i++
+			case c == '"':
+				return sfString(b.String()), nil
+			case c < 0x20 || c > 0x7e:
+				return nil, fmt.Errorf("byte %#x in string", c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		return nil, errors.New("unterminated string")
+	case c == '*' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+		start := p.i
+		for p.i < len(p.s) && (isToken(p.s[p.i:p.i+1]) || p.s[p.i] == ':' || p.s[p.i] == '/') {
+			p.i++
+		}
+		return sfToken(p.s[start:p.i]), nil
+	case c == ':':
+		end := strings.IndexByte(p.s[p.i+1:], ':')
+		if end < 0 {
+			return nil, errors.New("unterminated byte sequence")
+		}
+		b, err := base64.StdEncoding.DecodeString(p.s[p.i+1 : p.i+1+end])
+		p.i += end + 2
+		return b, err
+	case c == '?':
+		if p.i+1 < len(p.s) && (p.s[p.i+1] == '0' || p.s[p.i+1] == '1') {
+			p.i += 2
+			return p.s[p.i-1] == '1', nil
+		}
+		return nil, errors.New("bad boolean")
+	}
+	return nil, fmt.Errorf("at %d: unexpected %q", p.i, c)
+}
+
+func (p *sfParser) number() (any, error) {
+	start := p.i
+	if p.s[p.i] == '-' {
+		p.i++
+	}
+	digits, dot := 0, -1
+	for p.i < len(p.s) {
+		c := p.s[p.i]
+		if c == '.' && dot < 0 {
+			dot = digits
+		} else if c < '0' || c > '9' {
+			break
+		}
+		digits++
+		p.i++
+	}
+	text := p.s[start:p.i]
+	if dot < 0 {
+		if digits == 0 || digits > 15 {
+			return nil, fmt.Errorf("bad integer %q", text)
+		}
+		n, err := strconv.ParseInt(text, 10, 64)
+		return n, err
+	}
+	if dot > 12 || digits-dot-1 < 1 || digits-dot-1 > 3 {
+		return nil, fmt.Errorf("bad decimal %q", text)
+	}
+	return strconv.ParseFloat(text, 64)
+}
+
+func TestSFParserSelfCheck(t *testing.T) {
+	got, err := parseSFList(`"burst";q=100;w=60, "daily";q=1000;w=86400, tok;a, (1 2);x=?1, :aGk=:, -1.5`)
+	require.NoError(t, err)
+	require.Len(t, got, 6)
+	assert.Equal(t, sfString("burst"), got[0].value)
+	assert.Equal(t, []sfParam{{"q", int64(100)}, {"w", int64(60)}}, got[0].params)
+	assert.Equal(t, sfToken("tok"), got[2].value)
+	assert.Equal(t, []sfParam{{"a", true}}, got[2].params)
+	assert.Equal(t, []sfParam{{"x", true}}, got[3].params)
+	assert.Equal(t, []byte("hi"), got[4].value)
+	for _, bad := range []string{`"a",`, `"a";Q=1`, `"a";q=1234567890123456`, `"a" "b"`, `"a\x"`, `"unterminated`, `"a";q=1;q=2`} {
+		_, err := parseSFList(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+// policy is one parsed member of RateLimit-Policy or RateLimit.
+type policy struct {
+	name   string
+	params map[string]int64
+}
+
+// parsePolicies parses a RateLimit-Policy or RateLimit field strictly: every member must
+// be an sf-string with integer parameters only.
+func parsePolicies(t *testing.T, field string) []policy {
+	t.Helper()
+	members, err := parseSFList(field)
+	require.NoError(t, err, "field %q is not an RFC 9651 List", field)
+	var out []policy
+	for _, m := range members {
+		name, ok := m.value.(sfString)
+		require.True(t, ok, "member %v of %q is not an sf-string", m.value, field)
+		p := policy{name: string(name), params: map[string]int64{}}
+		for _, kv := range m.params {
+			n, ok := kv.value.(int64)
+			require.True(t, ok, "parameter %s of %q is not an integer", kv.key, field)
+			require.GreaterOrEqual(t, n, int64(0))
+			p.params[kv.key] = n
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// header returns the value of the one field named name, failing if it occurs more than once.
+func header(t *testing.T, fields []Field, name string) (string, bool) {
+	t.Helper()
+	var v string
+	n := 0
+	for _, f := range fields {
+		if f.Name == name {
+			v = string(f.Value)
+			n++
+		}
+	}
+	require.LessOrEqual(t, n, 1, "header %s appears %d times", name, n)
+	return v, n == 1
+}
+
+func spec(name string, quota int64, window time.Duration) *LimitSpec {
+	return &LimitSpec{Name: name, Limit: algorithms.Limit{Kind: algorithms.TokenBucket, Quota: quota, Window: window}}
+}
+
+func allowed(remaining int64, reset time.Duration) algorithms.Decision {
+	return algorithms.Decision{Allowed: true, Remaining: remaining, Reset: reset}
+}
+
+func denied(retry, reset time.Duration) algorithms.Decision {
+	return algorithms.Decision{Remaining: 0, RetryAfter: retry, Reset: reset}
+}
+
+func responseOf(t *testing.T, response string) *Response {
+	t.Helper()
+	return mustParse(t, `{"response": `+response+`, "rules": [{"name": "r", "limits": [{"rate": "1/s"}]}]}`).Response
+}
+
+func TestAppendAllowedRendersIETFFieldsThatParse(t *testing.T) {
+	r := responseOf(t, `{}`)
+	outcomes := []Outcome{
+		{spec("per-hour", 1000, time.Hour), allowed(958, 3549*time.Second+time.Millisecond)},
+		{spec("per-second", 10, time.Second), allowed(3, 700*time.Millisecond)},
+	}
+	fields, buf := r.AppendAllowed(nil, nil, outcomes)
+	assert.NotEmpty(t, buf)
+	require.Len(t, fields, 2)
+
+	pol, ok := header(t, fields, HeaderRateLimitPolicy)
+	require.True(t, ok)
+	assert.Equal(t, `"per-second";q=10;w=1, "per-hour";q=1000;w=3600`, pol, "fewest remaining first")
+	assert.Equal(t, []policy{
+		{"per-second", map[string]int64{"q": 10, "w": 1}},
+		{"per-hour", map[string]int64{"q": 1000, "w": 3600}},
+	}, parsePolicies(t, pol))
+
+	rl, ok := header(t, fields, HeaderRateLimit)
+	require.True(t, ok)
+	assert.Equal(t, []policy{
+		{"per-second", map[string]int64{"r": 3, "t": 1}},    // 700ms rounds up
+		{"per-hour", map[string]int64{"r": 958, "t": 3550}}, // 3549.001s rounds up
+	}, parsePolicies(t, rl))
+}
+
+func TestTIsZeroOnlyWhenTheQuotaIsFull(t *testing.T) {
+	r := responseOf(t, `{}`)
+	for _, tc := range []struct {
+		reset time.Duration
+		want  int64
+	}{{0, 0}, {time.Nanosecond, 1}, {time.Second, 1}, {time.Second + 1, 2}} {
+		fields, _ := r.AppendAllowed(nil, nil, []Outcome{{spec("p", 10, time.Second), allowed(5, tc.reset)}})
+		rl, _ := header(t, fields, HeaderRateLimit)
+		assert.Equal(t, tc.want, parsePolicies(t, rl)[0].params["t"], "reset %v", tc.reset)
+	}
+}
+
+func TestWindowIsWholeSecondsRoundedUpAndAtLeastOne(t *testing.T) {
+	r := responseOf(t, `{}`)
+	for _, tc := range []struct {
+		window time.Duration
+		want   int64
+	}{{250 * time.Millisecond, 1}, {time.Second, 1}, {1500 * time.Millisecond, 2}, {90 * time.Second, 90}, {24 * time.Hour, 86400}} {
+		fields, _ := r.AppendAllowed(nil, nil, []Outcome{{spec("p", 10, tc.window), allowed(5, 0)}})
+		pol, _ := header(t, fields, HeaderRateLimitPolicy)
+		assert.Equal(t, tc.want, parsePolicies(t, pol)[0].params["w"], "window %v", tc.window)
+	}
+}
+
+func TestAppendAllowedHonoursTheConfiguration(t *testing.T) {
+	outcomes := func() []Outcome { return []Outcome{{spec("p", 10, time.Second), allowed(5, time.Second)}} }
+	t.Run("quota_headers_on_allowed false renders nothing", func(t *testing.T) {
+		fields, _ := responseOf(t, `{"quota_headers_on_allowed": false}`).AppendAllowed(nil, nil, outcomes())
+		assert.Empty(t, fields)
+	})
+	t.Run("none renders nothing", func(t *testing.T) {
+		fields, _ := responseOf(t, `{"rate_limit_headers": ["none"]}`).AppendAllowed(nil, nil, outcomes())
+		assert.Empty(t, fields)
+	})
+	t.Run("an empty list renders nothing", func(t *testing.T) {
+		fields, _ := responseOf(t, `{"rate_limit_headers": []}`).AppendAllowed(nil, nil, outcomes())
+		assert.Empty(t, fields)
+	})
+	t.Run("no outcomes render nothing", func(t *testing.T) {
+		fields, _ := responseOf(t, `{}`).AppendAllowed(nil, nil, nil)
+		assert.Empty(t, fields)
+	})
+	t.Run("draft03 renders Envoy's X-RateLimit fields", func(t *testing.T) {
+		r := responseOf(t, `{"rate_limit_headers": ["draft03"]}`)
+		fields, _ := r.AppendAllowed(nil, nil, []Outcome{
+			{spec("per-hour", 1000, time.Hour), allowed(999, time.Minute)},
+			{spec("per-second", 10, time.Second), allowed(9, 100*time.Millisecond)},
+		})
+		require.Len(t, fields, 3)
+		limit, _ := header(t, fields, HeaderXRateLimitLimit)
+		assert.Equal(t, `10, 10;w=1;name="per-second", 1000;w=3600;name="per-hour"`, limit)
+		members, err := parseSFList(limit)
+		require.NoError(t, err, "X-RateLimit-Limit is a valid structured field too")
+		assert.Equal(t, int64(10), members[0].value)
+		remaining, _ := header(t, fields, HeaderXRateLimitRemaining)
+		assert.Equal(t, "9", remaining)
+		reset, _ := header(t, fields, HeaderXRateLimitReset)
+		assert.Equal(t, "1", reset)
+	})
+	t.Run("both sets together", func(t *testing.T) {
+		fields, _ := responseOf(t, `{"rate_limit_headers": ["draft03", "ietf"]}`).AppendAllowed(nil, nil, outcomes())
+		assert.Len(t, fields, 5)
+	})
+}
+
+func TestValuesAreClampedToTheStructuredFieldRange(t *testing.T) {
+	r := responseOf(t, `{}`)
+	fields, _ := r.AppendAllowed(nil, nil, []Outcome{{spec("p", algorithms.MaxQuota*10000, time.Second), allowed(-5, 1<<62)}})
+	pol, _ := header(t, fields, HeaderRateLimitPolicy)
+	assert.Equal(t, int64(maxSFInteger), parsePolicies(t, pol)[0].params["q"])
+	rl, _ := header(t, fields, HeaderRateLimit)
+	assert.Equal(t, map[string]int64{"r": 0, "t": 4611686019}, parsePolicies(t, rl)[0].params, "negative remaining is 0")
+}
+
+func TestDenyRendersTheConfiguredTextResponse(t *testing.T) {
+	r := responseOf(t, `{"status": 503, "body": "go away\n", "headers": {"X-Envoy-RateLimited": "true", "cache-control": "no-store"}}`)
+	var lr LocalResponse
+	buf := r.Deny(&lr, nil, []Outcome{
+		{spec("per-second", 10, time.Second), denied(300*time.Millisecond, time.Second)},
+		{spec("per-hour", 1000, time.Hour), allowed(990, time.Minute)},
+	}, false, 0)
+	assert.NotEmpty(t, buf)
+	assert.Equal(t, uint32(503), lr.Status)
+	assert.Equal(t, NoGRPCStatus, lr.GRPCStatus)
+	assert.Equal(t, "go away\n", string(lr.Body))
+
+	ct, _ := header(t, lr.Headers, "content-type")
+	assert.Equal(t, "text/plain; charset=utf-8", ct)
+	retry, ok := header(t, lr.Headers, HeaderRetryAfter)
+	require.True(t, ok)
+	assert.Equal(t, "1", retry)
+	v, _ := header(t, lr.Headers, "x-envoy-ratelimited")
+	assert.Equal(t, "true", v)
+	v, _ = header(t, lr.Headers, "cache-control")
+	assert.Equal(t, "no-store", v)
+
+	rl, _ := header(t, lr.Headers, HeaderRateLimit)
+	assert.Equal(t, []policy{
+		{"per-second", map[string]int64{"r": 0, "t": 1}},
+		{"per-hour", map[string]int64{"r": 990, "t": 60}},
+	}, parsePolicies(t, rl), "the denying policy comes first, its t is the retry time")
+}
+
+func TestDenyRendersAProblemDocument(t *testing.T) {
+	for _, tc := range []struct {
+		name, response, detail string
+	}{
+		{"with the body as detail", `{"body_format": "problem_json", "body": "Slow down, \"please\"."}`, `Slow down, "please".`},
+		{"without a detail when no body is set", `{"body_format": "problem_json"}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := responseOf(t, tc.response)
+			var lr LocalResponse
+			r.Deny(&lr, nil, []Outcome{
+				{spec("per-minute", 100, time.Minute), denied(20*time.Second, 50*time.Second)},
+				{spec("per-second", 10, time.Second), denied(time.Second, time.Second)},
+				{spec("per-day", 1e5, 24*time.Hour), allowed(5, time.Hour)},
+			}, false, 0)
+			ct, _ := header(t, lr.Headers, "content-type")
+			assert.Equal(t, "application/problem+json", ct)
+			var doc map[string]any
+			require.NoError(t, json.Unmarshal(lr.Body, &doc), "body %s", lr.Body)
+			want := map[string]any{
+				"type":              "https://iana.org/assignments/http-problem-types#quota-exceeded",
+				"title":             "Request cannot be satisfied as assigned quota has been exceeded",
+				"status":            float64(429),
+				"violated-policies": []any{"per-minute", "per-second"},
+			}
+			if tc.detail != "" {
+				want["detail"] = tc.detail
+			}
+			assert.Equal(t, want, doc)
+			retry, _ := header(t, lr.Headers, HeaderRetryAfter)
+			assert.Equal(t, "20", retry, "the longest wait of the denying policies")
+		})
+	}
+}
+
+func TestDenyAnswersGRPCWithResourceExhausted(t *testing.T) {
+	r := responseOf(t, `{"body_format": "problem_json", "body": "quota exceeded", "headers": {"content-type": "text/html", "x-a": "b"}}`)
+	var lr LocalResponse
+	r.Deny(&lr, nil, []Outcome{{spec("p", 10, time.Second), denied(2*time.Second, 2*time.Second)}}, true, 0)
+	assert.Equal(t, uint32(200), lr.Status)
+	assert.Equal(t, GRPCResourceExhausted, lr.GRPCStatus)
+	assert.Equal(t, "quota exceeded", string(lr.Body), "the body becomes grpc-message")
+	_, hasCT := header(t, lr.Headers, "content-type")
+	assert.False(t, hasCT, "the host sets application/grpc")
+	for _, name := range []string{"grpc-status", "grpc-message"} {
+		_, has := header(t, lr.Headers, name)
+		assert.False(t, has, "the host sets %s from GRPCStatus", name)
+	}
+	v, _ := header(t, lr.Headers, "x-a")
+	assert.Equal(t, "b", v)
+	retry, _ := header(t, lr.Headers, HeaderRetryAfter)
+	assert.Equal(t, "2", retry)
+
+	t.Run("the default message has no trailing newline", func(t *testing.T) {
+		var lr LocalResponse
+		responseOf(t, `{}`).Deny(&lr, nil, nil, true, 0)
+		assert.Equal(t, "rate limit exceeded", string(lr.Body))
+	})
+}
+
+func TestIsGRPC(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"application/grpc": true, "application/grpc+proto": true, "application/grpc;charset=utf-8": true,
+		"Application/GRPC": true, "application/grpc-web": false, "application/grpc-web+proto": false,
+		"application/json": false, "": false, "application/grp": false,
+	} {
+		assert.Equal(t, want, IsGRPC(ct), ct)
+	}
+}
+
+func TestRetryAfterIsNeverEarlierThanTAndJittersWithinBounds(t *testing.T) {
+	r := responseOf(t, `{"retry_after_jitter": "2500ms"}`)
+	outcomes := []Outcome{
+		{spec("a", 10, time.Second), denied(1500*time.Millisecond, time.Second)},
+		{spec("b", 100, time.Minute), denied(42*time.Second+time.Microsecond, time.Minute)},
+	}
+	seen := map[int64]bool{}
+	var lr LocalResponse
+	buf := make([]byte, 0, 512)
+	for random := uint64(0); random < 64; random++ {
+		buf = r.Deny(&lr, buf[:0], outcomes, false, random)
+		rl, _ := header(t, lr.Headers, HeaderRateLimit)
+		maxT := int64(0)
+		for _, p := range parsePolicies(t, rl) {
+			maxT = max(maxT, p.params["t"])
+		}
+		assert.Equal(t, int64(43), maxT)
+		v, _ := header(t, lr.Headers, HeaderRetryAfter)
+		retry, err := strconv.ParseInt(v, 10, 64)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, retry, maxT, "Retry-After never points earlier than t")
+		assert.LessOrEqual(t, retry, maxT+3, "jitter of 2500ms rounds up to at most 3s")
+		seen[retry] = true
+	}
+	assert.Len(t, seen, 4, "every jitter value 0..3 occurs")
+	var again LocalResponse
+	r.Deny(&again, nil, outcomes, false, 7)
+	v, _ := header(t, again.Headers, HeaderRetryAfter)
+	assert.Equal(t, "46", v, "the same random value gives the same Retry-After")
+}
+
+func TestDenyWithoutOutcomesIsAFailClosedAnswer(t *testing.T) {
+	r := responseOf(t, `{"body_format": "problem_json"}`)
+	var lr LocalResponse
+	r.Deny(&lr, nil, nil, false, 0)
+	assert.Equal(t, uint32(429), lr.Status)
+	_, has := header(t, lr.Headers, HeaderRateLimit)
+	assert.False(t, has)
+	retry, _ := header(t, lr.Headers, HeaderRetryAfter)
+	assert.Equal(t, "1", retry)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(lr.Body, &doc))
+	assert.NotContains(t, doc, "violated-policies")
+}
+
+func TestDenyOmitsRetryAfterWhenTheCostCanNeverFit(t *testing.T) {
+	r := responseOf(t, `{}`)
+	var lr LocalResponse
+	r.Deny(&lr, nil, []Outcome{
+		{spec("small", 10, time.Second), algorithms.Decision{Remaining: 10, RetryAfter: algorithms.RetryNever}},
+		{spec("other", 10, time.Second), denied(time.Second, time.Second)},
+	}, false, 0)
+	_, has := header(t, lr.Headers, HeaderRetryAfter)
+	assert.False(t, has)
+	rl, _ := header(t, lr.Headers, HeaderRateLimit)
+	got := parsePolicies(t, rl)
+	assert.Equal(t, "small", got[0].name, "RetryNever sorts first")
+	assert.Equal(t, map[string]int64{"r": 10, "t": 0}, got[0].params, "t falls back to the reset time")
+}
+
+func TestOutcomesAreOrderedMostRestrictiveFirst(t *testing.T) {
+	o := []Outcome{
+		{spec("allowed-many", 1, time.Second), allowed(50, time.Second)},
+		{spec("denied-short", 1, time.Second), denied(time.Second, time.Second)},
+		{spec("allowed-few-early", 1, time.Second), allowed(2, time.Second)},
+		{spec("allowed-few-late", 1, time.Second), allowed(2, time.Minute)},
+		{spec("denied-long", 1, time.Second), denied(time.Minute, time.Minute)},
+		{spec("allowed-few-early-2", 1, time.Second), allowed(2, time.Second)},
+	}
+	sortOutcomes(o)
+	var names []string
+	for _, x := range o {
+		names = append(names, x.Limit.Name)
+	}
+	assert.Equal(t, []string{"denied-long", "denied-short", "allowed-few-late", "allowed-few-early", "allowed-few-early-2", "allowed-many"}, names)
+}
+
+func TestDenyReusesTheLocalResponse(t *testing.T) {
+	r := responseOf(t, `{"body_format": "problem_json"}`)
+	var lr LocalResponse
+	outcomes := []Outcome{{spec("p", 10, time.Second), denied(time.Second, time.Second)}}
+	buf := r.Deny(&lr, nil, outcomes, false, 0)
+	first := len(lr.Headers)
+	buf = r.Deny(&lr, buf[:0], outcomes, false, 0)
+	assert.Len(t, lr.Headers, first, "headers are reset, not accumulated")
+	assert.True(t, json.Valid(lr.Body))
+	assert.NotEmpty(t, buf)
+}
+
+func TestPairsCopiesValuesOnce(t *testing.T) {
+	fields := []Field{{"a", []byte("1")}, {"b", []byte("")}, {"c", []byte("three")}}
+	pairs := Pairs(nil, fields)
+	assert.Equal(t, [][2]string{{"a", "1"}, {"b", ""}, {"c", "three"}}, pairs)
+	fields[2].Value[0] = 'X'
+	assert.Equal(t, "three", pairs[2][1], "the strings own their bytes")
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { pairs = Pairs(pairs[:0], fields) }))
+}
+
+func TestRenderingDoesNotAllocate(t *testing.T) {
+	r := responseOf(t, `{"body_format": "problem_json", "rate_limit_headers": ["ietf", "draft03"], "headers": {"x-a": "b"}}`)
+	outcomes := []Outcome{
+		{spec("per-second", 10, time.Second), denied(time.Second, time.Second)},
+		{spec("per-hour", 1000, time.Hour), allowed(5, time.Minute)},
+	}
+	fields := make([]Field, 0, 16)
+	buf := make([]byte, 0, 1024)
+	var lr LocalResponse
+	lr.Headers = make([]Field, 0, 16)
+	assert.Zero(t, testing.AllocsPerRun(200, func() {
+		fields, buf = r.AppendAllowed(fields[:0], buf[:0], outcomes)
+	}), "AppendAllowed")
+	assert.Zero(t, testing.AllocsPerRun(200, func() {
+		buf = r.Deny(&lr, buf[:0], outcomes, false, 3)
+	}), "Deny")
+}
+
+// BenchmarkAllowedRequest is the pure part of an allowed request: match every rule, build
+// keys, pick limits and cost, and render the quota headers from (given) decisions.
+func BenchmarkAllowedRequest(b *testing.B) {
+	c := mustParse(b, benchConfig)
+	req := benchRequest()
+	keyBuf := make([]byte, 0, 256)
+	fields := make([]Field, 0, 8)
+	buf := make([]byte, 0, 512)
+	outcomes := make([]Outcome, 0, 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		outcomes = outcomes[:0]
+		for _, r := range c.Rules() {
+			if !r.Matches(req) {
+				continue
+			}
+			key, ok := r.AppendKey(keyBuf[:0], req)
+			if !ok {
+				continue
+			}
+			limits, unlimited := r.Limits(key)
+			if unlimited {
+				continue
+			}
+			_, _ = r.Cost(req)
+			for i := range limits {
+				outcomes = append(outcomes, Outcome{&limits[i], allowed(limits[i].Limit.Quota-1, time.Second)})
+			}
+		}
+		fields, buf = c.Response.AppendAllowed(fields[:0], buf[:0], outcomes)
+	}
+}
+
+func BenchmarkDeny(b *testing.B) {
+	c := mustParse(b, `{"response": {"body_format": "problem_json", "retry_after_jitter": "1s"}, "rules": [{"name": "r", "limits": [{"rate": "10/s"}, {"rate": "1000/h"}]}]}`)
+	limits, _ := c.Rules()[0].Limits(nil)
+	outcomes := []Outcome{{&limits[0], denied(time.Second, time.Second)}, {&limits[1], allowed(10, time.Minute)}}
+	var lr LocalResponse
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = c.Response.Deny(&lr, buf[:0], outcomes, false, 1)
+	}
+}
