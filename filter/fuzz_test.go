@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/internal/sfv"
 )
 
 // Fuzz targets. They run their seeds in every `go test`; run one for real with e.g.
@@ -258,18 +259,18 @@ func FuzzDeny(f *testing.F) {
 			if !ok {
 				t.Fatalf("%s missing", name)
 			}
-			members, err := parseSFList(v)
+			members, err := sfv.ParseList(v)
 			if err != nil {
 				t.Fatalf("%s: %q: %v", name, v, err)
 			}
 			if name == HeaderRateLimit {
 				for _, m := range members {
-					name := string(m.value.(sfString))
+					name := string(m.Value.(sfv.String))
 					if name == limits[0].Name && ok1 || name == limits[1].Name && ok2 {
 						continue // only denying policies bound Retry-After
 					}
-					for _, p := range m.params {
-						if n := p.value.(int64); p.key == "t" && n > maxT {
+					for _, p := range m.Params {
+						if n := p.Value.(int64); p.Key == "t" && n > maxT {
 							maxT = n
 						}
 					}

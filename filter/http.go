@@ -79,6 +79,9 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	}
 	enforced := p.cfg.Enforce && !r.Shadow
 	out, err := p.limiter.Take(rs.table(specs), key, now, cost)
+	if out.Attempts > 1 {
+		rs.metrics.casRetries.Increment(uint64(out.Attempts - 1))
+	}
 	if err != nil {
 		if errors.Is(err, sharedstate.ErrContention) {
 			rs.metrics.casExhausted.Increment(1)

@@ -10,6 +10,7 @@ import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 //	meshlimit.rule.<rule>.allowed                requests the rule admitted
 //	meshlimit.rule.<rule>.limited                requests the rule denied (enforced)
 //	meshlimit.rule.<rule>.shadow_limited         requests the rule would have denied (shadow or enforce=false)
+//	meshlimit.rule.<rule>.cas_retries            CAS races lost and retried (contention between worker threads)
 //	meshlimit.rule.<rule>.cas_exhausted          decisions abandoned after too many lost CAS races
 //	meshlimit.rule.<rule>.failure_denied         requests denied by failure_mode "deny"
 //	meshlimit.rule.<rule>.collisions             requests decided in another active key's slot (max_keys too small)
@@ -18,7 +19,7 @@ type pluginMetrics struct {
 }
 
 type ruleMetrics struct {
-	allowed, limited, shadowLimited, casExhausted, failureDenied, collisions proxywasm.MetricCounter
+	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, collisions proxywasm.MetricCounter
 }
 
 func definePluginMetrics() pluginMetrics {
@@ -31,6 +32,7 @@ func defineRuleMetrics(rule string) ruleMetrics {
 		allowed:       proxywasm.DefineCounterMetric(p + "allowed"),
 		limited:       proxywasm.DefineCounterMetric(p + "limited"),
 		shadowLimited: proxywasm.DefineCounterMetric(p + "shadow_limited"),
+		casRetries:    proxywasm.DefineCounterMetric(p + "cas_retries"),
 		casExhausted:  proxywasm.DefineCounterMetric(p + "cas_exhausted"),
 		failureDenied: proxywasm.DefineCounterMetric(p + "failure_denied"),
 		collisions:    proxywasm.DefineCounterMetric(p + "collisions"),

@@ -1,12 +1,8 @@
 package filter
 
 import (
-	"encoding/base64"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,237 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/internal/sfv"
 )
-
-// A test-only parser for RFC 9651 Structured Field Lists (§4.2.1), strict enough to reject
-// what a conforming client would reject: it covers Items with Integer, Decimal, String,
-// Token, Byte Sequence and Boolean bare items, Inner Lists, and Parameters.
-
-type (
-	sfString string
-	sfToken  string
-	sfParam  struct {
-		key   string
-		value any
-	}
-	sfMember struct {
-		value  any // a bare item, or []sfMember for an inner list
-		params []sfParam
-	}
-)
-
-type sfParser struct {
-	s string
-	i int
-}
-
-func parseSFList(field string) ([]sfMember, error) {
-	p := &sfParser{s: strings.TrimLeft(field, " ")}
-	p.s = strings.TrimRight(p.s, " ")
-	var out []sfMember
-	if p.s == "" {
-		return nil, nil
-	}
-	for {
-		m, err := p.member()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-		p.ows()
-		if p.i == len(p.s) {
-			return out, nil
-		}
-		if p.s[p.i] != ',' {
-			return nil, fmt.Errorf("at %d: want ',' after a member, got %q", p.i, p.s[p.i])
-		}
-		p.i++
-		p.ows()
-		if p.i == len(p.s) {
-			return nil, errors.New("trailing comma")
-		}
-	}
-}
-
-func (p *sfParser) ows() {
-	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t') {
-		p.i++
-	}
-}
-
-func (p *sfParser) member() (sfMember, error) {
-	if p.i < len(p.s) && p.s[p.i] == '(' {
-		p.i++
-		var inner []sfMember
-		for {
-			for p.i < len(p.s) && p.s[p.i] == ' ' {
-				p.i++
-			}
-			if p.i < len(p.s) && p.s[p.i] == ')' {
-				p.i++
-				params, err := p.params()
-				return sfMember{value: inner, params: params}, err
-			}
-			v, err := p.bareItem()
-			if err != nil {
-				return sfMember{}, err
-			}
-			params, err := p.params()
-			if err != nil {
-				return sfMember{}, err
-			}
-			inner = append(inner, sfMember{value: v, params: params})
-			if p.i < len(p.s) && p.s[p.i] != ' ' && p.s[p.i] != ')' {
-				return sfMember{}, fmt.Errorf("at %d: bad inner list", p.i)
-			}
-		}
-	}
-	v, err := p.bareItem()
-	if err != nil {
-		return sfMember{}, err
-	}
-	params, err := p.params()
-	return sfMember{value: v, params: params}, err
-}
-
-func (p *sfParser) params() ([]sfParam, error) {
-	var out []sfParam
-	for p.i < len(p.s) && p.s[p.i] == ';' {
-		p.i++
-		for p.i < len(p.s) && p.s[p.i] == ' ' {
-			p.i++
-		}
-		key, err := p.key()
-		if err != nil {
-			return nil, err
-		}
-		var v any = true
-		if p.i < len(p.s) && p.s[p.i] == '=' {
-			p.i++
-			if v, err = p.bareItem(); err != nil {
-				return nil, err
-			}
-		}
-		for _, q := range out {
-			if q.key == key {
-				return nil, fmt.Errorf("duplicate parameter %q", key) // RFC 9651 overwrites; we forbid it
-			}
-		}
-		out = append(out, sfParam{key, v})
-	}
-	return out, nil
-}
-
-func (p *sfParser) key() (string, error) {
-	start := p.i
-	if p.i >= len(p.s) || !(p.s[p.i] >= 'a' && p.s[p.i] <= 'z' || p.s[p.i] == '*') {
-		return "", fmt.Errorf("at %d: bad key", p.i)
-	}
-	for p.i < len(p.s) && (p.s[p.i] >= 'a' && p.s[p.i] <= 'z' || p.s[p.i] >= '0' && p.s[p.i] <= '9' || strings.IndexByte("_-.*", p.s[p.i]) >= 0) {
-		p.i++
-	}
-	return p.s[start:p.i], nil
-}
-
-func (p *sfParser) bareItem() (any, error) {
-	if p.i >= len(p.s) {
-		return nil, errors.New("missing item")
-	}
-	c := p.s[p.i]
-	switch {
-	case c == '-' || c >= '0' && c <= '9':
-		return p.number()
-	case c == '"':
-		p.i++
-		var b strings.Builder
-		for p.i < len(p.s) {
-			c := p.s[p.i]
-			p.i++
-			switch {
-			case c == '\\':
-				if p.i >= len(p.s) || (p.s[p.i] != '"' && p.s[p.i] != '\\') {
-					return nil, errors.New("bad escape in string")
-				}
-				b.WriteByte(p.s[p.i])
-				p.i++
-			case c == '"':
-				return sfString(b.String()), nil
-			case c < 0x20 || c > 0x7e:
-				return nil, fmt.Errorf("byte %#x in string", c)
-			default:
-				b.WriteByte(c)
-			}
-		}
-		return nil, errors.New("unterminated string")
-	case c == '*' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
-		start := p.i
-		for p.i < len(p.s) && (isToken(p.s[p.i:p.i+1]) || p.s[p.i] == ':' || p.s[p.i] == '/') {
-			p.i++
-		}
-		return sfToken(p.s[start:p.i]), nil
-	case c == ':':
-		end := strings.IndexByte(p.s[p.i+1:], ':')
-		if end < 0 {
-			return nil, errors.New("unterminated byte sequence")
-		}
-		b, err := base64.StdEncoding.DecodeString(p.s[p.i+1 : p.i+1+end])
-		p.i += end + 2
-		return b, err
-	case c == '?':
-		if p.i+1 < len(p.s) && (p.s[p.i+1] == '0' || p.s[p.i+1] == '1') {
-			p.i += 2
-			return p.s[p.i-1] == '1', nil
-		}
-		return nil, errors.New("bad boolean")
-	}
-	return nil, fmt.Errorf("at %d: unexpected %q", p.i, c)
-}
-
-func (p *sfParser) number() (any, error) {
-	start := p.i
-	if p.s[p.i] == '-' {
-		p.i++
-	}
-	digits, dot := 0, -1
-	for p.i < len(p.s) {
-		c := p.s[p.i]
-		if c == '.' && dot < 0 {
-			dot = digits
-		} else if c < '0' || c > '9' {
-			break
-		}
-		digits++
-		p.i++
-	}
-	text := p.s[start:p.i]
-	if dot < 0 {
-		if digits == 0 || digits > 15 {
-			return nil, fmt.Errorf("bad integer %q", text)
-		}
-		n, err := strconv.ParseInt(text, 10, 64)
-		return n, err
-	}
-	if dot > 12 || digits-dot-1 < 1 || digits-dot-1 > 3 {
-		return nil, fmt.Errorf("bad decimal %q", text)
-	}
-	return strconv.ParseFloat(text, 64)
-}
-
-func TestSFParserSelfCheck(t *testing.T) {
-	got, err := parseSFList(`"burst";q=100;w=60, "daily";q=1000;w=86400, tok;a, (1 2);x=?1, :aGk=:, -1.5`)
-	require.NoError(t, err)
-	require.Len(t, got, 6)
-	assert.Equal(t, sfString("burst"), got[0].value)
-	assert.Equal(t, []sfParam{{"q", int64(100)}, {"w", int64(60)}}, got[0].params)
-	assert.Equal(t, sfToken("tok"), got[2].value)
-	assert.Equal(t, []sfParam{{"a", true}}, got[2].params)
-	assert.Equal(t, []sfParam{{"x", true}}, got[3].params)
-	assert.Equal(t, []byte("hi"), got[4].value)
-	for _, bad := range []string{`"a",`, `"a";Q=1`, `"a";q=1234567890123456`, `"a" "b"`, `"a\x"`, `"unterminated`, `"a";q=1;q=2`} {
-		_, err := parseSFList(bad)
-		assert.Error(t, err, bad)
-	}
-}
 
 // policy is one parsed member of RateLimit-Policy or RateLimit.
 type policy struct {
@@ -252,24 +19,14 @@ type policy struct {
 	params map[string]int64
 }
 
-// parsePolicies parses a RateLimit-Policy or RateLimit field strictly: every member must
-// be an sf-string with integer parameters only.
+// parsePolicies parses a RateLimit-Policy or RateLimit field strictly (see sfv.ParsePolicies).
 func parsePolicies(t *testing.T, field string) []policy {
 	t.Helper()
-	members, err := parseSFList(field)
-	require.NoError(t, err, "field %q is not an RFC 9651 List", field)
-	var out []policy
-	for _, m := range members {
-		name, ok := m.value.(sfString)
-		require.True(t, ok, "member %v of %q is not an sf-string", m.value, field)
-		p := policy{name: string(name), params: map[string]int64{}}
-		for _, kv := range m.params {
-			n, ok := kv.value.(int64)
-			require.True(t, ok, "parameter %s of %q is not an integer", kv.key, field)
-			require.GreaterOrEqual(t, n, int64(0))
-			p.params[kv.key] = n
-		}
-		out = append(out, p)
+	ps, err := sfv.ParsePolicies(field)
+	require.NoError(t, err)
+	out := make([]policy, len(ps))
+	for i, p := range ps {
+		out[i] = policy{name: p.Name, params: p.Params}
 	}
 	return out
 }
@@ -383,9 +140,9 @@ func TestAppendAllowedHonoursTheConfiguration(t *testing.T) {
 		require.Len(t, fields, 3)
 		limit, _ := header(t, fields, HeaderXRateLimitLimit)
 		assert.Equal(t, `10, 10;w=1;name="per-second", 1000;w=3600;name="per-hour"`, limit)
-		members, err := parseSFList(limit)
+		members, err := sfv.ParseList(limit)
 		require.NoError(t, err, "X-RateLimit-Limit is a valid structured field too")
-		assert.Equal(t, int64(10), members[0].value)
+		assert.Equal(t, int64(10), members[0].Value)
 		remaining, _ := header(t, fields, HeaderXRateLimitRemaining)
 		assert.Equal(t, "9", remaining)
 		reset, _ := header(t, fields, HeaderXRateLimitReset)
