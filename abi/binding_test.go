@@ -141,6 +141,10 @@ func readBinding(t *testing.T) binding {
 	for _, fd := range parseFuncs(t, files) {
 		if imp, ok := directive(fd, "//go:wasmimport "); ok {
 			mod, name, _ := strings.Cut(imp, " ")
+			if mod == "wasi_snapshot_preview1" {
+				require.Equal(t, "clock_time_get", name, "the binding's only WASI import is the clock behind UnixNano")
+				continue
+			}
 			require.Equal(t, "env", mod, "%s imports from %q", fd.Name.Name, mod)
 			b.imports[fd.Name.Name], b.importOf[fd.Name.Name] = fd, name
 		}
@@ -243,7 +247,7 @@ func TestTheBindingCompilesOnlyForStandardGoWasip1Builds(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
 	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") || name == "doc.go" {
+		if strings.HasSuffix(name, "_test.go") || name == "doc.go" || name == "clock_other.go" {
 			continue
 		}
 		fset := token.NewFileSet()

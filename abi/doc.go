@@ -23,7 +23,8 @@
 // (-tags tinygo selects the SDK's bodyless declarations; -complete=false lets that package compile
 // without bodies). The binding compiles only for wasip1 builds by the standard compiler: real TinyGo
 // sets the build tag tinygo.wasm, and there the SDK's own //export directives do the job, so the files
-// are excluded. Natively this package is empty.
+// are excluded. Natively the package holds only UnixNano, which reads the host's clock with one call
+// in a wasm build and falls back to time.Now elsewhere.
 //
 // Contract with the host, relied upon for memory safety: the host re-enters the guest's allocator
 // (proxy_on_memory_allocate) at most once per host call, and only to return that call's result, so the

@@ -203,7 +203,9 @@ func ProxyCallForeignFunction(name *byte, nameSize int, param *byte, paramSize i
 func hostSetTickPeriodMilliseconds(period uint32) uint32
 
 //go:linkname ProxySetTickPeriodMilliseconds github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxySetTickPeriodMilliseconds
-func ProxySetTickPeriodMilliseconds(period uint32) uint32 { return hostSetTickPeriodMilliseconds(period) }
+func ProxySetTickPeriodMilliseconds(period uint32) uint32 {
+	return hostSetTickPeriodMilliseconds(period)
+}
 
 //go:wasmimport env proxy_set_effective_context
 func hostSetEffectiveContext(contextID uint32) uint32
@@ -229,13 +231,17 @@ func ProxyDefineMetric(metricType uint32, name *byte, nameSize int, retID *uint3
 func hostIncrementMetric(metricID uint32, offset int64) uint32
 
 //go:linkname ProxyIncrementMetric github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxyIncrementMetric
-func ProxyIncrementMetric(metricID uint32, offset int64) uint32 { return hostIncrementMetric(metricID, offset) }
+func ProxyIncrementMetric(metricID uint32, offset int64) uint32 {
+	return hostIncrementMetric(metricID, offset)
+}
 
 //go:wasmimport env proxy_record_metric
 func hostRecordMetric(metricID uint32, value uint64) uint32
 
 //go:linkname ProxyRecordMetric github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxyRecordMetric
-func ProxyRecordMetric(metricID uint32, value uint64) uint32 { return hostRecordMetric(metricID, value) }
+func ProxyRecordMetric(metricID uint32, value uint64) uint32 {
+	return hostRecordMetric(metricID, value)
+}
 
 //go:wasmimport env proxy_get_metric
 func hostGetMetric(metricID uint32, retValue unsafe.Pointer) uint32

@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"unsafe"
+
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 )
 
@@ -56,7 +58,7 @@ func (r *hostRequest) property(bit uint8, dst *string, path []string) string {
 		v, err := proxywasm.GetProperty(path)
 		*dst = ""
 		if err == nil {
-			*dst = string(v)
+			*dst = bytesString(v)
 		}
 		r.read |= bit
 	}
@@ -91,5 +93,9 @@ func (r *hostRequest) Property(path []string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	return string(v), true
+	return bytesString(v), true
 }
+
+// bytesString views b as a string without copying. Only for bytes the host has just copied into
+// memory of their own, which nothing modifies afterwards.
+func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

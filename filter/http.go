@@ -3,12 +3,12 @@ package filter
 import (
 	"errors"
 	"math/rand/v2"
-	"time"
 	"unsafe"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
@@ -29,6 +29,7 @@ type httpContext struct {
 	types.DefaultHttpContext
 	plugin *pluginContext
 	quota  []Outcome // what to report on the upstream's response; nil when nothing
+	inline [2]Outcome
 }
 
 // OnHttpRequestHeaders implements types.HttpContext. It runs the matching rules in order, each against
@@ -40,7 +41,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	s := &p.scratch
 	s.req.reset()
 	s.outcomes = s.outcomes[:0]
-	now := time.Now().UnixNano()
+	now := abi.UnixNano()
 	denied := false
 	for i := range p.rules {
 		if denied = p.decide(&p.rules[i], now); denied {
@@ -52,7 +53,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return types.ActionPause
 	}
 	if len(s.outcomes) > 0 && p.cfg.Response.QuotaHeadersOnAllowed {
-		h.quota = append([]Outcome(nil), s.outcomes...)
+		h.quota = append(h.inline[:0], s.outcomes...) // allocates only beyond two limits
 	}
 	return types.ActionContinue
 }
