@@ -1,0 +1,49 @@
+package algorithms
+
+import "math/bits"
+
+// All arithmetic in this package is on int64 values that stay within ±2^53, so that a Lua 5.1
+// script, whose numbers are IEEE doubles, computes exactly the same results (see the package
+// documentation for the bounds and how each one is guaranteed).
+
+const (
+	// nsPerUs converts between the unix nanoseconds of the API and the microseconds of the state.
+	nsPerUs = 1000
+
+	// maxTimeUs is the latest instant the algorithms can represent, 2^52 µs after the unix epoch
+	// (in the year 2112). Later times are clamped to it.
+	maxTimeUs = 1 << 52
+
+	// maxWindowUs is MaxWindow in microseconds (3.456e13 < 2^45).
+	maxWindowUs = int64(MaxWindow / 1000)
+)
+
+// quantize converts unix nanoseconds to microseconds, clamped to [0, maxTimeUs].
+func quantize(now int64) int64 {
+	if now <= 0 {
+		return 0
+	}
+	us := now / nsPerUs
+	if us > maxTimeUs {
+		return maxTimeUs
+	}
+	return us
+}
+
+// mulDivMod returns floor(x*y/z) and (x*y) mod z.
+//
+// mulDivMod requires 0 <= x, y, 1 <= z, and a quotient below 2^63. Every caller in this
+// package also keeps x, y, z < 2^45 and the quotient < 2^53, which is what the Lua
+// transcription (long multiplication in base 128, see doc.go) needs to stay exact in doubles.
+func mulDivMod(x, y, z int64) (q, r int64) {
+	hi, lo := bits.Mul64(uint64(x), uint64(y))
+	if hi >= uint64(z) {
+		// Unreachable for validated limits and decoded states; saturate instead of panicking.
+		return 1<<63 - 1, 0
+	}
+	uq, ur := bits.Div64(hi, lo, uint64(z))
+	return int64(uq), int64(ur)
+}
+
+// usToDuration converts a non-negative microsecond count (< 2^53) to a time.Duration in ns.
+func usToDuration(us int64) int64 { return us * nsPerUs }

@@ -1,0 +1,52 @@
+package algorithms_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+func ExampleLimit_Decide() {
+	l := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 2, Window: time.Second}
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	state := make([]byte, 0, l.EncodedSize()) // decided in place: no allocation
+	for range 3 {
+		var d algorithms.Decision
+		var err error
+		state, d, err = l.Decide(state, now, 1, state)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// Output:
+	// true 1 0s
+	// true 0 0s
+	// false 0 500ms
+}
+
+// The leaky bucket admits a burst that fits its queue, but delays each request to its turn.
+func ExampleLimit_Decide_leakyBucket() {
+	l := algorithms.Limit{Kind: algorithms.LeakyBucket, Quota: 4, Window: time.Second}
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	var state []byte
+	for range 5 {
+		var d algorithms.Decision
+		state, d, _ = l.Decide(state, now, 1, nil)
+		fmt.Printf("allowed %v, delay %v, retry after %v\n", d.Allowed, d.Delay, d.RetryAfter)
+	}
+	// Output:
+	// allowed true, delay 0s, retry after 0s
+	// allowed true, delay 250ms, retry after 0s
+	// allowed true, delay 500ms, retry after 0s
+	// allowed true, delay 750ms, retry after 0s
+	// allowed false, delay 0s, retry after 250ms
+}
+
+func ExampleLimit_Decide_costAboveCapacity() {
+	l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 10, Window: time.Minute}
+	_, d, _ := l.Decide(nil, time.Now().UnixNano(), 11, nil)
+	fmt.Println(d.Allowed, d.RetryAfter == algorithms.RetryNever)
+	// Output: false true
+}
