@@ -15,6 +15,7 @@ import (
 // scratch holds the buffers one plugin reuses from request to request. A VM runs one callback at a
 // time and the local path never pauses, so one set per plugin context is enough.
 type scratch struct {
+	delay    int64 // the longest shaping delay (ns) an enforced leaky-bucket limit asked for
 	req      hostRequest
 	key      []byte
 	outcomes []Outcome
@@ -28,6 +29,7 @@ type scratch struct {
 type httpContext struct {
 	types.DefaultHttpContext
 	plugin *pluginContext
+	id     uint32
 	quota  []Outcome // what to report on the upstream's response; nil when nothing
 	inline [2]Outcome
 }
@@ -41,6 +43,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	s := &p.scratch
 	s.req.reset()
 	s.outcomes = s.outcomes[:0]
+	s.delay = 0
 	now := abi.UnixNano()
 	denied := false
 	for i := range p.rules {
@@ -54,6 +57,10 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	}
 	if len(s.outcomes) > 0 && p.cfg.Response.QuotaHeadersOnAllowed {
 		h.quota = append(h.inline[:0], s.outcomes...) // allocates only beyond two limits
+	}
+	if s.delay > 0 {
+		p.shaper.hold(h.id, now+s.delay)
+		return types.ActionPause
 	}
 	return types.ActionContinue
 }
@@ -115,6 +122,9 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if enforced {
 		for j := range specs {
 			s.outcomes = append(s.outcomes, Outcome{Limit: &specs[j], Decision: out.Decisions[j]})
+			if d := int64(out.Decisions[j].Delay); out.Allowed && d > s.delay {
+				s.delay = d
+			}
 		}
 	}
 	return enforced && !out.Allowed

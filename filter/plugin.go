@@ -9,6 +9,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
@@ -34,6 +35,7 @@ type pluginContext struct {
 	store   sharedstate.Store
 	metrics pluginMetrics
 	scratch scratch
+	shaper  shaper
 }
 
 // ruleState is what a plugin keeps per configured rule.
@@ -55,6 +57,12 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		p.metrics.configErrors.Increment(1)
 		proxywasm.LogCriticalf("meshlimit: invalid configuration: %v", err)
 		return types.OnPluginStartStatusFailed
+	}
+	if p.shapes() {
+		if err := proxywasm.SetTickPeriodMilliSeconds(shapeTickMillis); err != nil {
+			proxywasm.LogCriticalf("meshlimit: leaky-bucket limits need a timer: %v", err)
+			return types.OnPluginStartStatusFailed
+		}
 	}
 	proxywasm.LogInfof("meshlimit: %s", p.cfg.Summary())
 	return types.OnPluginStartStatusOK
@@ -148,4 +156,9 @@ func pluginName() string {
 }
 
 // NewHttpContext implements types.PluginContext.
-func (p *pluginContext) NewHttpContext(uint32) types.HttpContext { return &httpContext{plugin: p} }
+func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
+	return &httpContext{plugin: p, id: id}
+}
+
+// OnTick implements types.PluginContext: requests held by a leaky bucket are released when due.
+func (p *pluginContext) OnTick() { p.shaper.release(abi.UnixNano()) }

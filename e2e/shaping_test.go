@@ -1,0 +1,62 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/e2e/envoyhost"
+)
+
+func TestALeakyBucketDelaysABurstIntoAnEvenFlowAndRejectsWhatOverflowsItsQueue(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), `{"rules":[{"name":"shape","key":["client_ip"],
+		"limits":[{"rate":"10/s","algorithm":"leaky_bucket","burst":3}]}]}`, 1)
+	vm := p.VM(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := get("a.example", "/", "192.0.2.9")
+
+	var streams []*envoyhost.Stream
+	var actions []envoyhost.Action
+	for range 4 {
+		s := vm.NewStream(req.Info)
+		act, err := s.SendRequestHeaders(req.Headers, true)
+		require.NoError(t, err)
+		streams, actions = append(streams, s), append(actions, act)
+	}
+	assert.Equal(t, []envoyhost.Action{envoyhost.ActionContinue, envoyhost.ActionPause, envoyhost.ActionPause, envoyhost.ActionStop}, actions,
+		"the first goes at once, the next two wait their turn (100 ms apart), the fourth overflows a queue of 3")
+	require.NotNil(t, streams[3].LocalReply())
+	assert.Equal(t, 429, streams[3].LocalReply().Status)
+
+	p.Clock().Advance(50 * time.Millisecond)
+	assert.Equal(t, envoyhost.ActionPause, state(t, streams[1]), "not before its turn")
+	p.Clock().Advance(55 * time.Millisecond)
+	act, err := streams[1].Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, envoyhost.ActionContinue, act, "released at the first tick after 100 ms")
+	assert.Equal(t, envoyhost.ActionPause, state(t, streams[2]))
+	p.Clock().Advance(100 * time.Millisecond)
+	act, err = streams[2].Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, envoyhost.ActionContinue, act)
+	for _, s := range streams {
+		require.NoError(t, s.Close())
+	}
+	assert.Zero(t, p.PollOneoffCalls())
+}
+
+// state reports whether s is still paused, without waiting for it.
+func state(t *testing.T, s *envoyhost.Stream) envoyhost.Action {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	act, err := s.Wait(ctx)
+	if err != nil {
+		return envoyhost.ActionPause
+	}
+	return act
+}

@@ -1,0 +1,63 @@
+package filter
+
+import (
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+// shapeTickMillis is the timer period of a plugin with leaky-bucket limits: a held request is released
+// at the first tick after its turn, so it waits at most this much longer than the bucket asked. Envoy
+// runs one timer per worker thread, and each releases its own thread's requests.
+const shapeTickMillis = 5
+
+// shaper holds the requests that a leaky bucket admitted with a delay (NGINX's limit_req with burst and
+// no nodelay): they are paused in OnHttpRequestHeaders and resumed on a tick once their turn comes. The
+// filter cannot sleep (Envoy's poll_oneoff aborts the Go runtime) and needs no goroutine for this.
+type shaper struct {
+	held []heldRequest // in no particular order; a bucket's queue bounds its length
+}
+
+type heldRequest struct {
+	stream uint32
+	due    int64 // unix nanoseconds
+}
+
+func (s *shaper) hold(stream uint32, due int64) {
+	s.held = append(s.held, heldRequest{stream: stream, due: due})
+}
+
+// release resumes every held request that is due at now. A request whose stream is gone (the client
+// left) is dropped: the host refuses to make it the effective context.
+func (s *shaper) release(now int64) {
+	kept := s.held[:0]
+	for _, h := range s.held {
+		if h.due > now {
+			kept = append(kept, h)
+			continue
+		}
+		if proxywasm.SetEffectiveContext(h.stream) == nil {
+			_ = proxywasm.ResumeHttpRequest()
+		}
+	}
+	s.held = kept
+}
+
+// shapes reports whether any rule has a leaky-bucket limit, which is what needs the timer.
+func (p *pluginContext) shapes() bool {
+	for _, rs := range p.rules {
+		for _, spec := range rs.rule.limits {
+			if spec.Limit.Kind == algorithms.LeakyBucket {
+				return true
+			}
+		}
+		for _, o := range rs.rule.overrides {
+			for _, spec := range o.limits {
+				if spec.Limit.Kind == algorithms.LeakyBucket {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
