@@ -143,8 +143,10 @@ func TestOneBucketPerClientIPStaysWithinMaxKeys(t *testing.T) {
 
 func TestEightWorkerVMsOnOneKeyAdmitExactlyTheCapacity(t *testing.T) {
 	const workers, perWorker, capacity = 8, 40, 100
+	proc := envoyhost.NewProcess()
+	proc.YieldOnSharedData() // worker threads run in parallel in Envoy; make lost CAS races common here too
 	p := load(t, module(t, "meshlimit"), `{"rules":[{"name":"hot","key":[{"constant":"all"}],"limits":[{"rate":"`+
-		strconv.Itoa(capacity)+`/h"}]}]}`, workers)
+		strconv.Itoa(capacity)+`/h"}]}]}`, workers, func(c *envoyhost.Config) { c.Process = proc })
 	var admitted, denied atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers { // the clock stays frozen: nothing refills

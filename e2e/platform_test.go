@@ -99,16 +99,18 @@ func TestABadConfigurationFailsPluginStartWithTheFieldInTheLog(t *testing.T) {
 		VMID: "meshlimit", PluginName: "default.meshlimit", RootID: "meshlimit", Workers: 2,
 		PluginConfig: []byte(`{"rules":[{"name":"r","limits":[{"rate":"10/fortnight"}]}]}`),
 	}
-	var logs []envoyhost.LogEntry
+	var critical []string
+	cfg.OnLog = func(e envoyhost.LogEntry) {
+		if e.Level == envoyhost.LogCritical {
+			critical = append(critical, e.Message)
+		}
+	}
 	p, err := envoyhost.NewPlugin(context.Background(), module(t, "meshlimit"), cfg)
 	if p != nil {
-		logs = p.Logs()
 		_ = p.Close()
 	}
-	require.Error(t, err)
-	msg := err.Error()
-	for _, e := range logs {
-		msg += "\n" + e.Message
-	}
-	assert.Contains(t, msg, "rules[0].limits[0].rate")
+	require.Error(t, err, "Envoy refuses the filter when on_configure fails")
+	assert.Contains(t, err.Error(), "Failed to configure base Wasm plugin")
+	require.Len(t, critical, 1, "the canary logs why, once")
+	assert.Contains(t, critical[0], `config: rules[0].limits[0].rate: invalid rate "10/fortnight"`)
 }
