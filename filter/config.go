@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
 	"reflect"
 	"regexp"
 	"sort"
@@ -32,7 +33,11 @@ const (
 	// DefaultGlobalTimeout bounds a call to the global service (as Envoy's ratelimit filter).
 	DefaultGlobalTimeout = 20 * time.Millisecond
 	// DefaultGlobalPath is the path of the global service's decision endpoint.
-	DefaultGlobalPath = "/json"
+	DefaultGlobalPath = "/v1/check"
+	// DefaultBreakerFailures is how many consecutive failed calls open the circuit breaker.
+	DefaultBreakerFailures = 5
+	// DefaultBreakerCooldown is how long an open breaker stops calling before it probes.
+	DefaultBreakerCooldown = 5 * time.Second
 	// DefaultMaxCost caps a cost read from a header when the rule sets no max.
 	DefaultMaxCost = 1_000_000
 
@@ -103,6 +108,10 @@ type ruleJSON struct {
 	// FailureMode decides a request when the shared state cannot be updated: "allow" or
 	// "deny". Default "allow".
 	FailureMode string `json:"failure_mode"`
+	// Fallback are limits enforced in this proxy's shared data, instead of the global ones,
+	// while the global service cannot answer (a failed call, an open breaker). Only for
+	// scope global or both. Default: none, and failure_mode decides.
+	Fallback []limitJSON `json:"fallback"`
 	// Scope is where the rule counts: "local" (this proxy), "global" (the global service)
 	// or "both". Default "local".
 	Scope string `json:"scope"`
@@ -240,10 +249,27 @@ type globalJSON struct {
 	Cluster string `json:"cluster"`
 	// Authority is the :authority of calls. Default: the host of an Istio cluster name.
 	Authority string `json:"authority"`
-	// Path of the decision endpoint. Default "/json".
+	// Path of the decision endpoint. Default "/v1/check".
 	Path string `json:"path"`
 	// Timeout of one call, 1ms to 1m. Default "20ms".
 	Timeout string `json:"timeout"`
+	// Secret is sent in the x-meshlimit-secret header, for a service that requires it.
+	Secret string `json:"secret"`
+	// SecretEnv names an environment variable of the VM (Istio: vmConfig.env) holding the
+	// secret instead; it wins over Secret when set and not empty.
+	SecretEnv string `json:"secret_env"`
+	// Breaker configures the circuit breaker in front of the service.
+	Breaker *breakerJSON `json:"breaker"`
+}
+
+// breakerJSON is global.breaker.
+type breakerJSON struct {
+	// Failures is the number of consecutive failed calls that opens the breaker, 1 to 1000.
+	// Default 5.
+	Failures optInt `json:"failures"`
+	// Cooldown is how long the open breaker sends no call before it lets one probe through,
+	// 100ms to 1h. Default "5s".
+	Cooldown string `json:"cooldown"`
 }
 
 // Config is a parsed, validated and compiled configuration. It is immutable: the plugin
@@ -293,6 +319,7 @@ type Rule struct {
 	match       match
 	key         []keyPart
 	limits      []LimitSpec
+	fallback    []LimitSpec
 	overrides   map[string]*override
 	cost        costSpec
 	fingerprint uint64
@@ -409,6 +436,11 @@ type Global struct {
 	Authority string
 	Path      string
 	Timeout   time.Duration
+	// Secret is the value of the x-meshlimit-secret header, or "".
+	Secret string
+	// BreakerFailures consecutive failures open the breaker for BreakerCooldown.
+	BreakerFailures int
+	BreakerCooldown time.Duration
 }
 
 // FieldError is a configuration error at one field. Path names the field as it appears in
@@ -603,6 +635,15 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 	}
 	if r.Scope != ScopeLocal && c.Global == nil {
 		v.failf(path+".scope", "%q needs the top-level global object", rj.Scope)
+	}
+	if len(rj.Fallback) > 0 {
+		if r.Scope == ScopeLocal {
+			v.failf(path+".fallback", "only rules with scope global or both have a fallback")
+		} else if len(rj.Fallback) > maxLimits {
+			v.failf(path+".fallback", "%d limits: at most %d are allowed", len(rj.Fallback), maxLimits)
+		} else {
+			r.fallback = v.limits(path+".fallback", rj.Fallback, rj.Name+"-fallback")
+		}
 	}
 	r.fingerprint = ruleFingerprint(r)
 	return r
@@ -1008,7 +1049,33 @@ func describeKey(parts []keyPart) string {
 }
 
 func (v *validator) global(gj *globalJSON) *Global {
-	g := &Global{Cluster: gj.Cluster, Authority: gj.Authority, Path: gj.Path, Timeout: DefaultGlobalTimeout}
+	g := &Global{Cluster: gj.Cluster, Authority: gj.Authority, Path: gj.Path, Timeout: DefaultGlobalTimeout,
+		Secret: gj.Secret, BreakerFailures: DefaultBreakerFailures, BreakerCooldown: DefaultBreakerCooldown}
+	if gj.SecretEnv != "" {
+		if s := os.Getenv(gj.SecretEnv); s != "" {
+			g.Secret = s
+		}
+	}
+	if b := gj.Breaker; b != nil {
+		if b.Failures.Set {
+			if n := b.Failures.Value; n < 1 || n > 1000 {
+				v.failf("global.breaker.failures", "%d out of range: want 1 to 1000", n)
+			} else {
+				g.BreakerFailures = int(n)
+			}
+		}
+		if b.Cooldown != "" {
+			d, err := parseDuration(b.Cooldown)
+			switch {
+			case err != nil:
+				v.failf("global.breaker.cooldown", "%v", err)
+			case d < 100*time.Millisecond || d > time.Hour:
+				v.failf("global.breaker.cooldown", "%s out of range: want 100ms to 1h", b.Cooldown)
+			default:
+				g.BreakerCooldown = d
+			}
+		}
+	}
 	if g.Cluster == "" {
 		v.failf("global.cluster", "required")
 	}

@@ -213,16 +213,21 @@ func TestParseConfigCompilesEveryField(t *testing.T) {
 
 	assert.Equal(t, LogDebug, c.LogLevel)
 	assert.Equal(t, &Global{
-		Cluster:   "outbound|8081||ratelimit.ratelimit.svc.cluster.local",
-		Authority: "ratelimit.ratelimit.svc.cluster.local", // taken from the Istio cluster name
-		Path:      "/json",
-		Timeout:   25 * time.Millisecond,
+		Cluster:         "outbound|8081||ratelimit.ratelimit.svc.cluster.local",
+		Authority:       "ratelimit.ratelimit.svc.cluster.local", // taken from the Istio cluster name
+		Path:            "/json",                                 // an envoyproxy/ratelimit-style path, as configured
+		Timeout:         25 * time.Millisecond,
+		Secret:          "s3cret",
+		BreakerFailures: 3,
+		BreakerCooldown: 2 * time.Second,
 	}, c.Global)
 	assert.Equal(t, "ietf+draft03", c.Response.headerSetNames())
 	assert.Equal(t, 2*time.Second, c.Response.RetryAfterJitter)
 
 	r := c.Rules()[0]
 	assert.Equal(t, ScopeBoth, r.Scope)
+	require.Len(t, r.fallback, 1)
+	assert.Equal(t, int64(5), r.fallback[0].Limit.Quota)
 	assert.Equal(t, FailDeny, r.FailureMode)
 	assert.Equal(t, MissingKeyDefault, r.MissingKey)
 	assert.Equal(t, 50000, r.MaxKeys)

@@ -17,6 +17,7 @@ import (
 type scratch struct {
 	delay    int64 // the longest shaping delay (ns) an enforced leaky-bucket limit asked for
 	req      hostRequest
+	globals  []globalItem // the global rules that apply to the current request
 	key      []byte
 	outcomes []Outcome
 	fields   []Field
@@ -32,6 +33,9 @@ type httpContext struct {
 	id     uint32
 	quota  []Outcome // what to report on the upstream's response; nil when nothing
 	inline [2]Outcome
+
+	globals       []globalItem // while waiting for the global service: what it was asked
+	localOutcomes []Outcome    // and the outcomes of the local rules already decided
 }
 
 // OnHttpRequestHeaders implements types.HttpContext. It runs the matching rules in order, each against
@@ -43,6 +47,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	s := &p.scratch
 	s.req.reset()
 	s.outcomes = s.outcomes[:0]
+	s.globals = s.globals[:0]
 	s.delay = 0
 	now := abi.UnixNano()
 	denied := false
@@ -54,6 +59,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if denied {
 		h.deny()
 		return types.ActionPause
+	}
+	if len(s.globals) > 0 {
+		return h.checkGlobal(now)
 	}
 	if len(s.outcomes) > 0 && p.cfg.Response.QuotaHeadersOnAllowed {
 		h.quota = append(h.inline[:0], s.outcomes...) // allocates only beyond two limits
@@ -85,6 +93,12 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if err != nil && p.cfg.LogLevel <= LogDebug {
 		proxywasm.LogDebugf("meshlimit: rule %s: %v; charging %d", r.Name, err, cost)
 	}
+	if r.Scope != ScopeLocal {
+		s.globals = append(s.globals, globalItem{rs: rs, spec: specs, key: string(key), cost: cost})
+		if r.Scope == ScopeGlobal {
+			return false
+		}
+	}
 	enforced := p.cfg.Enforce && !r.Shadow
 	out, err := p.limiter.Take(rs.table(specs), key, now, cost)
 	if out.Attempts > 1 {
@@ -108,17 +122,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if p.cfg.LogLevel <= LogDebug {
 		proxywasm.LogDebugf("meshlimit: rule %s key %q cost %d: allowed=%t (%d attempts)", r.Name, key, cost, out.Allowed, out.Attempts)
 	}
-	switch {
-	case out.Allowed:
-		rs.metrics.allowed.Increment(1)
-	case enforced:
-		rs.metrics.limited.Increment(1)
-	default:
-		rs.metrics.shadowLimited.Increment(1)
-		if r.ShadowHeader != "" {
-			_ = proxywasm.AddHttpRequestHeader(r.ShadowHeader, r.Name)
-		}
-	}
+	p.count(rs, out.Allowed, enforced)
 	if enforced {
 		for j := range specs {
 			s.outcomes = append(s.outcomes, Outcome{Limit: &specs[j], Decision: out.Decisions[j]})

@@ -14,12 +14,14 @@ import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 //	meshlimit.rule.<rule>.cas_exhausted          decisions abandoned after too many lost CAS races
 //	meshlimit.rule.<rule>.failure_denied         requests denied by failure_mode "deny"
 //	meshlimit.rule.<rule>.collisions             requests decided in another active key's slot (max_keys too small)
+//	meshlimit.rule.<rule>.fallback               global decisions made without the service (fallback or failure_mode)
+//	meshlimit.rule.<rule>.cached_denials         requests denied from the over-limit cache, without calling the service
 type pluginMetrics struct {
 	configErrors proxywasm.MetricCounter
 }
 
 type ruleMetrics struct {
-	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, collisions proxywasm.MetricCounter
+	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, collisions, fallback, cachedDenials proxywasm.MetricCounter
 }
 
 func definePluginMetrics() pluginMetrics {
@@ -36,5 +38,7 @@ func defineRuleMetrics(rule string) ruleMetrics {
 		casExhausted:  proxywasm.DefineCounterMetric(p + "cas_exhausted"),
 		failureDenied: proxywasm.DefineCounterMetric(p + "failure_denied"),
 		collisions:    proxywasm.DefineCounterMetric(p + "collisions"),
+		fallback:      proxywasm.DefineCounterMetric(p + "fallback"),
+		cachedDenials: proxywasm.DefineCounterMetric(p + "cached_denials"),
 	}
 }

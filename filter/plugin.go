@@ -36,13 +36,17 @@ type pluginContext struct {
 	metrics pluginMetrics
 	scratch scratch
 	shaper  shaper
+	name    string        // the plugin_name property, which namespaces every key
+	global  *globalClient // nil without a global object in the configuration
 }
 
 // ruleState is what a plugin keeps per configured rule.
 type ruleState struct {
-	rule    *Rule
-	tables  map[*LimitSpec]*sharedstate.Table // keyed by the first LimitSpec of the rule's or an override's list
-	metrics ruleMetrics
+	rule          *Rule
+	tables        map[*LimitSpec]*sharedstate.Table // keyed by the first LimitSpec of the rule's or an override's list
+	fallback      *sharedstate.Table                // the fallback limits of a global rule, or nil
+	blockedPrefix string                            // the over-limit cache of a global rule
+	metrics       ruleMetrics
 }
 
 // keyPrefix is the start of every shared-data key the plugin writes. The shared data of a vm_id is one
@@ -85,14 +89,24 @@ func (p *pluginContext) start(store sharedstate.Store) error {
 	if err != nil {
 		return err
 	}
-	p.cfg, p.store, p.limiter = cfg, store, sharedstate.NewLimiter(u)
+	p.cfg, p.store, p.limiter, p.name = cfg, store, sharedstate.NewLimiter(u), name
+	if cfg.Global != nil {
+		p.global = newGlobalClient(cfg.Global)
+	}
 	p.rules = make([]ruleState, 0, len(cfg.Rules()))
 	for i, r := range cfg.Rules() {
-		if r.Scope != ScopeLocal {
-			return fmt.Errorf("rules[%d].scope: %q needs the global decision service, which this build does not have yet", i, r.Scope)
-		}
 		rs := ruleState{rule: r, tables: map[*LimitSpec]*sharedstate.Table{}, metrics: defineRuleMetrics(r.Name)}
 		base := keyPrefix + name + "/" + r.Name + "/"
+		if r.Scope != ScopeLocal {
+			rs.blockedPrefix = base + "blocked/" + strconv.FormatUint(r.Fingerprint(), 36) + "/"
+			if len(r.fallback) > 0 {
+				t, err := sharedstate.NewTable(base+"fallback/"+strconv.FormatUint(specsFingerprint(r.fallback), 36), r.MaxKeys, limitsOf(r.fallback))
+				if err != nil {
+					return fmt.Errorf("rules[%d].fallback: %w", i, err)
+				}
+				rs.fallback = t
+			}
+		}
 		if err := rs.addTable(base+strconv.FormatUint(r.Fingerprint(), 36), r.MaxKeys, r.limits); err != nil {
 			return fmt.Errorf("rules[%d]: %w", i, err)
 		}
@@ -114,16 +128,20 @@ func (rs *ruleState) addTable(prefix string, slots int, specs []LimitSpec) error
 	if _, ok := rs.tables[&specs[0]]; ok {
 		return nil
 	}
-	limits := make([]algorithms.Limit, len(specs))
-	for i := range specs {
-		limits[i] = specs[i].Limit
-	}
-	t, err := sharedstate.NewTable(prefix, slots, limits)
+	t, err := sharedstate.NewTable(prefix, slots, limitsOf(specs))
 	if err != nil {
 		return err
 	}
 	rs.tables[&specs[0]] = t
 	return nil
+}
+
+func limitsOf(specs []LimitSpec) []algorithms.Limit {
+	limits := make([]algorithms.Limit, len(specs))
+	for i := range specs {
+		limits[i] = specs[i].Limit
+	}
+	return limits
 }
 
 // table returns the table that holds the state of the given limits (a rule's or an override's list).
