@@ -112,6 +112,9 @@ type ruleJSON struct {
 	// while the global service cannot answer (a failed call, an open breaker). Only for
 	// scope global or both. Default: none, and failure_mode decides.
 	Fallback []limitJSON `json:"fallback"`
+	// Lease makes a global rule lease quota from the service in batches instead of asking
+	// once per request (scope global only).
+	Lease *leaseJSON `json:"lease"`
 	// Scope is where the rule counts: "local" (this proxy), "global" (the global service)
 	// or "both". Default "local".
 	Scope string `json:"scope"`
@@ -262,6 +265,16 @@ type globalJSON struct {
 	Breaker *breakerJSON `json:"breaker"`
 }
 
+// leaseJSON is rules[].lease.
+type leaseJSON struct {
+	// Batch is the number of quota units one lease takes from the service, 1 to 10000.
+	// Required.
+	Batch optInt `json:"batch"`
+	// TTL is how long leased units may be spent before they are dropped, 10ms to 1h.
+	// Default "1s".
+	TTL string `json:"ttl"`
+}
+
 // breakerJSON is global.breaker.
 type breakerJSON struct {
 	// Failures is the number of consecutive failed calls that opens the breaker, 1 to 1000.
@@ -320,6 +333,7 @@ type Rule struct {
 	key         []keyPart
 	limits      []LimitSpec
 	fallback    []LimitSpec
+	lease       *Lease
 	overrides   map[string]*override
 	cost        costSpec
 	fingerprint uint64
@@ -428,6 +442,12 @@ func (l LogLevel) String() string {
 		return logLevelNames[l]
 	}
 	return "unknown"
+}
+
+// Lease is a compiled rules[].lease: lease Batch units at a time, spend them within TTL.
+type Lease struct {
+	Batch int64
+	TTL   time.Duration
 }
 
 // Global is the validated global service configuration.
@@ -635,6 +655,31 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 	}
 	if r.Scope != ScopeLocal && c.Global == nil {
 		v.failf(path+".scope", "%q needs the top-level global object", rj.Scope)
+	}
+	if lj := rj.Lease; lj != nil {
+		l := &Lease{TTL: time.Second}
+		switch {
+		case r.Scope != ScopeGlobal:
+			v.failf(path+".lease", "only rules with scope global lease quota")
+		case !lj.Batch.Set:
+			v.failf(path+".lease.batch", "required")
+		case lj.Batch.Value < 1 || lj.Batch.Value > 10000:
+			v.failf(path+".lease.batch", "%d out of range: want 1 to 10000", lj.Batch.Value)
+		default:
+			l.Batch = lj.Batch.Value
+		}
+		if lj.TTL != "" {
+			d, err := parseDuration(lj.TTL)
+			switch {
+			case err != nil:
+				v.failf(path+".lease.ttl", "%v", err)
+			case d < 10*time.Millisecond || d > time.Hour:
+				v.failf(path+".lease.ttl", "%s out of range: want 10ms to 1h", lj.TTL)
+			default:
+				l.TTL = d
+			}
+		}
+		r.lease = l
 	}
 	if len(rj.Fallback) > 0 {
 		if r.Scope == ScopeLocal {

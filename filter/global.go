@@ -458,8 +458,9 @@ func appendJSONString(b []byte, s string) []byte {
 //	meshlimit.global.failures         calls that failed (timeout, error status, bad body, reset)
 //	meshlimit.global.breaker_opened   times the circuit breaker opened
 //	meshlimit.global.short_circuited  requests decided by the fallback because the breaker was open
+//	meshlimit.global.lease_calls      calls made to lease quota (not counted in calls)
 type globalMetrics struct {
-	calls, failures, breakerOpened, shortCircuited proxywasm.MetricCounter
+	calls, failures, breakerOpened, shortCircuited, leaseCalls proxywasm.MetricCounter
 }
 
 func defineGlobalMetrics() globalMetrics {
@@ -468,5 +469,6 @@ func defineGlobalMetrics() globalMetrics {
 		failures:       proxywasm.DefineCounterMetric("meshlimit.global.failures"),
 		breakerOpened:  proxywasm.DefineCounterMetric("meshlimit.global.breaker_opened"),
 		shortCircuited: proxywasm.DefineCounterMetric("meshlimit.global.short_circuited"),
+		leaseCalls:     proxywasm.DefineCounterMetric("meshlimit.global.lease_calls"),
 	}
 }

@@ -94,7 +94,16 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 		proxywasm.LogDebugf("meshlimit: rule %s: %v; charging %d", r.Name, err, cost)
 	}
 	if r.Scope != ScopeLocal {
-		s.globals = append(s.globals, globalItem{rs: rs, spec: specs, key: string(key), cost: cost})
+		it := globalItem{rs: rs, spec: specs, key: string(key), cost: cost}
+		if r.lease != nil && p.spendLease(&it, now) {
+			rs.metrics.leaseSpent.Increment(1)
+			rs.metrics.allowed.Increment(1)
+			return false
+		}
+		s.globals = append(s.globals, it)
+		if r.lease != nil {
+			p.wantLease(&it, now)
+		}
 		if r.Scope == ScopeGlobal {
 			return false
 		}

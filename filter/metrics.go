@@ -16,12 +16,14 @@ import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 //	meshlimit.rule.<rule>.collisions             requests decided in another active key's slot (max_keys too small)
 //	meshlimit.rule.<rule>.fallback               global decisions made without the service (fallback or failure_mode)
 //	meshlimit.rule.<rule>.cached_denials         requests denied from the over-limit cache, without calling the service
+//	meshlimit.rule.<rule>.leased                 quota units leased from the service
+//	meshlimit.rule.<rule>.lease_spent            requests admitted from leased units, without a call
 type pluginMetrics struct {
 	configErrors proxywasm.MetricCounter
 }
 
 type ruleMetrics struct {
-	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, collisions, fallback, cachedDenials proxywasm.MetricCounter
+	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, collisions, fallback, cachedDenials, leased, leaseSpent proxywasm.MetricCounter
 }
 
 func definePluginMetrics() pluginMetrics {
@@ -40,5 +42,7 @@ func defineRuleMetrics(rule string) ruleMetrics {
 		collisions:    proxywasm.DefineCounterMetric(p + "collisions"),
 		fallback:      proxywasm.DefineCounterMetric(p + "fallback"),
 		cachedDenials: proxywasm.DefineCounterMetric(p + "cached_denials"),
+		leased:        proxywasm.DefineCounterMetric(p + "leased"),
+		leaseSpent:    proxywasm.DefineCounterMetric(p + "lease_spent"),
 	}
 }

@@ -38,6 +38,7 @@ type pluginContext struct {
 	shaper  shaper
 	name    string        // the plugin_name property, which namespaces every key
 	global  *globalClient // nil without a global object in the configuration
+	leases  leaseState
 }
 
 // ruleState is what a plugin keeps per configured rule.
@@ -46,6 +47,7 @@ type ruleState struct {
 	tables        map[*LimitSpec]*sharedstate.Table // keyed by the first LimitSpec of the rule's or an override's list
 	fallback      *sharedstate.Table                // the fallback limits of a global rule, or nil
 	blockedPrefix string                            // the over-limit cache of a global rule
+	leasePrefix   string                            // the leased units of a rule with a lease
 	metrics       ruleMetrics
 }
 
@@ -62,9 +64,9 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		proxywasm.LogCriticalf("meshlimit: invalid configuration: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	if p.shapes() {
-		if err := proxywasm.SetTickPeriodMilliSeconds(shapeTickMillis); err != nil {
-			proxywasm.LogCriticalf("meshlimit: leaky-bucket limits need a timer: %v", err)
+	if period := p.tickPeriod(); period > 0 {
+		if err := proxywasm.SetTickPeriodMilliSeconds(period); err != nil {
+			proxywasm.LogCriticalf("meshlimit: shaping and leases need a timer: %v", err)
 			return types.OnPluginStartStatusFailed
 		}
 	}
@@ -99,6 +101,9 @@ func (p *pluginContext) start(store sharedstate.Store) error {
 		base := keyPrefix + name + "/" + r.Name + "/"
 		if r.Scope != ScopeLocal {
 			rs.blockedPrefix = base + "blocked/" + strconv.FormatUint(r.Fingerprint(), 36) + "/"
+			if r.lease != nil {
+				rs.leasePrefix = base + "lease/" + strconv.FormatUint(r.Fingerprint(), 36) + "/"
+			}
 			if len(r.fallback) > 0 {
 				t, err := sharedstate.NewTable(base+"fallback/"+strconv.FormatUint(specsFingerprint(r.fallback), 36), r.MaxKeys, limitsOf(r.fallback))
 				if err != nil {
@@ -164,6 +169,24 @@ const (
 	fnvPrime64  = 1099511628211
 )
 
+// leaseTickMillis is the timer period of a plugin with leases: how soon a worker that saw a bucket run
+// low asks for more.
+const leaseTickMillis = 20
+
+// tickPeriod is the timer period the plugin needs: the shaper's if any limit shapes, the lease
+// renewal's if any rule leases, else none.
+func (p *pluginContext) tickPeriod() uint32 {
+	if p.shapes() {
+		return shapeTickMillis
+	}
+	for _, rs := range p.rules {
+		if rs.rule.lease != nil {
+			return leaseTickMillis
+		}
+	}
+	return 0
+}
+
 // pluginName returns the plugin_name property (Istio: "<namespace>.<name>"), or "default".
 func pluginName() string {
 	v, err := proxywasm.GetProperty([]string{"plugin_name"})
@@ -178,5 +201,13 @@ func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
 	return &httpContext{plugin: p, id: id}
 }
 
-// OnTick implements types.PluginContext: requests held by a leaky bucket are released when due.
-func (p *pluginContext) OnTick() { p.shaper.release(abi.UnixNano()) }
+// OnTick implements types.PluginContext: requests held by a leaky bucket are released when due, and
+// leases are renewed for keys that run low.
+func (p *pluginContext) OnTick() {
+	now := nowNanos()
+	p.shaper.release(now)
+	p.refillLeases(now)
+}
+
+// nowNanos reads the clock, in unix nanoseconds, with one host call.
+func nowNanos() int64 { return abi.UnixNano() }

@@ -135,6 +135,9 @@ type Limiter struct {
 // NewLimiter returns a Limiter that updates through u.
 func NewLimiter(u *Updater) *Limiter { return &Limiter{u: u} }
 
+// Updater returns the Updater the Limiter writes through.
+func (l *Limiter) Updater() *Updater { return l.u }
+
 // slot is one parsed slot value.
 type slot struct {
 	fp     uint64
