@@ -29,13 +29,19 @@ func BenchmarkRequestLifecycle(b *testing.B) {
 			if _, err := vm.RoundTrip(ctx, req, ok200); err != nil { // warm up, and spend the 1/h quota
 				b.Fatal(err)
 			}
+			calls0, allocs0 := vm.HostCalls()
 			b.ReportAllocs()
+			n := 0
 			for b.Loop() {
 				if _, err := vm.RoundTrip(ctx, req, ok200); err != nil {
 					b.Fatal(err)
 				}
+				n++
 			}
 			b.StopTimer()
+			calls, allocs := vm.HostCalls()
+			b.ReportMetric(float64(calls-calls0)/float64(n), "hostcalls/op")
+			b.ReportMetric(float64(allocs-allocs0)/float64(n), "guestallocs/op")
 			if err := vm.Failed(); err != nil {
 				b.Fatal(err)
 			}

@@ -234,6 +234,7 @@ func wrap(id int, f *hostFunc) api.GoModuleFunction {
 	name := f.module + "." + f.name
 	return api.GoModuleFunc(func(ctx context.Context, _ api.Module, s []uint64) {
 		v := ctx.Value(vmKey{}).(*VM)
+		v.hostCalls.Add(1)
 		if v.allowed != nil && !v.allowed[id] {
 			panic(&restrictedError{fn: name})
 		}

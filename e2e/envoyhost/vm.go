@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
@@ -56,6 +57,8 @@ type VM struct {
 	calls      map[uint32]*pendingCall
 	monoSkew   time.Duration // #533 poll_oneoff sleeps (see pollOneoff)
 
+	hostCalls, guestAllocs atomic.Int64 // see HostCalls
+
 	// Guarded by p.clock.mu.
 	tickPeriod time.Duration
 	tickNext   time.Time
@@ -86,6 +89,11 @@ type restrictedError struct{ fn string }
 func (e *restrictedError) Error() string {
 	return "Uncaught Error: restricted_callback (" + e.fn + ")"
 }
+
+// HostCalls reports how many host functions (WASI and env) the guest has called on this VM, and how
+// many times the host re-entered the guest's allocator to hand it a value. Both are deterministic for
+// a given module and workload, unlike timings, so benchmarks report them per request.
+func (v *VM) HostCalls() (calls, allocs int64) { return v.hostCalls.Load(), v.guestAllocs.Load() }
 
 // Index returns the VM's index in Plugin.VMs: workers are 0..Workers-1 and the
 // main-thread VM is Workers.
@@ -175,6 +183,7 @@ func (v *VM) alloc(size uint32) (uint32, bool) {
 		panic("envoyhost: internal error: two guest allocations in one host call")
 	}
 	v.allocs++
+	v.guestAllocs.Add(1)
 	saved := v.allowed
 	v.allowed = v.p.mallocAllow
 	v.mstack[0] = uint64(size)
