@@ -1,0 +1,164 @@
+// Command meshlimit-service runs meshlimit's global decision service (package service): an
+// HTTP/JSON API over Redis, or over an in-memory store when no Redis address is given.
+//
+// Every flag can also be set by an environment variable (the flag wins); secrets are read from
+// the environment only, so that they do not show in the process list:
+//
+//	-listen             MESHLIMIT_LISTEN             address to serve on (default :8080)
+//	-redis              MESHLIMIT_REDIS              comma-separated Redis or Redis Cluster
+//	                                                 addresses; empty: in-memory store
+//	                    MESHLIMIT_REDIS_USERNAME     Redis ACL user
+//	                    MESHLIMIT_REDIS_PASSWORD     Redis password
+//	                    MESHLIMIT_SECRET             shared secret required in x-meshlimit-secret
+//	-timeout            MESHLIMIT_TIMEOUT            store deadline per check (default 50ms)
+//	-max-keys           MESHLIMIT_MAX_KEYS           in-memory store key bound (default 1048576)
+//	-allow-client-time  MESHLIMIT_ALLOW_CLIENT_TIME  accept now_us in checks (tests only)
+//	-log-level          MESHLIMIT_LOG_LEVEL          debug, info, warn or error (default info)
+//	-shutdown-grace     MESHLIMIT_SHUTDOWN_GRACE     time to finish requests on SIGTERM (default 10s)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/meshlimit/meshlimit/service"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv); err != nil {
+		log.Error("meshlimit-service", "err", err)
+		os.Exit(1)
+	}
+}
+
+// options are the parsed flags and environment.
+type options struct {
+	listen, redis, redisUser, redisPass, secret, logLevel string
+	timeout, grace                                        time.Duration
+	maxKeys                                               int
+	allowClientTime                                       bool
+}
+
+func parseOptions(args []string, getenv func(string) string) (options, error) {
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	var o options
+	fs := flag.NewFlagSet("meshlimit-service", flag.ContinueOnError)
+	fs.StringVar(&o.listen, "listen", env("MESHLIMIT_LISTEN", ":8080"), "address to serve on")
+	fs.StringVar(&o.redis, "redis", env("MESHLIMIT_REDIS", ""), "comma-separated Redis addresses (empty: in-memory store)")
+	fs.StringVar(&o.logLevel, "log-level", env("MESHLIMIT_LOG_LEVEL", "info"), "debug, info, warn or error")
+	var timeout, grace, maxKeys, allow string
+	fs.StringVar(&timeout, "timeout", env("MESHLIMIT_TIMEOUT", "50ms"), "store deadline per check")
+	fs.StringVar(&grace, "shutdown-grace", env("MESHLIMIT_SHUTDOWN_GRACE", "10s"), "time to finish requests on shutdown")
+	fs.StringVar(&maxKeys, "max-keys", env("MESHLIMIT_MAX_KEYS", "1048576"), "in-memory store key bound")
+	fs.StringVar(&allow, "allow-client-time", env("MESHLIMIT_ALLOW_CLIENT_TIME", "false"), "accept now_us in checks (tests only)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if o.timeout, err = time.ParseDuration(timeout); err != nil || o.timeout <= 0 {
+		return o, fmt.Errorf("-timeout: want a positive duration, got %q", timeout)
+	}
+	if o.grace, err = time.ParseDuration(grace); err != nil || o.grace < 0 {
+		return o, fmt.Errorf("-shutdown-grace: want a duration, got %q", grace)
+	}
+	if o.maxKeys, err = strconv.Atoi(maxKeys); err != nil || o.maxKeys <= 0 {
+		return o, fmt.Errorf("-max-keys: want a positive integer, got %q", maxKeys)
+	}
+	if o.allowClientTime, err = strconv.ParseBool(allow); err != nil {
+		return o, fmt.Errorf("-allow-client-time: want true or false, got %q", allow)
+	}
+	o.redisUser, o.redisPass = getenv("MESHLIMIT_REDIS_USERNAME"), getenv("MESHLIMIT_REDIS_PASSWORD")
+	o.secret = getenv("MESHLIMIT_SECRET")
+	return o, nil
+}
+
+// run serves until ctx ends, then shuts down gracefully: it stops accepting, lets requests in
+// flight finish within the grace period, and closes the store.
+func run(ctx context.Context, args []string, getenv func(string) string) error {
+	o, err := parseOptions(args, getenv)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	var store service.Store
+	if o.redis == "" {
+		store = service.NewMemoryStore(service.MemoryConfig{MaxKeys: o.maxKeys})
+		log.Info("store", "kind", "memory", "max_keys", o.maxKeys)
+	} else {
+		addrs := strings.Split(o.redis, ",")
+		if store, err = service.NewRedisStore(service.RedisConfig{Addrs: addrs, Username: o.redisUser, Password: o.redisPass}); err != nil {
+			return err
+		}
+		log.Info("store", "kind", "redis", "addrs", addrs)
+	}
+	defer store.Close()
+
+	h, err := service.NewHandler(service.Config{
+		Store:   store,
+		Secret:  o.secret,
+		Timeout: o.timeout,
+		Parse:   service.ParseOptions{AllowClientTime: o.allowClientTime},
+		Logger:  log,
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout)
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", o.grace)
+	sctx, cancel := context.WithTimeout(context.Background(), o.grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

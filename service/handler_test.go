@@ -1,0 +1,274 @@
+package service
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func newTestHandler(t *testing.T, cfg Config) *Handler {
+	t.Helper()
+	if cfg.Store == nil {
+		s := NewMemoryStore(MemoryConfig{SweepInterval: -1})
+		t.Cleanup(func() { s.Close() })
+		cfg.Store = s
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	h, err := NewHandler(cfg)
+	require.NoError(t, err)
+	return h
+}
+
+// serve sends one request to h and returns the status and the body.
+func serve(h http.Handler, method, path, body string, header ...string) (int, string) {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code, w.Body.String()
+}
+
+type checkAnswer struct {
+	Allowed   bool `json:"allowed"`
+	Decisions []struct {
+		Allowed      bool  `json:"allowed"`
+		Limit        int64 `json:"limit"`
+		Remaining    int64 `json:"remaining"`
+		ResetMs      int64 `json:"reset_ms"`
+		RetryAfterMs int64 `json:"retry_after_ms"`
+		DelayMs      int64 `json:"delay_ms"`
+		Skipped      bool  `json:"skipped"`
+	} `json:"decisions"`
+	Error string `json:"error"`
+}
+
+func decodeAnswer(t *testing.T, body string) checkAnswer {
+	t.Helper()
+	var a checkAnswer
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&a), body)
+	return a
+}
+
+func TestCheckRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	h := newTestHandler(t, Config{})
+	const ok = `{"key":"k","algorithm":"token_bucket","quota":10,"window_ms":1000}`
+	many := `{"descriptors":[` + strings.Repeat(ok+",", 64) + ok + `]}`
+	for _, tc := range []struct {
+		name, body, field string
+	}{
+		{"an empty body", ``, "body"},
+		{"not JSON", `hello`, "body"},
+		{"truncated JSON", `{"descriptors":[`, "body"},
+		{"an array instead of an object", `[]`, "body"},
+		{"trailing data", `{"descriptors":[` + ok + `]} {}`, "body"},
+		{"an unknown top-level field", `{"descriptors":[` + ok + `],"domain":"x"}`, "domain"},
+		{"an unknown descriptor field", `{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":10,"window_ms":1000,"unit":"s"}]}`, "unit"},
+		{"no descriptors", `{"descriptors":[]}`, "descriptors"},
+		{"missing descriptors", `{}`, "descriptors"},
+		{"65 descriptors", many, "descriptors"},
+		{"a missing key", `{"descriptors":[{"algorithm":"token_bucket","quota":10,"window_ms":1000}]}`, "descriptors[0].key"},
+		{"a key too long", `{"descriptors":[{"key":"` + strings.Repeat("k", 513) + `","algorithm":"token_bucket","quota":10,"window_ms":1000}]}`, "descriptors[0].key"},
+		{"a key with a control character", `{"descriptors":[{"key":"a\nb","algorithm":"token_bucket","quota":10,"window_ms":1000}]}`, "descriptors[0].key"},
+		{"an unknown algorithm", `{"descriptors":[` + ok + `,{"key":"k","algorithm":"gcra","quota":10,"window_ms":1000}]}`, "descriptors[1].algorithm"},
+		{"a missing algorithm", `{"descriptors":[{"key":"k","quota":10,"window_ms":1000}]}`, "descriptors[0].algorithm"},
+		{"a zero quota", `{"descriptors":[{"key":"k","algorithm":"fixed_window","quota":0,"window_ms":1000}]}`, "descriptors[0].quota"},
+		{"a sliding log quota above 10^4", `{"descriptors":[{"key":"k","algorithm":"sliding_log","quota":10001,"window_ms":1000}]}`, "descriptors[0].quota"},
+		{"a string quota", `{"descriptors":[{"key":"k","algorithm":"fixed_window","quota":"10","window_ms":1000}]}`, "descriptors.quota"},
+		{"a fractional quota", `{"descriptors":[{"key":"k","algorithm":"fixed_window","quota":1.5,"window_ms":1000}]}`, "descriptors.quota"},
+		{"a zero window", `{"descriptors":[{"key":"k","algorithm":"fixed_window","quota":10,"window_ms":0}]}`, "descriptors[0].window_ms"},
+		{"a window over 400 days", `{"descriptors":[{"key":"k","algorithm":"fixed_window","quota":10,"window_ms":34560000001}]}`, "descriptors[0].window_ms"},
+		{"a burst on a window algorithm", `{"descriptors":[{"key":"k","algorithm":"fixed_window","quota":10,"window_ms":1000,"burst":5}]}`, "descriptors[0].burst"},
+		{"a negative burst", `{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":10,"window_ms":1000,"burst":-1}]}`, "descriptors[0].burst"},
+		{"a bucket that refills slower than 400 days", `{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":1,"window_ms":34560000000,"burst":2}]}`, "descriptors[0]"},
+		{"a zero cost", `{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":10,"window_ms":1000,"cost":0}]}`, "descriptors[0].cost"},
+		{"client time without permission", `{"descriptors":[` + ok + `],"now_us":1}`, "now_us"},
+	} {
+		t.Run("refuses "+tc.name, func(t *testing.T) {
+			code, body := serve(h, "POST", "/v1/check", tc.body)
+			require.Equal(t, http.StatusBadRequest, code, body)
+			a := decodeAnswer(t, body)
+			assert.True(t, strings.HasPrefix(a.Error, tc.field+": ") || strings.Contains(a.Error, tc.field), "error %q should name %s", a.Error, tc.field)
+		})
+	}
+	t.Run("refuses a body over 64 KiB with 413", func(t *testing.T) {
+		body := `{"descriptors":[{"key":"` + strings.Repeat("k", 70<<10) + `"}]}`
+		code, resp := serve(h, "POST", "/v1/check", body)
+		assert.Equal(t, http.StatusRequestEntityTooLarge, code, resp)
+	})
+	t.Run("refuses GET with 405", func(t *testing.T) {
+		code, _ := serve(h, "GET", "/v1/check", "")
+		assert.Equal(t, http.StatusMethodNotAllowed, code)
+	})
+}
+
+func TestCheckDecides(t *testing.T) {
+	t.Parallel()
+	h := newTestHandler(t, Config{Parse: ParseOptions{AllowClientTime: true}})
+	check := func(body string) checkAnswer {
+		t.Helper()
+		code, resp := serve(h, "POST", "/v1/check", body)
+		require.Equal(t, http.StatusOK, code, resp)
+		return decodeAnswer(t, resp)
+	}
+	t.Run("allows within the quota and reports what is left", func(t *testing.T) {
+		a := check(`{"now_us":1800000000000000,"descriptors":[{"key":"a","algorithm":"fixed_window","quota":3,"window_ms":1000,"cost":2}]}`)
+		require.True(t, a.Allowed)
+		require.Len(t, a.Decisions, 1)
+		d := a.Decisions[0]
+		assert.Equal(t, []any{true, int64(3), int64(1), int64(1000), int64(0)}, []any{d.Allowed, d.Limit, d.Remaining, d.ResetMs, d.RetryAfterMs})
+	})
+	t.Run("denies over the quota with 200 and a retry time", func(t *testing.T) {
+		a := check(`{"now_us":1800000000250000,"descriptors":[{"key":"a","algorithm":"fixed_window","quota":3,"window_ms":1000,"cost":2}]}`)
+		require.False(t, a.Allowed)
+		assert.Equal(t, int64(750), a.Decisions[0].RetryAfterMs)
+	})
+	t.Run("reports a cost above capacity as never (-1)", func(t *testing.T) {
+		a := check(`{"descriptors":[{"key":"b","algorithm":"token_bucket","quota":3,"window_ms":1000,"cost":4}]}`)
+		assert.Equal(t, int64(-1), a.Decisions[0].RetryAfterMs)
+	})
+	t.Run("stops at the first denial and skips the rest uncharged", func(t *testing.T) {
+		body := `{"now_us":1800000000000000,"descriptors":[
+			{"key":"c1","algorithm":"sliding_window","quota":5,"window_ms":1000},
+			{"key":"c2","algorithm":"sliding_log","quota":1,"window_ms":1000},
+			{"key":"c3","algorithm":"token_bucket","quota":2,"window_ms":1000}]}`
+		a := check(body)
+		require.True(t, a.Allowed)
+		a = check(body)
+		require.False(t, a.Allowed)
+		assert.True(t, a.Decisions[0].Allowed, "charged")
+		assert.Equal(t, int64(3), a.Decisions[0].Remaining)
+		assert.False(t, a.Decisions[1].Allowed)
+		assert.False(t, a.Decisions[1].Skipped)
+		assert.True(t, a.Decisions[2].Skipped)
+		assert.Equal(t, int64(2), a.Decisions[2].Limit)
+		a = check(`{"now_us":1800000000000000,"descriptors":[{"key":"c3","algorithm":"token_bucket","quota":2,"window_ms":1000}]}`)
+		assert.Equal(t, int64(0), a.Decisions[0].Remaining, "c3 was charged once, by the first request only")
+	})
+	t.Run("reports the leaky bucket's delay", func(t *testing.T) {
+		body := `{"now_us":1800000000000000,"descriptors":[{"key":"d","algorithm":"leaky_bucket","quota":10,"window_ms":1000,"burst":5}]}`
+		check(body)
+		a := check(body)
+		assert.Equal(t, int64(100), a.Decisions[0].DelayMs)
+	})
+}
+
+func TestCheckSecret(t *testing.T) {
+	t.Parallel()
+	h := newTestHandler(t, Config{Secret: "s3cret"})
+	const body = `{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":10,"window_ms":1000}]}`
+	for _, tc := range []struct {
+		name   string
+		header []string
+		want   int
+	}{
+		{"refuses a missing secret", nil, http.StatusUnauthorized},
+		{"refuses a wrong secret", []string{SecretHeader, "guess"}, http.StatusUnauthorized},
+		{"refuses a prefix of the secret", []string{SecretHeader, "s3cre"}, http.StatusUnauthorized},
+		{"accepts the secret", []string{SecretHeader, "s3cret"}, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, resp := serve(h, "POST", "/v1/check", body, tc.header...)
+			assert.Equal(t, tc.want, code, resp)
+		})
+	}
+	code, _ := serve(h, "GET", "/healthz", "")
+	assert.Equal(t, http.StatusOK, code, "health needs no secret")
+}
+
+func TestOperationalEndpoints(t *testing.T) {
+	t.Parallel()
+	h := newTestHandler(t, Config{})
+	code, body := serve(h, "GET", "/healthz", "")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "ok\n", body)
+	code, _ = serve(h, "GET", "/readyz", "")
+	assert.Equal(t, http.StatusOK, code)
+
+	serve(h, "POST", "/v1/check", `{"descriptors":[{"key":"m","algorithm":"sliding_window","quota":1,"window_ms":1000}]}`)
+	serve(h, "POST", "/v1/check", `{"descriptors":[{"key":"m","algorithm":"sliding_window","quota":1,"window_ms":1000}]}`)
+	serve(h, "POST", "/v1/check", `{}`)
+	code, body = serve(h, "GET", "/metrics", "")
+	require.Equal(t, http.StatusOK, code)
+	for _, line := range []string{
+		`meshlimit_checks_total{result="allowed"} 1`,
+		`meshlimit_checks_total{result="denied"} 1`,
+		`meshlimit_decisions_total{algorithm="sliding_window",result="allowed"} 1`,
+		`meshlimit_decisions_total{algorithm="sliding_window",result="denied"} 1`,
+		`meshlimit_errors_total{kind="bad_request"} 1`,
+		`meshlimit_store_duration_seconds_count 2`,
+		`meshlimit_store_duration_seconds_bucket{le="+Inf"} 2`,
+		`meshlimit_memory_keys 1`,
+		`# TYPE meshlimit_store_duration_seconds histogram`,
+	} {
+		assert.Contains(t, body, line+"\n")
+	}
+}
+
+// With Redis killed or frozen, a check is answered 503 within its deadline, and the service
+// recovers when Redis is back.
+func TestCheckWhenRedisFails(t *testing.T) {
+	t.Parallel()
+	rs := startRedis(t)
+	const timeout = 50 * time.Millisecond
+	store := newRedisStore(t, rs.addr())
+	h := newTestHandler(t, Config{Store: store, Timeout: timeout})
+	const body = `{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":1000000,"window_ms":1000}]}`
+	checkWithin := func(want int, limit time.Duration) {
+		t.Helper()
+		start := time.Now()
+		code, resp := serve(h, "POST", "/v1/check", body)
+		elapsed := time.Since(start)
+		require.Equal(t, want, code, resp)
+		if want == http.StatusServiceUnavailable {
+			assert.JSONEq(t, `{"error":"store unavailable"}`, resp)
+		}
+		assert.Less(t, elapsed, limit, "answered after %v", elapsed)
+		if want == http.StatusServiceUnavailable {
+			t.Logf("503 after %v", elapsed.Round(100*time.Microsecond))
+		}
+	}
+	recovered := func() bool {
+		code, _ := serve(h, "POST", "/v1/check", body)
+		return code == http.StatusOK
+	}
+	checkWithin(http.StatusOK, time.Second)
+
+	t.Run("killed", func(t *testing.T) {
+		rs.stop()
+		for range 5 {
+			checkWithin(http.StatusServiceUnavailable, timeout+100*time.Millisecond)
+		}
+		code, _ := serve(h, "GET", "/readyz", "")
+		assert.Equal(t, http.StatusServiceUnavailable, code)
+		rs.start()
+		waitFor(t, 5*time.Second, "recovery after restart", recovered)
+		code, _ = serve(h, "GET", "/readyz", "")
+		assert.Equal(t, http.StatusOK, code)
+	})
+	t.Run("frozen", func(t *testing.T) {
+		rs.signal(syscall.SIGSTOP)
+		for range 3 {
+			checkWithin(http.StatusServiceUnavailable, timeout+100*time.Millisecond)
+		}
+		rs.signal(syscall.SIGCONT)
+		waitFor(t, 5*time.Second, "recovery after resume", recovered)
+	})
+	_, m := serve(h, "GET", "/metrics", "")
+	assert.NotContains(t, m, `meshlimit_errors_total{kind="timeout"} 0`+"\n")
+}

@@ -1,0 +1,73 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+// Descriptor is one limit of a check: charge Cost units to Key under Limit.
+type Descriptor struct {
+	Key   string
+	Limit algorithms.Limit
+	Cost  int64
+}
+
+// Outcome is the result of a check: one decision per descriptor, in request order.
+type Outcome struct {
+	// Allowed reports whether every descriptor allowed the request.
+	Allowed   bool
+	Decisions []DescriptorDecision
+}
+
+// DescriptorDecision is one descriptor's decision.
+type DescriptorDecision struct {
+	algorithms.Decision
+	// Skipped reports that the descriptor was not evaluated (nor charged) because an earlier
+	// one denied the request; only Limit is set.
+	Skipped bool
+}
+
+// Limiter checks batches of descriptors against a Store: in order, each atomically, stopping
+// at the first denial (see the package documentation). It is safe for concurrent use.
+type Limiter struct {
+	store   Store
+	metrics *Metrics
+}
+
+// NewLimiter returns a Limiter over store that records into m (which may be nil).
+func NewLimiter(store Store, m *Metrics) *Limiter {
+	if m == nil {
+		m = new(Metrics)
+	}
+	return &Limiter{store: store, metrics: m}
+}
+
+// Check decides descs at now (the zero Time: the store's clock). It returns an error, and no
+// Outcome, if the store fails or ctx ends; descriptors decided before the failure stay charged.
+func (l *Limiter) Check(ctx context.Context, descs []Descriptor, now time.Time) (Outcome, error) {
+	o := Outcome{Allowed: true, Decisions: make([]DescriptorDecision, len(descs))}
+	for i, d := range descs {
+		if !o.Allowed {
+			o.Decisions[i] = DescriptorDecision{Decision: algorithms.Decision{Limit: d.Limit.Quota}, Skipped: true}
+			l.metrics.decision(d.Limit.Kind, outSkipped)
+			continue
+		}
+		start := time.Now()
+		dec, err := l.store.Decide(ctx, Request{Key: d.Key, Limit: d.Limit, Cost: d.Cost, Now: now})
+		l.metrics.observe(time.Since(start))
+		if err != nil {
+			return Outcome{}, err
+		}
+		o.Decisions[i].Decision = dec
+		if dec.Allowed {
+			l.metrics.decision(d.Limit.Kind, outAllowed)
+		} else {
+			l.metrics.decision(d.Limit.Kind, outDenied)
+			o.Allowed = false
+		}
+	}
+	l.metrics.check(o.Allowed)
+	return o, nil
+}

@@ -1,0 +1,29 @@
+-- fixed_window.lua, preceded by lib.lua. State: hash {s, k}, the window start (µs, a
+-- multiple of W) and the cost counted in it.
+
+local s, k = now, 0
+local st = redis.call('HMGET', key, 's', 'k')
+local ss, sk = field(st[1], MAX_TIME), field(st[2], MAX_QUOTA)
+if ss ~= nil and sk ~= nil then s, k = ss, sk end
+
+s = s - s % W -- realign: the window may have changed
+local cur = now - now % W
+if cur > s then s, k = cur, 0 end -- a later window (a clock step back stays in s)
+local e = s + W
+
+local allowed, retry = 0, 0
+if cost > Q then
+  retry = NEVER
+elseif cost <= Q - k then
+  allowed = 1
+  k = k + cost
+else
+  retry = e - now
+end
+local remaining = math.max(Q - k, 0)
+local reset = 0
+if k > 0 then reset = e - now end
+
+redis.call('HSET', key, 's', str(s), 'k', str(k))
+redis.call('PEXPIRE', key, ttl)
+return {allowed, remaining, reset, retry, 0}

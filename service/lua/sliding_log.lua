@@ -1,0 +1,99 @@
+-- sliding_log.lua, preceded by lib.lua. State: a string "clock t1 n1 t2 n2 ...": the latest
+-- now seen and, ascending, each admission time with its number of cost units (a run-length
+-- form of the algorithms package's one entry per unit; at most Q units are kept).
+
+local clock = 0
+local ts, ns = {}, {}
+local raw = redis.call('GET', key)
+if raw then
+  local vals = {}
+  for v in string.gmatch(raw, '%S+') do vals[#vals + 1] = v end
+  local ok = #vals % 2 == 1
+  local c = ok and field(vals[1], MAX_TIME)
+  if c == nil then ok = false end
+  local prev = 0
+  local i = 2
+  while ok and i < #vals do
+    local t, n = field(vals[i], MAX_TIME), field(vals[i + 1], MAX_QUOTA)
+    if t == nil or n == nil or n < 1 or t < prev or t > c then
+      ok = false
+    else
+      ts[#ts + 1], ns[#ns + 1], prev = t, n, t
+    end
+    i = i + 2
+  end
+  if ok then
+    clock = c
+  else
+    ts, ns = {}, {} -- unusable: start fresh
+  end
+end
+
+local eff = math.max(now, clock)
+local cut = eff - W
+local first = #ts + 1 -- the first live run: time > cut
+for i = 1, #ts do
+  if ts[i] > cut then
+    first = i
+    break
+  end
+end
+local count = 0
+for i = first, #ts do count = count + ns[i] end
+
+local allowed, retry = 0, 0
+if cost > Q then
+  retry = NEVER
+elseif cost <= Q - count then
+  allowed = 1
+else
+  -- The oldest count+cost-Q live units must expire first; unit t expires at t+W.
+  local j, acc = count + cost - Q, 0
+  for i = first, #ts do
+    acc = acc + ns[i]
+    if acc >= j then
+      retry = ts[i] + W - now
+      break
+    end
+  end
+end
+
+local newest = nil
+if allowed == 1 then
+  count = count + cost
+  newest = eff
+elseif count > 0 then
+  newest = ts[#ts]
+end
+local remaining = math.max(Q - count, 0)
+local reset = 0
+if newest ~= nil then reset = newest + W - now end
+
+-- Keep the live runs, at most the newest Q units of them, then the admitted units.
+local out = {str(eff)}
+local drop = 0
+local live = 0
+for i = first, #ts do live = live + ns[i] end
+if live > Q then drop = live - Q end
+for i = first, #ts do
+  local n = ns[i]
+  if drop > 0 then
+    local d = math.min(drop, n)
+    n, drop = n - d, drop - d
+  end
+  if n > 0 then
+    out[#out + 1] = str(ts[i])
+    out[#out + 1] = str(n)
+  end
+end
+if allowed == 1 then
+  if #out > 1 and out[#out - 1] == str(eff) then
+    out[#out] = str(tonumber(out[#out]) + cost)
+  else
+    out[#out + 1] = str(eff)
+    out[#out + 1] = str(cost)
+  end
+end
+
+redis.call('SET', key, table.concat(out, ' '), 'PX', ttl)
+return {allowed, remaining, reset, retry, 0}
