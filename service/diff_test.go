@@ -131,7 +131,7 @@ func envInt(name string, def int64) int64 {
 func TestLuaMatchesAlgorithms(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
-	store := newRedisStore(t, rs.addr())
+	store := newRedisStore(t, rs.Addr())
 	traces := int(envInt("MESHLIMIT_DIFF_TRACES", 200))
 	seed := uint64(envInt("MESHLIMIT_DIFF_SEED", 20251129))
 	const steps = 60

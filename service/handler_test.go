@@ -226,7 +226,7 @@ func TestCheckWhenRedisFails(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	const timeout = 50 * time.Millisecond
-	store := newRedisStore(t, rs.addr())
+	store := newRedisStore(t, rs.Addr())
 	h := newTestHandler(t, Config{Store: store, Timeout: timeout})
 	const body = `{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":1000000,"window_ms":1000}]}`
 	checkWithin := func(want int, limit time.Duration) {
@@ -250,23 +250,23 @@ func TestCheckWhenRedisFails(t *testing.T) {
 	checkWithin(http.StatusOK, time.Second)
 
 	t.Run("killed", func(t *testing.T) {
-		rs.stop()
+		rs.Stop()
 		for range 5 {
 			checkWithin(http.StatusServiceUnavailable, timeout+100*time.Millisecond)
 		}
 		code, _ := serve(h, "GET", "/readyz", "")
 		assert.Equal(t, http.StatusServiceUnavailable, code)
-		rs.start()
+		rs.Start()
 		waitFor(t, 5*time.Second, "recovery after restart", recovered)
 		code, _ = serve(h, "GET", "/readyz", "")
 		assert.Equal(t, http.StatusOK, code)
 	})
 	t.Run("frozen", func(t *testing.T) {
-		rs.signal(syscall.SIGSTOP)
+		rs.Signal(syscall.SIGSTOP)
 		for range 3 {
 			checkWithin(http.StatusServiceUnavailable, timeout+100*time.Millisecond)
 		}
-		rs.signal(syscall.SIGCONT)
+		rs.Signal(syscall.SIGCONT)
 		waitFor(t, 5*time.Second, "recovery after resume", recovered)
 	})
 	_, m := serve(h, "GET", "/metrics", "")

@@ -42,7 +42,7 @@ func TestLoadFigures(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"allowed":true}` + "\n"))
 	})
-	redisStore, err := NewRedisStore(RedisConfig{Addrs: []string{rs.addr()}, FlushDelay: time.Duration(envInt("MESHLIMIT_BENCH_FLUSH_US", 0)) * time.Microsecond})
+	redisStore, err := NewRedisStore(RedisConfig{Addrs: []string{rs.Addr()}, FlushDelay: time.Duration(envInt("MESHLIMIT_BENCH_FLUSH_US", 0)) * time.Microsecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { redisStore.Close() })
 	memStore := NewMemoryStore(MemoryConfig{})
@@ -68,10 +68,10 @@ func TestLoadFigures(t *testing.T) {
 
 	src, err := Script(algorithms.TokenBucket)
 	require.NoError(t, err)
-	sha, err := rs.do("SCRIPT", "LOAD", src)
+	sha, err := rs.Do("SCRIPT", "LOAD", src)
 	require.NoError(t, err)
 	// The service's exact call: 10,000 keys, quota 10^9 per second, cost 1, Redis TIME.
-	args := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(rs.port), "-c", strconv.Itoa(conns),
+	args := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(rs.Port()), "-c", strconv.Itoa(conns),
 		"-n", strconv.Itoa(int(max(results["service+redis"].rps, 20000)) * int(d/time.Second)), "-r", "10000", "-q",
 		"evalsha", sha, "1", "ml:{bench:__rand_int__}:token_bucket", "1000000000", "1000000", "0", "1", "1000"}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*d)

@@ -29,7 +29,7 @@ func TestStoreContract(t *testing.T) {
 			t.Cleanup(func() { s.Close() })
 			return s
 		}},
-		{"redis", func(t *testing.T) Store { return newRedisStore(t, rs.addr()) }},
+		{"redis", func(t *testing.T) Store { return newRedisStore(t, rs.Addr()) }},
 	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
@@ -220,7 +220,7 @@ func TestMemoryStoreSweepStopsOnClose(t *testing.T) {
 func TestRedisTTL(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
-	s := newRedisStore(t, rs.addr())
+	s := newRedisStore(t, rs.Addr())
 	ctx := context.Background()
 	for _, l := range []algorithms.Limit{
 		{Kind: algorithms.TokenBucket, Quota: 10, Window: time.Minute, Burst: 20}, // TTL 2 min
@@ -230,7 +230,7 @@ func TestRedisTTL(t *testing.T) {
 		req := Request{Key: "ttl", Limit: l, Cost: 1}
 		_, err := s.Decide(ctx, req)
 		require.NoError(t, err)
-		pttl, err := rs.do("PTTL", s.Key(req))
+		pttl, err := rs.Do("PTTL", s.Key(req))
 		require.NoError(t, err)
 		ms, _ := strconv.ParseInt(pttl, 10, 64)
 		assert.InDelta(t, l.TTL().Milliseconds(), ms, 1000, "%v", l.Kind)
@@ -239,7 +239,7 @@ func TestRedisTTL(t *testing.T) {
 	_, err := s.Decide(ctx, short)
 	require.NoError(t, err)
 	waitFor(t, 2*time.Second, "the idle key expires", func() bool {
-		n, err := rs.do("EXISTS", s.Key(short))
+		n, err := rs.Do("EXISTS", s.Key(short))
 		return err == nil && n == "0"
 	})
 }
@@ -248,7 +248,7 @@ func TestRedisTTL(t *testing.T) {
 func TestRedisReloadsFlushedScripts(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
-	s := newRedisStore(t, rs.addr())
+	s := newRedisStore(t, rs.Addr())
 	ctx := context.Background()
 	l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 3, Window: time.Hour}
 	d, err := s.Decide(ctx, Request{Key: "flush", Limit: l, Cost: 1})
@@ -257,12 +257,12 @@ func TestRedisReloadsFlushedScripts(t *testing.T) {
 
 	src, err := Script(algorithms.FixedWindow)
 	require.NoError(t, err)
-	sha, err := rs.do("SCRIPT", "LOAD", src)
+	sha, err := rs.Do("SCRIPT", "LOAD", src)
 	require.NoError(t, err)
-	_, err = rs.do("SCRIPT", "FLUSH")
+	_, err = rs.Do("SCRIPT", "FLUSH")
 	require.NoError(t, err)
 	evalsha := func() error {
-		_, err := rs.do("EVALSHA", sha, "1", "ml:{probe}:fixed_window", "3", "3600000000", "0", "1", "1000")
+		_, err := rs.Do("EVALSHA", sha, "1", "ml:{probe}:fixed_window", "3", "3600000000", "0", "1", "1000")
 		return err
 	}
 	require.ErrorContains(t, evalsha(), "NOSCRIPT")
