@@ -1,39 +1,66 @@
-// Command demo shows meshlimit at work with nothing installed but Go: it loads the compiled filter
-// (build/meshlimit.wasm) into the Envoy-like host of package envoyhost with several worker VMs, sends a
-// burst of requests from one client at a rate-limited route, spread over the workers, and prints what
-// the client sees: 200s, then 429s with their headers. `make demo` builds the module and runs it.
+// Command demo shows meshlimit at work with nothing installed but Go. It starts, all on 127.0.0.1:
+//
+//   - the decision service (cmd/meshlimit-service's handler) with its in-memory store;
+//   - a small upstream;
+//   - the compiled filter (build/meshlimit.wasm) in the Envoy-like host of package envoyhost, with
+//     several worker VMs, behind a local HTTP proxy, configured with a local and a global rule;
+//
+// then sends bursts of real HTTP requests through the proxy, prints each answer as it comes, and ends
+// with a report. `make demo` builds the module and runs it; it exits by itself.
 package main
 
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/meshlimit/meshlimit/e2e/envoyhost"
+	"github.com/meshlimit/meshlimit/service"
 )
 
 //go:embed demo.json
 var defaultConfig []byte
 
+// serviceCluster is the cluster the demo configuration names; the host maps it to the service.
+const serviceCluster = "outbound|8081||meshlimit.meshlimit.svc.cluster.local"
+
 func main() {
 	wasm := flag.String("wasm", "build/meshlimit.wasm", "the compiled filter")
 	config := flag.String("config", "", "a plugin configuration file (default: the embedded demo.json)")
 	workers := flag.Int("workers", 4, "Envoy worker threads (one VM each, plus the main thread's)")
-	burst := flag.Int("burst", 12, "requests in the burst")
 	flag.Parse()
-	if err := run(os.Stdout, *wasm, *config, *workers, *burst); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := run(ctx, os.Stdout, *wasm, *config, *workers); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out io.Writer, wasmPath, configPath string, workers, burst int) error {
+// route is Envoy's route table in miniature: the route name the filter matches on.
+func route(r *http.Request) string {
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/api/"):
+		return "api"
+	case strings.HasPrefix(r.URL.Path, "/search"):
+		return "search"
+	}
+	return "default"
+}
+
+type tally struct{ allowed, limited int }
+
+func run(ctx context.Context, out io.Writer, wasmPath, configPath string, workers int) error {
 	module, err := os.ReadFile(wasmPath)
 	if err != nil {
 		return fmt.Errorf("%w (run `make demo`, which builds it)", err)
@@ -44,66 +71,136 @@ func run(out io.Writer, wasmPath, configPath string, workers, burst int) error {
 			return err
 		}
 	}
-	ctx := context.Background()
-	clock := envoyhost.NewClock(time.Now().Truncate(time.Second))
-	p, err := envoyhost.NewPlugin(ctx, module, envoyhost.Config{
-		VMID: "meshlimit", PluginName: "demo.meshlimit", RootID: "meshlimit",
-		PluginConfig: cfg, Workers: workers, Clock: clock, LogLevel: envoyhost.LogInfo,
-	})
-	if err != nil {
-		return fmt.Errorf("loading %s: %w", wasmPath, err)
-	}
-	defer p.Close()
-	for _, e := range p.Logs() {
-		if strings.HasPrefix(e.Message, "meshlimit:") && e.VM == 0 {
-			fmt.Fprintf(out, "plugin started on %d VMs: %s\n\n", len(p.VMs()), e.Message)
-		}
-	}
 
-	fmt.Fprintf(out, "A burst of %d requests from 203.0.113.7 to route \"api\" (5/s, burst 8), round-robin over the workers:\n", burst)
-	var lastDenied *envoyhost.LocalReply
-	for i := range burst {
-		vm := p.VM(i % workers)
-		res, err := vm.RoundTrip(ctx, request("GET", "/api/orders", "203.0.113.7", "api"), upstreamOK)
-		if err != nil {
-			return err
-		}
-		if res.LocalReply != nil {
-			lastDenied = res.LocalReply
-			rl, _ := res.LocalReply.Headers.Get("ratelimit")
-			ra, _ := res.LocalReply.Headers.Get("retry-after")
-			fmt.Fprintf(out, "  #%-2d worker %d  %d  RateLimit: %s  Retry-After: %s\n", i+1, vm.Index(), res.LocalReply.Status, rl, ra)
-			continue
-		}
-		rl, _ := res.Downstream.Get("ratelimit")
-		fmt.Fprintf(out, "  #%-2d worker %d  200  RateLimit: %s\n", i+1, vm.Index(), rl)
-	}
-	if lastDenied != nil {
-		fmt.Fprintf(out, "\nThe last 429 in full:\n  HTTP %d\n", lastDenied.Status)
-		for _, h := range lastDenied.Headers {
-			fmt.Fprintf(out, "  %s: %s\n", h[0], h[1])
-		}
-		fmt.Fprintf(out, "  \n  %s\n", lastDenied.Body)
-	}
-
-	clock.Advance(time.Second)
-	res, err := p.VM(0).RoundTrip(ctx, request("GET", "/api/orders", "203.0.113.7", "api"), upstreamOK)
+	// The decision service, in memory.
+	store := service.NewMemoryStore(service.MemoryConfig{})
+	defer store.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	handler, err := service.NewHandler(service.Config{Store: store, Logger: quiet})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nOne second later (5 tokens back): %d\n", status(res))
+	svcAddr, stopSvc, err := serve(handler)
+	if err != nil {
+		return err
+	}
+	defer stopSvc()
 
-	fmt.Fprintf(out, "\nShadow rule \"login\" (3/m, never blocks, tags the upstream request):\n")
-	for i := range 5 {
-		res, err := p.VM(i%workers).RoundTrip(ctx, request("POST", "/login", "198.51.100.23", "login"), upstreamOK)
+	// The upstream.
+	upAddr, stopUp, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("content-type", "application/json")
+		fmt.Fprintf(w, `{"path":%q,"shadow":%q}`, r.URL.Path, r.Header.Get("x-meshlimit-shadow"))
+	}))
+	if err != nil {
+		return err
+	}
+	defer stopUp()
+
+	// The filter, in the Envoy-like host, behind a local HTTP proxy.
+	var startLog string
+	p, err := envoyhost.NewPlugin(ctx, module, envoyhost.Config{
+		VMID: "meshlimit", PluginName: "demo.meshlimit", RootID: "meshlimit",
+		PluginConfig: cfg, Workers: workers, LogLevel: envoyhost.LogInfo,
+		Clock:    envoyhost.NewClock(time.Now()),
+		Clusters: map[string]string{serviceCluster: svcAddr},
+		OnLog: func(e envoyhost.LogEntry) {
+			if e.Level >= envoyhost.LogWarn || startLog == "" && strings.HasPrefix(e.Message, "meshlimit:") {
+				startLog = e.Message
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("loading %s: %w (%s)", wasmPath, err, startLog)
+	}
+	defer p.Close()
+	proxy := &envoyhost.HTTPProxy{Plugin: p, Upstream: "http://" + upAddr, RouteName: route}
+	proxyAddr, stopProxy, err := serve(proxy)
+	if err != nil {
+		return err
+	}
+	defer stopProxy()
+	fmt.Fprintf(out, "meshlimit demo: proxy http://%s (filter on %d worker VMs + main thread), decision service http://%s, upstream http://%s\n",
+		proxyAddr, workers, svcAddr, upAddr)
+	fmt.Fprintf(out, "  %s\n\n", startLog)
+
+	client := &http.Client{Timeout: 5 * time.Second}
+	tallies := map[string]*tally{}
+	var denied *http.Response
+	var deniedBody []byte
+	send := func(label, method, path string, header ...string) error {
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+proxyAddr+path, nil)
 		if err != nil {
 			return err
 		}
-		tag, _ := res.Upstream.Get("x-meshlimit-shadow")
-		fmt.Fprintf(out, "  #%d  %d  x-meshlimit-shadow: %q\n", i+1, status(res), tag)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t := tallies[label]
+		if t == nil {
+			t = &tally{}
+			tallies[label] = t
+		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			t.limited++
+			denied, deniedBody = resp, body
+		} else {
+			t.allowed++
+		}
+		if strings.HasPrefix(label, "POST /login") {
+			fmt.Fprintf(out, "  %-34s %d  upstream got: %s\n", label, resp.StatusCode, body)
+			return nil
+		}
+		fmt.Fprintf(out, "  %-34s %d  RateLimit: %s%s\n", label, resp.StatusCode, resp.Header.Get("RateLimit"), retryAfter(resp))
+		return nil
 	}
 
-	fmt.Fprintf(out, "\nMetrics (Envoy stats, summed over every worker):\n")
+	fmt.Fprintln(out, "Local rule api-per-ip (5/s, burst 8), 12 requests from 203.0.113.7, shared by all workers:")
+	for range 12 {
+		if err := send("GET /api/orders (203.0.113.7)", "GET", "/api/orders", "x-forwarded-for", "203.0.113.7"); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(out, "\nGlobal rule search-per-user (4/m in the decision service), 6 requests from user alice:")
+	for range 6 {
+		if err := send("GET /search?q=wasm (alice)", "GET", "/search?q=wasm", "x-user", "alice"); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(out, "\nShadow rule login (3/m, never blocks, tags the upstream request):")
+	for range 4 {
+		if err := send("POST /login (198.51.100.23)", "POST", "/login", "x-forwarded-for", "198.51.100.23"); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintln(out, "\nReport")
+	labels := make([]string, 0, len(tallies))
+	for l := range tallies {
+		labels = append(labels, l)
+	}
+	sort.Strings(labels)
+	for _, l := range labels {
+		fmt.Fprintf(out, "  %-34s allowed %2d  limited %2d\n", l, tallies[l].allowed, tallies[l].limited)
+	}
+	if denied != nil {
+		fmt.Fprintf(out, "\nThe last 429, as the client saw it:\n  HTTP/1.1 %s\n", denied.Status)
+		names := make([]string, 0, len(denied.Header))
+		for n := range denied.Header {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(out, "  %s: %s\n", n, strings.Join(denied.Header[n], ", "))
+		}
+		fmt.Fprintf(out, "\n  %s\n", deniedBody)
+	}
+	fmt.Fprintln(out, "\nFilter metrics (Envoy stats, summed over the workers):")
 	m := p.Process().Metrics()
 	names := make([]string, 0, len(m))
 	for name, v := range m {
@@ -113,28 +210,63 @@ func run(out io.Writer, wasmPath, configPath string, workers, burst int) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		fmt.Fprintf(out, "  %-45s %d\n", name, m[name].Value)
+		fmt.Fprintf(out, "  %-46s %d\n", name, m[name].Value)
 	}
 	keys, bytes := p.Process().SharedDataSize("meshlimit")
-	fmt.Fprintf(out, "\nShared data: %d keys, %d bytes. Next: README.md (configuration, deployment), docs/configuration.md.\n", keys, bytes)
+	fmt.Fprintf(out, "\nShared data: %d keys, %d bytes.\n", keys, bytes)
+	if err := printServiceMetrics(ctx, out, client, "http://"+svcAddr+"/metrics"); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "Next: README.md (deploying to Envoy and Istio), docs/configuration.md (every field), envoy/ (configurations).")
 	return nil
 }
 
-var upstreamOK = &envoyhost.Response{Headers: envoyhost.Headers{{":status", "200"}, {"content-type", "application/json"}}, Body: []byte(`{"ok":true}`)}
-
-func request(method, path, client, route string) *envoyhost.Request {
-	return &envoyhost.Request{
-		Headers: envoyhost.Headers{
-			{":method", method}, {":path", path}, {":authority", "shop.example"}, {":scheme", "https"},
-			{"x-forwarded-for", client},
-		},
-		Info: envoyhost.StreamInfo{SourceAddress: "10.1.0.5:51000", RouteName: route},
+// printServiceMetrics prints the decision service's non-zero decision counters.
+func printServiceMetrics(ctx context.Context, out io.Writer, client *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
 	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "Decision service metrics (GET /metrics):")
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "meshlimit_decisions_total") && !strings.HasSuffix(line, " 0") {
+			fmt.Fprintf(out, "  %s\n", line)
+		}
+	}
+	return nil
 }
 
-func status(res envoyhost.Result) int {
-	if res.LocalReply != nil {
-		return res.LocalReply.Status
+func retryAfter(resp *http.Response) string {
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		return "  Retry-After: " + ra
 	}
-	return 200
+	return ""
+}
+
+// serve serves h on a free loopback port until the returned stop is called.
+func serve(h http.Handler) (addr string, stop func(), err error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintln(os.Stderr, "demo: server:", err)
+		}
+	}()
+	return l.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }
