@@ -160,7 +160,8 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 		return nil
 	}
 
-	fmt.Fprintln(out, "Local rule api-per-ip (5/s, burst 8), 12 requests from 203.0.113.7, shared by all workers:")
+	fmt.Fprintln(out, "Local rule api-per-ip (5/s, burst 8), 12 requests from 203.0.113.7 through a load balancer")
+	fmt.Fprintln(out, "(x-forwarded-for: 203.0.113.7, then the proxy appends the balancer: trusted_hops 2), shared by all workers:")
 	for range 12 {
 		if err := send("GET /api/orders (203.0.113.7)", "GET", "/api/orders", "x-forwarded-for", "203.0.113.7"); err != nil {
 			return err

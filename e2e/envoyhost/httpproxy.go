@@ -116,8 +116,22 @@ func (x *HTTPProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func requestHeaders(r *http.Request) Headers {
 	path := r.URL.RequestURI()
 	h := Headers{{":method", r.Method}, {":path", path}, {":authority", r.Host}, {":scheme", "http"}}
+	xff := ""
 	for name, values := range r.Header {
+		if strings.EqualFold(name, "x-forwarded-for") {
+			xff = strings.Join(values, ",")
+			continue
+		}
 		h = append(h, [2]string{strings.ToLower(name), strings.Join(values, ",")})
+	}
+	if peer, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if xff != "" {
+			xff += ","
+		}
+		xff += peer
+	}
+	if xff != "" {
+		h = append(h, [2]string{"x-forwarded-for", xff})
 	}
 	return h
 }
