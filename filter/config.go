@@ -1071,18 +1071,7 @@ func (p *keyPart) canonicalIP(dst []byte, s string) ([]byte, bool) {
 	if !ok || strings.ContainsAny(addrPart, "[]%") || strings.Count(addrPart, ":") == 1 {
 		return dst, false
 	}
-	bits := p.v6Bits
-	if addr.Is4() {
-		bits = p.v4Bits
-	}
-	if bits > 0 && bits < addr.BitLen() {
-		prefix, err := addr.Prefix(bits)
-		if err != nil {
-			return dst, false
-		}
-		return prefix.AppendTo(dst), true
-	}
-	return addr.AppendTo(dst), true
+	return p.appendMasked(dst, addr)
 }
 
 func describeKey(parts []keyPart) string {

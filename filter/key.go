@@ -205,15 +205,9 @@ func appendQueryParam(dst []byte, p, name string) ([]byte, bool) {
 		}
 		start := len(dst)
 		n := 0
-		for i := 0; i < len(v); i++ {
-			c := v[i]
-			switch {
-			case c == '+':
-				c = ' '
-			case c == '%' && i+2 < len(v) && isHex(v[i+1]) && isHex(v[i+2]):
-				c = unhex(v[i+1])<<4 | unhex(v[i+2])
-				i += 2
-			}
+		for i := 0; i < len(v); {
+			var c byte
+			c, i = queryByte(v, i)
 			n++
 			if n > maxPartLen {
 				// Rare and hostile: hash the decoded value instead.
@@ -229,18 +223,25 @@ func appendQueryParam(dst []byte, p, name string) ([]byte, bool) {
 	return dst, false
 }
 
+// queryByte decodes the byte of a raw query component s at i ('+' is a space, %XX a byte) and
+// returns it with the index of the next one.
+func queryByte(s string, i int) (byte, int) {
+	switch c := s[i]; {
+	case c == '+':
+		return ' ', i + 1
+	case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+		return unhex(s[i+1])<<4 | unhex(s[i+2]), i + 3
+	default:
+		return c, i + 1
+	}
+}
+
 // queryEqual reports whether the raw (percent-encoded) query key k decodes to name.
 func queryEqual(k, name string) bool {
 	j := 0
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		switch {
-		case c == '+':
-			c = ' '
-		case c == '%' && i+2 < len(k) && isHex(k[i+1]) && isHex(k[i+2]):
-			c = unhex(k[i+1])<<4 | unhex(k[i+2])
-			i += 2
-		}
+	for i := 0; i < len(k); {
+		var c byte
+		c, i = queryByte(k, i)
 		if j >= len(name) || name[j] != c {
 			return false
 		}
@@ -252,15 +253,9 @@ func queryEqual(k, name string) bool {
 // decodeQuery percent-decodes v; it allocates, and is only used on the hashed slow path.
 func decodeQuery(v string) string {
 	b := make([]byte, 0, len(v))
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		switch {
-		case c == '+':
-			c = ' '
-		case c == '%' && i+2 < len(v) && isHex(v[i+1]) && isHex(v[i+2]):
-			c = unhex(v[i+1])<<4 | unhex(v[i+2])
-			i += 2
-		}
+	for i := 0; i < len(v); {
+		var c byte
+		c, i = queryByte(v, i)
 		b = append(b, c)
 	}
 	return string(b)
@@ -302,6 +297,12 @@ func (p *keyPart) appendClientIP(dst []byte, req Request) ([]byte, bool) {
 	if !ok {
 		return dst, false
 	}
+	return p.appendMasked(dst, addr)
+}
+
+// appendMasked appends addr in key form: the prefix in CIDR form when the part masks addresses of
+// its family, else the address.
+func (p *keyPart) appendMasked(dst []byte, addr netip.Addr) ([]byte, bool) {
 	bits := p.v6Bits
 	if addr.Is4() {
 		bits = p.v4Bits
