@@ -60,3 +60,34 @@ func state(t *testing.T, s *envoyhost.Stream) envoyhost.Action {
 	}
 	return act
 }
+
+func TestAGlobalLeakyBucketShapesToo(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	p := load(t, module(t, "meshlimit"), globalConfig(`{"name":"shape","scope":"global","key":["client_ip"],
+		"limits":[{"rate":"10/s","algorithm":"leaky_bucket","burst":3}]}`), 1, withService(svc, nil),
+		func(c *envoyhost.Config) { c.Clock = clock })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := get("a.example", "/", "192.0.2.19")
+
+	first := p.VM(0).NewStream(req.Info)
+	_, err := first.SendRequestHeaders(req.Headers, true)
+	require.NoError(t, err)
+	act, err := first.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, envoyhost.ActionContinue, act, "the first request goes as soon as the service answers")
+
+	second := p.VM(0).NewStream(req.Info)
+	_, err = second.SendRequestHeaders(req.Headers, true)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return counter(p, "meshlimit.rule.shape.allowed") == 2 }, 5*time.Second, time.Millisecond,
+		"the service's answer reached the filter")
+	assert.Equal(t, envoyhost.ActionPause, state(t, second), "the service said: in 100 ms")
+	clock.Advance(105 * time.Millisecond)
+	act, err = second.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, envoyhost.ActionContinue, act)
+	require.NoError(t, first.Close())
+	require.NoError(t, second.Close())
+}

@@ -121,7 +121,7 @@ func (h *httpContext) checkGlobal(now int64) types.Action {
 	g := p.global
 	if !g.breaker.allow(now) {
 		g.metrics.shortCircuited.Increment(1)
-		return h.finishGlobal(h.fallback(s.globals, now), false)
+		return h.finishGlobal(h.fallback(s.globals, now), false, now)
 	}
 	g.body = appendCheckBody(g.body[:0], p.name, s.globals)
 	if _, err := proxywasm.DispatchHttpCall(g.cfg.Cluster, g.headers, g.body, nil, g.timeout, h.onGlobalResponse); err != nil {
@@ -131,12 +131,13 @@ func (h *httpContext) checkGlobal(now int64) types.Action {
 			g.metrics.breakerOpened.Increment(1)
 		}
 		proxywasm.LogWarnf("meshlimit: calling cluster %q: %v", g.cfg.Cluster, err)
-		return h.finishGlobal(h.fallback(s.globals, now), false)
+		return h.finishGlobal(h.fallback(s.globals, now), false, now)
 	}
 	g.metrics.calls.Increment(1)
 	// Other requests reuse the scratch space while this one waits: keep what the answer needs.
 	h.globals = append(h.globals[:0], s.globals...)
 	h.localOutcomes = append(h.localOutcomes[:0], s.outcomes...)
+	h.delay = s.delay
 	return types.ActionPause
 }
 
@@ -147,6 +148,7 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 	s := &p.scratch
 	s.req.reset() // the scratch request view may hold another stream's values
 	s.outcomes = append(s.outcomes[:0], h.localOutcomes...)
+	s.delay = h.delay
 	now := abi.UnixNano()
 	decisions, err := readCheckResponse(numHeaders, bodySize, descriptorCount(h.globals))
 	if err != nil {
@@ -157,7 +159,7 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 		if p.cfg.LogLevel <= LogDebug {
 			proxywasm.LogDebugf("meshlimit: global service: %v", err)
 		}
-		h.finishGlobal(h.fallback(h.globals, now), true)
+		h.finishGlobal(h.fallback(h.globals, now), true, now)
 		return
 	}
 	g.breaker.success()
@@ -177,6 +179,9 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 			allowed = allowed && d.Allowed
 			if enforced {
 				s.outcomes = append(s.outcomes, Outcome{Limit: &it.spec[k], Decision: d.decision()})
+				if d.Allowed {
+					s.delay = max(s.delay, d.DelayMs*int64(time.Millisecond)) // a global leaky bucket shapes too
+				}
 			}
 			if !d.Allowed && d.RetryAfterMs > 0 {
 				p.block(it, k, now+d.RetryAfterMs*int64(time.Millisecond))
@@ -184,13 +189,13 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 		}
 		denied = denied || p.count(it.rs, allowed, enforced)
 	}
-	h.finishGlobal(denied, true)
+	h.finishGlobal(denied, true, now)
 }
 
-// finishGlobal ends the global decision: a denial sends the local response; otherwise the request
-// continues (resumed, when it was paused). It returns the action for a decision made in
-// OnHttpRequestHeaders.
-func (h *httpContext) finishGlobal(denied, paused bool) types.Action {
+// finishGlobal ends the global decision: a denial sends the local response; a shaping delay holds
+// the request until its turn; otherwise the request continues (resumed, when it was paused). It
+// returns the action for a decision made in OnHttpRequestHeaders.
+func (h *httpContext) finishGlobal(denied, paused bool, now int64) types.Action {
 	s := &h.plugin.scratch
 	if denied {
 		h.deny()
@@ -198,6 +203,10 @@ func (h *httpContext) finishGlobal(denied, paused bool) types.Action {
 	}
 	if len(s.outcomes) > 0 && h.plugin.cfg.Response.QuotaHeadersOnAllowed {
 		h.quota = append(h.inline[:0], s.outcomes...)
+	}
+	if s.delay > 0 {
+		h.plugin.shaper.hold(h.id, now+s.delay)
+		return types.ActionPause
 	}
 	if paused {
 		if err := proxywasm.ResumeHttpRequest(); err != nil {

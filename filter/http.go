@@ -36,6 +36,7 @@ type httpContext struct {
 
 	globals       []globalItem // while waiting for the global service: what it was asked
 	localOutcomes []Outcome    // and the outcomes of the local rules already decided
+	delay         int64        // and the shaping delay they asked for
 }
 
 // OnHttpRequestHeaders implements types.HttpContext. It runs the matching rules in order, each against
