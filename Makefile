@@ -11,7 +11,10 @@ FUZZTIME  ?= 20s
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 6
 
-.PHONY: help wasm test test-wasip1 demo bench accuracy fuzz plots check fmt vet tidy clean
+IMAGE_NAME ?= meshlimit/meshlimit
+IMAGE_TAG  ?= 0.1.0
+
+.PHONY: help wasm test test-wasip1 test-deploy image demo bench accuracy fuzz plots check fmt vet tidy clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -31,6 +34,17 @@ $(BUILD)/passthrough.wasm:
 test: wasm ## build the wasm, then run every test with the race detector (the README's test command)
 	$(GO) test -race -count=1 ./...
 	$(MAKE) test-wasip1
+	$(MAKE) test-deploy
+
+# envoy/ is its own module, so that go-control-plane, istio.io/api and k8s.io/api stay out of the
+# filter's dependencies. The first run compiles them (about 3 minutes on 2 cores).
+test-deploy: ## validate envoy/ and envoy/istio/ against Envoy's, Istio's and Kubernetes' schemas
+	cd envoy && $(GO) test -count=1 ./...
+
+image: wasm ## the OCI image Istio pulls: build/image/oci (layout) and build/image/meshlimit.tar (archive)
+	cd envoy && $(GO) run ./cmd/wasmimage -wasm $(CURDIR)/$(BUILD)/meshlimit.wasm \
+	  -layout $(CURDIR)/$(BUILD)/image/oci -tar $(CURDIR)/$(BUILD)/image/meshlimit.tar \
+	  -name $(IMAGE_NAME) -tag $(IMAGE_TAG)
 
 # The pure packages also run as wasm, where the filter runs them, on wazero through the Go
 # distribution's wasip1 exec script.
@@ -63,8 +77,9 @@ plots: ## draw docs/algorithms.png (admitted requests over time under each algor
 fmt: ## format the tree
 	gofmt -w $$(git ls-files '*.go')
 
-vet: ## go vet, natively and for the wasm build
+vet: ## go vet, natively, for the wasm build, and in envoy/
 	$(GO) vet ./...
+	cd envoy && $(GO) vet ./...
 	$(WASMENV) $(GO) vet -tags tinygo -gcflags=$(SDK)=-complete=false ./abi/ ./cmd/filter/ ./cmd/passthrough/ ./filter/
 
 # -go pins the floor: tidy fails instead of raising it when a dependency wants a newer Go.
@@ -75,8 +90,11 @@ check: vet ## gofmt, vet, and go mod tidy leave the tree unchanged
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	@cp go.mod $(BUILD)/go.mod.bak 2>/dev/null || { mkdir -p $(BUILD); cp go.mod $(BUILD)/go.mod.bak; }
 	@cp go.sum $(BUILD)/go.sum.bak
+	@cp envoy/go.mod $(BUILD)/envoy.go.mod.bak && cp envoy/go.sum $(BUILD)/envoy.go.sum.bak
 	$(GO) mod tidy -go=1.24.0
+	cd envoy && $(GO) mod tidy -go=1.24.0
 	@cmp -s go.mod $(BUILD)/go.mod.bak && cmp -s go.sum $(BUILD)/go.sum.bak || { echo "go mod tidy changed go.mod/go.sum"; git --no-pager diff -- go.mod go.sum; exit 1; }
+	@cmp -s envoy/go.mod $(BUILD)/envoy.go.mod.bak && cmp -s envoy/go.sum $(BUILD)/envoy.go.sum.bak || { echo "go mod tidy changed envoy/go.mod/go.sum"; git --no-pager diff -- envoy/go.mod envoy/go.sum; exit 1; }
 
 clean:
 	rm -rf $(BUILD)
