@@ -1,3 +1,6 @@
+// The SDK's proxytest emulator exists only without the tinygo tag (natively).
+//go:build !tinygo
+
 package filter
 
 import (
