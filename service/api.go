@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +46,16 @@ const (
 	defaultMaxBodyBytes   = 64 << 10
 )
 
+func (opts ParseOptions) withDefaults() ParseOptions {
+	if opts.MaxDescriptors <= 0 {
+		opts.MaxDescriptors = defaultMaxDescriptors
+	}
+	if opts.MaxKeyBytes <= 0 {
+		opts.MaxKeyBytes = defaultMaxKeyBytes
+	}
+	return opts
+}
+
 // Check is a validated check request.
 type Check struct {
 	Descriptors []Descriptor
@@ -69,12 +80,7 @@ func reqErr(field, format string, args ...any) *RequestError {
 // error it returns is a *RequestError, except errors from reading body (such as
 // *http.MaxBytesError), which are returned unchanged.
 func ParseCheckRequest(body io.Reader, opts ParseOptions) (Check, error) {
-	if opts.MaxDescriptors <= 0 {
-		opts.MaxDescriptors = defaultMaxDescriptors
-	}
-	if opts.MaxKeyBytes <= 0 {
-		opts.MaxKeyBytes = defaultMaxKeyBytes
-	}
+	opts = opts.withDefaults()
 	var req CheckRequest
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -88,6 +94,12 @@ func ParseCheckRequest(body io.Reader, opts ParseOptions) (Check, error) {
 		return Check{}, decodeError(err)
 	}
 
+	return req.check(opts, nil)
+}
+
+// check validates a decoded request (opts with defaults applied), appending its descriptors
+// to dst[:0].
+func (req *CheckRequest) check(opts ParseOptions, dst []Descriptor) (Check, error) {
 	var c Check
 	if req.NowUs != nil {
 		if !opts.AllowClientTime {
@@ -104,58 +116,71 @@ func ParseCheckRequest(body io.Reader, opts ParseOptions) (Check, error) {
 	case n > opts.MaxDescriptors:
 		return Check{}, reqErr("descriptors", "%d descriptors, at most %d allowed", n, opts.MaxDescriptors)
 	}
-	c.Descriptors = make([]Descriptor, len(req.Descriptors))
-	for i, d := range req.Descriptors {
+	c.Descriptors = slices.Grow(dst[:0], len(req.Descriptors))[:len(req.Descriptors)]
+	for i := range req.Descriptors {
 		var err error
-		if c.Descriptors[i], err = d.descriptor(fmt.Sprintf("descriptors[%d]", i), opts); err != nil {
+		if c.Descriptors[i], err = req.Descriptors[i].descriptor(i, opts); err != nil {
 			return Check{}, err
 		}
 	}
 	return c, nil
 }
 
-// descriptor validates d; path is its JSON path, for errors.
-func (d DescriptorRequest) descriptor(path string, opts ParseOptions) (Descriptor, error) {
+// descriptor validates d, descriptor i of its request.
+func (d *DescriptorRequest) descriptor(i int, opts ParseOptions) (Descriptor, error) {
+	if err := d.validate(opts); err != nil {
+		err.Field = "descriptors[" + strconv.Itoa(i) + "]" + err.Field
+		return Descriptor{}, err
+	}
+	kind, _ := algorithms.ParseKind(d.Algorithm)
+	cost := int64(1)
+	if d.Cost != nil {
+		cost = *d.Cost
+	}
+	return Descriptor{Key: d.Key, Limit: algorithms.Limit{Kind: kind, Quota: d.Quota, Window: time.Duration(d.WindowMs) * time.Millisecond, Burst: d.Burst}, Cost: cost}, nil
+}
+
+// validate reports what is wrong with d; the error's Field is relative to the descriptor
+// (".quota", or "" for the descriptor as a whole).
+func (d *DescriptorRequest) validate(opts ParseOptions) *RequestError {
 	if err := checkKey(d.Key, opts.MaxKeyBytes); err != nil {
-		return Descriptor{}, reqErr(path+".key", "%s", err)
+		return reqErr(".key", "%s", err)
 	}
 	if d.Algorithm == "" {
-		return Descriptor{}, reqErr(path+".algorithm", "required (token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)")
+		return reqErr(".algorithm", "required (token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)")
 	}
 	kind, err := algorithms.ParseKind(d.Algorithm)
 	if err != nil {
-		return Descriptor{}, reqErr(path+".algorithm", "%s", strings.TrimPrefix(err.Error(), "algorithms: "))
+		return reqErr(".algorithm", "%s", strings.TrimPrefix(err.Error(), "algorithms: "))
 	}
 	maxQuota := algorithms.MaxQuota
 	if kind == algorithms.SlidingLog {
 		maxQuota = algorithms.MaxLogQuota
 	}
 	if d.Quota < 1 || d.Quota > maxQuota {
-		return Descriptor{}, reqErr(path+".quota", "must be between 1 and %d for %v, got %d", maxQuota, kind, d.Quota)
+		return reqErr(".quota", "must be between 1 and %d for %v, got %d", maxQuota, kind, d.Quota)
 	}
 	minMs, maxMs := int64(algorithms.MinWindow/time.Millisecond), int64(algorithms.MaxWindow/time.Millisecond)
 	if d.WindowMs < minMs || d.WindowMs > maxMs {
-		return Descriptor{}, reqErr(path+".window_ms", "must be between %d and %d, got %d", minMs, maxMs, d.WindowMs)
+		return reqErr(".window_ms", "must be between %d and %d, got %d", minMs, maxMs, d.WindowMs)
 	}
 	bucket := kind == algorithms.TokenBucket || kind == algorithms.LeakyBucket
 	if !bucket && d.Burst != 0 {
-		return Descriptor{}, reqErr(path+".burst", "must be 0 or absent for %v, got %d", kind, d.Burst)
+		return reqErr(".burst", "must be 0 or absent for %v, got %d", kind, d.Burst)
 	}
 	if d.Burst < 0 || d.Burst > algorithms.MaxQuota {
-		return Descriptor{}, reqErr(path+".burst", "must be between 0 and %d, got %d", algorithms.MaxQuota, d.Burst)
+		return reqErr(".burst", "must be between 0 and %d, got %d", algorithms.MaxQuota, d.Burst)
 	}
-	cost := int64(1)
 	if d.Cost != nil {
-		cost = *d.Cost
-		if cost < 1 || cost > algorithms.MaxQuota {
-			return Descriptor{}, reqErr(path+".cost", "must be between 1 and %d, got %d", algorithms.MaxQuota, cost)
+		if cost := *d.Cost; cost < 1 || cost > algorithms.MaxQuota {
+			return reqErr(".cost", "must be between 1 and %d, got %d", algorithms.MaxQuota, cost)
 		}
 	}
 	l := algorithms.Limit{Kind: kind, Quota: d.Quota, Window: time.Duration(d.WindowMs) * time.Millisecond, Burst: d.Burst}
 	if err := l.Validate(); err != nil { // what the per-field checks cannot see: burst × window / quota
-		return Descriptor{}, reqErr(path, "%s", strings.TrimPrefix(err.Error(), "algorithms: "))
+		return reqErr("", "%s", strings.TrimPrefix(err.Error(), "algorithms: "))
 	}
-	return Descriptor{Key: d.Key, Limit: l, Cost: cost}, nil
+	return nil
 }
 
 // checkKey accepts 1 to max bytes of UTF-8 without control characters.

@@ -1,9 +1,11 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -14,13 +16,18 @@ import (
 // SecretHeader carries the optional shared secret between proxy and service.
 const SecretHeader = "x-meshlimit-secret"
 
+// DefaultTimeout is the store deadline of one check when Config.Timeout is zero.
+const DefaultTimeout = 15 * time.Millisecond
+
 // Config configures a Handler.
 type Config struct {
 	// Store decides descriptors; required.
 	Store Store
 	// Secret, when non-empty, must be sent in SecretHeader on /v1/check (401 otherwise).
 	Secret string
-	// Timeout bounds the store work of one check (default 50ms). When it passes, the check is
+	// Timeout bounds the store work of one check (default 15ms, below the filter's default
+	// global.timeout of 20ms, so that a slow store is answered with a 503 before the proxy gives
+	// up on the call). When it passes, the check is
 	// answered 503 at once.
 	Timeout time.Duration
 	// MaxBodyBytes bounds a check body (default 64 KiB; larger bodies get 413).
@@ -49,7 +56,7 @@ type Handler struct {
 	maxBody int64
 	parse   ParseOptions
 	log     *slog.Logger
-	bufs    sync.Pool
+	scratch sync.Pool    // *checkScratch
 	lastLog atomic.Int64 // unix ns of the last store error logged
 }
 
@@ -59,7 +66,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 		return nil, errors.New("service: Config.Store is required")
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 50 * time.Millisecond
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = defaultMaxBodyBytes
@@ -77,13 +84,13 @@ func NewHandler(cfg Config) (*Handler, error) {
 		metrics: cfg.Metrics,
 		timeout: cfg.Timeout,
 		maxBody: cfg.MaxBodyBytes,
-		parse:   cfg.Parse,
+		parse:   cfg.Parse.withDefaults(),
 		log:     cfg.Logger,
 	}
 	if cfg.Secret != "" {
 		h.secret = []byte(cfg.Secret)
 	}
-	h.bufs.New = func() any { b := make([]byte, 0, 512); return &b }
+	h.scratch.New = func() any { return new(checkScratch) }
 	h.mux.HandleFunc("POST /v1/check", h.check)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, "ok\n") })
 	h.mux.HandleFunc("GET /readyz", h.ready)
@@ -100,7 +107,20 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, http.StatusUnauthorized, SecretHeader+": missing or wrong")
 		return
 	}
-	c, err := ParseCheckRequest(http.MaxBytesReader(w, r.Body, h.maxBody), h.parse)
+	s := h.scratch.Get().(*checkScratch)
+	defer func() {
+		s.reset()
+		h.scratch.Put(s)
+	}()
+	var c Check
+	var err error
+	if rerr := s.readBody(http.MaxBytesReader(w, r.Body, h.maxBody), r.ContentLength); rerr != nil {
+		// Too large or broken: the strict decoder sees what was read, then the error, as it
+		// would have reading the body itself, and decides what to answer.
+		c, err = ParseCheckRequest(io.MultiReader(bytes.NewReader(s.body), errReader{rerr}), h.parse)
+	} else {
+		c, err = s.parseCheck(h.parse)
+	}
 	if err != nil {
 		var re *RequestError
 		var me *http.MaxBytesError
@@ -120,7 +140,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
-	o, err := h.limiter.Check(ctx, c.Descriptors, c.Now)
+	o, err := h.limiter.check(ctx, c.Descriptors, c.Now, s.decs)
 	if err != nil {
 		kind := errStore
 		if ctx.Err() != nil {
@@ -131,12 +151,15 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, http.StatusServiceUnavailable, "store unavailable")
 		return
 	}
-	bp := h.bufs.Get().(*[]byte)
-	*bp = appendCheckResponse((*bp)[:0], o)
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(*bp)
-	h.bufs.Put(bp)
+	s.decs = o.Decisions
+	s.out = appendCheckResponse(s.out[:0], o)
+	w.Header()["Content-Type"] = jsonContentType
+	_, _ = w.Write(s.out)
 }
+
+// jsonContentType is the Content-Type header value of every JSON answer, shared (net/http
+// only reads it).
+var jsonContentType = []string{"application/json"}
 
 // logStoreError logs a store failure, at most once a second so that an outage does not
 // flood the log (the metrics count every one).

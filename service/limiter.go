@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/meshlimit/meshlimit/algorithms"
@@ -47,7 +48,13 @@ func NewLimiter(store Store, m *Metrics) *Limiter {
 // Check decides descs at now (the zero Time: the store's clock). It returns an error, and no
 // Outcome, if the store fails or ctx ends; descriptors decided before the failure stay charged.
 func (l *Limiter) Check(ctx context.Context, descs []Descriptor, now time.Time) (Outcome, error) {
-	o := Outcome{Allowed: true, Decisions: make([]DescriptorDecision, len(descs))}
+	return l.check(ctx, descs, now, nil)
+}
+
+// check is Check with the decisions appended to dst[:0].
+func (l *Limiter) check(ctx context.Context, descs []Descriptor, now time.Time, dst []DescriptorDecision) (Outcome, error) {
+	o := Outcome{Allowed: true, Decisions: slices.Grow(dst[:0], len(descs))[:len(descs)]}
+	clear(o.Decisions)
 	for i, d := range descs {
 		if !o.Allowed {
 			o.Decisions[i] = DescriptorDecision{Decision: algorithms.Decision{Limit: d.Limit.Quota}, Skipped: true}

@@ -1,8 +1,10 @@
 package service
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,9 +12,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,18 +27,25 @@ import (
 )
 
 // TestLoadFigures measures, side by side on this machine and against one redis-server, the
-// service's checks per second and latency at 64 connections (Redis store and memory store),
-// the HTTP floor (a Go handler that reads the body and answers a constant), and
-// redis-benchmark running the token-bucket script with EVALSHA. Loopback only, bounded in
-// time. It runs when MESHLIMIT_BENCH=1 (MESHLIMIT_BENCH_SECONDS per phase, default 5):
+// service's checks per second and latency at 64 keep-alive connections (Redis store and memory
+// store), the HTTP floor (a no-op Go handler that reads the body and answers a constant), and
+// redis-benchmark running the token-bucket script with EVALSHA. See BENCHMARKS.md.
+//
+// Every phase is driven by the same lean load generator (raw HTTP/1.1 over net.Conn with
+// preformatted requests, one goroutine per connection) and served by the same http.Server
+// settings as cmd/meshlimit-service. The phases alternate (floor, redis, memory, floor, ...)
+// for MESHLIMIT_BENCH_ROUNDS rounds (default 5) of MESHLIMIT_BENCH_SECONDS each (default 3),
+// after a warm-up, so that a noisy neighbour hits every phase alike; the figures are the
+// medians over rounds. Loopback only, bounded in time, and opt-in:
 //
 //	MESHLIMIT_BENCH=1 go test -run TestLoadFigures -v ./service/
 func TestLoadFigures(t *testing.T) {
 	if os.Getenv("MESHLIMIT_BENCH") != "1" {
 		t.Skip("set MESHLIMIT_BENCH=1 to measure")
 	}
-	d := time.Duration(envInt("MESHLIMIT_BENCH_SECONDS", 5)) * time.Second
-	const conns = 64
+	d := time.Duration(envInt("MESHLIMIT_BENCH_SECONDS", 3)) * time.Second
+	rounds := int(envInt("MESHLIMIT_BENCH_ROUNDS", 5))
+	conns := int(envInt("MESHLIMIT_BENCH_CONNS", 64))
 	rs := startRedis(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -42,28 +54,78 @@ func TestLoadFigures(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"allowed":true}` + "\n"))
 	})
-	redisStore, err := NewRedisStore(RedisConfig{Addrs: []string{rs.Addr()}, FlushDelay: time.Duration(envInt("MESHLIMIT_BENCH_FLUSH_US", 0)) * time.Microsecond})
+	redisStore, err := NewRedisStore(RedisConfig{Addrs: []string{rs.Addr()}, FlushDelay: time.Duration(envInt("MESHLIMIT_BENCH_FLUSH_US", int64(DefaultFlushDelay/time.Microsecond))) * time.Microsecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { redisStore.Close() })
 	memStore := NewMemoryStore(MemoryConfig{})
 	t.Cleanup(func() { memStore.Close() })
-	withRedis, err := NewHandler(Config{Store: redisStore, Logger: quiet, Timeout: time.Second})
+	withRedis, err := NewHandler(Config{Store: redisStore, Logger: quiet})
 	require.NoError(t, err)
-	withMemory, err := NewHandler(Config{Store: memStore, Logger: quiet, Timeout: time.Second})
+	withMemory, err := NewHandler(Config{Store: memStore, Logger: quiet})
 	require.NoError(t, err)
 
-	results := map[string]loadResult{}
-	for _, p := range []struct {
+	phases := []struct {
 		name string
 		h    http.Handler
-	}{{"floor", floor}, {"service+redis", withRedis}, {"service+memory", withMemory}} {
-		res := runLoad(t, p.h, conns, d)
-		results[p.name] = res
-		t.Logf("%-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  errors %d  (%d requests)",
-			p.name, res.rps, ms(res.p50), ms(res.p99), res.errors, res.n)
+		addr string
+	}{{name: "floor", h: floor}, {name: "service+redis", h: withRedis}, {name: "service+memory", h: withMemory}}
+	if only := os.Getenv("MESHLIMIT_BENCH_ONLY"); only != "" { // e.g. "service+redis" for a profile
+		phases = slices.DeleteFunc(phases, func(p struct {
+			name string
+			h    http.Handler
+			addr string
+		}) bool {
+			return !slices.Contains(strings.Split(only, ","), p.name)
+		})
 	}
-	for _, name := range []string{"service+redis", "service+memory"} {
-		t.Logf("%s / floor = %.2f", name, results[name].rps/results["floor"].rps)
+	for i := range phases {
+		phases[i].addr = serveLoopback(t, phases[i].h)
+	}
+	reqs := checkRequests(10000)
+
+	t.Logf("GOMAXPROCS %d, NumCPU %d, %s, %d connections, %d rounds of %v per phase",
+		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), conns, rounds, d)
+	for _, p := range phases { // warm-up: connections, pools, Redis keys, scripts loaded
+		_, err := leanLoad(p.addr, conns, time.Second, reqs)
+		require.NoError(t, err, p.name)
+	}
+	results := map[string][]loadResult{}
+	for r := range rounds {
+		for i := range phases {
+			p := phases[(i+r)%len(phases)] // rotate the order too: no phase always follows another
+			self0 := selfCPU()
+			redis0, cmds0, reads0 := redisStats(rs)
+			res, err := leanLoad(p.addr, conns, d, reqs)
+			require.NoError(t, err, p.name)
+			redis1, cmds1, reads1 := redisStats(rs)
+			self, redis := (selfCPU()-self0).Seconds()/d.Seconds(), (redis1-redis0).Seconds()/d.Seconds()
+			res.cpuUs = (self + redis) * 1e6 / res.rps
+			batch := ""
+			if cmds1 > cmds0 {
+				batch = fmt.Sprintf(", %.1f scripts per Redis read", (cmds1-cmds0)/(reads1-reads0))
+			}
+			results[p.name] = append(results[p.name], res)
+			t.Logf("round %d %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d requests, %d not 200 allowed; CPU: this process %.2f, redis-server %.2f, %.1f µs/request%s)",
+				r+1, p.name, res.rps, ms(res.p50), ms(res.p99), res.n, res.errors, self, redis, res.cpuUs, batch)
+		}
+	}
+	med := map[string]loadResult{}
+	for _, p := range phases {
+		med[p.name] = medianResult(results[p.name])
+		m := med[p.name]
+		t.Logf("median %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  %.1f CPU µs/request", p.name, m.rps, ms(m.p50), ms(m.p99), m.cpuUs)
+	}
+	if f, ok := med["floor"]; ok {
+		for _, name := range []string{"service+redis", "service+memory"} {
+			if m, ok := med[name]; ok {
+				ratios := roundRatios(results[name], results["floor"])
+				t.Logf("%s / floor = %.2f (ratio of medians; median of the rounds' ratios %.2f, rounds %s), p99 %.3f vs %.3f ms",
+					name, m.rps/f.rps, medianOf(ratios), fmtRatios(ratios), ms(m.p99), ms(f.p99))
+			}
+		}
+	}
+	if _, ok := med["service+redis"]; !ok || os.Getenv("MESHLIMIT_BENCH_NO_REDIS_BENCHMARK") == "1" {
+		return
 	}
 
 	src, err := Script(algorithms.TokenBucket)
@@ -72,7 +134,7 @@ func TestLoadFigures(t *testing.T) {
 	require.NoError(t, err)
 	// The service's exact call: 10,000 keys, quota 10^9 per second, cost 1, Redis TIME.
 	args := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(rs.Port()), "-c", strconv.Itoa(conns),
-		"-n", strconv.Itoa(int(max(results["service+redis"].rps, 20000)) * int(d/time.Second)), "-r", "10000", "-q",
+		"-n", strconv.Itoa(int(max(med["service+redis"].rps, 20000)) * int(d/time.Second)), "-r", "10000", "-q",
 		"evalsha", sha, "1", "ml:{bench:__rand_int__}:token_bucket", "1000000000", "1000000", "0", "1", "1000"}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*d)
 	defer cancel()
@@ -81,10 +143,44 @@ func TestLoadFigures(t *testing.T) {
 	t.Logf("redis-benchmark %v\n%s", args, bytes.TrimSpace(lastLine(out)))
 }
 
+// selfCPU returns the CPU time (user and system) this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisStats returns the CPU time the redis-server process has used, the commands it has
+// processed and the socket reads it took to get them (INFO).
+func redisStats(rs *redisServer) (cpu time.Duration, cmds, reads float64) {
+	out, err := rs.Do("INFO", "all")
+	if err != nil {
+		return 0, 0, 0
+	}
+	var total float64
+	for _, line := range strings.Split(out, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		f, _ := strconv.ParseFloat(v, 64)
+		switch k {
+		case "used_cpu_sys", "used_cpu_user":
+			total += f
+		case "total_reads_processed":
+			reads = f
+		case "cmdstat_evalsha":
+			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+			cmds, _ = strconv.ParseFloat(calls, 64)
+		}
+	}
+	return time.Duration(total * float64(time.Second)), cmds, reads
+}
+
 type loadResult struct {
 	n, errors int
 	rps       float64
 	p50, p99  time.Duration
+	cpuUs     float64 // CPU µs (this process and redis-server) per request
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -97,39 +193,118 @@ func lastLine(b []byte) []byte {
 	return b
 }
 
-// runLoad serves h on a loopback port and drives it from conns goroutines, one keep-alive
-// connection each, for d; each request checks one of 10,000 keys under a token bucket that
-// always admits.
-func runLoad(t *testing.T, h http.Handler, conns int, d time.Duration) loadResult {
+// medianResult returns the median of each figure over rs (taken separately).
+func medianResult(rs []loadResult) loadResult {
+	median := func(f func(loadResult) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		return medianOf(v)
+	}
+	return loadResult{
+		rps:   median(func(r loadResult) float64 { return r.rps }),
+		p50:   time.Duration(median(func(r loadResult) float64 { return float64(r.p50) })),
+		p99:   time.Duration(median(func(r loadResult) float64 { return float64(r.p99) })),
+		cpuUs: median(func(r loadResult) float64 { return r.cpuUs }),
+	}
+}
+
+// roundRatios returns a[i].rps / b[i].rps for each round i: the phases of one round ran
+// seconds apart, so each ratio saw about the same machine.
+func roundRatios(a, b []loadResult) []float64 {
+	var r []float64
+	for i := range min(len(a), len(b)) {
+		r = append(r, a[i].rps/b[i].rps)
+	}
+	return r
+}
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	v = slices.Sorted(slices.Values(v))
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func fmtRatios(v []float64) string {
+	s := make([]string, len(v))
+	for i, r := range v {
+		s[i] = fmt.Sprintf("%.2f", r)
+	}
+	return strings.Join(s, " ")
+}
+
+// serveLoopback serves h on a free loopback port, with the http.Server settings of
+// cmd/meshlimit-service, until the test ends.
+func serveLoopback(t *testing.T, h http.Handler) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	url := "http://" + ln.Addr().String() + "/v1/check"
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
 
+// checkRequests returns n preformatted HTTP/1.1 check requests, each for one key of n under a
+// token bucket that always admits.
+func checkRequests(n int) [][]byte {
+	reqs := make([][]byte, n)
+	for i := range reqs {
+		body := fmt.Sprintf(`{"descriptors":[{"key":"user-%d","algorithm":"token_bucket","quota":1000000000,"window_ms":1000}]}`, i)
+		reqs[i] = fmt.Appendf(nil, "POST /v1/check HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	return reqs
+}
+
+// leanLoad drives addr from conns goroutines, one keep-alive connection each, for d: each
+// writes a preformatted request, reads the whole answer and writes the next. An answer counts
+// only if it is 200 with a body starting {"allowed":true. The generator is deliberately lean
+// (no net/http client) so that it takes as little of the machine as it can from the server.
+func leanLoad(addr string, conns int, d time.Duration, reqs [][]byte) (loadResult, error) {
 	var wg sync.WaitGroup
 	lat := make([][]time.Duration, conns)
 	errs := make([]int, conns)
-	deadline := time.Now().Add(d)
+	fatal := make([]error, conns)
+	ready := make(chan struct{})
+	var deadline time.Time
 	for c := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tr := &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}
-			defer tr.CloseIdleConnections()
-			client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
-			for i := 0; time.Now().Before(deadline); i++ {
-				body := fmt.Appendf(nil, `{"descriptors":[{"key":"user-%d","algorithm":"token_bucket","quota":1000000000,"window_ms":1000}]}`, (c*7919+i)%10000)
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				fatal[c] = err
+				<-ready
+				return
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(d + 30*time.Second))
+			br := bufio.NewReaderSize(conn, 4096)
+			lat[c] = make([]time.Duration, 0, 1<<14)
+			<-ready
+			for i := c * 7919; time.Now().Before(deadline); i++ {
 				start := time.Now()
-				resp, err := client.Post(url, "application/json", bytes.NewReader(body))
-				if err != nil {
-					errs[c]++
-					continue
+				if _, err := conn.Write(reqs[i%len(reqs)]); err != nil {
+					fatal[c] = err
+					return
 				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
+				ok, err := readAnswer(br)
+				if err != nil {
+					fatal[c] = err
+					return
+				}
+				if !ok {
 					errs[c]++
 					continue
 				}
@@ -137,15 +312,59 @@ func runLoad(t *testing.T, h http.Handler, conns int, d time.Duration) loadResul
 			}
 		}()
 	}
+	start := time.Now()
+	deadline = start.Add(d)
+	close(ready)
 	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(fatal...); err != nil {
+		return loadResult{}, err
+	}
 	all := slices.Concat(lat...)
 	slices.Sort(all)
-	res := loadResult{n: len(all), rps: float64(len(all)) / d.Seconds()}
+	res := loadResult{n: len(all), rps: float64(len(all)) / elapsed.Seconds()}
 	for _, e := range errs {
 		res.errors += e
 	}
 	if len(all) > 0 {
 		res.p50, res.p99 = all[len(all)/2], all[len(all)*99/100]
 	}
-	return res
+	return res, nil
+}
+
+// readAnswer reads one HTTP/1.1 response with a Content-Length from br and reports whether it
+// was a 200 whose body starts {"allowed":true.
+func readAnswer(br *bufio.Reader) (bool, error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return false, err
+	}
+	status := len(line) >= 12 && string(line[9:12]) == "200"
+	n := -1
+	for {
+		line, err = br.ReadSlice('\n')
+		if err != nil {
+			return false, err
+		}
+		if len(line) <= 2 {
+			break
+		}
+		const cl = "content-length:"
+		if len(line) > len(cl) && strings.EqualFold(string(line[:len(cl)]), cl) {
+			if n, err = strconv.Atoi(string(bytes.TrimSpace(line[len(cl):]))); err != nil {
+				return false, err
+			}
+		}
+	}
+	if n < 0 {
+		return false, errors.New("answer without Content-Length")
+	}
+	const want = `{"allowed":true`
+	body, err := br.Peek(min(n, len(want)))
+	if err != nil {
+		return false, err
+	}
+	ok := status && string(body) == want
+	_, err = br.Discard(n)
+	return ok, err
 }

@@ -10,7 +10,10 @@
 //	                    MESHLIMIT_REDIS_USERNAME     Redis ACL user
 //	                    MESHLIMIT_REDIS_PASSWORD     Redis password
 //	                    MESHLIMIT_SECRET             shared secret required in x-meshlimit-secret
-//	-timeout            MESHLIMIT_TIMEOUT            store deadline per check (default 50ms)
+//	-redis-flush-delay  MESHLIMIT_REDIS_FLUSH_DELAY  how long the Redis client may wait to batch
+//	                                                 concurrent scripts into one write (default
+//	                                                 100µs; 0: write at once)
+//	-timeout            MESHLIMIT_TIMEOUT            store deadline per check (default 15ms; keep it below the filter's global.timeout)
 //	-max-keys           MESHLIMIT_MAX_KEYS           in-memory store key bound (default 1048576)
 //	-allow-client-time  MESHLIMIT_ALLOW_CLIENT_TIME  accept now_us in checks (tests only)
 //	-log-level          MESHLIMIT_LOG_LEVEL          debug, info, warn or error (default info)
@@ -48,7 +51,7 @@ func main() {
 // options are the parsed flags and environment.
 type options struct {
 	listen, redis, redisUser, redisPass, secret, logLevel string
-	timeout, grace                                        time.Duration
+	timeout, grace, flushDelay                            time.Duration
 	maxKeys                                               int
 	allowClientTime                                       bool
 }
@@ -65,8 +68,9 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&o.listen, "listen", env("MESHLIMIT_LISTEN", ":8080"), "address to serve on")
 	fs.StringVar(&o.redis, "redis", env("MESHLIMIT_REDIS", ""), "comma-separated Redis addresses (empty: in-memory store)")
 	fs.StringVar(&o.logLevel, "log-level", env("MESHLIMIT_LOG_LEVEL", "info"), "debug, info, warn or error")
-	var timeout, grace, maxKeys, allow string
-	fs.StringVar(&timeout, "timeout", env("MESHLIMIT_TIMEOUT", "50ms"), "store deadline per check")
+	var timeout, grace, maxKeys, allow, flushDelay string
+	fs.StringVar(&timeout, "timeout", env("MESHLIMIT_TIMEOUT", service.DefaultTimeout.String()), "store deadline per check")
+	fs.StringVar(&flushDelay, "redis-flush-delay", env("MESHLIMIT_REDIS_FLUSH_DELAY", service.DefaultFlushDelay.String()), "how long the Redis client may wait to batch concurrent scripts into one write")
 	fs.StringVar(&grace, "shutdown-grace", env("MESHLIMIT_SHUTDOWN_GRACE", "10s"), "time to finish requests on shutdown")
 	fs.StringVar(&maxKeys, "max-keys", env("MESHLIMIT_MAX_KEYS", "1048576"), "in-memory store key bound")
 	fs.StringVar(&allow, "allow-client-time", env("MESHLIMIT_ALLOW_CLIENT_TIME", "false"), "accept now_us in checks (tests only)")
@@ -79,6 +83,9 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	var err error
 	if o.timeout, err = time.ParseDuration(timeout); err != nil || o.timeout <= 0 {
 		return o, fmt.Errorf("-timeout: want a positive duration, got %q", timeout)
+	}
+	if o.flushDelay, err = time.ParseDuration(flushDelay); err != nil || o.flushDelay < 0 || o.flushDelay > time.Second {
+		return o, fmt.Errorf("-redis-flush-delay: want a duration between 0 and 1s, got %q", flushDelay)
 	}
 	if o.grace, err = time.ParseDuration(grace); err != nil || o.grace < 0 {
 		return o, fmt.Errorf("-shutdown-grace: want a duration, got %q", grace)
@@ -113,10 +120,10 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		log.Info("store", "kind", "memory", "max_keys", o.maxKeys)
 	} else {
 		addrs := strings.Split(o.redis, ",")
-		if store, err = service.NewRedisStore(service.RedisConfig{Addrs: addrs, Username: o.redisUser, Password: o.redisPass}); err != nil {
+		if store, err = service.NewRedisStore(service.RedisConfig{Addrs: addrs, Username: o.redisUser, Password: o.redisPass, FlushDelay: o.flushDelay}); err != nil {
 			return err
 		}
-		log.Info("store", "kind", "redis", "addrs", addrs)
+		log.Info("store", "kind", "redis", "addrs", addrs, "flush_delay", o.flushDelay)
 	}
 	defer store.Close()
 

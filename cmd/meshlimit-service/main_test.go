@@ -20,8 +20,9 @@ func TestParseOptions(t *testing.T) {
 	assert.Equal(t, "a:1,b:2", o.redis)
 	assert.Equal(t, "s", o.secret)
 	assert.Equal(t, ":8080", o.listen)
+	assert.Equal(t, 100*time.Microsecond, o.flushDelay)
 
-	for _, args := range [][]string{{"-timeout", "0"}, {"-max-keys", "x"}, {"-allow-client-time", "maybe"}, {"extra"}} {
+	for _, args := range [][]string{{"-timeout", "0"}, {"-max-keys", "x"}, {"-allow-client-time", "maybe"}, {"-redis-flush-delay", "-1ms"}, {"extra"}} {
 		_, err := parseOptions(args, func(string) string { return "" })
 		assert.Error(t, err, "%q", args)
 	}

@@ -3,7 +3,7 @@
 
 local C = Q
 if burst > 0 then C = burst end
-local Ti, Tr = math.floor(W / Q), W % Q -- emission interval T = Ti + Tr/Q µs
+local Ti, Tr = floor(W / Q), W % Q -- emission interval T = Ti + Tr/Q µs
 
 local function add(ai, af, bi, bf)
   local i, f = ai + bi, af + bf
@@ -61,7 +61,7 @@ local remaining = 0
 if not less(li, lf, ti, tf) then
   local si2, sf2 = sub(li, lf, ti, tf)
   local q, r = muldivmod(si2, Q, W)
-  remaining = q + math.floor((r + sf2) / W)
+  remaining = q + floor((r + sf2) / W)
 end
 local reset = ceil(sub(ti, tf, now, 0))
 

@@ -19,14 +19,29 @@ local MAX_WINDOW = 34560000000000     -- 400 days in µs
 local MAX_QUOTA = 1000000000000       -- 10^12
 local NEVER = -1
 
--- muldivmod returns floor(x*y/z), x*y mod z by long multiplication in base 128; exact for
--- x, y, z < 2^45 (y < 2^49) and a quotient < 2^53.
+local floor = math.floor
+
+-- muldivmod returns floor(x*y/z), x*y mod z; exact for x, y, z < 2^45 (y < 2^49) and a
+-- quotient < 2^53. When x*y < 2^52 the product is an exact double and one division, corrected
+-- by at most one (the rounded quotient can only be one too high), is exact; otherwise it uses
+-- long multiplication in base 128.
 local function muldivmod(x, y, z)
+  local p = x * y
+  if p < 4503599627370496 then
+    local q = floor(p / z)
+    local r = p - q * z
+    if r < 0 then
+      q, r = q - 1, r + z
+    elseif r >= z then
+      q, r = q + 1, r - z
+    end
+    return q, r
+  end
   local q, r = 0, 0
   for k = 6, 0, -1 do
-    local d = math.floor(y / 128 ^ k) % 128
+    local d = floor(y / 128 ^ k) % 128
     local t = r * 128 + x * d
-    local qt = math.floor(t / z)
+    local qt = floor(t / z)
     q, r = q * 128 + qt, t - qt * z
   end
   return q, r
@@ -35,7 +50,7 @@ end
 -- field parses a stored integer in [0, hi], or returns nil (missing or unusable: start fresh).
 local function field(s, hi)
   local n = tonumber(s)
-  if n == nil or n < 0 or n > hi or n ~= math.floor(n) then
+  if n == nil or n < 0 or n > hi or n ~= floor(n) then
     return nil
   end
   return n
