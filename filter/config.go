@@ -679,6 +679,11 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 				l.TTL = d
 			}
 		}
+		for i := range r.limits {
+			if c := r.limits[i].Limit.Capacity(); l.Batch > c {
+				v.failf(path+".lease.batch", "%d exceeds the capacity %d of limits[%d]: such a batch could never be granted", l.Batch, c, i)
+			}
+		}
 		r.lease = l
 	}
 	if len(rj.Fallback) > 0 {

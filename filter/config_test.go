@@ -113,6 +113,7 @@ func TestParseConfigRejectsEachFailureModeWithItsFieldPath(t *testing.T) {
 		{"lease-on-both-scope", "rules[0].lease", "only rules with scope global lease quota"},
 		{"lease-missing-batch", "rules[0].lease.batch", "required"},
 		{"lease-ttl-too-short", "rules[0].lease.ttl", "1ms out of range: want 10ms to 1h"},
+		{"lease-batch-over-capacity", "rules[0].lease.batch", "50 exceeds the capacity 10 of limits[0]"},
 		{"breaker-failures-out-of-range", "global.breaker.failures", "0 out of range: want 1 to 1000"},
 		{"breaker-cooldown-too-short", "global.breaker.cooldown", "10ms out of range: want 100ms to 1h"},
 		{"status-out-of-range", "response.status", "302 out of range: want 400 to 599"},

@@ -187,7 +187,9 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 				p.block(it, k, now+d.RetryAfterMs*int64(time.Millisecond))
 			}
 		}
-		denied = denied || p.count(it.rs, allowed, enforced)
+		if p.count(it.rs, allowed, enforced) { // every rule is counted, even after a denial
+			denied = true
+		}
 	}
 	h.finishGlobal(denied, true, now)
 }

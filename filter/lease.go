@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 
@@ -187,8 +188,12 @@ func (p *pluginContext) onLeaseResponse(it *globalItem, numHeaders, bodySize int
 	g.breaker.success()
 	var wait int64
 	for _, d := range decisions {
-		if !d.Allowed {
-			wait = max(wait, d.RetryAfterMs*1e6, 1e6)
+		switch {
+		case d.Allowed:
+		case d.RetryAfterMs < 0: // a batch larger than the bucket can never be granted
+			wait = max(wait, int64(time.Second))
+		default:
+			wait = max(wait, d.RetryAfterMs*int64(time.Millisecond), int64(time.Millisecond))
 		}
 	}
 	if wait > 0 {
