@@ -4,6 +4,7 @@ package abi
 
 import "unsafe"
 
+//go:noescape
 //go:wasmimport wasi_snapshot_preview1 clock_time_get
 func clockTimeGet(clockID uint32, precision uint64, time unsafe.Pointer) uint32
 

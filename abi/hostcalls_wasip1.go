@@ -12,7 +12,12 @@ import (
 // takes and writes 32-bit values. Out-parameters are therefore received in 32-bit locals (a pointer
 // slot is received in an unsafe.Pointer whose high half stays zero) and then stored through the SDK's
 // pointers by ordinary Go assignments, so the garbage collector sees every reference the host hands us.
+//
+// Every import that takes pointers is //go:noescape: the host reads and writes them only during the
+// call and keeps none, which lets those locals live on the stack instead of costing two heap
+// allocations per call.
 
+//go:noescape
 //go:wasmimport env proxy_log
 func hostLog(level uint32, msg unsafe.Pointer, msgSize int32) uint32
 
@@ -21,6 +26,7 @@ func ProxyLog(level uint32, msg *byte, msgSize int) uint32 {
 	return hostLog(level, unsafe.Pointer(msg), int32(msgSize))
 }
 
+//go:noescape
 //go:wasmimport env proxy_send_local_response
 func hostSendLocalResponse(status uint32, details unsafe.Pointer, detailsSize int32, body unsafe.Pointer, bodySize int32,
 	headers unsafe.Pointer, headersSize int32, grpcStatus int32) uint32
@@ -32,6 +38,7 @@ func ProxySendLocalResponse(status uint32, details *byte, detailsSize int, body 
 		unsafe.Pointer(headers), int32(headersSize), grpcStatus)
 }
 
+//go:noescape
 //go:wasmimport env proxy_get_shared_data
 func hostGetSharedData(key unsafe.Pointer, keySize int32, retData unsafe.Pointer, retSize unsafe.Pointer, retCas unsafe.Pointer) uint32
 
@@ -44,6 +51,7 @@ func ProxyGetSharedData(key *byte, keySize int, retData **byte, retSize *int, re
 	return st
 }
 
+//go:noescape
 //go:wasmimport env proxy_set_shared_data
 func hostSetSharedData(key unsafe.Pointer, keySize int32, value unsafe.Pointer, valueSize int32, cas uint32) uint32
 
@@ -52,6 +60,7 @@ func ProxySetSharedData(key *byte, keySize int, value *byte, valueSize int, cas 
 	return hostSetSharedData(unsafe.Pointer(key), int32(keySize), unsafe.Pointer(value), int32(valueSize), cas)
 }
 
+//go:noescape
 //go:wasmimport env proxy_register_shared_queue
 func hostRegisterSharedQueue(name unsafe.Pointer, nameSize int32, retID unsafe.Pointer) uint32
 
@@ -60,6 +69,7 @@ func ProxyRegisterSharedQueue(name *byte, nameSize int, retID *uint32) uint32 {
 	return hostRegisterSharedQueue(unsafe.Pointer(name), int32(nameSize), unsafe.Pointer(retID))
 }
 
+//go:noescape
 //go:wasmimport env proxy_resolve_shared_queue
 func hostResolveSharedQueue(vmID unsafe.Pointer, vmIDSize int32, name unsafe.Pointer, nameSize int32, retID unsafe.Pointer) uint32
 
@@ -68,6 +78,7 @@ func ProxyResolveSharedQueue(vmID *byte, vmIDSize int, name *byte, nameSize int,
 	return hostResolveSharedQueue(unsafe.Pointer(vmID), int32(vmIDSize), unsafe.Pointer(name), int32(nameSize), unsafe.Pointer(retID))
 }
 
+//go:noescape
 //go:wasmimport env proxy_dequeue_shared_queue
 func hostDequeueSharedQueue(queueID uint32, retData unsafe.Pointer, retSize unsafe.Pointer) uint32
 
@@ -80,6 +91,7 @@ func ProxyDequeueSharedQueue(queueID uint32, retData **byte, retSize *int) uint3
 	return st
 }
 
+//go:noescape
 //go:wasmimport env proxy_enqueue_shared_queue
 func hostEnqueueSharedQueue(queueID uint32, value unsafe.Pointer, valueSize int32) uint32
 
@@ -88,6 +100,7 @@ func ProxyEnqueueSharedQueue(queueID uint32, value *byte, valueSize int) uint32 
 	return hostEnqueueSharedQueue(queueID, unsafe.Pointer(value), int32(valueSize))
 }
 
+//go:noescape
 //go:wasmimport env proxy_get_header_map_value
 func hostGetHeaderMapValue(mapType uint32, key unsafe.Pointer, keySize int32, retData unsafe.Pointer, retSize unsafe.Pointer) uint32
 
@@ -100,6 +113,7 @@ func ProxyGetHeaderMapValue(mapType uint32, key *byte, keySize int, retData **by
 	return st
 }
 
+//go:noescape
 //go:wasmimport env proxy_add_header_map_value
 func hostAddHeaderMapValue(mapType uint32, key unsafe.Pointer, keySize int32, value unsafe.Pointer, valueSize int32) uint32
 
@@ -108,6 +122,7 @@ func ProxyAddHeaderMapValue(mapType uint32, key *byte, keySize int, value *byte,
 	return hostAddHeaderMapValue(mapType, unsafe.Pointer(key), int32(keySize), unsafe.Pointer(value), int32(valueSize))
 }
 
+//go:noescape
 //go:wasmimport env proxy_replace_header_map_value
 func hostReplaceHeaderMapValue(mapType uint32, key unsafe.Pointer, keySize int32, value unsafe.Pointer, valueSize int32) uint32
 
@@ -116,6 +131,7 @@ func ProxyReplaceHeaderMapValue(mapType uint32, key *byte, keySize int, value *b
 	return hostReplaceHeaderMapValue(mapType, unsafe.Pointer(key), int32(keySize), unsafe.Pointer(value), int32(valueSize))
 }
 
+//go:noescape
 //go:wasmimport env proxy_remove_header_map_value
 func hostRemoveHeaderMapValue(mapType uint32, key unsafe.Pointer, keySize int32) uint32
 
@@ -124,6 +140,7 @@ func ProxyRemoveHeaderMapValue(mapType uint32, key *byte, keySize int) uint32 {
 	return hostRemoveHeaderMapValue(mapType, unsafe.Pointer(key), int32(keySize))
 }
 
+//go:noescape
 //go:wasmimport env proxy_get_header_map_pairs
 func hostGetHeaderMapPairs(mapType uint32, retData unsafe.Pointer, retSize unsafe.Pointer) uint32
 
@@ -136,6 +153,7 @@ func ProxyGetHeaderMapPairs(mapType uint32, retData **byte, retSize *int) uint32
 	return st
 }
 
+//go:noescape
 //go:wasmimport env proxy_set_header_map_pairs
 func hostSetHeaderMapPairs(mapType uint32, pairs unsafe.Pointer, pairsSize int32) uint32
 
@@ -144,6 +162,7 @@ func ProxySetHeaderMapPairs(mapType uint32, pairs *byte, pairsSize int) uint32 {
 	return hostSetHeaderMapPairs(mapType, unsafe.Pointer(pairs), int32(pairsSize))
 }
 
+//go:noescape
 //go:wasmimport env proxy_get_buffer_bytes
 func hostGetBufferBytes(bufferType uint32, start int32, maxSize int32, retData unsafe.Pointer, retSize unsafe.Pointer) uint32
 
@@ -156,6 +175,7 @@ func ProxyGetBufferBytes(bufferType uint32, start int, maxSize int, retData **by
 	return st
 }
 
+//go:noescape
 //go:wasmimport env proxy_set_buffer_bytes
 func hostSetBufferBytes(bufferType uint32, start int32, maxSize int32, data unsafe.Pointer, size int32) uint32
 
@@ -176,6 +196,7 @@ func hostCloseStream(streamType uint32) uint32
 //go:linkname ProxyCloseStream github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxyCloseStream
 func ProxyCloseStream(streamType uint32) uint32 { return hostCloseStream(streamType) }
 
+//go:noescape
 //go:wasmimport env proxy_http_call
 func hostHTTPCall(upstream unsafe.Pointer, upstreamSize int32, headers unsafe.Pointer, headersSize int32,
 	body unsafe.Pointer, bodySize int32, trailers unsafe.Pointer, trailersSize int32, timeoutMs uint32, retCalloutID unsafe.Pointer) uint32
@@ -187,6 +208,7 @@ func ProxyHttpCall(upstream *byte, upstreamSize int, headers *byte, headersSize 
 		unsafe.Pointer(body), int32(bodySize), unsafe.Pointer(trailers), int32(trailersSize), timeoutMs, unsafe.Pointer(retCalloutID))
 }
 
+//go:noescape
 //go:wasmimport env proxy_call_foreign_function
 func hostCallForeignFunction(name unsafe.Pointer, nameSize int32, param unsafe.Pointer, paramSize int32, retData unsafe.Pointer, retSize unsafe.Pointer) uint32
 
@@ -219,6 +241,7 @@ func hostDone() uint32
 //go:linkname ProxyDone github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxyDone
 func ProxyDone() uint32 { return hostDone() }
 
+//go:noescape
 //go:wasmimport env proxy_define_metric
 func hostDefineMetric(metricType uint32, name unsafe.Pointer, nameSize int32, retID unsafe.Pointer) uint32
 
@@ -243,6 +266,7 @@ func ProxyRecordMetric(metricID uint32, value uint64) uint32 {
 	return hostRecordMetric(metricID, value)
 }
 
+//go:noescape
 //go:wasmimport env proxy_get_metric
 func hostGetMetric(metricID uint32, retValue unsafe.Pointer) uint32
 
@@ -251,6 +275,7 @@ func ProxyGetMetric(metricID uint32, retValue *uint64) uint32 {
 	return hostGetMetric(metricID, unsafe.Pointer(retValue))
 }
 
+//go:noescape
 //go:wasmimport env proxy_get_property
 func hostGetProperty(path unsafe.Pointer, pathSize int32, retData unsafe.Pointer, retSize unsafe.Pointer) uint32
 
@@ -263,6 +288,7 @@ func ProxyGetProperty(path *byte, pathSize int, retData **byte, retSize *int) ui
 	return st
 }
 
+//go:noescape
 //go:wasmimport env proxy_set_property
 func hostSetProperty(path unsafe.Pointer, pathSize int32, value unsafe.Pointer, valueSize int32) uint32
 
