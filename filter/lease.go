@@ -20,7 +20,9 @@ import (
 // Leased units are charged in the service when they are leased, so the proxies together never admit
 // more than the service granted. What leasing changes is when: units leased at t may be spent until
 // t + ttl, so in any window the admissions can exceed the limit by at most the units outstanding in
-// the proxies, P × Batch for P proxies (one lease in flight per key and proxy, guarded in shared data),
+// the proxies: a proxy leases only while it holds less than one batch, with one lease in flight per key
+// (guarded in shared data), so it holds fewer than 2 × Batch units and the excess is below P × 2 × Batch
+// for P proxies,
 // and units not spent within ttl are dropped (admitting less, never more).
 
 // leaseEntrySize is the size of a lease slot: key fingerprint, units left, expiry, lease in flight
@@ -94,7 +96,8 @@ func (p *pluginContext) updateLease(it *globalItem, f func(*leaseSlot) bool) err
 }
 
 // spendLease takes the request's cost from the key's leased units. It reports whether the request
-// was admitted that way, and asks for a lease when the units run low (below half a batch).
+// was admitted that way, and asks for a lease when less than a batch is left, so that a batch that
+// covers one tick's consumption keeps the bucket from running dry.
 func (p *pluginContext) spendLease(it *globalItem, now int64) bool {
 	l := it.rs.rule.lease
 	spent, low := false, false
@@ -102,7 +105,7 @@ func (p *pluginContext) spendLease(it *globalItem, now int64) bool {
 		if s.expiry <= now {
 			s.units = 0
 		}
-		low = s.units-it.cost < l.Batch/2+1 && s.inflight <= now
+		low = s.units-it.cost < l.Batch && s.inflight <= now
 		if s.units < it.cost {
 			return false
 		}
