@@ -62,6 +62,23 @@ func heapInUse() uint64 {
 	return m.HeapInuse
 }
 
+// saturateStore serves a handler on store and saturates it; every request must be answered 200 and the
+// heap in use may not grow by more than 64 MiB. It returns the requests answered and the heap in use
+// before and after.
+func saturateStore(t *testing.T, store Store, conns, keys int, d time.Duration) (answered int64, before, after uint64) {
+	t.Helper()
+	h, err := NewHandler(Config{Store: store, Timeout: time.Second})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	before = heapInUse()
+	answered, failed := saturate(t, srv.URL+"/v1/check", conns, keys, d)
+	after = heapInUse()
+	assert.Zero(t, failed, "%d of %d requests failed", failed, answered)
+	assert.Less(t, after, before+64<<20, "heap in use grew from %d to %d bytes", before, after)
+	return answered, before, after
+}
+
 // TestSaturationCausesNoErrorsAndBoundedMemory loads the service as fast as 32 connections go, for
 // a bounded time, with far more distinct keys than the memory store may hold: every request must be
 // answered 200, and the memory stays bounded (by MaxKeys in memory, by TTLs in Redis).
@@ -74,30 +91,13 @@ func TestSaturationCausesNoErrorsAndBoundedMemory(t *testing.T) {
 	t.Run("memory store", func(t *testing.T) {
 		store := NewMemoryStore(MemoryConfig{MaxKeys: maxKeys})
 		defer store.Close()
-		h, err := NewHandler(Config{Store: store, Timeout: time.Second})
-		require.NoError(t, err)
-		srv := httptest.NewServer(h)
-		defer srv.Close()
-		before := heapInUse()
-		answered, failed := saturate(t, srv.URL+"/v1/check", conns, keys, d)
-		after := heapInUse()
-		assert.Zero(t, failed, "%d of %d requests failed", failed, answered)
+		answered, before, after := saturateStore(t, store, conns, keys, d)
 		assert.LessOrEqual(t, store.Len(), maxKeys, "the store never holds more than MaxKeys")
-		assert.Less(t, after, before+64<<20, "heap in use grew from %d to %d bytes", before, after)
 		t.Logf("memory store: %d requests in %v, 0 errors, %d keys held, heap in use %d → %d KiB", answered, d, store.Len(), before>>10, after>>10)
 	})
 	t.Run("redis store", func(t *testing.T) {
 		redis := startRedis(t)
-		store := newRedisStore(t, redis.Addr())
-		h, err := NewHandler(Config{Store: store, Timeout: time.Second})
-		require.NoError(t, err)
-		srv := httptest.NewServer(h)
-		defer srv.Close()
-		before := heapInUse()
-		answered, failed := saturate(t, srv.URL+"/v1/check", conns, keys, d)
-		after := heapInUse()
-		assert.Zero(t, failed, "%d of %d requests failed", failed, answered)
-		assert.Less(t, after, before+64<<20, "heap in use grew from %d to %d bytes", before, after)
+		answered, before, after := saturateStore(t, newRedisStore(t, redis.Addr()), conns, keys, d)
 		n, err := redis.Do("DBSIZE")
 		require.NoError(t, err)
 		dbsize, _ := strconv.Atoi(n)

@@ -299,17 +299,26 @@ func (v *VM) headerMap(t uint32) *Headers {
 	return nil
 }
 
-// proxyGetHeaderMapValue implements spec#proxy_get_header_map_value: the first value.
-func proxyGetHeaderMapValue(v *VM, s []uint64) Status {
+// headerMapKey resolves the map type in s[0] and the lower-cased key at s[1], s[2] that the header
+// map functions share: BadArgument for a map not available now, InvalidMemoryAccess for a bad key.
+func (v *VM) headerMapKey(s []uint64) (*Headers, string, Status) {
 	h := v.headerMap(u32(s[0]))
 	if h == nil {
-		return StatusBadArgument
+		return nil, "", StatusBadArgument
 	}
 	key, ok := v.str(u32(s[1]), u32(s[2]))
 	if !ok {
-		return StatusInvalidMemoryAccess
+		return nil, "", StatusInvalidMemoryAccess
 	}
-	key = lower(key)
+	return h, lower(key), StatusOK
+}
+
+// proxyGetHeaderMapValue implements spec#proxy_get_header_map_value: the first value.
+func proxyGetHeaderMapValue(v *VM, s []uint64) Status {
+	h, key, st := v.headerMapKey(s)
+	if st != StatusOK {
+		return st
+	}
 	for _, kv := range *h {
 		if kv[0] == key {
 			return v.copyOutString(kv[1], u32(s[3]), u32(s[4]))
@@ -320,32 +329,29 @@ func proxyGetHeaderMapValue(v *VM, s []uint64) Status {
 
 // proxyAddHeaderMapValue implements spec#proxy_add_header_map_value.
 func proxyAddHeaderMapValue(v *VM, s []uint64) Status {
-	h := v.headerMap(u32(s[0]))
-	if h == nil {
-		return StatusBadArgument
+	h, key, st := v.headerMapKey(s)
+	if st != StatusOK {
+		return st
 	}
-	key, ok1 := v.str(u32(s[1]), u32(s[2]))
-	val, ok2 := v.str(u32(s[3]), u32(s[4]))
-	if !ok1 || !ok2 {
+	val, ok := v.str(u32(s[3]), u32(s[4]))
+	if !ok {
 		return StatusInvalidMemoryAccess
 	}
-	*h = append(*h, [2]string{lower(key), val})
+	*h = append(*h, [2]string{key, val})
 	return StatusOK
 }
 
 // proxyReplaceHeaderMapValue implements spec#proxy_replace_header_map_value: every
 // value of the key is replaced by one, or the header is added.
 func proxyReplaceHeaderMapValue(v *VM, s []uint64) Status {
-	h := v.headerMap(u32(s[0]))
-	if h == nil {
-		return StatusBadArgument
+	h, key, st := v.headerMapKey(s)
+	if st != StatusOK {
+		return st
 	}
-	key, ok1 := v.str(u32(s[1]), u32(s[2]))
-	val, ok2 := v.str(u32(s[3]), u32(s[4]))
-	if !ok1 || !ok2 {
+	val, ok := v.str(u32(s[3]), u32(s[4]))
+	if !ok {
 		return StatusInvalidMemoryAccess
 	}
-	key = lower(key)
 	out := (*h)[:0]
 	replaced := false
 	for _, kv := range *h {
@@ -367,15 +373,10 @@ func proxyReplaceHeaderMapValue(v *VM, s []uint64) Status {
 // proxyRemoveHeaderMapValue implements spec#proxy_remove_header_map_value; removing a
 // missing header is Ok.
 func proxyRemoveHeaderMapValue(v *VM, s []uint64) Status {
-	h := v.headerMap(u32(s[0]))
-	if h == nil {
-		return StatusBadArgument
+	h, key, st := v.headerMapKey(s)
+	if st != StatusOK {
+		return st
 	}
-	key, ok := v.str(u32(s[1]), u32(s[2]))
-	if !ok {
-		return StatusInvalidMemoryAccess
-	}
-	key = lower(key)
 	out := (*h)[:0]
 	for _, kv := range *h {
 		if kv[0] != key {
