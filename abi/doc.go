@@ -29,5 +29,5 @@
 // Contract with the host, relied upon for memory safety: the host re-enters the guest's allocator
 // (proxy_on_memory_allocate) at most once per host call, and only to return that call's result, so the
 // buffer it returns cannot be collected before the host call returns and the binding takes a reference.
-// Envoy's host (proxy-wasm-cpp-host) and our test host in e2e/envoyhost both keep that contract.
+// Envoy's host (proxy-wasm-cpp-host) and our test host in internal/envoyhost both keep that contract.
 package abi

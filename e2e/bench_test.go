@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/meshlimit/meshlimit/e2e/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
 )
 
 // BenchmarkRequestLifecycle measures one whole request (context create, request headers, response

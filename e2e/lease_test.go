@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshlimit/meshlimit/e2e/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
 )
 
 // leaseRun drives steady load at a global leased rule: 2 proxies × 2 workers, one request per VM per

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/meshlimit/meshlimit/e2e/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
 )
 
 // TestMain compiles the modules once, in parallel, before any test runs: wazero's compiler is the

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshlimit/meshlimit/e2e/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
 )
 
 // envoy427Imports is every function an Envoy ≥ 1.33 (proxy-wasm-cpp-host with PR #427, without #533)

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshlimit/meshlimit/e2e/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
 	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/service"
 )

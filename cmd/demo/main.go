@@ -24,7 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshlimit/meshlimit/e2e/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
 	"github.com/meshlimit/meshlimit/service"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/meshlimit/meshlimit/e2e/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
 )
 
 func TestTicksFirePerVMOnTheVirtualClock(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/meshlimit/meshlimit/e2e/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
 )
 
 // BenchmarkRoundTripPassThrough measures one whole request lifecycle (context create,
