@@ -268,7 +268,7 @@ func decodeJSONStrict(data []byte, v any) error {
 }
 
 // pluginRoutes returns the route names that a plugin configuration's rules match on.
-// The configuration must already have passed filter.ParseConfig.
+// The configuration must already have passed rules.ParseConfig.
 func pluginRoutes(config []byte) ([]string, error) {
 	var doc struct {
 		Rules []struct {

@@ -5,7 +5,7 @@
 // WasmPlugin, its TrafficExtension form, the decision service and Redis). Envoy, Istio and
 // Docker cannot run where the tests run, so the tests decode every file into the real
 // schemas instead: go-control-plane's Bootstrap with its generated validation, istio.io/api
-// and k8s.io/api types, and the filter's own configuration decoder (filter.ParseConfig) for
+// and k8s.io/api types, and the filter's own configuration decoder (rules.ParseConfig) for
 // every embedded plugin configuration. They also check that the files agree with each
 // other: cluster names, ports, route names, the module's path.
 //

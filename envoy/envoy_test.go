@@ -25,7 +25,7 @@ import (
 	// above; its package is named here for the test of the filter order.
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 
-	"github.com/meshlimit/meshlimit/filter"
+	"github.com/meshlimit/meshlimit/rules"
 )
 
 // What envoy.yaml must say about the module, and what compose.yaml mounts.
@@ -190,7 +190,7 @@ func checkBootstrap(b bundle) error {
 }
 
 // checkEnvoyPlugin checks the wasm filter: the shared vm_id, the V8 runtime, a local module,
-// a JSON configuration in a StringValue that filter.ParseConfig accepts, and that every
+// a JSON configuration in a StringValue that rules.ParseConfig accepts, and that every
 // cluster and route the configuration names exists in the bootstrap.
 func checkEnvoyPlugin(b bundle) error {
 	data, err := b.file("envoy.yaml")
@@ -252,7 +252,7 @@ func checkPluginConfig(p *wasmv3.PluginConfig, bs *bootstrapv3.Bootstrap, routes
 		return errors.Join(append(errs, err)...)
 	}
 	config := []byte(sv.GetValue())
-	c, err := filter.ParseConfig(config)
+	c, err := rules.ParseConfig(config)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -272,7 +272,7 @@ func checkPluginConfig(p *wasmv3.PluginConfig, bs *bootstrapv3.Bootstrap, routes
 }
 
 // envoyPluginConfig returns envoy.yaml's plugin configuration, parsed.
-func envoyPluginConfig(b bundle) (*filter.Config, error) {
+func envoyPluginConfig(b bundle) (*rules.Config, error) {
 	data, err := b.file("envoy.yaml")
 	if err != nil {
 		return nil, err
@@ -296,7 +296,7 @@ func envoyPluginConfig(b bundle) (*filter.Config, error) {
 	if err := plugins[0].GetConfiguration().UnmarshalTo(&sv); err != nil {
 		return nil, err
 	}
-	return filter.ParseConfig([]byte(sv.GetValue()))
+	return rules.ParseConfig([]byte(sv.GetValue()))
 }
 
 // wasmModulePath returns the module file of envoy.yaml's wasm filter, for compose_test.go.
@@ -336,16 +336,16 @@ func TestShippedExamplesShowALocalAndAGlobalRule(t *testing.T) {
 	require.NoError(t, err)
 	j, err := pluginConfigJSON(wp.GetPluginConfig())
 	require.NoError(t, err)
-	istioConfig, err := filter.ParseConfig(j)
+	istioConfig, err := rules.ParseConfig(j)
 	require.NoError(t, err)
 
-	for name, c := range map[string]*filter.Config{"envoy.yaml": envoyConfig, "wasmplugin.yaml": istioConfig} {
-		scopes := map[filter.Scope]bool{}
+	for name, c := range map[string]*rules.Config{"envoy.yaml": envoyConfig, "wasmplugin.yaml": istioConfig} {
+		scopes := map[rules.Scope]bool{}
 		for _, r := range c.Rules() {
 			scopes[r.Scope] = true
 		}
-		assert.True(t, scopes[filter.ScopeLocal], "%s: no local rule", name)
-		assert.True(t, scopes[filter.ScopeGlobal], "%s: no global rule", name)
+		assert.True(t, scopes[rules.ScopeLocal], "%s: no local rule", name)
+		assert.True(t, scopes[rules.ScopeGlobal], "%s: no global rule", name)
 		require.NotNil(t, c.Global, name)
 		assert.Equal(t, "/v1/check", c.Global.Path, "%s: the service's decision endpoint", name)
 	}

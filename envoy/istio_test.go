@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/meshlimit/meshlimit/filter"
+	"github.com/meshlimit/meshlimit/rules"
 )
 
 // istioObject is the envelope of an Istio resource; its spec is decoded with protojson
@@ -95,7 +95,7 @@ func pluginConfigJSON(s *structpb.Struct) ([]byte, error) {
 
 // checkModule checks the fields every meshlimit plugin resource must set, whichever CRD
 // carries them.
-func checkModule(rawURL, pluginName string, config *structpb.Struct) (*filter.Config, error) {
+func checkModule(rawURL, pluginName string, config *structpb.Struct) (*rules.Config, error) {
 	var errs []error
 	if u, err := url.Parse(rawURL); err != nil || u.Scheme != "oci" || u.Host == "" {
 		errs = append(errs, fmt.Errorf("url %q: want oci://REGISTRY/REPOSITORY:TAG, the image make image writes", rawURL))
@@ -107,7 +107,7 @@ func checkModule(rawURL, pluginName string, config *structpb.Struct) (*filter.Co
 	if err != nil {
 		return nil, errors.Join(append(errs, err)...)
 	}
-	c, err := filter.ParseConfig(j)
+	c, err := rules.ParseConfig(j)
 	if err != nil {
 		return nil, errors.Join(append(errs, fmt.Errorf("pluginConfig: %w", err))...)
 	}
@@ -115,7 +115,7 @@ func checkModule(rawURL, pluginName string, config *structpb.Struct) (*filter.Co
 }
 
 // checkWasmPlugin decodes the WasmPlugin into istio.io/api's type and its pluginConfig
-// with filter.ParseConfig, and checks the choices its comments explain.
+// with rules.ParseConfig, and checks the choices its comments explain.
 func checkWasmPlugin(b bundle) error {
 	_, wp, err := loadWasmPlugin(b)
 	if err != nil {
@@ -283,7 +283,7 @@ const (
 
 // serviceDeadlineBelow checks that the service's own deadline per check (MESHLIMIT_TIMEOUT)
 // is shorter than the filter's call timeout, so the filter gets the service's answer.
-func serviceDeadlineBelow(value string, c *filter.Config) error {
+func serviceDeadlineBelow(value string, c *rules.Config) error {
 	d, err := time.ParseDuration(value)
 	if err != nil {
 		return fmt.Errorf("%s=%q: %w", envTimeout, value, err)
@@ -444,7 +444,7 @@ func checkIstioCluster(b bundle) error {
 	if err != nil {
 		return err
 	}
-	c, err := filter.ParseConfig(j)
+	c, err := rules.ParseConfig(j)
 	if err != nil {
 		return err
 	}

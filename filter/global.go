@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/meshlimit/meshlimit/internal/fnv"
+	"github.com/meshlimit/meshlimit/rules"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -35,15 +37,15 @@ import (
 // globalItem is one global rule that applies to a paused request.
 type globalItem struct {
 	rs   *ruleState
-	spec []LimitSpec // the rule's limits for this key (an override's, or the rule's own)
-	key  string      // the rule's key value
+	spec []rules.LimitSpec // the rule's limits for this key (an override's, or the rule's own)
+	key  string            // the rule's key value
 	cost int64
 }
 
 // globalClient is a plugin's connection to the decision service: the prepared call headers and the
 // circuit breaker of this worker thread.
 type globalClient struct {
-	cfg     *Global
+	cfg     *rules.Global
 	headers [][2]string
 	timeout uint32 // ms
 	breaker breaker
@@ -51,7 +53,7 @@ type globalClient struct {
 	body    []byte
 }
 
-func newGlobalClient(g *Global) *globalClient {
+func newGlobalClient(g *rules.Global) *globalClient {
 	h := [][2]string{{":method", "POST"}, {":path", g.Path}, {":authority", g.Authority}, {"content-type", "application/json"}}
 	if g.Secret != "" {
 		h = append(h, [2]string{"x-meshlimit-secret", g.Secret})
@@ -113,7 +115,7 @@ func (h *httpContext) checkGlobal(now int64) types.Action {
 			it.rs.metrics.cachedDenials.Increment(1)
 			it.rs.metrics.limited.Increment(1)
 			d := cachedDenial(&it.spec[idx], until-now)
-			s.outcomes = append(s.outcomes, Outcome{Limit: &it.spec[idx], Decision: d})
+			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &it.spec[idx], Decision: d})
 			h.deny()
 			return types.ActionPause
 		}
@@ -156,7 +158,7 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 		if g.breaker.failure(now) {
 			g.metrics.breakerOpened.Increment(1)
 		}
-		if p.cfg.LogLevel <= LogDebug {
+		if p.cfg.LogLevel <= rules.LogDebug {
 			proxywasm.LogDebugf("meshlimit: global service: %v", err)
 		}
 		h.finishGlobal(h.fallback(h.globals, now), true, now)
@@ -178,7 +180,7 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 			}
 			allowed = allowed && d.Allowed
 			if enforced {
-				s.outcomes = append(s.outcomes, Outcome{Limit: &it.spec[k], Decision: d.decision()})
+				s.outcomes = append(s.outcomes, rules.Outcome{Limit: &it.spec[k], Decision: d.decision()})
 				if d.Allowed {
 					s.delay = max(s.delay, d.DelayMs*int64(time.Millisecond)) // a global leaky bucket shapes too
 				}
@@ -227,7 +229,7 @@ func (h *httpContext) fallback(items []globalItem, now int64) (denied bool) {
 		rs, r := it.rs, it.rs.rule
 		rs.metrics.fallback.Increment(1)
 		if rs.fallback == nil {
-			if r.FailureMode == FailDeny && !r.Shadow {
+			if r.FailureMode == rules.FailDeny && !r.Shadow {
 				rs.metrics.failureDenied.Increment(1)
 				return true
 			}
@@ -238,15 +240,15 @@ func (h *httpContext) fallback(items []globalItem, now int64) (denied bool) {
 			if errors.Is(err, sharedstate.ErrContention) {
 				rs.metrics.casExhausted.Increment(1)
 			}
-			if r.FailureMode == FailDeny && !r.Shadow {
+			if r.FailureMode == rules.FailDeny && !r.Shadow {
 				rs.metrics.failureDenied.Increment(1)
 				return true
 			}
 			continue
 		}
 		if !r.Shadow {
-			for k := range r.fallback {
-				p.scratch.outcomes = append(p.scratch.outcomes, Outcome{Limit: &r.fallback[k], Decision: out.Decisions[k]})
+			for k, fb := 0, r.Fallback(); k < len(fb.Limits); k++ {
+				p.scratch.outcomes = append(p.scratch.outcomes, rules.Outcome{Limit: &fb.Limits[k], Decision: out.Decisions[k]})
 			}
 		}
 		if p.count(rs, out.Allowed, !r.Shadow) {
@@ -282,7 +284,7 @@ func (p *pluginContext) count(rs *ruleState, allowed, enforced bool) (denied boo
 const blockedEntrySize = 17
 
 func (p *pluginContext) blockedSlot(it *globalItem) (key string, fp uint64) {
-	fp = fnv64a(it.key) ^ it.rs.rule.Fingerprint()
+	fp = fnv.String(it.key) ^ it.rs.rule.Fingerprint()
 	slot := fp % uint64(it.rs.rule.MaxKeys)
 	return it.rs.blockedPrefix + strconv.FormatUint(slot, 36), fp
 }
@@ -332,7 +334,7 @@ func (d *checkDecision) decision() (out algorithms.Decision) {
 	return out
 }
 
-func cachedDenial(spec *LimitSpec, wait int64) (d algorithms.Decision) {
+func cachedDenial(spec *rules.LimitSpec, wait int64) (d algorithms.Decision) {
 	d.Limit = spec.Limit.Quota
 	d.RetryAfter = time.Duration(wait)
 	d.Reset = time.Duration(wait)
@@ -447,9 +449,9 @@ func appendServiceKey(b []byte, v string) []byte {
 		return appendJSONString(b, v)
 	}
 	b = append(b, '#')
-	b = strconv.AppendUint(b, fnv64a(v), 16)
+	b = strconv.AppendUint(b, fnv.String(v), 16)
 	b = append(b, '-')
-	return strconv.AppendUint(b, fnv64a(v+"\x00"), 16)
+	return strconv.AppendUint(b, fnv.String(v+"\x00"), 16)
 }
 
 // appendJSONString appends s, which has no control characters, escaped for a JSON string.

@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"github.com/meshlimit/meshlimit/rules"
 	"math/rand/v2"
 	"unsafe"
 
@@ -19,10 +20,10 @@ type scratch struct {
 	req      hostRequest
 	globals  []globalItem // the global rules that apply to the current request
 	key      []byte
-	outcomes []Outcome
-	fields   []Field
+	outcomes []rules.Outcome
+	fields   []rules.Field
 	buf      []byte
-	local    LocalResponse
+	local    rules.LocalResponse
 	pairs    [][2]string
 }
 
@@ -31,12 +32,12 @@ type httpContext struct {
 	types.DefaultHttpContext
 	plugin *pluginContext
 	id     uint32
-	quota  []Outcome // what to report on the upstream's response; nil when nothing
-	inline [2]Outcome
+	quota  []rules.Outcome // what to report on the upstream's response; nil when nothing
+	inline [2]rules.Outcome
 
-	globals       []globalItem // while waiting for the global service: what it was asked
-	localOutcomes []Outcome    // and the outcomes of the local rules already decided
-	delay         int64        // and the shaping delay they asked for
+	globals       []globalItem    // while waiting for the global service: what it was asked
+	localOutcomes []rules.Outcome // and the outcomes of the local rules already decided
+	delay         int64           // and the shaping delay they asked for
 }
 
 // OnHttpRequestHeaders implements types.HttpContext. It runs the matching rules in order, each against
@@ -86,31 +87,31 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if !ok {
 		return false
 	}
-	specs, unlimited := r.Limits(key)
+	set, unlimited := r.Limits(key)
 	if unlimited {
 		return false
 	}
 	cost, err := r.Cost(&s.req)
-	if err != nil && p.cfg.LogLevel <= LogDebug {
+	if err != nil && p.cfg.LogLevel <= rules.LogDebug {
 		proxywasm.LogDebugf("meshlimit: rule %s: %v; charging %d", r.Name, err, cost)
 	}
-	if r.Scope != ScopeLocal {
-		it := globalItem{rs: rs, spec: specs, key: string(key), cost: cost}
-		if r.lease != nil && p.spendLease(&it, now) {
+	if r.Scope != rules.ScopeLocal {
+		it := globalItem{rs: rs, spec: set.Limits, key: string(key), cost: cost}
+		if r.Lease() != nil && p.spendLease(&it, now) {
 			rs.metrics.leaseSpent.Increment(1)
 			rs.metrics.allowed.Increment(1)
 			return false
 		}
 		s.globals = append(s.globals, it)
-		if r.lease != nil {
+		if r.Lease() != nil {
 			p.wantLease(&it, now)
 		}
-		if r.Scope == ScopeGlobal {
+		if r.Scope == rules.ScopeGlobal {
 			return false
 		}
 	}
 	enforced := p.cfg.Enforce && !r.Shadow
-	out, err := p.limiter.Take(rs.table(specs), key, now, cost)
+	out, err := p.limiter.Take(rs.tables[set.Index], key, now, cost)
 	if out.Attempts > 1 {
 		rs.metrics.casRetries.Increment(uint64(out.Attempts - 1))
 	}
@@ -120,7 +121,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 		} else {
 			proxywasm.LogWarnf("meshlimit: rule %s: %v", r.Name, err)
 		}
-		if r.FailureMode == FailDeny && enforced {
+		if r.FailureMode == rules.FailDeny && enforced {
 			rs.metrics.failureDenied.Increment(1)
 			return true
 		}
@@ -129,13 +130,13 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if out.Collided {
 		rs.metrics.collisions.Increment(1)
 	}
-	if p.cfg.LogLevel <= LogDebug {
+	if p.cfg.LogLevel <= rules.LogDebug {
 		proxywasm.LogDebugf("meshlimit: rule %s key %q cost %d: allowed=%t (%d attempts)", r.Name, key, cost, out.Allowed, out.Attempts)
 	}
 	p.count(rs, out.Allowed, enforced)
 	if enforced {
-		for j := range specs {
-			s.outcomes = append(s.outcomes, Outcome{Limit: &specs[j], Decision: out.Decisions[j]})
+		for j := range set.Limits {
+			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &set.Limits[j], Decision: out.Decisions[j]})
 			if d := int64(out.Decisions[j].Delay); out.Allowed && d > s.delay {
 				s.delay = d
 			}
@@ -149,8 +150,8 @@ func (h *httpContext) deny() {
 	p := h.plugin
 	s := &p.scratch
 	ct, _ := s.req.Header("content-type")
-	s.buf = p.cfg.Response.Deny(&s.local, s.buf[:0], s.outcomes, IsGRPC(ct), rand.Uint64())
-	s.pairs = Pairs(s.pairs[:0], s.local.Headers)
+	s.buf = p.cfg.Response.Deny(&s.local, s.buf[:0], s.outcomes, rules.IsGRPC(ct), rand.Uint64())
+	s.pairs = rules.Pairs(s.pairs[:0], s.local.Headers)
 	if err := proxywasm.SendHttpResponse(s.local.Status, s.pairs, s.local.Body, s.local.GRPCStatus); err != nil {
 		proxywasm.LogErrorf("meshlimit: sending the local response: %v", err)
 	}

@@ -3,6 +3,8 @@ package filter
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/meshlimit/meshlimit/abi"
+	"github.com/meshlimit/meshlimit/internal/fnv"
 	"strconv"
 	"time"
 
@@ -48,7 +50,7 @@ type leaseSlot struct {
 }
 
 func (p *pluginContext) leaseSlotKey(it *globalItem) (string, uint64) {
-	fp := fnv64a(it.key) ^ it.rs.rule.Fingerprint()
+	fp := fnv.String(it.key) ^ it.rs.rule.Fingerprint()
 	return it.rs.leasePrefix + strconv.FormatUint(fp%uint64(it.rs.rule.MaxKeys), 36), fp
 }
 
@@ -99,7 +101,7 @@ func (p *pluginContext) updateLease(it *globalItem, f func(*leaseSlot) bool) err
 // was admitted that way, and asks for a lease when less than a batch is left, so that a batch that
 // covers one tick's consumption keeps the bucket from running dry.
 func (p *pluginContext) spendLease(it *globalItem, now int64) bool {
-	l := it.rs.rule.lease
+	l := it.rs.rule.Lease()
 	spent, low := false, false
 	err := p.updateLease(it, func(s *leaseSlot) bool {
 		if s.expiry <= now {
@@ -160,7 +162,7 @@ func (p *pluginContext) refillLeases(now int64) {
 			continue
 		}
 		batch := it
-		batch.cost = it.rs.rule.lease.Batch
+		batch.cost = it.rs.rule.Lease().Batch
 		g.body = appendCheckBody(g.body[:0], p.name, []globalItem{batch})
 		_, err := proxywasm.DispatchHttpCall(g.cfg.Cluster, g.headers, g.body, nil, g.timeout, func(numHeaders, bodySize, _ int) {
 			p.onLeaseResponse(&batch, numHeaders, bodySize)
@@ -178,7 +180,7 @@ func (p *pluginContext) refillLeases(now int64) {
 // leasing for the key until the service's Retry-After (requests are then decided one by one).
 func (p *pluginContext) onLeaseResponse(it *globalItem, numHeaders, bodySize int) {
 	g := p.global
-	now := nowNanos()
+	now := abi.UnixNano()
 	decisions, err := readCheckResponse(numHeaders, bodySize, len(it.spec))
 	if err != nil {
 		g.metrics.failures.Increment(1)
@@ -215,7 +217,7 @@ func (p *pluginContext) onLeaseResponse(it *globalItem, numHeaders, bodySize int
 
 // endLease ends the lease in flight for the key, adding granted units (valid for the rule's ttl).
 func (p *pluginContext) endLease(it *globalItem, granted, now int64) {
-	ttl := int64(it.rs.rule.lease.TTL)
+	ttl := int64(it.rs.rule.Lease().TTL)
 	_ = p.updateLease(it, func(s *leaseSlot) bool {
 		s.inflight = 0
 		if granted > 0 {

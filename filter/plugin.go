@@ -3,8 +3,9 @@ package filter
 import (
 	"errors"
 	"fmt"
+	"github.com/meshlimit/meshlimit/internal/fnv"
+	"github.com/meshlimit/meshlimit/rules"
 	"strconv"
-	"unsafe"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -29,7 +30,7 @@ func (*vmContext) NewPluginContext(uint32) types.PluginContext { return &pluginC
 // request path needs: one shared-data table per set of limits, the limiter and the metrics.
 type pluginContext struct {
 	types.DefaultPluginContext
-	cfg     *Config
+	cfg     *rules.Config
 	rules   []ruleState
 	limiter *sharedstate.Limiter
 	store   sharedstate.Store
@@ -43,11 +44,11 @@ type pluginContext struct {
 
 // ruleState is what a plugin keeps per configured rule.
 type ruleState struct {
-	rule          *Rule
-	tables        map[*LimitSpec]*sharedstate.Table // keyed by the first LimitSpec of the rule's or an override's list
-	fallback      *sharedstate.Table                // the fallback limits of a global rule, or nil
-	blockedPrefix string                            // the over-limit cache of a global rule
-	leasePrefix   string                            // the leased units of a rule with a lease
+	rule          *rules.Rule
+	tables        []*sharedstate.Table // one per rules.LimitSet, by its Index
+	fallback      *sharedstate.Table   // the fallback limits of a global rule, or nil
+	blockedPrefix string               // the over-limit cache of a global rule
+	leasePrefix   string               // the leased units of a rule with a lease
 	metrics       ruleMetrics
 }
 
@@ -82,7 +83,7 @@ func (p *pluginContext) start(store sharedstate.Store) error {
 	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
 		return fmt.Errorf("reading the plugin configuration: %w", err)
 	}
-	cfg, err := ParseConfig(data)
+	cfg, err := rules.ParseConfig(data)
 	if err != nil {
 		return err
 	}
@@ -97,77 +98,57 @@ func (p *pluginContext) start(store sharedstate.Store) error {
 	}
 	p.rules = make([]ruleState, 0, len(cfg.Rules()))
 	for i, r := range cfg.Rules() {
-		rs := ruleState{rule: r, tables: map[*LimitSpec]*sharedstate.Table{}, metrics: defineRuleMetrics(r.Name)}
-		base := keyPrefix + name + "/" + r.Name + "/"
-		if r.Scope != ScopeLocal {
-			rs.blockedPrefix = base + "blocked/" + strconv.FormatUint(r.Fingerprint(), 36) + "/"
-			if r.lease != nil {
-				rs.leasePrefix = base + "lease/" + strconv.FormatUint(r.Fingerprint(), 36) + "/"
-			}
-			if len(r.fallback) > 0 {
-				t, err := sharedstate.NewTable(base+"fallback/"+strconv.FormatUint(specsFingerprint(r.fallback), 36), r.MaxKeys, limitsOf(r.fallback))
-				if err != nil {
-					return fmt.Errorf("rules[%d].fallback: %w", i, err)
-				}
-				rs.fallback = t
-			}
-		}
-		if err := rs.addTable(base+strconv.FormatUint(r.Fingerprint(), 36), r.MaxKeys, r.limits); err != nil {
+		rs, err := newRuleState(keyPrefix+name+"/"+r.Name+"/", r)
+		if err != nil {
 			return fmt.Errorf("rules[%d]: %w", i, err)
-		}
-		for _, o := range r.overrides {
-			if o.unlimited {
-				continue
-			}
-			// An override applies to one key value, so its table needs one slot.
-			if err := rs.addTable(base+"override/"+strconv.FormatUint(specsFingerprint(o.limits), 36), 1, o.limits); err != nil {
-				return fmt.Errorf("rules[%d].overrides: %w", i, err)
-			}
 		}
 		p.rules = append(p.rules, rs)
 	}
 	return nil
 }
 
-func (rs *ruleState) addTable(prefix string, slots int, specs []LimitSpec) error {
-	if _, ok := rs.tables[&specs[0]]; ok {
-		return nil
+// newRuleState creates the shared-data tables of a rule, under keys that start with base: one per
+// limit set, named by the fingerprint of what gives its state a meaning, so that a changed limit
+// starts from fresh state and an unchanged one keeps its state across reconfigurations.
+func newRuleState(base string, r *rules.Rule) (ruleState, error) {
+	rs := ruleState{rule: r, metrics: defineRuleMetrics(r.Name)}
+	fp := strconv.FormatUint(r.Fingerprint(), 36)
+	if r.Scope != rules.ScopeLocal {
+		rs.blockedPrefix = base + "blocked/" + fp + "/"
+		if r.Lease() != nil {
+			rs.leasePrefix = base + "lease/" + fp + "/"
+		}
+		if fb := r.Fallback(); fb != nil {
+			t, err := sharedstate.NewTable(base+"fallback/"+strconv.FormatUint(fb.Fingerprint, 36), fb.Slots, limitsOf(fb.Limits))
+			if err != nil {
+				return rs, fmt.Errorf("fallback: %w", err)
+			}
+			rs.fallback = t
+		}
 	}
-	t, err := sharedstate.NewTable(prefix, slots, limitsOf(specs))
-	if err != nil {
-		return err
+	for _, set := range r.LimitSets() {
+		prefix := base + fp
+		if set.Override != "" || set.Index > 0 {
+			// An override's table holds one key value; its name carries that value's hash, so that two
+			// overrides with the same limits never share a slot.
+			prefix = base + "override/" + strconv.FormatUint(fnv.String(set.Override), 36) + "/" + strconv.FormatUint(set.Fingerprint, 36)
+		}
+		t, err := sharedstate.NewTable(prefix, set.Slots, limitsOf(set.Limits))
+		if err != nil {
+			return rs, err
+		}
+		rs.tables = append(rs.tables, t)
 	}
-	rs.tables[&specs[0]] = t
-	return nil
+	return rs, nil
 }
 
-func limitsOf(specs []LimitSpec) []algorithms.Limit {
+func limitsOf(specs []rules.LimitSpec) []algorithms.Limit {
 	limits := make([]algorithms.Limit, len(specs))
 	for i := range specs {
 		limits[i] = specs[i].Limit
 	}
 	return limits
 }
-
-// table returns the table that holds the state of the given limits (a rule's or an override's list).
-func (rs *ruleState) table(specs []LimitSpec) *sharedstate.Table {
-	return rs.tables[unsafe.SliceData(specs)]
-}
-
-// specsFingerprint combines the fingerprints of a list of limits.
-func specsFingerprint(specs []LimitSpec) uint64 {
-	h := uint64(fnvOffset64)
-	for _, s := range specs {
-		h ^= s.Fingerprint
-		h *= fnvPrime64
-	}
-	return h
-}
-
-const (
-	fnvOffset64 = 14695981039346656037
-	fnvPrime64  = 1099511628211
-)
 
 // leaseTickMillis is the timer period of a plugin with leases: how soon a worker that saw a bucket run
 // low asks for more.
@@ -180,7 +161,7 @@ func (p *pluginContext) tickPeriod() uint32 {
 		return shapeTickMillis
 	}
 	for _, rs := range p.rules {
-		if rs.rule.lease != nil {
+		if rs.rule.Lease() != nil {
 			return leaseTickMillis
 		}
 	}
@@ -204,10 +185,7 @@ func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
 // OnTick implements types.PluginContext: requests held by a leaky bucket are released when due, and
 // leases are renewed for keys that run low.
 func (p *pluginContext) OnTick() {
-	now := nowNanos()
+	now := abi.UnixNano()
 	p.shaper.release(now)
 	p.refillLeases(now)
 }
-
-// nowNanos reads the clock, in unix nanoseconds, with one host call.
-func nowNanos() int64 { return abi.UnixNano() }

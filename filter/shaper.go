@@ -46,13 +46,8 @@ func (s *shaper) release(now int64) {
 // shapes reports whether any rule has a leaky-bucket limit, which is what needs the timer.
 func (p *pluginContext) shapes() bool {
 	for _, rs := range p.rules {
-		for _, spec := range rs.rule.limits {
-			if spec.Limit.Kind == algorithms.LeakyBucket {
-				return true
-			}
-		}
-		for _, o := range rs.rule.overrides {
-			for _, spec := range o.limits {
+		for _, set := range rs.rule.LimitSets() {
+			for _, spec := range set.Limits {
 				if spec.Limit.Kind == algorithms.LeakyBucket {
 					return true
 				}

@@ -1,9 +1,11 @@
-package filter
+package rules
 
 import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/meshlimit/meshlimit/internal/fnv"
 )
 
 // maxPartLen is the longest part value kept verbatim in a key.
@@ -130,7 +132,7 @@ func (p *keyPart) appendValue(dst []byte, req Request) ([]byte, bool) {
 // maxPartLen.
 func appendPart(dst []byte, v string) []byte {
 	if len(v) > maxPartLen {
-		return appendHashed(dst, fnv64a(v))
+		return appendHashed(dst, fnv.String(v))
 	}
 	for i := 0; i < len(v); i++ {
 		c := v[i]
@@ -152,23 +154,13 @@ func appendHashed(dst []byte, h uint64) []byte {
 	return dst
 }
 
-// fnv64a is FNV-1a over s, without the allocation of hash/fnv's interface.
-func fnv64a(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
-
 // appendLower appends the escaped, lower-cased host; an empty host is missing.
 func appendLower(dst []byte, host string) ([]byte, bool) {
 	if host == "" {
 		return dst, false
 	}
 	if len(host) > maxPartLen {
-		return appendHashed(dst, fnv64a(strings.ToLower(host))), true
+		return appendHashed(dst, fnv.String(strings.ToLower(host))), true
 	}
 	for i := 0; i < len(host); i++ {
 		c := host[i]
@@ -211,7 +203,7 @@ func appendQueryParam(dst []byte, p, name string) ([]byte, bool) {
 			n++
 			if n > maxPartLen {
 				// Rare and hostile: hash the decoded value instead.
-				return appendHashed(dst[:start], fnv64a(decodeQuery(v))), true
+				return appendHashed(dst[:start], fnv.String(decodeQuery(v))), true
 			}
 			if c == '\\' || c == '|' {
 				dst = append(dst, '\\')
@@ -404,17 +396,20 @@ func isPort(s string) bool {
 	return true
 }
 
-// Limits returns the limits that apply to the key value key (as returned by AppendKey): the
-// limits of the override whose value equals key, else the rule's own. unlimited is true
-// when an override declares the key unlimited; limits is then nil. The returned slice is
+// Limits returns the set of limits that applies to the key value key (as returned by
+// AppendKey): the set of the override whose value equals key, else the rule's own. unlimited
+// is true when an override declares the key unlimited; set is then nil. The returned set is
 // shared and must not be modified. Limits does not allocate.
-func (r *Rule) Limits(key []byte) (limits []LimitSpec, unlimited bool) {
+func (r *Rule) Limits(key []byte) (set *LimitSet, unlimited bool) {
 	if len(r.overrides) > 0 {
-		if o, ok := r.overrides[string(key)]; ok {
-			return o.limits, o.unlimited
+		if i, ok := r.overrides[string(key)]; ok {
+			if i < 0 {
+				return nil, true
+			}
+			return &r.sets[i], false
 		}
 	}
-	return r.limits, false
+	return &r.sets[0], false
 }
 
 // Cost returns the number of quota units req consumes: the rule's constant cost, or the

@@ -1,4 +1,4 @@
-package filter
+package rules
 
 import (
 	"strings"
@@ -301,7 +301,7 @@ func TestLimitsAppliesOverrides(t *testing.T) {
 	get := func(headers map[string]string) ([]LimitSpec, bool) {
 		key, ok := r.AppendKey(nil, &fakeRequest{headers: headers})
 		require.True(t, ok)
-		return r.Limits(key)
+		return specs(r.Limits(key))
 	}
 	base, unlimited := get(map[string]string{"x-api-key": "silver"})
 	assert.False(t, unlimited)

@@ -1,4 +1,4 @@
-package filter
+package rules
 
 import (
 	"bytes"
@@ -94,13 +94,16 @@ func checkCompiled(t *testing.T, c *Config) {
 		if !ruleNameRE.MatchString(r.Name) || r.MaxKeys < 1 || r.MaxKeys > MaxMaxKeys {
 			t.Fatalf("rule %q: max_keys %d", r.Name, r.MaxKeys)
 		}
-		lists := [][]LimitSpec{r.limits}
-		for _, o := range r.overrides {
-			if o.unlimited != (o.limits == nil) {
-				t.Fatalf("rule %s: override with unlimited=%v and %d limits", r.Name, o.unlimited, len(o.limits))
+		var lists [][]LimitSpec
+		for i, set := range r.LimitSets() {
+			if set.Index != i || (i == 0 && set.Slots != r.MaxKeys) || (i > 0 && set.Slots != 1) {
+				t.Fatalf("rule %s: set %d has index %d", r.Name, i, set.Index)
 			}
-			if !o.unlimited {
-				lists = append(lists, o.limits)
+			lists = append(lists, set.Limits)
+		}
+		for v, i := range r.overrides {
+			if i >= len(r.sets) || (i > 0 && r.sets[i].Override != v) {
+				t.Fatalf("rule %s: override %q points at set %d", r.Name, v, i)
 			}
 		}
 		for _, list := range lists {
@@ -245,7 +248,7 @@ func FuzzDeny(f *testing.F) {
 	f.Add(int64(-7), int64(-1), int64(algorithms.RetryNever), false, int64(1<<62), int64(1<<62), false, uint64(1<<63), true)
 	cfg := mustParse(f, `{"response": {"body_format": "problem_json", "rate_limit_headers": ["ietf", "draft03"], "retry_after_jitter": "3s"},
 		"rules": [{"name": "r", "limits": [{"rate": "10/s"}, {"rate": "1000/1h30m"}]}]}`)
-	limits := cfg.Rules()[0].limits
+	limits := cfg.Rules()[0].limits()
 	f.Fuzz(func(t *testing.T, rem1, reset1, retry1 int64, ok1 bool, rem2, reset2 int64, ok2 bool, random uint64, grpc bool) {
 		outcomes := []Outcome{
 			{&limits[0], algorithms.Decision{Allowed: ok1, Remaining: rem1, Reset: time.Duration(reset1), RetryAfter: time.Duration(retry1)}},

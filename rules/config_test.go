@@ -1,4 +1,4 @@
-package filter
+package rules
 
 import (
 	"errors"
@@ -37,6 +37,14 @@ func fieldErrors(t *testing.T, err error) []*FieldError {
 }
 
 // mustParse parses a configuration that the test expects to be valid.
+// specs returns the limits of a set, as Rule.Limits returns it.
+func specs(set *LimitSet, unlimited bool) ([]LimitSpec, bool) {
+	if set == nil {
+		return nil, unlimited
+	}
+	return set.Limits, unlimited
+}
+
 func mustParse(t testing.TB, doc string) *Config {
 	t.Helper()
 	c, err := ParseConfig([]byte(doc))
@@ -203,7 +211,7 @@ func TestParseConfigAppliesDocumentedDefaults(t *testing.T) {
 	assert.Equal(t, DefaultMaxKeys, r.MaxKeys)
 	assert.Equal(t, FailAllow, r.FailureMode)
 	assert.Equal(t, MissingKeySkip, r.MissingKey)
-	limits, unlimited := r.Limits(nil)
+	limits, unlimited := specs(r.Limits(nil))
 	assert.False(t, unlimited)
 	require.Len(t, limits, 1)
 	assert.Equal(t, "api", limits[0].Name, "a single limit is named after its rule")
@@ -234,13 +242,13 @@ func TestParseConfigCompilesEveryField(t *testing.T) {
 
 	r := c.Rules()[0]
 	assert.Equal(t, ScopeBoth, r.Scope)
-	require.Len(t, r.fallback, 1)
-	assert.Equal(t, int64(5), r.fallback[0].Limit.Quota)
+	require.Len(t, r.Fallback().Limits, 1)
+	assert.Equal(t, int64(5), r.Fallback().Limits[0].Limit.Quota)
 	assert.Equal(t, FailDeny, r.FailureMode)
 	assert.Equal(t, MissingKeyDefault, r.MissingKey)
 	assert.Equal(t, 50000, r.MaxKeys)
 	assert.Equal(t, "x-meshlimit-shadow", r.ShadowHeader)
-	limits := r.limits // Limits(nil) would be the override of the "" key
+	limits := r.limits() // Limits(nil) would be the override of the "" key
 	require.Len(t, limits, 2)
 	assert.Equal(t, "per-second", limits[0].Name)
 	assert.Equal(t, int64(20), limits[0].Limit.Burst)
@@ -251,7 +259,7 @@ func TestParseConfigCompilesEveryField(t *testing.T) {
 	assert.True(t, u.Shadow)
 	assert.Equal(t, 10000, u.MaxKeys, "the top-level max_keys is the default")
 	assert.Equal(t, []string{"metadata", "filter_metadata", "envoy.filters.http.jwt_authn", "payload", "sub"}, u.key[0].property)
-	assert.Equal(t, "per-user", func() string { l, _ := u.Limits(nil); return l[0].Name }())
+	assert.Equal(t, "per-user", func() string { l, _ := specs(u.Limits(nil)); return l[0].Name }())
 }
 
 func TestParseConfigAcceptsIstioStructNumbers(t *testing.T) {
@@ -263,7 +271,7 @@ func TestParseConfigAcceptsIstioStructNumbers(t *testing.T) {
 	assert.Equal(t, 20000, r.MaxKeys)
 	assert.Equal(t, uint32(429), c.Response.Status)
 	assert.Equal(t, keyPart{kind: keyClientIP, trustedHops: 1, v4Bits: 24, v6Bits: 64}, r.key[0])
-	limits, _ := r.Limits(nil)
+	limits, _ := specs(r.Limits(nil))
 	assert.Equal(t, int64(200), limits[0].Limit.Burst)
 	assert.Equal(t, costSpec{header: "x-cost", def: 1, max: 100}, r.cost, "1e2 is the integer 100")
 }
@@ -280,7 +288,7 @@ func TestParseConfigTurnsEveryRuleIntoShadowWhenNotEnforced(t *testing.T) {
 
 func TestParseConfigNamesSeveralLimitsByIndex(t *testing.T) {
 	c := mustParse(t, `{"rules": [{"name": "api", "limits": [{"rate": "10/s"}, {"rate": "1000/h"}, {"rate": "5/s", "name": "custom"}]}]}`)
-	limits, _ := c.Rules()[0].Limits(nil)
+	limits, _ := specs(c.Rules()[0].Limits(nil))
 	var names []string
 	for _, l := range limits {
 		names = append(names, l.Name)

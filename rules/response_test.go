@@ -1,4 +1,4 @@
-package filter
+package rules
 
 import (
 	"encoding/json"
@@ -398,7 +398,7 @@ func BenchmarkAllowedRequest(b *testing.B) {
 			if !ok {
 				continue
 			}
-			limits, unlimited := r.Limits(key)
+			limits, unlimited := specs(r.Limits(key))
 			if unlimited {
 				continue
 			}
@@ -413,7 +413,7 @@ func BenchmarkAllowedRequest(b *testing.B) {
 
 func BenchmarkDeny(b *testing.B) {
 	c := mustParse(b, `{"response": {"body_format": "problem_json", "retry_after_jitter": "1s"}, "rules": [{"name": "r", "limits": [{"rate": "10/s"}, {"rate": "1000/h"}]}]}`)
-	limits, _ := c.Rules()[0].Limits(nil)
+	limits, _ := specs(c.Rules()[0].Limits(nil))
 	outcomes := []Outcome{{&limits[0], denied(time.Second, time.Second)}, {&limits[1], allowed(10, time.Minute)}}
 	var lr LocalResponse
 	buf := make([]byte, 0, 1024)

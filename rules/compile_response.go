@@ -1,0 +1,145 @@
+package rules
+
+import (
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// response compiles the response object.
+func (v *validator) response(rj *responseJSON) *Response {
+	r := &Response{Status: DefaultStatus, QuotaHeadersOnAllowed: true, sets: setIETF}
+	if rj.Status.Set {
+		if s := rj.Status.Value; s < 400 || s > 599 {
+			v.failf("response.status", "%d out of range: want 400 to 599", s)
+		} else {
+			r.Status = uint32(s)
+		}
+	}
+	if rj.QuotaHeadersOnAllowed != nil {
+		r.QuotaHeadersOnAllowed = *rj.QuotaHeadersOnAllowed
+	}
+	if rj.RateLimitHeaders != nil {
+		r.sets = v.headerSets(rj.RateLimitHeaders)
+	}
+	v.jitter(rj.RetryAfterJitter, r)
+	v.body(rj, r)
+	r.extra = v.extraHeaders(rj.Headers)
+	return r
+}
+
+// headerSets compiles response.rate_limit_headers.
+func (v *validator) headerSets(names []string) (sets headerSet) {
+	none := false
+	for i, s := range names {
+		p := "response.rate_limit_headers[" + strconv.Itoa(i) + "]"
+		var bit headerSet
+		switch s {
+		case "ietf":
+			bit = setIETF
+		case "draft03":
+			bit = setDraft03
+		case "none":
+			none = true
+			continue
+		default:
+			v.failf(p, "unknown header set %q (want ietf, draft03 or none)", s)
+			continue
+		}
+		if sets&bit != 0 {
+			v.failf(p, "%q is listed twice", s)
+		}
+		sets |= bit
+	}
+	if none && sets != 0 {
+		v.failf("response.rate_limit_headers", `"none" cannot be combined with other header sets`)
+	}
+	return sets
+}
+
+// jitter compiles response.retry_after_jitter.
+func (v *validator) jitter(s string, r *Response) {
+	if s != "" {
+		d, err := parseDuration(s)
+		switch {
+		case err != nil:
+			v.failf("response.retry_after_jitter", "%v", err)
+		case d > maxJitter:
+			v.failf("response.retry_after_jitter", "%s is above the maximum of 1h", s)
+		default:
+			r.RetryAfterJitter = d
+			r.jitterSecond = ceilSeconds(d)
+		}
+	}
+}
+
+// body compiles response.body and body_format into the text, problem document and gRPC message.
+func (v *validator) body(rj *responseJSON, r *Response) {
+	body := DefaultBody
+	if rj.Body != nil {
+		body = *rj.Body
+		if len(body) > maxBodyLen {
+			v.failf("response.body", "%d bytes: at most %d are allowed", len(body), maxBodyLen)
+		}
+	}
+	switch rj.BodyFormat {
+	case "", "text":
+		r.contentType = []byte("text/plain; charset=utf-8")
+		r.textBody = []byte(body)
+	case "problem_json":
+		r.problem = true
+		r.contentType = []byte("application/problem+json")
+		head, _ := json.Marshal(problemType) // strings always marshal
+		r.problemHead = append([]byte(`{"type":`), head...)
+		title, _ := json.Marshal(problemTitle)
+		r.problemHead = append(append(r.problemHead, `,"title":`...), title...)
+		r.problemHead = strconv.AppendInt(append(r.problemHead, `,"status":`...), int64(r.Status), 10)
+		if rj.Body != nil && body != "" {
+			detail, _ := json.Marshal(body)
+			r.problemHead = append(append(r.problemHead, `,"detail":`...), detail...)
+		}
+		if rj.Body == nil {
+			body = strings.TrimSpace(DefaultBody)
+		}
+	default:
+		v.failf("response.body_format", "unknown format %q (want text or problem_json)", rj.BodyFormat)
+	}
+	r.grpcMessage = []byte(strings.TrimRight(body, "\r\n"))
+	if len(r.grpcMessage) == 0 {
+		r.grpcMessage = []byte(strings.TrimSpace(DefaultBody))
+	}
+}
+
+// extraHeaders compiles response.headers, sorted by lower-case name.
+func (v *validator) extraHeaders(headers map[string]string) (extra []Field) {
+	if len(headers) > maxExtraHeaders {
+		v.failf("response.headers", "%d headers: at most %d are allowed", len(headers), maxExtraHeaders)
+	}
+	for name, value := range headers {
+		p := "response.headers[" + strconv.Quote(name) + "]"
+		lower := strings.ToLower(name)
+		switch {
+		case !isToken(name):
+			v.failf(p, "%q is not a valid header name", name)
+			continue
+		case containsString(reservedHeaders, lower):
+			v.failf(p, "%q is set by the filter (see rate_limit_headers and retry_after_jitter)", lower)
+			continue
+		case len(value) > maxHeaderValue:
+			v.failf(p, "value longer than %d bytes", maxHeaderValue)
+			continue
+		case strings.ContainsAny(value, "\r\n\x00"):
+			v.failf(p, "value contains CR, LF or NUL")
+			continue
+		}
+		extra = append(extra, Field{Name: lower, Value: []byte(value)})
+	}
+	sort.Slice(extra, func(i, j int) bool { return extra[i].Name < extra[j].Name })
+	for i := 1; i < len(extra); i++ {
+		if extra[i].Name == extra[i-1].Name {
+			v.failf("response.headers", "%q is set twice (names are case-insensitive)", extra[i].Name)
+		}
+	}
+	return extra
+}
