@@ -1,0 +1,165 @@
+// Package depcheck states the module's import policy and checks a package graph against it, in the
+// manner of the Go distribution's go/build deps_test.go. The policy is a table: for each package of
+// the module (by path relative to the module; "/..." also matches sub-packages), the module packages
+// and third-party packages it may import directly. The standard library is allowed everywhere; what
+// the table restricts is the module's own packages and third-party modules, so that imports go in
+// one direction (docs/architecture.md draws it). Forbidden adds what must not be linked at all.
+package depcheck
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Module is the module path the policy speaks of.
+const Module = "github.com/meshlimit/meshlimit"
+
+// Rule says what one package (or family, with a trailing "/...") may import besides the standard
+// library: module packages relative to Module and third-party packages, each with its sub-packages.
+type Rule struct {
+	Package string
+	Allow   []string
+}
+
+// Policy is the import policy of the module. A module package without a rule may import nothing of
+// the module and no third-party package: every package has to be listed on purpose.
+var Policy = []Rule{
+	{"algorithms", nil},
+	{"internal/fnv", nil},
+	{"internal/sfv", nil},
+	{"rules", []string{"algorithms", "internal/fnv"}},
+	{"wire", []string{"algorithms"}},
+	// The SDK reaches sharedstate only through its host store (checked file by file below).
+	{"sharedstate", []string{"algorithms", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
+	{"abi", []string{"github.com/tetratelabs/proxy-wasm-go-sdk"}},
+	{"filter", []string{"abi", "algorithms", "rules", "sharedstate", "wire", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
+	{"cmd/filter", []string{"abi", "filter", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
+	{"cmd/passthrough", []string{"abi", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
+	{"service/...", []string{"algorithms", "wire", "service", "internal/fnv", "github.com/redis/rueidis", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane", "github.com/prometheus", "go.yaml.in/yaml"}},
+	{"cmd/meshlimit-service", []string{"service", "wire"}},
+	{"internal/envoyhost", []string{"github.com/tetratelabs/wazero"}},
+	{"internal/redistest", []string{"github.com/stretchr/testify"}},
+	{"internal/depcheck", nil},
+	{"cmd/demo", []string{"internal/envoyhost", "service"}},
+	{"cmd/mlplot", []string{"algorithms"}},
+	{"e2e", nil},
+}
+
+// Forbidden lists what a package must never import, even indirectly: the wasm filter must not link
+// an HTTP stack or a Redis client, and the service must not link the proxy-wasm side.
+var Forbidden = map[string][]string{
+	"cmd/filter":  {"net/http", "github.com/redis/rueidis", "google.golang.org/grpc"},
+	"service/...": {Module + "/filter", Module + "/sharedstate", Module + "/rules", "github.com/tetratelabs/proxy-wasm-go-sdk"},
+}
+
+// Package is what the checker needs to know of one package: its import path, its direct imports
+// (with the file that makes each, when known), and its transitive dependencies.
+type Package struct {
+	ImportPath string
+	Imports    map[string][]string // import path → files that import it
+	Deps       []string
+	Standard   bool
+}
+
+// Check returns one error per forbidden edge in pkgs, each naming the importing package, the imported
+// one and why, sorted.
+func Check(pkgs []Package) []string {
+	var errs []string
+	for _, p := range pkgs {
+		rel, ok := strings.CutPrefix(p.ImportPath, Module+"/")
+		if !ok || p.Standard {
+			continue
+		}
+		errs = append(errs, checkDirect(p, rel)...)
+		errs = append(errs, checkTransitive(p, rel)...)
+	}
+	sort.Strings(errs)
+	return errs
+}
+
+func checkDirect(p Package, rel string) []string {
+	rule, ok := ruleFor(rel)
+	if !ok {
+		return []string{fmt.Sprintf("%s: not in the import policy (internal/depcheck): add a rule for it", rel)}
+	}
+	var errs []string
+	for imp, files := range p.Imports {
+		if isStd(imp) || allowed(rule, imp) {
+			continue
+		}
+		errs = append(errs, fmt.Sprintf("forbidden import %s -> %s (%s)", rel, trim(imp), strings.Join(files, ", ")))
+	}
+	if rel == "sharedstate" {
+		for imp, files := range p.Imports {
+			if strings.HasPrefix(imp, "github.com/tetratelabs/proxy-wasm-go-sdk") && (len(files) != 1 || files[0] != "hoststore.go") {
+				errs = append(errs, fmt.Sprintf("forbidden import %s -> %s outside hoststore.go (%s)", rel, imp, strings.Join(files, ", ")))
+			}
+		}
+	}
+	return errs
+}
+
+func checkTransitive(p Package, rel string) []string {
+	var errs []string
+	for pattern, banned := range Forbidden {
+		if !matches(pattern, rel) {
+			continue
+		}
+		for _, d := range p.Deps {
+			for _, b := range banned {
+				if d == b || strings.HasPrefix(d, b+"/") {
+					errs = append(errs, fmt.Sprintf("forbidden dependency %s -> %s (via its imports)", rel, trim(d)))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+func ruleFor(rel string) (Rule, bool) {
+	for _, r := range Policy {
+		if matches(r.Package, rel) {
+			return r, true
+		}
+	}
+	return Rule{}, false
+}
+
+// matches reports whether rel is the package pattern, or under it when the pattern ends in "/...".
+func matches(pattern, rel string) bool {
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return rel == base || strings.HasPrefix(rel, base+"/")
+	}
+	return rel == pattern
+}
+
+func allowed(r Rule, imp string) bool {
+	rel, inModule := strings.CutPrefix(imp, Module+"/")
+	for _, a := range r.Allow {
+		target := imp
+		if inModule {
+			target = rel
+		} else if !strings.Contains(a, ".") {
+			continue // a module-relative entry never allows an outside package
+		}
+		a = strings.TrimSuffix(a, "/")
+		if target == a || strings.HasPrefix(target, a+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// isStd reports whether an import path is of the standard library (no dot in its first element).
+func isStd(imp string) bool {
+	first, _, _ := strings.Cut(imp, "/")
+	return !strings.Contains(first, ".")
+}
+
+func trim(imp string) string {
+	if rel, ok := strings.CutPrefix(imp, Module+"/"); ok {
+		return rel
+	}
+	return imp
+}
