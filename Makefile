@@ -14,10 +14,11 @@ BENCHCOUNT ?= 6
 IMAGE_NAME ?= meshlimit/meshlimit
 IMAGE_TAG  ?= 0.1.0
 
-.PHONY: help wasm test test-wasip1 test-deploy image demo bench accuracy fuzz plots check fmt vet tidy clean
+.PHONY: help wasm need-redis test test-wasip1 test-deploy image demo bench accuracy fuzz plots check fmt vet tidy clean
 
-help: ## list the targets
+help: ## list every target (one without a description is listed as such)
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:' $(MAKEFILE_LIST) | grep -v '## ' | awk -F: '{printf "  %-12s (no description)\n", $$1}'
 
 wasm: $(BUILD)/meshlimit.wasm $(BUILD)/passthrough.wasm ## build the filter (build/meshlimit.wasm) and the pass-through floor
 
@@ -31,10 +32,15 @@ $(BUILD)/passthrough.wasm:
 	@mkdir -p $(BUILD)
 	$(WASMENV) $(GO) build $(WASMFLAGS) -o $@ ./cmd/passthrough
 
-test: wasm ## build the wasm, then run every test with the race detector (the README's test command)
+test: need-redis wasm ## the README's test command: build the wasm, install Redis if missing, run every test with -race
 	$(GO) test -race -count=1 ./...
 	$(MAKE) test-wasip1
 	$(MAKE) test-deploy
+
+# The service and e2e tests start real redis-server processes on loopback ports. As root on
+# Debian/Ubuntu this installs redis-server and redis-tools; otherwise it stops with the command to run.
+need-redis: ## install redis-server and redis-cli if missing (as root), or print the one command to run
+	@sh scripts/need-redis
 
 # envoy/ is its own module, so that go-control-plane, istio.io/api and k8s.io/api stay out of the
 # filter's dependencies. The first run compiles them (about 3 minutes on 2 cores).
@@ -56,7 +62,7 @@ $(BUILD)/bin/wazero: go.mod
 	@mkdir -p $(BUILD)/bin
 	$(GO) build -o $@ github.com/tetratelabs/wazero/cmd/wazero
 
-demo: wasm ## the main job on an embedded default: a burst through the filter on the e2e host
+demo: wasm ## the main job on an embedded default: a burst through the filter on internal/envoyhost
 	$(GO) run ./cmd/demo
 
 bench: wasm ## benchmarks (medians over BENCHCOUNT runs; feed the output to benchstat)
@@ -83,8 +89,9 @@ vet: ## go vet, natively, for the wasm build, and in envoy/
 	$(WASMENV) $(GO) vet -tags tinygo -gcflags=$(SDK)=-complete=false ./abi/ ./cmd/filter/ ./cmd/passthrough/ ./filter/
 
 # -go pins the floor: tidy fails instead of raising it when a dependency wants a newer Go.
-tidy:
+tidy: ## go mod tidy in both modules, keeping the go directive at 1.24.0
 	$(GO) mod tidy -go=1.24.0
+	cd envoy && $(GO) mod tidy -go=1.24.0
 
 check: vet ## gofmt, vet, and go mod tidy leave the tree unchanged
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
@@ -96,5 +103,5 @@ check: vet ## gofmt, vet, and go mod tidy leave the tree unchanged
 	@cmp -s go.mod $(BUILD)/go.mod.bak && cmp -s go.sum $(BUILD)/go.sum.bak || { echo "go mod tidy changed go.mod/go.sum"; git --no-pager diff -- go.mod go.sum; exit 1; }
 	@cmp -s envoy/go.mod $(BUILD)/envoy.go.mod.bak && cmp -s envoy/go.sum $(BUILD)/envoy.go.sum.bak || { echo "go mod tidy changed envoy/go.mod/go.sum"; git --no-pager diff -- envoy/go.mod envoy/go.sum; exit 1; }
 
-clean:
+clean: ## remove build/ (the wasm modules, images, tools and benchmark output)
 	rm -rf $(BUILD)
