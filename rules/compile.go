@@ -91,6 +91,7 @@ func (v *validator) config(doc *configJSON) *Config {
 		}
 		c.rules = append(c.rules, r)
 	}
+	v.checkGlobalBounds(c)
 	c.summary = summarize(c)
 	return c
 }

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -55,10 +56,17 @@ const (
 // The parameters:
 //   - q is the limit's quota and w its window in seconds, rounded up (at least 1).
 //   - r is the quota units remaining (never negative).
-//   - t is, for a policy that denied the request, the seconds until the request would be
-//     admitted (Decision.RetryAfter, rounded up, at least 1); for any other policy, the
-//     seconds until its quota is fully restored (Decision.Reset, rounded up; 0 when full).
-//     Rounding up means t is never 0 while quota is still coming back.
+//   - t is the seconds until additional quota is available, as draft-10 defines it (not
+//     until the quota is fully restored): for a policy that denied the request, until the
+//     request would be admitted (Decision.RetryAfter, rounded up, at least 1); for any other
+//     policy, until its remaining quota next grows, rounded up, and 0 exactly when nothing
+//     is used (Remaining at capacity). For the buckets that is the next unit's refill, for
+//     the fixed window the window's end; for the sliding log and the sliding window counter
+//     the decision carries only the time until the quota is full (Decision.Reset), which t
+//     reports: an upper bound, never earlier than the truth. A policy that would have
+//     admitted a request another policy denied is reported uncharged (callers pass the
+//     decision without the request: see sharedstate.Outcome). Rounding up means t is never
+//     0 while quota is still coming back.
 //
 // Members are ordered most restrictive first, so clients that read one member read the one
 // that matters: policies that denied (longest wait first), then the others (fewest
@@ -253,7 +261,7 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 			buf = append(buf, ";r="...)
 			buf = strconv.AppendInt(buf, clampSF(d.Remaining), 10)
 			buf = append(buf, ";t="...)
-			buf = strconv.AppendInt(buf, resetSeconds(d), 10)
+			buf = strconv.AppendInt(buf, resetSeconds(&outcomes[i]), 10)
 		}
 		dst = append(dst, Field{HeaderRateLimit, buf[start:]})
 	}
@@ -274,7 +282,7 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 		buf = strconv.AppendInt(buf, clampSF(outcomes[0].Decision.Remaining), 10)
 		dst = append(dst, Field{HeaderXRateLimitRemaining, buf[start:]})
 		start = len(buf)
-		buf = strconv.AppendInt(buf, resetSeconds(&outcomes[0].Decision), 10)
+		buf = strconv.AppendInt(buf, resetSeconds(&outcomes[0]), 10)
 		dst = append(dst, Field{HeaderXRateLimitReset, buf[start:]})
 	}
 	return dst, buf
@@ -338,12 +346,38 @@ func windowSeconds(w time.Duration) int64 { return max(ceilSeconds(w), 1) }
 // retrySeconds is the wait a denied decision reports: RetryAfter rounded up, at least 1.
 func retrySeconds(d *algorithms.Decision) int64 { return max(ceilSeconds(d.RetryAfter), 1) }
 
-// resetSeconds is the t parameter of a decision (see Response).
-func resetSeconds(d *algorithms.Decision) int64 {
+// resetSeconds is the t parameter of an outcome (see Response).
+func resetSeconds(o *Outcome) int64 {
+	d := &o.Decision
 	if !d.Allowed && d.RetryAfter != algorithms.RetryNever {
 		return retrySeconds(d)
 	}
-	return ceilSeconds(d.Reset)
+	return ceilSeconds(untilMoreQuota(&o.Limit.Limit, d))
+}
+
+// untilMoreQuota is the time until the remaining quota of l, as d reports it, grows: 0 when nothing
+// is used. For the buckets, with m units missing, the bucket is full after d.Reset and each unit takes
+// Window/Quota, so the first of them is back after d.Reset − (m−1)×Window/Quota. For the fixed window
+// every unit comes back at the window's end (d.Reset). The sliding algorithms' decisions carry only
+// d.Reset, an upper bound.
+func untilMoreQuota(l *algorithms.Limit, d *algorithms.Decision) time.Duration {
+	c := l.Capacity()
+	if d.Reset <= 0 || d.Remaining >= c {
+		return 0
+	}
+	if l.Kind != algorithms.TokenBucket && l.Kind != algorithms.LeakyBucket || l.Quota <= 0 || l.Window <= 0 {
+		return d.Reset
+	}
+	m := c - max(d.Remaining, 0) // 1 <= m <= c
+	hi, lo := bits.Mul64(uint64(m-1), uint64(l.Window))
+	if hi >= uint64(l.Quota) {
+		return d.Reset // cannot happen for a valid limit: (m−1)×Window/Quota < Capacity×Window/Quota
+	}
+	refill, _ := bits.Div64(hi, lo, uint64(l.Quota))
+	if refill >= uint64(d.Reset) {
+		return time.Nanosecond // d.Reset is rounded up to a microsecond: the unit is due at once
+	}
+	return d.Reset - time.Duration(refill)
 }
 
 func clampSF(n int64) int64 { return min(max(n, 0), maxSFInteger) }

@@ -66,7 +66,7 @@ func responseOf(t *testing.T, response string) *Response {
 func TestAppendAllowedRendersIETFFieldsThatParse(t *testing.T) {
 	r := responseOf(t, `{}`)
 	outcomes := []Outcome{
-		{spec("per-hour", 1000, time.Hour), allowed(958, 3549*time.Second+time.Millisecond)},
+		{spec("per-hour", 1000, time.Hour), allowed(958, 150*time.Second+time.Millisecond)},
 		{spec("per-second", 10, time.Second), allowed(3, 700*time.Millisecond)},
 	}
 	fields, buf := r.AppendAllowed(nil, nil, outcomes)
@@ -84,20 +84,30 @@ func TestAppendAllowedRendersIETFFieldsThatParse(t *testing.T) {
 	rl, ok := header(t, fields, HeaderRateLimit)
 	require.True(t, ok)
 	assert.Equal(t, []policy{
-		{"per-second", map[string]int64{"r": 3, "t": 1}},    // 700ms rounds up
-		{"per-hour", map[string]int64{"r": 958, "t": 3550}}, // 3549.001s rounds up
+		{"per-second", map[string]int64{"r": 3, "t": 1}}, // the next unit in 100ms rounds up
+		{"per-hour", map[string]int64{"r": 958, "t": 3}}, // 42 units missing: full in 150.001s, the first back in 2.401s
 	}, parsePolicies(t, rl))
 }
 
 func TestTIsZeroOnlyWhenTheQuotaIsFull(t *testing.T) {
 	r := responseOf(t, `{}`)
 	for _, tc := range []struct {
-		reset time.Duration
-		want  int64
-	}{{0, 0}, {time.Nanosecond, 1}, {time.Second, 1}, {time.Second + 1, 2}} {
-		fields, _ := r.AppendAllowed(nil, nil, []Outcome{{spec("p", 10, time.Second), allowed(5, tc.reset)}})
-		rl, _ := header(t, fields, HeaderRateLimit)
-		assert.Equal(t, tc.want, parsePolicies(t, rl)[0].params["t"], "reset %v", tc.reset)
+		name      string
+		remaining int64
+		reset     time.Duration
+		want      int64
+	}{
+		{"a full bucket reports 0", 10, 0, 0},
+		{"a unit due in a nanosecond rounds up to 1", 9, time.Nanosecond, 1},
+		{"a unit due in a second reports 1", 9, time.Second, 1},
+		{"a unit due just after a second reports 2", 9, time.Second + 1, 2},
+		{"with five missing, the first is back four units before the bucket is full", 5, 5500 * time.Millisecond, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fields, _ := r.AppendAllowed(nil, nil, []Outcome{{spec("p", 10, 10*time.Second), allowed(tc.remaining, tc.reset)}})
+			rl, _ := header(t, fields, HeaderRateLimit)
+			assert.Equal(t, tc.want, parsePolicies(t, rl)[0].params["t"])
+		})
 	}
 }
 
@@ -156,7 +166,9 @@ func TestAppendAllowedHonoursTheConfiguration(t *testing.T) {
 
 func TestValuesAreClampedToTheStructuredFieldRange(t *testing.T) {
 	r := responseOf(t, `{}`)
-	fields, _ := r.AppendAllowed(nil, nil, []Outcome{{spec("p", algorithms.MaxQuota*10000, time.Second), allowed(-5, 1<<62)}})
+	big := spec("p", algorithms.MaxQuota*10000, time.Second)
+	big.Limit.Kind = algorithms.FixedWindow // t is the reset time
+	fields, _ := r.AppendAllowed(nil, nil, []Outcome{{big, allowed(-5, 1<<62)}})
 	pol, _ := header(t, fields, HeaderRateLimitPolicy)
 	assert.Equal(t, int64(maxSFInteger), parsePolicies(t, pol)[0].params["q"])
 	rl, _ := header(t, fields, HeaderRateLimit)
@@ -168,7 +180,7 @@ func TestDenyRendersTheConfiguredTextResponse(t *testing.T) {
 	var lr LocalResponse
 	buf := r.Deny(&lr, nil, []Outcome{
 		{spec("per-second", 10, time.Second), denied(300*time.Millisecond, time.Second)},
-		{spec("per-hour", 1000, time.Hour), allowed(990, time.Minute)},
+		{spec("per-hour", 1000, time.Hour), allowed(990, 36*time.Second)},
 	}, false, 0)
 	assert.NotEmpty(t, buf)
 	assert.Equal(t, uint32(503), lr.Status)
@@ -188,7 +200,7 @@ func TestDenyRendersTheConfiguredTextResponse(t *testing.T) {
 	rl, _ := header(t, lr.Headers, HeaderRateLimit)
 	assert.Equal(t, []policy{
 		{"per-second", map[string]int64{"r": 0, "t": 1}},
-		{"per-hour", map[string]int64{"r": 990, "t": 60}},
+		{"per-hour", map[string]int64{"r": 990, "t": 4}}, // the first of 10 missing units is back in 3.6s
 	}, parsePolicies(t, rl), "the denying policy comes first, its t is the retry time")
 }
 
@@ -319,7 +331,7 @@ func TestDenyOmitsRetryAfterWhenTheCostCanNeverFit(t *testing.T) {
 	rl, _ := header(t, lr.Headers, HeaderRateLimit)
 	got := parsePolicies(t, rl)
 	assert.Equal(t, "small", got[0].name, "RetryNever sorts first")
-	assert.Equal(t, map[string]int64{"r": 10, "t": 0}, got[0].params, "t falls back to the reset time")
+	assert.Equal(t, map[string]int64{"r": 10, "t": 0}, got[0].params, "t falls back to when more quota comes: nothing is used")
 }
 
 func TestOutcomesAreOrderedMostRestrictiveFirst(t *testing.T) {
@@ -394,7 +406,8 @@ func BenchmarkAllowedRequest(b *testing.B) {
 			if !r.Matches(req) {
 				continue
 			}
-			key, ok := r.AppendKey(keyBuf[:0], req)
+			key, st := r.AppendKey(keyBuf[:0], req)
+			ok := st == KeyFound
 			if !ok {
 				continue
 			}
@@ -421,4 +434,108 @@ func BenchmarkDeny(b *testing.B) {
 	for b.Loop() {
 		buf = c.Response.Deny(&lr, buf[:0], outcomes, false, 1)
 	}
+}
+
+// decisions runs costs through l at the given offsets from a fixed start and returns each decision.
+func decisions(t *testing.T, l algorithms.Limit, steps ...[2]int64) (ds []algorithms.Decision, state []byte, now int64) {
+	t.Helper()
+	start := int64(1_800_000_000) * int64(time.Second)
+	for _, s := range steps {
+		now = start + s[0]
+		var d algorithms.Decision
+		var err error
+		state, d, err = l.Decide(state, now, s[1], nil)
+		require.NoError(t, err)
+		ds = append(ds, d)
+	}
+	return ds, state, now
+}
+
+func rateLimitT(t *testing.T, r *Response, o Outcome) int64 {
+	t.Helper()
+	fields, _ := r.AppendAllowed(nil, nil, []Outcome{o})
+	rl, _ := header(t, fields, HeaderRateLimit)
+	return parsePolicies(t, rl)[0].params["t"]
+}
+
+// TestTIsTheTimeUntilMoreQuotaComesNotUntilTheQuotaIsFull follows draft-ietf-httpapi-ratelimit-headers-10:
+// t is the seconds until additional quota is available, with decisions made by the real algorithms.
+func TestTIsTheTimeUntilMoreQuotaComesNotUntilTheQuotaIsFull(t *testing.T) {
+	r := responseOf(t, `{}`)
+	for _, tc := range []struct {
+		name  string
+		limit algorithms.Limit
+		steps [][2]int64 // offset (ns), cost
+		want  int64
+	}{
+		{"a token bucket of 100/h two units down gets its next unit in 36s, not 72s",
+			algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 100, Window: time.Hour}, [][2]int64{{0, 1}, {0, 1}}, 36},
+		{"a token bucket that took 42 units 10s ago gets the first back 26s from now",
+			algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 100, Window: time.Hour}, [][2]int64{{0, 42}, {int64(10 * time.Second), 1}}, 26},
+		{"a leaky bucket of 10/s one unit down drains it in 100ms",
+			algorithms.Limit{Kind: algorithms.LeakyBucket, Quota: 10, Window: time.Second}, [][2]int64{{0, 1}}, 1},
+		{"a fixed window gives everything back at its end",
+			algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 10, Window: time.Minute}, [][2]int64{{int64(20 * time.Second), 3}}, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds, _, _ := decisions(t, tc.limit, tc.steps...)
+			last := ds[len(ds)-1]
+			require.True(t, last.Allowed)
+			assert.Equal(t, tc.want, rateLimitT(t, r, Outcome{&LimitSpec{Name: "p", Limit: tc.limit}, last}))
+		})
+	}
+}
+
+func TestTIsZeroWhenNothingIsUsedWhateverTheAlgorithm(t *testing.T) {
+	r := responseOf(t, `{}`)
+	for _, k := range algorithms.Kinds {
+		l := algorithms.Limit{Kind: k, Quota: 100, Window: time.Minute}
+		d, err := l.Peek(nil, int64(1_800_000_000)*int64(time.Second))
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), rateLimitT(t, r, Outcome{&LimitSpec{Name: "big", Limit: l}, d}), "%v", k)
+	}
+}
+
+// TestTOfTheSlidingAlgorithmsIsNeverEarlierThanMoreQuotaComes checks the upper bound the sliding log
+// and the sliding window counter report: at t (rounded down by a second) no more quota has come yet
+// only if t is not early; so a client that waits t finds at least one more unit.
+func TestTOfTheSlidingAlgorithmsIsNeverEarlierThanMoreQuotaComes(t *testing.T) {
+	r := responseOf(t, `{}`)
+	for _, k := range []algorithms.Kind{algorithms.SlidingLog, algorithms.SlidingWindow} {
+		l := algorithms.Limit{Kind: k, Quota: 10, Window: time.Minute}
+		ds, state, now := decisions(t, l, [2]int64{0, 3}, [2]int64{int64(25 * time.Second), 2})
+		tt := rateLimitT(t, r, Outcome{&LimitSpec{Name: "p", Limit: l}, ds[1]})
+		later, err := l.Peek(state, now+tt*int64(time.Second))
+		require.NoError(t, err)
+		assert.Greater(t, later.Remaining, ds[1].Remaining, "%v: after t more quota is there", k)
+	}
+}
+
+// TestADenialReportsTheOtherLimitsUncharged is finding 10 of issue 10: a request denied by one limit
+// reports the others as they are (the decision without the request, algorithms.Limit.Peek), so their r
+// and t are what the previous allowed response said, and a full limit says t=0.
+func TestADenialReportsTheOtherLimitsUncharged(t *testing.T) {
+	r := responseOf(t, `{}`)
+	hourly := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 100, Window: time.Hour}
+	ds, state, now := decisions(t, hourly, [2]int64{0, 1}, [2]int64{0, 1})
+	allowedT := rateLimitT(t, r, Outcome{&LimitSpec{Name: "hourly", Limit: hourly}, ds[1]})
+	uncharged, err := hourly.Peek(state, now)
+	require.NoError(t, err)
+	big := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 100, Window: time.Minute}
+	full, err := big.Peek(nil, now)
+	require.NoError(t, err)
+
+	var lr LocalResponse
+	r.Deny(&lr, nil, []Outcome{
+		{&LimitSpec{Name: "burst", Limit: hourly}, denied(2*time.Second, 2*time.Second)},
+		{&LimitSpec{Name: "hourly", Limit: hourly}, uncharged},
+		{&LimitSpec{Name: "big", Limit: big}, full},
+	}, false, 0)
+	rl, _ := header(t, lr.Headers, HeaderRateLimit)
+	assert.Equal(t, []policy{
+		{"burst", map[string]int64{"r": 0, "t": 2}},
+		{"hourly", map[string]int64{"r": 98, "t": allowedT}},
+		{"big", map[string]int64{"r": 100, "t": 0}},
+	}, parsePolicies(t, rl))
+	assert.Equal(t, int64(36), allowedT)
 }
