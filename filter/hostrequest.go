@@ -4,20 +4,20 @@ import (
 	"unsafe"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/meshlimit/meshlimit/rules"
 )
 
 // hostRequest implements Request over the host for the request being decided. Every value is read from
 // the host at most once (each read crosses into the host and back into the guest's allocator), and
-// only when a rule asks for it.
+// only when a rule asks for it. The first header lookup reads every request header with one pairs call
+// (proxy_get_header_map_pairs), because proxy_get_header_map_value returns only the first value of a
+// repeated header and rules must see them all; later lookups, pseudo-headers included, scan that list.
 type hostRequest struct {
-	read                              uint8 // bit set of the fixed values already read
+	read                              uint8 // bit set of the values already read
 	method, path, host, route, source string
-	headers                           []cachedHeader
-}
-
-type cachedHeader struct {
-	name, value string
-	ok          bool
+	headers                           [][2]string // every request header, in the host's order
+	norm                              []byte      // the normalized path; its buffer is kept across requests
 }
 
 const (
@@ -26,28 +26,56 @@ const (
 	readHost
 	readRoute
 	readSource
+	readHeaders
+	readNorm
 )
 
 func (r *hostRequest) reset() {
 	r.read = 0
-	r.headers = r.headers[:0]
+	r.headers = nil
 }
 
-// Header implements Request.
-func (r *hostRequest) Header(name string) (string, bool) {
-	for i := range r.headers {
-		if r.headers[i].name == name {
-			return r.headers[i].value, r.headers[i].ok
+// loadHeaders reads every request header once.
+func (r *hostRequest) loadHeaders() {
+	if r.read&readHeaders == 0 {
+		r.headers, _ = proxywasm.GetHttpRequestHeaders()
+		r.read |= readHeaders
+	}
+}
+
+// HeaderValue implements Request.
+func (r *hostRequest) HeaderValue(name string, i int) (string, bool) {
+	r.loadHeaders()
+	for j := range r.headers {
+		if r.headers[j][0] == name {
+			if i == 0 {
+				return r.headers[j][1], true
+			}
+			i--
 		}
 	}
-	v, err := proxywasm.GetHttpRequestHeader(name)
-	r.headers = append(r.headers, cachedHeader{name: name, value: v, ok: err == nil})
-	return v, err == nil
+	return "", false
+}
+
+// Header returns the first value of the request header name, as proxy_get_header_map_value would.
+func (r *hostRequest) Header(name string) (string, bool) { return r.HeaderValue(name, 0) }
+
+// NormalizedPath implements Request.
+func (r *hostRequest) NormalizedPath() string {
+	if r.read&readNorm == 0 {
+		r.norm = rules.AppendNormalizedPath(r.norm[:0], r.Path())
+		r.read |= readNorm
+	}
+	return unsafe.String(unsafe.SliceData(r.norm), len(r.norm))
 }
 
 func (r *hostRequest) pseudo(bit uint8, dst *string, name string) string {
 	if r.read&bit == 0 {
-		*dst, _ = proxywasm.GetHttpRequestHeader(name)
+		if r.read&readHeaders != 0 {
+			*dst, _ = r.HeaderValue(name, 0)
+		} else {
+			*dst, _ = proxywasm.GetHttpRequestHeader(name)
+		}
 		r.read |= bit
 	}
 	return *dst

@@ -82,10 +82,13 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if !r.Matches(&s.req) {
 		return false
 	}
-	key, ok := r.AppendKey(s.key[:0], &s.req)
+	key, st := r.AppendKey(s.key[:0], &s.req)
 	s.key = key
-	if !ok {
+	switch st {
+	case rules.KeySkip:
 		return false
+	case rules.KeyConflict: // a key header or parameter repeated with different values is refused
+		return p.count(rs, false, p.cfg.Enforce && !r.Shadow)
 	}
 	set, unlimited := r.Limits(key)
 	if unlimited {

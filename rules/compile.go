@@ -250,7 +250,12 @@ func (v *validator) match(path string, mj *matchJSON) match {
 	for i, h := range mj.Hosts {
 		hp := path + ".hosts[" + strconv.Itoa(i) + "]"
 		h = strings.ToLower(h)
+		if len(h) > 1 && h[len(h)-1] == '.' {
+			h = h[:len(h)-1] // hosts are compared without their trailing dot
+		}
 		switch {
+		case stripPort(h) != h:
+			v.failf(hp, "%q: hosts are compared without their port; write %q", h, stripPort(h))
 		case h == "":
 			v.failf(hp, "empty host")
 		case h == "*":
@@ -275,9 +280,7 @@ func (v *validator) match(path string, mj *matchJSON) match {
 	if pj := mj.Path; pj != nil {
 		pp := path + ".path"
 		m.path = v.stringMatch(pp, pj.Exact, pj.Prefix, pj.Regex, "exact, prefix or regex")
-		if (m.path.kind == matchExact || m.path.kind == matchPrefix) && !strings.HasPrefix(m.path.value, "/") {
-			v.failf(pp, "%q must start with \"/\"", m.path.value)
-		}
+		v.pathValue(pp, &m.path, pj.IgnoreCase)
 	}
 	if len(mj.Headers) > maxListItems {
 		v.failf(path+".headers", "%d items: at most %d are allowed", len(mj.Headers), maxListItems)
@@ -321,7 +324,7 @@ func (v *validator) stringMatch(path string, exact, prefix, re *string, want str
 		m = stringMatch{kind: matchRegex, value: *re}
 		if len(*re) > maxRegexLen {
 			v.failf(path+".regex", "longer than %d bytes", maxRegexLen)
-		} else if c, err := regexp.Compile(`^(?:` + *re + `)$`); err != nil {
+		} else if c, err := compileRegex(*re); err != nil {
 			v.failf(path+".regex", "%v", err)
 			m.kind = matchNone
 		} else {
@@ -356,8 +359,8 @@ func (v *validator) keyPart(path string, kj *keyPartJSON) (keyPart, bool) {
 		p.kind = keyClientIP
 		cj := kj.ClientIP
 		p.trustedHops = int(v.intIn(path+".client_ip.trusted_hops", cj.TrustedHops, 0, maxTrustedHops))
-		p.v4Bits = int(v.intIn(path+".client_ip.ipv4_mask", cj.IPv4Mask, 0, 32))
-		p.v6Bits = int(v.intIn(path+".client_ip.ipv6_mask", cj.IPv6Mask, 0, 128))
+		p.v4Bits = v.maskBits(path+".client_ip.ipv4_mask", cj.IPv4Mask, DefaultIPv4Mask, 32)
+		p.v6Bits = v.maskBits(path+".client_ip.ipv6_mask", cj.IPv6Mask, DefaultIPv6Mask, 128)
 	}
 	if kj.Header != nil {
 		n++
@@ -608,7 +611,8 @@ func (p *keyPart) canonicalIP(dst []byte, s string) ([]byte, bool) {
 	if !ok || strings.ContainsAny(addrPart, "[]%") || strings.Count(addrPart, ":") == 1 {
 		return dst, false
 	}
-	return p.appendMasked(dst, addr)
+	dst, st := p.appendMasked(dst, addr)
+	return dst, st == KeyFound
 }
 
 func describeKey(parts []keyPart) string {

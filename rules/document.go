@@ -114,10 +114,11 @@ type ruleJSON struct {
 type matchJSON struct {
 	// RouteNames matches the Envoy route name (xds.route_name) exactly.
 	RouteNames []string `json:"route_names"`
-	// Hosts matches :authority, case-insensitively, with or without its port: exact names,
-	// "*.suffix" or "*".
+	// Hosts matches :authority compared lower-case without its port and trailing dot: exact
+	// names, "*.suffix" or "*".
 	Hosts []string `json:"hosts"`
-	// Path matches the path without the query string.
+	// Path matches the normalized path (no query, unreserved escapes decoded, slashes
+	// merged, dot segments resolved).
 	Path *pathMatchJSON `json:"path"`
 	// Methods matches :method, case-insensitively.
 	Methods []string `json:"methods"`
@@ -125,11 +126,12 @@ type matchJSON struct {
 	Headers []headerMatchJSON `json:"headers"`
 }
 
-// pathMatchJSON sets exactly one of its fields.
+// pathMatchJSON sets exactly one of exact, prefix and regex.
 type pathMatchJSON struct {
-	Exact  *string `json:"exact"`  // the whole path; starts with "/"
-	Prefix *string `json:"prefix"` // a prefix of the path; starts with "/"
-	Regex  *string `json:"regex"`  // RE2 syntax, must match the whole path
+	Exact      *string `json:"exact"`       // the whole path; starts with "/", normalized
+	Prefix     *string `json:"prefix"`      // a prefix of the path; starts with "/", normalized
+	Regex      *string `json:"regex"`       // RE2 syntax, must match the whole path
+	IgnoreCase bool    `json:"ignore_case"` // exact and prefix compare case-insensitively
 }
 
 // headerMatchJSON is one header condition; it sets exactly one of present, exact, prefix
@@ -163,11 +165,11 @@ type clientIPJSON struct {
 	// TrustedHops is 0 to take the address from source.address, or N (1 to 64) to take the
 	// N-th x-forwarded-for entry counted from the right. Default 0.
 	TrustedHops optInt `json:"trusted_hops"`
-	// IPv4Mask is the prefix length IPv4 addresses are masked to, 0 to 32; 0 or 32 keep the
-	// whole address. Default 0.
+	// IPv4Mask is the prefix length IPv4 addresses are masked to, 1 to 32; 32 keeps the
+	// whole address. Default 32.
 	IPv4Mask optInt `json:"ipv4_mask"`
-	// IPv6Mask is the prefix length IPv6 addresses are masked to, 0 to 128; 0 or 128 keep
-	// the whole address. Default 0.
+	// IPv6Mask is the prefix length IPv6 addresses are masked to, 1 to 128; 128 keeps the
+	// whole address. Default 64 (one subscriber's network).
 	IPv6Mask optInt `json:"ipv6_mask"`
 }
 

@@ -141,10 +141,10 @@ func FuzzClientIP(f *testing.F) {
 		f.Add(s.xff, s.source, s.hops, s.v4, s.v6)
 	}
 	f.Fuzz(func(t *testing.T, xff, source string, hops, v4, v6 uint8) {
-		p := keyPart{kind: keyClientIP, trustedHops: int(hops % (maxTrustedHops + 1)), v4Bits: int(v4 % 33), v6Bits: int(v6 % 129)}
+		p := keyPart{kind: keyClientIP, trustedHops: int(hops % (maxTrustedHops + 1)), v4Bits: 1 + int(v4%32), v6Bits: 1 + int(v6%128)}
 		req := &fakeRequest{source: source, headers: map[string]string{"x-forwarded-for": xff}}
-		out, ok := p.appendClientIP(make([]byte, 0, 64), req)
-		if !ok {
+		out, st := p.appendClientIP(make([]byte, 0, 64), req)
+		if st != KeyFound {
 			if len(out) != 0 {
 				t.Fatalf("missing part left %q", out)
 			}
@@ -187,7 +187,8 @@ func FuzzAppendKey(f *testing.F) {
 			headers: map[string]string{"x-key": header}, path: path, host: host, method: method,
 			props: map[string]string{"p": prop},
 		}
-		key, ok := r.AppendKey(nil, req)
+		key, st := r.AppendKey(nil, req)
+		ok := st == KeyFound
 		if !ok {
 			if len(key) != 0 {
 				t.Fatalf("skipped rule left %q", key)
@@ -201,8 +202,8 @@ func FuzzAppendKey(f *testing.F) {
 			t.Fatalf("key %q splits into %d parts, want %d", key, n, len(r.key))
 		}
 
-		k1, ok := single.AppendKey(nil, req)
-		if !ok {
+		k1, st := single.AppendKey(nil, req)
+		if st != KeyFound {
 			return
 		}
 		parts := splitKey(t, k1)

@@ -49,13 +49,37 @@ type keyPart struct {
 	name        string   // header (lower-case), query parameter, or constant value
 	property    []string // property path segments
 	trustedHops int      // client_ip: 0 = source.address, N = Nth x-forwarded-for entry from the right
-	v4Bits      int      // client_ip: prefix length for IPv4; 0 = whole address
-	v6Bits      int      // client_ip: prefix length for IPv6; 0 = whole address
+	v4Bits      int      // client_ip: prefix length for IPv4, 1 to 32 (32: the whole address)
+	v6Bits      int      // client_ip: prefix length for IPv6, 1 to 128 (128: the whole address)
 }
 
+// Default prefix lengths of the client_ip key part. An IPv4 address is what one subscriber
+// usually gets; an IPv6 subscriber usually gets a whole /64 (RFC 6177, and SLAAC needs one), so
+// keying on the whole IPv6 address would give one client 2^64 buckets.
+const (
+	DefaultIPv4Mask = 32
+	DefaultIPv6Mask = 64
+)
+
+// KeyStatus is the outcome of AppendKey.
+type KeyStatus uint8
+
+const (
+	// KeyFound means the key value was appended.
+	KeyFound KeyStatus = iota
+	// KeySkip means a key part is missing and missing_key is "skip": the rule does not apply.
+	KeySkip
+	// KeyConflict means a key part has two different values in the request: a repeated key
+	// header or query parameter. The rule refuses such a request (it is denied, and only
+	// counted in shadow mode) instead of charging one value's bucket while the upstream may
+	// serve another.
+	KeyConflict
+)
+
 // AppendKey appends the rule's key value for req to dst and returns the extended buffer;
-// the key is the appended suffix. ok is false when a key part is missing and the rule's
-// missing_key is "skip": the rule does not apply to req, and dst comes back unchanged.
+// the key is the appended suffix, valid when st is KeyFound. With KeySkip (a key part is
+// missing and the rule's missing_key is "skip": the rule does not apply) and KeyConflict (a
+// key part has two different values: the rule refuses the request) dst comes back unchanged.
 // AppendKey allocates only when dst must grow.
 //
 // The key value is the values of the rule's key parts, in order, joined by '|'. Inside a
@@ -66,10 +90,13 @@ type keyPart struct {
 //     "2001:db8::1"); with a mask shorter than the address, the masked prefix in CIDR form
 //     ("192.0.2.0/24", "2001:db8::/64"). It is taken from source.address, or with
 //     trusted_hops N from the N-th x-forwarded-for entry counted from the right.
-//   - header, property: the value as the host returns it.
-//   - query: the first value of the parameter, percent-decoded, with '+' read as a space.
-//   - path: the :path without the query, as Envoy passes it on (not decoded).
-//   - method, route_name: as is. host: lower-cased, without its port.
+//   - header, property: the value as the host returns it. A header that is repeated with
+//     different values is a conflict; repeated equal values count once.
+//   - query: the value of the parameter, percent-decoded, with '+' read as a space; a
+//     parameter that is repeated with different values is a conflict.
+//   - path: the normalized path (AppendNormalizedPath: no query, unreserved characters
+//     decoded, slashes merged, dot segments resolved; case kept).
+//   - method, route_name: as is. host: lower-cased, without its port and trailing dot.
 //   - constant: the configured string.
 //
 // An empty value counts as missing. A part longer than 256 bytes is replaced by `\#` and 16
@@ -78,54 +105,79 @@ type keyPart struct {
 //
 // When a part is missing, missing_key decides: "skip" (ok is false) or "default" (the key
 // value is empty: every such request shares one bucket, which an override with value ""
-// can size). A rule without key parts has the single key value "".
-func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, ok bool) {
+// can size). A conflict is decided before missing parts: a rule never skips a request that
+// also has a conflicting part. A rule without key parts has the single key value "".
+func (r *Rule) AppendKey(dst []byte, req Request) (key []byte, st KeyStatus) {
 	start := len(dst)
+	missing := false
 	for i := range r.key {
 		if i > 0 {
 			dst = append(dst, '|')
 		}
-		var present bool
-		dst, present = r.key[i].appendValue(dst, req)
-		if !present {
-			if r.MissingKey == MissingKeyDefault {
-				return dst[:start], true
-			}
-			return dst[:start], false
+		var ps KeyStatus
+		dst, ps = r.key[i].appendValue(dst, req)
+		switch ps {
+		case KeyConflict:
+			return dst[:start], KeyConflict
+		case KeySkip:
+			missing = true
 		}
 	}
-	return dst, true
+	if missing {
+		if r.MissingKey == MissingKeyDefault {
+			return dst[:start], KeyFound
+		}
+		return dst[:start], KeySkip
+	}
+	return dst, KeyFound
 }
 
-// appendValue appends the escaped value of the part; present is false when the request
-// lacks it (and then dst may hold a partial value the caller discards).
-func (p *keyPart) appendValue(dst []byte, req Request) ([]byte, bool) {
+// appendValue appends the escaped value of the part. KeySkip means the request lacks it, and
+// KeyConflict that it has two different values; dst may then hold a partial value the
+// caller discards.
+func (p *keyPart) appendValue(dst []byte, req Request) ([]byte, KeyStatus) {
 	var v string
-	var ok bool
+	ok := true
 	switch p.kind {
 	case keyClientIP:
 		return p.appendClientIP(dst, req)
 	case keyHeader:
-		v, ok = req.Header(p.name)
+		return appendHeaderValue(dst, req, p.name)
 	case keyPath:
-		v, ok = urlPath(req.Path()), true
+		v = req.NormalizedPath()
 	case keyMethod:
-		v, ok = req.Method(), true
+		v = req.Method()
 	case keyHost:
-		return appendLower(dst, stripPort(req.Host()))
+		return appendLower(dst, hostName(req.Host()))
 	case keyRouteName:
-		v, ok = req.RouteName(), true
+		v = req.RouteName()
 	case keyQuery:
 		return appendQueryParam(dst, req.Path(), p.name)
 	case keyConstant:
-		v, ok = p.name, true
+		v = p.name
 	case keyProperty:
 		v, ok = req.Property(p.property)
 	}
 	if !ok || v == "" {
-		return dst, false
+		return dst, KeySkip
 	}
-	return appendPart(dst, v), true
+	return appendPart(dst, v), KeyFound
+}
+
+// appendHeaderValue appends the value of the header name: its only value, or the value all of
+// its occurrences share. Different values are a conflict, and an empty value is missing.
+func appendHeaderValue(dst []byte, req Request, name string) ([]byte, KeyStatus) {
+	v, ok := req.HeaderValue(name, 0)
+	for i := 1; ok; i++ {
+		var w string
+		if w, ok = req.HeaderValue(name, i); ok && w != v {
+			return dst, KeyConflict
+		}
+	}
+	if v == "" {
+		return dst, KeySkip
+	}
+	return appendPart(dst, v), KeyFound
 }
 
 // appendPart appends the escaped form of v, or its hashed form when v is longer than
@@ -155,12 +207,12 @@ func appendHashed(dst []byte, h uint64) []byte {
 }
 
 // appendLower appends the escaped, lower-cased host; an empty host is missing.
-func appendLower(dst []byte, host string) ([]byte, bool) {
+func appendLower(dst []byte, host string) ([]byte, KeyStatus) {
 	if host == "" {
-		return dst, false
+		return dst, KeySkip
 	}
 	if len(host) > maxPartLen {
-		return appendHashed(dst, fnv.String(strings.ToLower(host))), true
+		return appendHashed(dst, fnv.String(strings.ToLower(host))), KeyFound
 	}
 	for i := 0; i < len(host); i++ {
 		c := host[i]
@@ -172,19 +224,21 @@ func appendLower(dst []byte, host string) ([]byte, bool) {
 		}
 		dst = append(dst, c)
 	}
-	return dst, true
+	return dst, KeyFound
 }
 
-// appendQueryParam appends the percent-decoded first value of the query parameter name in
-// the :path p. A parameter whose name matches after decoding counts. A value longer than
-// maxPartLen (after decoding) is appended in hashed form.
-func appendQueryParam(dst []byte, p, name string) ([]byte, bool) {
-	q := p
-	if i := strings.IndexByte(q, '?'); i >= 0 {
-		q = q[i+1:]
-	} else {
-		return dst, false
+// appendQueryParam appends the percent-decoded value of the query parameter name in the :path
+// p. A parameter whose name matches after decoding counts. A parameter given several times
+// with different (decoded) values is a conflict; an empty value is missing. A value longer
+// than maxPartLen (after decoding) is appended in hashed form.
+func appendQueryParam(dst []byte, p, name string) ([]byte, KeyStatus) {
+	i := strings.IndexByte(p, '?')
+	if i < 0 {
+		return dst, KeySkip
 	}
+	q := p[i+1:]
+	found := false
+	var first string
 	for q != "" {
 		var pair string
 		pair, q, _ = strings.Cut(q, "&")
@@ -192,27 +246,51 @@ func appendQueryParam(dst []byte, p, name string) ([]byte, bool) {
 		if !queryEqual(k, name) {
 			continue
 		}
-		if v == "" {
-			return dst, false
+		if !found {
+			found, first = true, v
+		} else if !queryValuesEqual(first, v) {
+			return dst, KeyConflict
 		}
-		start := len(dst)
-		n := 0
-		for i := 0; i < len(v); {
-			var c byte
-			c, i = queryByte(v, i)
-			n++
-			if n > maxPartLen {
-				// Rare and hostile: hash the decoded value instead.
-				return appendHashed(dst[:start], fnv.String(decodeQuery(v))), true
-			}
-			if c == '\\' || c == '|' {
-				dst = append(dst, '\\')
-			}
-			dst = append(dst, c)
-		}
-		return dst, true
 	}
-	return dst, false
+	if !found || first == "" {
+		return dst, KeySkip
+	}
+	return appendQueryValue(dst, first), KeyFound
+}
+
+// appendQueryValue appends the decoded, escaped raw query value v, or its hashed form when it
+// decodes to more than maxPartLen bytes.
+func appendQueryValue(dst []byte, v string) []byte {
+	start := len(dst)
+	n := 0
+	for i := 0; i < len(v); {
+		var c byte
+		c, i = queryByte(v, i)
+		n++
+		if n > maxPartLen {
+			// Rare and hostile: hash the decoded value instead.
+			return appendHashed(dst[:start], fnv.String(decodeQuery(v)))
+		}
+		if c == '\\' || c == '|' {
+			dst = append(dst, '\\')
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// queryValuesEqual reports whether the raw query values a and b decode to the same bytes.
+func queryValuesEqual(a, b string) bool {
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		var ca, cb byte
+		ca, i = queryByte(a, i)
+		cb, j = queryByte(b, j)
+		if ca != cb {
+			return false
+		}
+	}
+	return i == len(a) && j == len(b)
 }
 
 // queryByte decodes the byte of a raw query component s at i ('+' is a space, %XX a byte) and
@@ -269,58 +347,77 @@ func unhex(c byte) byte {
 
 // appendClientIP appends the client address, masked as configured. The address comes from
 // source.address when trustedHops is 0, else from the trustedHops-th entry of
-// x-forwarded-for counted from the right (1 = the rightmost). Fewer entries than that, or
-// an entry that is not an IP address (with an optional port, brackets or zone), make the
-// part missing: the header's untrusted left side is never consulted.
-func (p *keyPart) appendClientIP(dst []byte, req Request) ([]byte, bool) {
+// x-forwarded-for counted from the right (1 = the rightmost); a repeated x-forwarded-for
+// header counts as its values joined with ",", in order. Fewer entries than that, or an entry
+// that is not an IP address (with an optional port, brackets or zone), make the part missing:
+// the header's untrusted left side is never consulted.
+func (p *keyPart) appendClientIP(dst []byte, req Request) ([]byte, KeyStatus) {
 	var s string
 	if p.trustedHops == 0 {
 		s = req.SourceAddress()
 	} else {
-		xff, ok := req.Header("x-forwarded-for")
-		if !ok {
-			return dst, false
-		}
-		if s, ok = nthFromRight(xff, p.trustedHops); !ok {
-			return dst, false
+		var ok bool
+		if s, ok = forwardedFromRight(req, p.trustedHops); !ok {
+			return dst, KeySkip
 		}
 	}
 	addr, ok := parseClientAddr(s)
 	if !ok {
-		return dst, false
+		return dst, KeySkip
 	}
 	return p.appendMasked(dst, addr)
 }
 
-// appendMasked appends addr in key form: the prefix in CIDR form when the part masks addresses of
-// its family, else the address.
-func (p *keyPart) appendMasked(dst []byte, addr netip.Addr) ([]byte, bool) {
+// forwardedFromRight returns the n-th (n ≥ 1) entry of the x-forwarded-for values counted from
+// the right, reading the values from the last one backwards.
+func forwardedFromRight(req Request, n int) (string, bool) {
+	count := 0
+	for ; ; count++ {
+		if _, ok := req.HeaderValue("x-forwarded-for", count); !ok {
+			break
+		}
+	}
+	for i := count - 1; i >= 0; i-- {
+		v, _ := req.HeaderValue("x-forwarded-for", i)
+		s, seen, ok := nthFromRight(v, n)
+		if ok {
+			return s, true
+		}
+		n -= seen
+	}
+	return "", false
+}
+
+// appendMasked appends addr in key form: the masked prefix in CIDR form when the part's prefix
+// length for the address's family is shorter than the address, else the address.
+func (p *keyPart) appendMasked(dst []byte, addr netip.Addr) ([]byte, KeyStatus) {
 	bits := p.v6Bits
 	if addr.Is4() {
 		bits = p.v4Bits
 	}
-	if bits > 0 && bits < addr.BitLen() {
+	if bits < addr.BitLen() {
 		prefix, err := addr.Prefix(bits)
 		if err != nil {
-			return dst, false
+			return dst, KeySkip
 		}
-		return prefix.AppendTo(dst), true
+		return prefix.AppendTo(dst), KeyFound
 	}
-	return addr.AppendTo(dst), true
+	return addr.AppendTo(dst), KeyFound
 }
 
 // nthFromRight returns the n-th (n ≥ 1) comma-separated item of list counted from the right,
-// trimmed of spaces and tabs. It reads only the last n items, so a header with thousands of
-// hops costs no more than a short one.
-func nthFromRight(list string, n int) (string, bool) {
+// trimmed of spaces and tabs; when list has fewer items, ok is false and seen is how many it
+// has. It reads only the last n items, so a header with thousands of hops costs no more than a
+// short one.
+func nthFromRight(list string, n int) (item string, seen int, ok bool) {
 	end := len(list)
 	for i := 1; ; i++ {
 		start := strings.LastIndexByte(list[:end], ',') + 1
 		if i == n {
-			return trimOWS(list[start:end]), true
+			return trimOWS(list[start:end]), i, true
 		}
 		if start == 0 {
-			return "", false
+			return "", i, false
 		}
 		end = start - 1
 	}
@@ -416,24 +513,33 @@ func (r *Rule) Limits(key []byte) (set *LimitSet, unlimited bool) {
 // value of its cost header. Cost always returns a usable cost of at least 1. For a header
 // cost, a missing header costs the configured default; a value above the configured max
 // is charged max; and a value that is not a positive decimal integer costs the default and
-// is also reported as a non-nil error, for the caller to log or count.
+// is also reported as a non-nil error, for the caller to log or count. A repeated cost header
+// is charged its highest value, so a client cannot hide a cost behind a cheaper one.
 func (r *Rule) Cost(req Request) (int64, error) {
 	c := &r.cost
 	if c.header == "" {
 		return c.constant, nil
 	}
-	v, ok := req.Header(c.header)
-	if !ok {
+	cost := int64(0)
+	var err error
+	for i := 0; ; i++ {
+		v, ok := req.HeaderValue(c.header, i)
+		if !ok {
+			break
+		}
+		n, ok := parseCost(v)
+		if !ok {
+			n = c.def
+			if err == nil {
+				err = fmt.Errorf("filter: rule %q: cost header %q: invalid value %.32q: want a positive integer", r.Name, c.header, v)
+			}
+		}
+		cost = max(cost, min(n, c.max))
+	}
+	if cost == 0 {
 		return c.def, nil
 	}
-	n, ok := parseCost(v)
-	if !ok {
-		return c.def, fmt.Errorf("filter: rule %q: cost header %q: invalid value %.32q: want a positive integer", r.Name, c.header, v)
-	}
-	if n > c.max {
-		return c.max, nil
-	}
-	return n, nil
+	return cost, err
 }
 
 // parseCost parses a positive decimal integer surrounded by optional spaces or tabs. It

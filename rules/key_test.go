@@ -3,6 +3,7 @@ package rules
 import (
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -11,21 +12,41 @@ import (
 // fakeRequest is a Request over plain fields. Header names are looked up as given (the
 // filter always asks in lower case); props is keyed by the segments joined with ".".
 type fakeRequest struct {
-	headers map[string]string
+	headers map[string]string   // one value per header
+	multi   map[string][]string // repeated headers, looked up before headers
 	method  string
 	path    string
 	host    string
 	route   string
 	source  string
 	props   map[string]string
+
+	norm     []byte // the normalized path, computed once
+	normDone bool
 }
 
-func (r *fakeRequest) Header(name string) (string, bool) { v, ok := r.headers[name]; return v, ok }
-func (r *fakeRequest) Method() string                    { return r.method }
-func (r *fakeRequest) Path() string                      { return r.path }
-func (r *fakeRequest) Host() string                      { return r.host }
-func (r *fakeRequest) RouteName() string                 { return r.route }
-func (r *fakeRequest) SourceAddress() string             { return r.source }
+func (r *fakeRequest) HeaderValue(name string, i int) (string, bool) {
+	if vs, ok := r.multi[name]; ok {
+		if i < len(vs) {
+			return vs[i], true
+		}
+		return "", false
+	}
+	v, ok := r.headers[name]
+	return v, ok && i == 0
+}
+
+func (r *fakeRequest) NormalizedPath() string {
+	if !r.normDone {
+		r.norm, r.normDone = AppendNormalizedPath(r.norm[:0], r.path), true
+	}
+	return unsafe.String(unsafe.SliceData(r.norm), len(r.norm))
+}
+func (r *fakeRequest) Method() string        { return r.method }
+func (r *fakeRequest) Path() string          { return r.path }
+func (r *fakeRequest) Host() string          { return r.host }
+func (r *fakeRequest) RouteName() string     { return r.route }
+func (r *fakeRequest) SourceAddress() string { return r.source }
 func (r *fakeRequest) Property(path []string) (string, bool) {
 	v, ok := r.props[strings.Join(path, ".")]
 	return v, ok
@@ -51,8 +72,7 @@ func TestMatches(t *testing.T) {
 		{"a listed route name matches", `{"route_names": ["other", "default|api"]}`, true},
 		{"an unlisted route name does not", `{"route_names": ["other"]}`, false},
 		{"an exact host matches case-insensitively without its port", `{"hosts": ["api.example.com"]}`, true},
-		{"a host with its port matches the whole authority", `{"hosts": ["api.example.com:8443"]}`, true},
-		{"a host with another port does not", `{"hosts": ["api.example.com:443"]}`, false},
+		{"a pattern's trailing dot is dropped", `{"hosts": ["api.example.com."]}`, true},
 		{"a suffix wildcard matches a subdomain", `{"hosts": ["*.example.com"]}`, true},
 		{"a suffix wildcard does not match the bare domain", `{"hosts": ["*.api.example.com"]}`, false},
 		{"a lone star matches any host", `{"hosts": ["*"]}`, true},
@@ -126,7 +146,8 @@ func TestAppendKeyComposesEveryPart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := ruleOf(t, `{"name": "r", "limits": [{"rate": "1/s"}], "key": `+tc.key+`}`)
 			buf := []byte("prefix:")
-			out, ok := r.AppendKey(buf, req)
+			out, st := r.AppendKey(buf, req)
+			ok := st == KeyFound
 			require.True(t, ok)
 			assert.Equal(t, "prefix:"+tc.want, string(out), "AppendKey appends to dst")
 		})
@@ -135,7 +156,8 @@ func TestAppendKeyComposesEveryPart(t *testing.T) {
 
 func TestAppendKeyWithoutPartsIsTheSingleEmptyKey(t *testing.T) {
 	r := ruleOf(t, `{"name": "r", "limits": [{"rate": "1/s"}]}`)
-	key, ok := r.AppendKey(nil, &fakeRequest{})
+	key, st := r.AppendKey(nil, &fakeRequest{})
+	ok := st == KeyFound
 	assert.True(t, ok)
 	assert.Empty(t, key)
 }
@@ -146,7 +168,8 @@ func TestAppendKeyJoinsPartsUnambiguously(t *testing.T) {
 	for _, hv := range [][2]string{
 		{"x|y", "z"}, {"x", "y|z"}, {`x\`, "y"}, {"x", `\y`}, {`x\|`, "y"}, {"x", `|y`}, {`x\\`, "y"},
 	} {
-		key, ok := r.AppendKey(nil, &fakeRequest{headers: map[string]string{"a": hv[0], "b": hv[1]}})
+		key, st := r.AppendKey(nil, &fakeRequest{headers: map[string]string{"a": hv[0], "b": hv[1]}})
+		ok := st == KeyFound
 		require.True(t, ok)
 		prev, dup := keys[string(key)]
 		assert.False(t, dup, "%q and %q both give key %q", hv, prev, key)
@@ -175,7 +198,8 @@ func TestAppendKeyTreatsMissingAndEmptyPartsPerMissingKey(t *testing.T) {
 			r := ruleOf(t, `{"name": "r", "limits": [{"rate": "1/s"}], "missing_key": "`+tc.missing+`", "key": [{"header": "x-api-key"}, "method"]}`)
 			req := &fakeRequest{method: "GET", headers: tc.headers}
 			dst := []byte("keep")
-			out, ok := r.AppendKey(dst, req)
+			out, st := r.AppendKey(dst, req)
+			ok := st == KeyFound
 			assert.Equal(t, tc.wantOK, ok)
 			want := tc.want
 			if want != "" {
@@ -194,7 +218,7 @@ func TestAppendKeyTreatsQueryParametersStrictly(t *testing.T) {
 	}{
 		{"a plus in the name is a space", "/?api+key=a", "a", true},
 		{"a percent-encoded name matches", "/?api%20key=b", "b", true},
-		{"the first occurrence wins", "/?api+key=1&api+key=2", "1", true},
+		{"a repeated parameter with one value counts once", "/?api+key=1&api%20key=1", "1", true},
 		{"a plus in the value is a space", "/?api+key=a+b", "a b", true},
 		{"an invalid escape is kept literally", "/?api+key=%zz", "%zz", true},
 		{"an empty value is missing", "/?api+key=&x=1", "", false},
@@ -204,7 +228,8 @@ func TestAppendKeyTreatsQueryParametersStrictly(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			out, ok := r.AppendKey(nil, &fakeRequest{path: tc.path})
+			out, st := r.AppendKey(nil, &fakeRequest{path: tc.path})
+			ok := st == KeyFound
 			assert.Equal(t, tc.ok, ok)
 			assert.Equal(t, tc.want, string(out))
 		})
@@ -215,7 +240,8 @@ func TestAppendKeyHashesOverlongValues(t *testing.T) {
 	r := ruleOf(t, `{"name": "r", "limits": [{"rate": "1/s"}], "key": [{"header": "x-api-key"}, {"query": "q"}, "host"]}`)
 	long := strings.Repeat("A|", 5000)
 	req := &fakeRequest{headers: map[string]string{"x-api-key": long}, path: "/?q=" + strings.Repeat("%41", 400), host: strings.Repeat("H", 300)}
-	key, ok := r.AppendKey(nil, req)
+	key, st := r.AppendKey(nil, req)
+	ok := st == KeyFound
 	require.True(t, ok)
 	parts := strings.Split(string(key), "|")
 	require.Len(t, parts, 3)
@@ -237,9 +263,10 @@ func TestClientIP(t *testing.T) {
 		want   string // "" = missing
 	}{
 		{"source IPv4 with port", `{}`, "192.0.2.1:80", nil, "192.0.2.1"},
-		{"source IPv6 in brackets with port", `{}`, "[2001:db8::1]:443", nil, "2001:db8::1"},
+		{"source IPv6 is its /64 by default", `{}`, "[2001:db8::1]:443", nil, "2001:db8::/64"},
+		{"source IPv6 with ipv6_mask 128 keeps the address", `{"ipv6_mask": 128}`, "[2001:db8::1]:443", nil, "2001:db8::1"},
 		{"source IPv4-mapped IPv6 is unmapped", `{}`, "[::ffff:192.0.2.1]:443", nil, "192.0.2.1"},
-		{"source IPv6 zone is dropped", `{}`, "[fe80::1%eth0]:443", nil, "fe80::1"},
+		{"source IPv6 zone is dropped", `{"ipv6_mask": 128}`, "[fe80::1%eth0]:443", nil, "fe80::1"},
 		{"source without a port", `{}`, "192.0.2.1", nil, "192.0.2.1"},
 		{"source garbage is missing", `{}`, "not-an-ip:80", nil, ""},
 		{"empty source is missing", `{}`, "", nil, ""},
@@ -249,7 +276,8 @@ func TestClientIP(t *testing.T) {
 		{"IPv4 /1", `{"ipv4_mask": 1}`, "192.0.2.200:1", nil, "128.0.0.0/1"},
 		{"IPv6 /64", `{"ipv6_mask": 64}`, "[2001:db8:1:2:3:4:5:6]:1", nil, "2001:db8:1:2::/64"},
 		{"IPv6 /48 leaves IPv4 unmasked", `{"ipv6_mask": 48}`, "192.0.2.200:1", nil, "192.0.2.200"},
-		{"IPv4 mask leaves IPv6 unmasked", `{"ipv4_mask": 24}`, "[2001:db8::7]:1", nil, "2001:db8::7"},
+		{"IPv4 mask leaves IPv6 at its default /64", `{"ipv4_mask": 24}`, "[2001:db8::7]:1", nil, "2001:db8::/64"},
+		{"a prefix length of 1 is the smallest IPv6 mask", `{"ipv6_mask": 1}`, "[2001:db8::7]:1", nil, "::/1"},
 		{"mapped IPv6 is masked as IPv4", `{"ipv4_mask": 16, "ipv6_mask": 64}`, "[::ffff:192.0.2.1]:1", nil, "192.0.0.0/16"},
 		{"one hop takes the rightmost entry", `{"trusted_hops": 1}`, "", ptr("1.1.1.1, 2.2.2.2, 3.3.3.3"), "3.3.3.3"},
 		{"three hops take the leftmost of three", `{"trusted_hops": 3}`, "", ptr("1.1.1.1, 2.2.2.2, 3.3.3.3"), "1.1.1.1"},
@@ -262,9 +290,9 @@ func TestClientIP(t *testing.T) {
 		{"garbage at the chosen hop is missing", `{"trusted_hops": 1}`, "", ptr("1.1.1.1, unknown"), ""},
 		{"garbage left of the chosen hop is ignored", `{"trusted_hops": 1}`, "", ptr("<script>, , 999.1.1.1, 2.2.2.2"), "2.2.2.2"},
 		{"an entry with a port", `{"trusted_hops": 1}`, "", ptr("203.0.113.9:8080"), "203.0.113.9"},
-		{"a bracketed IPv6 entry with a port", `{"trusted_hops": 1}`, "", ptr("[2001:db8::2]:8080"), "2001:db8::2"},
+		{"a bracketed IPv6 entry with a port", `{"trusted_hops": 1, "ipv6_mask": 128}`, "", ptr("[2001:db8::2]:8080"), "2001:db8::2"},
 		{"a bare IPv6 entry", `{"trusted_hops": 1, "ipv6_mask": 64}`, "", ptr("2001:db8::2"), "2001:db8::/64"},
-		{"a bracketed entry without a port", `{"trusted_hops": 1}`, "", ptr("[2001:db8::2]"), "2001:db8::2"},
+		{"a bracketed entry without a port", `{"trusted_hops": 1, "ipv6_mask": 128}`, "", ptr("[2001:db8::2]"), "2001:db8::2"},
 		{"an IPv4 entry with a zone is missing", `{"trusted_hops": 1}`, "", ptr("192.0.2.1%eth0"), ""},
 		{"a bad port is missing", `{"trusted_hops": 1}`, "", ptr("192.0.2.1:http"), ""},
 		{"an unterminated bracket is missing", `{"trusted_hops": 1}`, "", ptr("[2001:db8::2"), ""},
@@ -280,7 +308,8 @@ func TestClientIP(t *testing.T) {
 			if tc.xff != nil {
 				req.headers["x-forwarded-for"] = *tc.xff
 			}
-			key, ok := r.AppendKey(nil, req)
+			key, st := r.AppendKey(nil, req)
+			ok := st == KeyFound
 			assert.Equal(t, tc.want != "", ok)
 			assert.Equal(t, tc.want, string(key))
 		})
@@ -299,7 +328,8 @@ func TestLimitsAppliesOverrides(t *testing.T) {
 			{"value": "a\\|b", "unlimited": true}
 		]}`)
 	get := func(headers map[string]string) ([]LimitSpec, bool) {
-		key, ok := r.AppendKey(nil, &fakeRequest{headers: headers})
+		key, st := r.AppendKey(nil, &fakeRequest{headers: headers})
+		ok := st == KeyFound
 		require.True(t, ok)
 		return specs(r.Limits(key))
 	}
@@ -331,7 +361,8 @@ func TestOverrideValuesForMaskedClientIPs(t *testing.T) {
 	r := ruleOf(t, `{"name": "r", "key": [{"client_ip": {"ipv4_mask": 24, "ipv6_mask": 64}}, "method"], "limits": [{"rate": "1/s"}],
 		"overrides": [{"value": "10.1.2.0/24|GET", "unlimited": true}, {"value": "2001:db8::/64|GET", "unlimited": true}]}`)
 	for _, src := range []string{"10.1.2.99:1", "[2001:db8::99]:1"} {
-		key, ok := r.AppendKey(nil, &fakeRequest{source: src, method: "GET"})
+		key, st := r.AppendKey(nil, &fakeRequest{source: src, method: "GET"})
+		ok := st == KeyFound
 		require.True(t, ok)
 		_, unlimited := r.Limits(key)
 		assert.True(t, unlimited, src)
@@ -400,7 +431,8 @@ func TestMatchesAndAppendKeyDoNotAllocate(t *testing.T) {
 			if !r.Matches(req) {
 				continue
 			}
-			key, ok := r.AppendKey(buf[:0], req)
+			key, st := r.AppendKey(buf[:0], req)
+			ok := st == KeyFound
 			if ok {
 				_, _ = r.Limits(key)
 				_, _ = r.Cost(req)
@@ -447,7 +479,8 @@ func BenchmarkMatchAndKey(b *testing.B) {
 			if !r.Matches(req) {
 				continue
 			}
-			key, ok := r.AppendKey(buf[:0], req)
+			key, st := r.AppendKey(buf[:0], req)
+			ok := st == KeyFound
 			if ok {
 				_, _ = r.Limits(key)
 				_, _ = r.Cost(req)

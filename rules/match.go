@@ -10,13 +10,19 @@ import (
 // tests implement it with maps. Implementations must not retain the returned strings'
 // backing memory beyond the request, and may return "" for values the host does not know.
 type Request interface {
-	// Header returns the value of the request header name, which is always lower-case.
-	// Repeated headers are joined with ",". The bool reports whether the header is present.
-	Header(name string) (string, bool)
+	// HeaderValue returns the i-th value (from 0, in the order the host holds them) of the
+	// request header name, which is always lower-case; the bool is false when the header has
+	// fewer than i+1 values. A header repeated in the request has one value per occurrence,
+	// as Envoy keeps them (Envoy itself joins repeated values of a few headers it indexes,
+	// x-forwarded-for among them, into one value with ",").
+	HeaderValue(name string, i int) (string, bool)
 	// Method returns the :method pseudo-header.
 	Method() string
 	// Path returns the :path pseudo-header, including the query string.
 	Path() string
+	// NormalizedPath returns AppendNormalizedPath of Path(). Implementations compute it at
+	// most once per request, into a buffer they keep, so that it does not allocate.
+	NormalizedPath() string
 	// Host returns the :authority pseudo-header (the Host header in HTTP/1).
 	Host() string
 	// RouteName returns the Envoy route name (the xds.route_name property), or "".
@@ -35,14 +41,15 @@ type match struct {
 	routeNames []string
 	hosts      []hostPattern
 	methods    []string
-	path       stringMatch // against the path without the query; kind 0 = any path
+	path       stringMatch // against the normalized path; kind 0 = any path
 	headers    []headerMatch
 }
 
-// hostPattern matches an authority, case-insensitively. A suffix pattern ("*.example.com",
-// stored as ".example.com") matches any host that ends with it; "*" matches every host.
+// hostPattern matches a host name, compared lower-case without port or trailing dot. A suffix
+// pattern ("*.example.com", stored as ".example.com") matches any host that ends with it; "*"
+// matches every host.
 type hostPattern struct {
-	value  string // lower-case
+	value  string // lower-case, without a trailing dot
 	suffix bool
 	any    bool
 }
@@ -58,23 +65,41 @@ const (
 	matchPresent // header only: present (or, with absent, missing)
 )
 
+// MaxRegexInput is the longest value, in bytes, a regex is run on. A longer value is not
+// matched against the regex: the condition holds whatever the regex and invert say, so an
+// oversized value can make a rule apply but never lets a request escape one. Together with
+// the program-size bound (MaxRegexProgram) it bounds the work of one regex on one value.
+const MaxRegexInput = 4096
+
 // stringMatch is one exact, prefix or regular-expression comparison.
 type stringMatch struct {
-	kind  stringKind
-	value string
-	re    *regexp.Regexp // anchored at both ends: the whole value must match
+	kind       stringKind
+	value      string
+	ignoreCase bool           // exact and prefix compare ASCII case-insensitively (path only)
+	re         *regexp.Regexp // anchored at both ends: the whole value must match
 }
 
-func (m *stringMatch) matches(s string) bool {
+// matches reports whether s satisfies m. tooLong is true, and matched false, when m is a regex
+// and s is longer than MaxRegexInput, so the regex was not run.
+func (m *stringMatch) matches(s string) (matched, tooLong bool) {
 	switch m.kind {
 	case matchExact:
-		return s == m.value
+		if m.ignoreCase {
+			return strings.EqualFold(s, m.value), false
+		}
+		return s == m.value, false
 	case matchPrefix:
-		return strings.HasPrefix(s, m.value)
+		if m.ignoreCase {
+			return len(s) >= len(m.value) && strings.EqualFold(s[:len(m.value)], m.value), false
+		}
+		return strings.HasPrefix(s, m.value), false
 	case matchRegex:
-		return m.re.MatchString(s)
+		if len(s) > MaxRegexInput {
+			return false, true
+		}
+		return m.re.MatchString(s), false
 	}
-	return true
+	return true, false
 }
 
 // headerMatch is one header condition. For matchPresent, absent inverts the meaning
@@ -87,20 +112,34 @@ type headerMatch struct {
 	invert bool
 }
 
+// matches evaluates the condition on every value of the header and holds when it holds for at
+// least one of them (after invert). A client that repeats a header therefore cannot hide a value
+// that makes a rule apply behind one that does not: "exact: premium" holds when any value is
+// premium, and "exact: premium, invert: true" holds unless every value is premium. A value too
+// long for a regex makes the condition hold.
 func (h *headerMatch) matches(req Request) bool {
-	v, ok := req.Header(h.name)
-	var r bool
 	if h.cond.kind == matchPresent {
-		r = ok != h.absent
-	} else {
-		r = ok && h.cond.matches(v)
+		_, ok := req.HeaderValue(h.name, 0)
+		return (ok != h.absent) != h.invert
 	}
-	return r != h.invert
+	for i := 0; ; i++ {
+		v, ok := req.HeaderValue(h.name, i)
+		if !ok {
+			return i == 0 && h.invert // a missing header never matches a value
+		}
+		m, tooLong := h.cond.matches(v)
+		if tooLong || m != h.invert {
+			return true
+		}
+	}
 }
 
 // Matches reports whether req satisfies every condition of the rule's match. A rule with
 // an empty match applies to every request. Matches reads only the request values its
 // conditions need, cheapest first, and does not allocate.
+//
+// Paths are compared in their normalized form (AppendNormalizedPath), hosts lower-case without
+// their port and trailing dot, and repeated headers value by value (headerMatch.matches).
 func (r *Rule) Matches(req Request) bool {
 	m := &r.match
 	if len(m.routeNames) > 0 && !containsString(m.routeNames, req.RouteName()) {
@@ -122,8 +161,10 @@ func (r *Rule) Matches(req Request) bool {
 	if len(m.hosts) > 0 && !matchHost(m.hosts, req.Host()) {
 		return false
 	}
-	if m.path.kind != matchNone && !m.path.matches(urlPath(req.Path())) {
-		return false
+	if m.path.kind != matchNone {
+		if ok, tooLong := m.path.matches(req.NormalizedPath()); !ok && !tooLong {
+			return false
+		}
 	}
 	for i := range m.headers {
 		if !m.headers[i].matches(req) {
@@ -142,11 +183,11 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// matchHost reports whether host matches one of the patterns. A pattern is compared with the
-// whole authority first and then with the authority without its port, so "api.example.com"
-// matches "api.example.com:8443" as Envoy's virtual-host domains do.
+// matchHost reports whether the authority host matches one of the patterns. The authority is
+// compared case-insensitively, without its port and without a trailing dot, so
+// "API.example.com.:8443" matches the pattern "api.example.com".
 func matchHost(patterns []hostPattern, host string) bool {
-	bare := stripPort(host)
+	bare := hostName(host)
 	for i := range patterns {
 		p := &patterns[i]
 		switch {
@@ -156,11 +197,21 @@ func matchHost(patterns []hostPattern, host string) bool {
 			if hasSuffixFold(bare, p.value) && len(bare) > len(p.value) {
 				return true
 			}
-		case strings.EqualFold(host, p.value), strings.EqualFold(bare, p.value):
+		case strings.EqualFold(bare, p.value):
 			return true
 		}
 	}
 	return false
+}
+
+// hostName returns the authority without its ":port" and without one trailing dot: the form
+// host patterns and the host key part compare. Bracketed IPv6 literals keep their brackets.
+func hostName(host string) string {
+	host = stripPort(host)
+	if len(host) > 1 && host[len(host)-1] == '.' {
+		host = host[:len(host)-1]
+	}
+	return host
 }
 
 // stripPort returns the authority without a trailing ":port". Bracketed IPv6 literals keep
@@ -181,12 +232,4 @@ func stripPort(host string) string {
 
 func hasSuffixFold(s, suffix string) bool {
 	return len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix)
-}
-
-// urlPath returns the :path without its query string.
-func urlPath(p string) string {
-	if i := strings.IndexByte(p, '?'); i >= 0 {
-		return p[:i]
-	}
-	return p
 }
