@@ -14,7 +14,7 @@ import (
 
 // envoy427Imports is every function an Envoy ≥ 1.33 (proxy-wasm-cpp-host with PR #427, without #533)
 // offers a module of ABI 0.2.0: its 18 WASI functions and the env.proxy_* functions
-// (../shared/reference/envoy-host.md §1.1, §1.2).
+// (docs/envoy-host.md §1.1, §1.2).
 var envoy427Imports = func() map[string]bool {
 	m := map[string]bool{}
 	for _, f := range strings.Fields(`args_get args_sizes_get clock_time_get environ_get environ_sizes_get fd_close

@@ -14,7 +14,7 @@ import (
 
 // These tests drive the plugin natively through the SDK's proxytest emulator: one host per process,
 // so they cannot run in parallel, and its shared data differs from Envoy's on cas 0 (see
-// ../shared/reference/style.md). The compiled module is tested on the Envoy-like host in e2e/.
+// docs/envoy-host.md §8). The compiled module is tested on the Envoy-like host in e2e/.
 
 func emulate(t *testing.T, config string) (proxytest.HostEmulator, types.OnPluginStartStatus) {
 	t.Helper()

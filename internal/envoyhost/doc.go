@@ -1,14 +1,17 @@
-// Package envoyhost runs a compiled proxy-wasm HTTP filter the way Envoy (≥ 1.33)
-// runs it, on wazero, so that end-to-end tests of the filter mean something.
+// Package envoyhost runs a compiled proxy-wasm HTTP filter the way Envoy (≥ 1.33) runs
+// it, on wazero. It is a product, not a test helper: `make demo` (cmd/demo) serves real HTTP
+// through it, and the end-to-end tests in e2e/ drive build/meshlimit.wasm on it.
 //
-// The specification is ../shared/reference/envoy-host.md (cited below as §N). Where
-// wazero's defaults differ from Envoy (its WASI, its start function), the host follows
-// Envoy: it brings its own wasi_snapshot_preview1 and wasi_unstable modules with
-// Envoy's 18 functions and errno values (§1.1), its own env.proxy_* functions for ABI
-// 0.2.0 and 0.2.1 (§1.2), the restricted-callback windows (§1.3, §7), the canary and
-// per-thread VMs (§1.4, §5), Envoy's shared-data CAS rules (§2), deferred local replies
-// and stream resumption (§4), HTTP callouts delivered to the root context (§3), Envoy's
-// property paths (§6) and a 16384-page memory cap (§7).
+// What Envoy's host does is written down, with the upstream sources it was read from, in
+// docs/envoy-host.md; comments in this package cite its sections as §N. Where wazero's
+// defaults differ from Envoy (its WASI, its start function), the host follows Envoy: it
+// brings its own wasi_snapshot_preview1 and wasi_unstable modules with Envoy's functions and
+// errno values for each host generation (§1.1), its own env.proxy_* functions for ABI 0.2.0
+// and 0.2.1 (§1.2), the restricted-callback windows (§1.3, §7), the canary and per-thread VMs
+// (§1.4, §5), Envoy's shared-data CAS rules (§2), deferred local replies and stream
+// resumption (§4), HTTP callouts delivered to the root context (§3), Envoy's property paths
+// (§6), first-value header reads (§10) and a 16384-page memory cap (§7). The places where it
+// knowingly differs are listed below under "Where it differs from Envoy".
 //
 // # Model
 //
@@ -72,15 +75,74 @@
 //	data := proc.SharedData("meshlimit")      // snapshot of the vm_id namespace
 //	n := p.PollOneoffCalls()                  // must stay 0 for an Envoy #427-era host
 //
-// # Deliberate simplifications
+// # Where it differs from Envoy
 //
-// There are no gRPC services (proxy_grpc_call and proxy_grpc_stream return
-// BadArgument, the other gRPC calls NotFound) and no foreign functions (NotFound);
-// shared queues deliver proxy_on_queue_ready asynchronously on a goroutine; a body
-// chunk that arrived while its direction was paused is delivered on resume as one
-// callback whose size is the whole buffered body; HTTP callout timeouts use real
-// time; the xds.node property is encoded from [Node] (id, cluster,
-// string metadata); in the #533 generation poll_oneoff advances the calling VM's
-// private monotonic clock by the requested timeout so that a guest sleep terminates on
-// the virtual clock. Everything else follows the specification.
+// Time and threads:
+//
+//   - Time is virtual. WASI clock_time_get, proxy_get_current_time_nanoseconds, request.time
+//     and the tick timers read a [Clock] that moves only when [Clock.Advance] is called; in
+//     Envoy they follow the dispatcher's real clock. HTTP callout timeouts, however, run in
+//     real time.
+//   - In the #533 generation poll_oneoff advances the calling VM's private monotonic clock by
+//     the requested timeout, so that a guest sleep ends on the virtual clock (Envoy returns at
+//     once and the guest busy-waits).
+//   - A VM is a mutex around a wazero module, not a thread with a dispatcher: HTTP callout
+//     responses and proxy_on_queue_ready are delivered from goroutines, each waiting for the
+//     VM's current guest call to return (Envoy posts them to the owning thread's dispatcher).
+//   - VMs are never shared between plugins: each [Plugin] has its own base VM, canary and
+//     thread VMs, so every VM has exactly one root context (id 1) and one tick timer. Envoy
+//     shares a VM per thread among plugins with the same vm_id, VM configuration and code.
+//
+// Callouts:
+//
+//   - A cluster is one loopback address from [Config.Clusters], reached with net/http over
+//     HTTP/1.1: no load balancing, hash policy, TLS, retries or circuit breakers.
+//   - Upstream timeouts and connection failures become the 504 and 503 responses Envoy's router
+//     is reported to send (their bodies copied from those reports, not from Envoy's code); a
+//     reset after the headers, or a body over 16 MiB (the host's own limit), fails the call
+//     with (0, 0, 0).
+//   - At most 1024 callouts of one plugin may be in flight; past that proxy_http_call returns
+//     InternalFailure. Envoy's Wasm layer has no such bound.
+//   - Callout tokens count 1, 2, 3, ... per VM; Envoy's count 4, 8, 12, ... (the low bits
+//     carry the callout type).
+//   - There are no gRPC services: proxy_grpc_call and proxy_grpc_stream return BadArgument, the
+//     other gRPC calls NotFound.
+//
+// Streams and header maps:
+//
+//   - Streams are driven by the caller ([Stream], [VM.RoundTrip], [HTTPProxy]), not by an HTTP
+//     connection manager: there are no other filters, no local_reply_config, no watermarks.
+//   - A body chunk that arrived while its direction was paused is delivered on resume as one
+//     callback whose size is the whole buffered body.
+//   - A second proxy_send_local_response on the same stream returns BadArgument; Envoy returns
+//     Ok and queues it as well.
+//   - proxy_get_header_map_pairs on a map that is not available returns BadArgument; Envoy
+//     returns Ok with no pairs.
+//   - During proxy_on_log no header map is readable (Envoy exposes the access-log copies of the
+//     request and response headers), and proxy_on_log runs only for streams whose context was
+//     created (Envoy creates it for the log if the filter never saw the request).
+//
+// Loading and failure:
+//
+//   - The engine is wazero's compiler, not V8: trap messages and speed differ; the memory cap is
+//     the same.
+//   - env.envoy_resolve_dns is not provided, and capability_restriction_config is not modelled:
+//     a module importing envoy_resolve_dns loads in Envoy and fails to load here.
+//   - Failure handling is fail-closed or [Config.FailOpen]; there is no FAIL_RELOAD and no
+//     reload policy: a failed VM stays failed until the plugin is closed.
+//
+// Other host functions and data:
+//
+//   - Foreign functions are absent (proxy_call_foreign_function returns NotFound).
+//   - Properties are a subset of Envoy's attributes: plugin_name, plugin_root_id,
+//     plugin_vm_id, xds.route_name, xds.cluster_name, xds.node (encoded from [Node]: id,
+//     cluster, string metadata), request.* (path, url_path, query, host, method, scheme, id,
+//     protocol, time, headers), response.code and response.headers, source.* and
+//     destination.* (address, port), and filter state set with proxy_set_property. Anything
+//     else (connection.*, upstream.*, metadata.*, ...) exists only when injected through
+//     [Config.Properties] or [StreamInfo].
+//   - Metrics are keyed by the name the guest defined, without Envoy's "wasmcustom." prefix;
+//     a histogram keeps its last value, count and sum, not buckets.
+//
+// Everything else follows docs/envoy-host.md.
 package envoyhost

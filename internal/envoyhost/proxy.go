@@ -8,7 +8,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 )
 
-// Spec references below are to ../shared/reference/envoy-host.md and to
+// Spec references below are to docs/envoy-host.md (§N) and to
 // https://github.com/proxy-wasm/spec/tree/main/abi-versions/v0.2.1 ("spec#name").
 
 // proxyFuncs returns the env functions Envoy registers for ABI 0.2.x (§1.2).
