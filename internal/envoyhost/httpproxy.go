@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -113,16 +114,30 @@ func (x *HTTPProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeResponse(w, s.DownstreamHeaders(), resp.Body)
 }
 
+// requestHeaders converts r's headers the way Envoy's HTTP/1 codec fills a request header map: one
+// entry per header line, so a repeated header keeps each value (proxy_get_header_map_value returns
+// the first, proxy_get_header_map_pairs all of them). x-forwarded-for is the exception, as for
+// Envoy, which joins the values of the headers it indexes: its lines are joined with "," and the
+// peer address is appended (use_remote_address). Net/http does not keep the order between
+// different header names, so names are sorted; the values of one name keep their order.
 func requestHeaders(r *http.Request) Headers {
 	path := r.URL.RequestURI()
 	h := Headers{{":method", r.Method}, {":path", path}, {":authority", r.Host}, {":scheme", "http"}}
+	names := make([]string, 0, len(r.Header))
+	for name := range r.Header {
+		names = append(names, name)
+	}
+	sort.Strings(names)
 	xff := ""
-	for name, values := range r.Header {
+	for _, name := range names {
+		values := r.Header[name]
 		if strings.EqualFold(name, "x-forwarded-for") {
 			xff = strings.Join(values, ",")
 			continue
 		}
-		h = append(h, [2]string{strings.ToLower(name), strings.Join(values, ",")})
+		for _, v := range values {
+			h = append(h, [2]string{strings.ToLower(name), v})
+		}
 	}
 	if peer, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		if xff != "" {
@@ -175,7 +190,9 @@ func (x *HTTPProxy) forward(ctx context.Context, h Headers, filtered, original [
 		if strings.EqualFold(name, "content-length") {
 			continue
 		}
-		out.Headers = append(out.Headers, [2]string{strings.ToLower(name), strings.Join(values, ",")})
+		for _, v := range values { // one entry per header line, as Envoy keeps them
+			out.Headers = append(out.Headers, [2]string{strings.ToLower(name), v})
+		}
 	}
 	return out, nil
 }
