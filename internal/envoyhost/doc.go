@@ -126,6 +126,8 @@
 //
 //   - The engine is wazero's compiler, not V8: trap messages and speed differ; the memory cap is
 //     the same.
+//   - A reactor without main has its __main_void called in every generation; Envoy's host does
+//     that only from cpp-host PR #500 (2026-03) on. Go modules export neither.
 //   - env.envoy_resolve_dns is not provided, and capability_restriction_config is not modelled:
 //     a module importing envoy_resolve_dns loads in Envoy and fails to load here.
 //   - Failure handling is fail-closed or [Config.FailOpen]; there is no FAIL_RELOAD and no
