@@ -1,0 +1,39 @@
+// Package rlsconfig reads envoyproxy/ratelimit's YAML configuration and matches Envoy's rate
+// limit descriptors against it, as envoyproxy/ratelimit does, so that meshlimit-service can
+// answer Envoy's rate limit service protocol (package rls) from the same files.
+//
+// A directory holds one file per domain:
+//
+//	domain: mongo_cps
+//	descriptors:
+//	  - key: database
+//	    value: users
+//	    rate_limit:
+//	      unit: second
+//	      requests_per_unit: 500
+//
+// Load parses a set of files strictly: an unknown or misplaced field, a value of the wrong
+// type, a duplicate domain or descriptor, a bad unit, or unlimited with a unit is an *Error
+// naming the file, the line and the field. A Config is immutable and safe for concurrent use;
+// a Watcher reloads the directory when its files change and keeps the last good Config when
+// they are bad.
+//
+// # Matching
+//
+// Config.Match walks a request's entries from the domain down: at each level the rule with
+// the entry's key and value, else the first rule (in file order) whose value is a wildcard
+// pattern that the value matches ('*' matches any run of characters, several are allowed),
+// else the rule with the key alone. A rate limit applies only when it is on the rule matched
+// by the request's last entry; a request whose entries run past the rules, or stop above a
+// limit, gets none. An empty value matches only the key-only rule.
+//
+// # Extensions and refusals
+//
+// rate_limit.algorithm (a meshlimit extension) selects one of meshlimit's five algorithms
+// (token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window) for a descriptor;
+// without it the descriptor counts as envoyproxy/ratelimit does (see package rls).
+// quota_mode and share_threshold are refused when true: they change what is counted and
+// answered, and meshlimit does not implement them. value_to_metric and metadata are accepted:
+// value_to_metric names the descriptor's metrics by the values sent, and metadata (returned by
+// envoyproxy/ratelimit only as dynamic metadata, off by default) is checked and ignored.
+package rlsconfig
