@@ -1,0 +1,421 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/sfv"
+)
+
+// The shared scenarios (scenarios/*.json, format in scenarios/README.md) run on the wazero host here
+// and on the V8 host (v8host/, under node with Envoy's V8 flags). Each engine's observations must
+// meet the scenarios' expectations, and the two engines must have observed exactly the same thing:
+// every status, every header sent upstream and downstream, every metric, every critical log line.
+
+// v8Flags are the V8 flags Envoy starts V8 with.
+var v8Flags = []string{"--no-liftoff", "--wasm-max-mem-pages=16384"}
+
+type scenario struct {
+	Name               string          `json:"name"`
+	Comment            string          `json:"comment"`
+	Config             json.RawMessage `json:"config"`
+	ConfigText         *string         `json:"config_text"`
+	Workers            int             `json:"workers"`
+	Steps              []scenarioStep  `json:"steps"`
+	ExpectStartFailure *struct {
+		LogContains string `json:"log_contains"`
+	} `json:"expect_start_failure"`
+	ExpectMetrics map[string]int64 `json:"expect_metrics"`
+}
+
+type scenarioStep struct {
+	Request   *scenarioRequest `json:"request"`
+	VM        int              `json:"vm"`
+	VMs       []int            `json:"vms"`
+	Repeat    int              `json:"repeat"`
+	AdvanceMS *int64           `json:"advance_ms"`
+	Open      *string          `json:"open"`
+	Check     *string          `json:"check"`
+	Finish    *string          `json:"finish"`
+	Expect    *expectation     `json:"expect"`
+}
+
+type scenarioRequest struct {
+	Method    string      `json:"method"`
+	Path      string      `json:"path"`
+	Authority string      `json:"authority"`
+	Source    string      `json:"source"`
+	Route     string      `json:"route"`
+	Headers   [][2]string `json:"headers"`
+}
+
+// expectation is what a step's observations must show; absent fields are not checked.
+type expectation struct {
+	Status         int               `json:"status"`
+	Statuses       map[string]int    `json:"statuses"`
+	Forwarded      *bool             `json:"forwarded"`
+	Headers        map[string]string `json:"headers"`
+	Absent         []string          `json:"absent"`
+	Upstream       map[string]string `json:"upstream"`
+	UpstreamAbsent []string          `json:"upstream_absent"`
+	Remaining      map[string]int64  `json:"remaining"`
+	GRPCStatus     *int32            `json:"grpc_status"`
+	Action         string            `json:"action"`
+	BodyContains   string            `json:"body_contains"`
+}
+
+// observation is what one request looked like to the client and to the upstream.
+type observation struct {
+	Action     string      `json:"action"`
+	Status     int         `json:"status"`
+	GRPCStatus int32       `json:"grpc_status"`
+	Forwarded  bool        `json:"forwarded"`
+	Upstream   [][2]string `json:"upstream"`
+	Downstream [][2]string `json:"downstream"`
+	Body       string      `json:"body"`
+}
+
+// outcome is one engine's run of one scenario.
+type outcome struct {
+	Name            string           `json:"name"`
+	StartFailed     bool             `json:"start_failed"`
+	StartError      string           `json:"start_error"`
+	CriticalLogs    []string         `json:"critical_logs"`
+	Steps           [][]observation  `json:"steps"`
+	Metrics         map[string]int64 `json:"metrics"`
+	FailedVMs       []int            `json:"failed_vms"`
+	PollOneoffCalls int64            `json:"poll_oneoff_calls"`
+}
+
+func TestTheSharedScenariosRunAlikeOnWazeroAndV8(t *testing.T) {
+	wasm := module(t, "meshlimit")
+	files, err := filepath.Glob(filepath.Join("scenarios", "*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no scenarios in e2e/scenarios")
+	onV8 := runOnV8(t, files)
+	for _, f := range files {
+		scs := readScenarios(t, f)
+		require.Len(t, onV8[filepath.Base(f)], len(scs), "the V8 host ran every scenario of %s", f)
+		for i, sc := range scs {
+			t.Run(strings.TrimSuffix(filepath.Base(f), ".json")+"/"+sc.Name, func(t *testing.T) {
+				v8 := onV8[filepath.Base(f)][i]
+				wz := runOnWazero(t, wasm, sc)
+				for engine, o := range map[string]outcome{"wazero": wz, "v8": v8} {
+					checkOutcome(t, engine, sc, o)
+				}
+				sameOnBothEngines(t, wz, v8)
+			})
+		}
+	}
+}
+
+// sameOnBothEngines fails at the first step where the engines observed something different, then on
+// any other difference (metrics, logs, failed VMs).
+func sameOnBothEngines(t *testing.T, wz, v8 outcome) {
+	t.Helper()
+	for i := range min(len(wz.Steps), len(v8.Steps)) {
+		if !assert.Equal(t, wz.Steps[i], v8.Steps[i], "the engines diverge at step %d (expected: wazero, actual: V8)", i+1) {
+			return
+		}
+	}
+	wz.StartError, v8.StartError = "", "" // each host words its own wrapper of Envoy's message
+	assert.Equal(t, wz, v8, "the engines diverge (expected: wazero, actual: V8)")
+}
+
+func readScenarios(t *testing.T, file string) []scenario {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var scs []scenario
+	require.NoError(t, dec.Decode(&scs), "%s", file)
+	return scs
+}
+
+// runOnV8 runs every file on the V8 host in one node process.
+func runOnV8(t *testing.T, files []string) map[string][]outcome {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	require.NoError(t, err, "node (Node.js, whose V8 is the engine Envoy uses) is not installed: apt-get install nodejs. "+
+		"The shared scenarios must run on V8 as well as on wazero.")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	args := append(append([]string(nil), v8Flags...), filepath.Join("v8host", "main.js"), "scenarios", filepath.Join("..", "build", "meshlimit.wasm"))
+	cmd := exec.CommandContext(ctx, node, append(args, files...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "the V8 host failed: %s", stderr.String())
+	var res map[string][]outcome
+	require.NoError(t, json.Unmarshal(out, &res))
+	return res
+}
+
+// runOnWazero runs one scenario on the wazero host, the way the V8 host runs it.
+func runOnWazero(t *testing.T, wasm []byte, sc scenario) outcome {
+	t.Helper()
+	config := string(sc.Config)
+	if sc.ConfigText != nil {
+		config = *sc.ConfigText
+	}
+	out := outcome{Name: sc.Name, CriticalLogs: []string{}, Steps: [][]observation{}, FailedVMs: []int{}}
+	critical := func(e envoyhost.LogEntry) {
+		if e.Level == envoyhost.LogCritical && !strings.HasPrefix(e.Message, "Function: ") {
+			out.CriticalLogs = append(out.CriticalLogs, e.Message)
+		}
+	}
+	proc := envoyhost.NewProcess()
+	p, err := envoyhost.NewPlugin(context.Background(), wasm, envoyhost.Config{
+		VMID: "meshlimit", PluginName: "istio-system.meshlimit", RootID: "meshlimit", PluginConfig: []byte(config),
+		Workers: max(sc.Workers, 1), Clock: envoyhost.NewClock(epoch), Process: proc, LogLevel: envoyhost.LogInfo, OnLog: critical,
+	})
+	if err != nil {
+		out.StartFailed, out.StartError = true, err.Error()
+		out.Metrics = metricValues(proc)
+		return out
+	}
+	defer p.Close()
+	open := map[string]*envoyhost.Stream{}
+	for _, st := range sc.Steps {
+		out.Steps = append(out.Steps, runStepOnWazero(t, p, open, st))
+	}
+	for _, s := range open {
+		require.NoError(t, s.Close())
+	}
+	out.Metrics = metricValues(proc)
+	for _, vm := range p.VMs() {
+		if vm.Failed() != nil {
+			out.FailedVMs = append(out.FailedVMs, vm.Index())
+		}
+	}
+	out.PollOneoffCalls = p.PollOneoffCalls()
+	return out
+}
+
+func runStepOnWazero(t *testing.T, p *envoyhost.Plugin, open map[string]*envoyhost.Stream, st scenarioStep) []observation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch {
+	case st.AdvanceMS != nil:
+		p.Clock().Advance(time.Duration(*st.AdvanceMS) * time.Millisecond)
+		return []observation{}
+	case st.Open != nil:
+		req := st.Request.build()
+		s := p.VM(st.VM).NewStream(req.Info)
+		act, err := s.SendRequestHeaders(req.Headers, true)
+		require.NoError(t, err)
+		open[*st.Open] = s
+		return []observation{observeStream(s, act.String())}
+	case st.Check != nil:
+		s := open[*st.Check]
+		return []observation{observeStream(s, streamState(s).String())}
+	case st.Finish != nil:
+		s := open[*st.Finish]
+		delete(open, *st.Finish)
+		if streamState(s) == envoyhost.ActionContinue {
+			_, err := s.SendResponseHeaders(ok200.Headers, false)
+			require.NoError(t, err)
+			_, err = s.SendResponseBody(ok200.Body, true)
+			require.NoError(t, err)
+		}
+		require.NoError(t, s.Close())
+		return []observation{observeStream(s, "")}
+	}
+	obs := []observation{}
+	for i := range max(st.Repeat, 1) {
+		vm := st.VM
+		if len(st.VMs) > 0 {
+			vm = st.VMs[i%len(st.VMs)]
+		}
+		res, err := p.VM(vm).RoundTrip(ctx, st.Request.build(), ok200)
+		require.NoError(t, err)
+		obs = append(obs, observeResult(res, ""))
+	}
+	return obs
+}
+
+// streamState reports a stream's state without waiting: ticks run inside Clock.Advance, so nothing
+// changes between steps.
+func streamState(s *envoyhost.Stream) envoyhost.Action {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	act, _ := s.Wait(ctx)
+	return act
+}
+
+func (r *scenarioRequest) build() *envoyhost.Request {
+	or := func(s, def string) string {
+		if s == "" {
+			return def
+		}
+		return s
+	}
+	h := envoyhost.Headers{{":method", or(r.Method, "GET")}, {":path", or(r.Path, "/")}, {":authority", or(r.Authority, "a.example")}, {":scheme", "http"}}
+	return &envoyhost.Request{
+		Headers: append(h, r.Headers...),
+		Info:    envoyhost.StreamInfo{SourceAddress: or(r.Source, "192.0.2.1:40000"), RouteName: r.Route},
+	}
+}
+
+func observeStream(s *envoyhost.Stream, action string) observation {
+	return observeResult(envoyhost.Result{LocalReply: s.LocalReply(), Upstream: s.UpstreamHeaders(), Downstream: s.DownstreamHeaders()}, action)
+}
+
+func observeResult(res envoyhost.Result, action string) observation {
+	o := observation{Action: action, GRPCStatus: -1, Forwarded: res.Upstream != nil,
+		Upstream: sortedHeaders(res.Upstream), Downstream: sortedHeaders(res.Downstream)}
+	if code, ok := res.Downstream.Get(":status"); ok {
+		o.Status, _ = strconv.Atoi(code)
+	}
+	if r := res.LocalReply; r != nil {
+		o.Status, o.GRPCStatus, o.Body = r.Status, r.GRPCStatus, string(r.Body)
+	}
+	return o
+}
+
+func sortedHeaders(h envoyhost.Headers) [][2]string {
+	if h == nil {
+		return nil
+	}
+	out := append([][2]string{}, h...)
+	sort.Slice(out, func(i, j int) bool { return out[i][0]+"\x00"+out[i][1] < out[j][0]+"\x00"+out[j][1] })
+	return out
+}
+
+func metricValues(proc *envoyhost.Process) map[string]int64 {
+	out := map[string]int64{}
+	for name, m := range proc.Metrics() {
+		if m.Type != envoyhost.Histogram {
+			out[name] = m.Value
+		}
+	}
+	return out
+}
+
+// checkOutcome checks one engine's outcome against the scenario's expectations.
+func checkOutcome(t *testing.T, engine string, sc scenario, o outcome) {
+	t.Helper()
+	if sc.ExpectStartFailure != nil {
+		assert.True(t, o.StartFailed, "%s: plugin start must fail", engine)
+		assert.Contains(t, o.StartError, "Failed to configure base Wasm plugin", engine)
+		assert.True(t, containsLine(o.CriticalLogs, sc.ExpectStartFailure.LogContains),
+			"%s: a critical log line contains %q; got %q", engine, sc.ExpectStartFailure.LogContains, o.CriticalLogs)
+		return
+	}
+	require.False(t, o.StartFailed, "%s: the plugin starts: %s %q", engine, o.StartError, o.CriticalLogs)
+	require.Len(t, o.Steps, len(sc.Steps), engine)
+	for i, st := range sc.Steps {
+		if st.Expect != nil {
+			checkStep(t, engine+" step "+strconv.Itoa(i+1), *st.Expect, o.Steps[i])
+		}
+	}
+	for name, want := range sc.ExpectMetrics {
+		assert.Equal(t, want, o.Metrics[name], "%s: metric %s", engine, name)
+	}
+	assert.Empty(t, o.FailedVMs, "%s: no VM fails", engine)
+	assert.Zero(t, o.PollOneoffCalls, "%s: the Go runtime never waits in poll_oneoff", engine)
+}
+
+func checkStep(t *testing.T, where string, e expectation, obs []observation) {
+	t.Helper()
+	if e.Statuses != nil {
+		got := map[string]int{}
+		for _, o := range obs {
+			got[strconv.Itoa(o.Status)]++
+		}
+		assert.Equal(t, e.Statuses, got, "%s: statuses", where)
+	}
+	for _, o := range obs {
+		checkObservation(t, where, e, o)
+	}
+}
+
+func checkObservation(t *testing.T, where string, e expectation, o observation) {
+	t.Helper()
+	if e.Status != 0 {
+		assert.Equal(t, e.Status, o.Status, "%s: status", where)
+	}
+	if e.Action != "" {
+		assert.Equal(t, e.Action, o.Action, "%s: action", where)
+	}
+	if e.Forwarded != nil {
+		assert.Equal(t, *e.Forwarded, o.Forwarded, "%s: forwarded upstream", where)
+	}
+	if e.GRPCStatus != nil {
+		assert.Equal(t, *e.GRPCStatus, o.GRPCStatus, "%s: grpc status", where)
+	}
+	assert.Contains(t, o.Body, e.BodyContains, "%s: body", where)
+	for name, want := range e.Headers {
+		got, ok := header(o.Downstream, name)
+		if assert.True(t, ok, "%s: downstream header %s present", where, name) {
+			assert.Equal(t, want, got, "%s: downstream header %s", where, name)
+		}
+	}
+	for _, name := range e.Absent {
+		_, ok := header(o.Downstream, name)
+		assert.False(t, ok, "%s: downstream header %s absent", where, name)
+	}
+	for name, want := range e.Upstream {
+		got, ok := header(o.Upstream, name)
+		if assert.True(t, ok, "%s: upstream header %s present", where, name) {
+			assert.Equal(t, want, got, "%s: upstream header %s", where, name)
+		}
+	}
+	for _, name := range e.UpstreamAbsent {
+		_, ok := header(o.Upstream, name)
+		assert.False(t, ok, "%s: upstream header %s absent", where, name)
+	}
+	for policy, want := range e.Remaining {
+		got, err := remaining(o.Downstream, policy)
+		if assert.NoError(t, err, where) {
+			assert.Equal(t, want, got, "%s: remaining quota of %s", where, policy)
+		}
+	}
+}
+
+func header(h [][2]string, name string) (string, bool) {
+	return envoyhost.Headers(h).Get(name)
+}
+
+// remaining reads r of the policy in the RateLimit field.
+func remaining(h [][2]string, policy string) (int64, error) {
+	field, ok := header(h, "ratelimit")
+	if !ok {
+		return 0, errors.New("no ratelimit header")
+	}
+	ps, err := sfv.ParsePolicies(field)
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range ps {
+		if p.Name == policy {
+			return p.Params["r"], nil
+		}
+	}
+	return 0, errors.New("policy " + policy + " not in " + field)
+}
+
+func containsLine(lines []string, substr string) bool {
+	for _, l := range lines {
+		if strings.Contains(l, substr) {
+			return true
+		}
+	}
+	return false
+}

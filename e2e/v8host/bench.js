@@ -1,0 +1,102 @@
+'use strict';
+// The request lifecycle benchmark and the cold-start measurement on V8.
+//
+// Lifecycle: one whole request (context create, request headers, response headers and body, log, done,
+// delete) through the pass-through module (the floor) and through meshlimit allowed with quota
+// headers, allowed without them, and denied. The cases run alternated, batch by batch, in one warm
+// process, and are timed in CPU time (process.cpuUsage), so that their ratios mean something on a
+// shared machine. Host calls, guest calls (exports and the allocator) and guest allocations are
+// counted per request; they are deterministic.
+//
+// Cold start: Envoy's start sequence for one plugin, phase by phase, in a fresh process.
+const fs = require('fs');
+const { Plugin } = require('./plugin');
+const { roundTrip } = require('./stream');
+const { LogLevel } = require('./abi');
+const { upstream } = require('./scenario');
+
+const rule = (rate, extra = '') => `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"${rate}"}]}]${extra}}`;
+
+const cases = [
+  { name: 'passthrough', module: 'passthrough', config: '{}' },
+  { name: 'meshlimit/allowed', module: 'meshlimit', config: rule('1000000000/s') },
+  { name: 'meshlimit/allowed-no-quota-headers', module: 'meshlimit', config: rule('1000000000/s', ',"response":{"quota_headers_on_allowed":false}') },
+  { name: 'meshlimit/denied', module: 'meshlimit', config: rule('1/h') },
+];
+
+const benchRequest = {
+  headers: [[':method', 'GET'], [':path', '/api/items?page=2'], [':authority', 'bench.example'], [':scheme', 'http'], ['user-agent', 'bench']],
+  info: { source: '203.0.113.77:40000' },
+};
+
+function cpuNs() {
+  const u = process.cpuUsage();
+  return (u.user + u.system) * 1000;
+}
+
+// lifecycle runs rounds × batch requests per case and returns the figures per request.
+function lifecycle(wasm, rounds, batch) {
+  const modules = {};
+  const states = cases.map((c) => {
+    const bytes = fs.readFileSync(wasm[c.module]);
+    modules[c.module] = modules[c.module] || new WebAssembly.Module(bytes);
+    const p = new Plugin({ vmId: c.module, rootId: c.module, pluginConfig: c.config, workers: 1, logLevel: LogLevel.info, module: modules[c.module] }).load(bytes);
+    return { c, p, vm: p.vms[0], cpu: 0, wall: 0n, n: 0, perRound: [] };
+  });
+  for (const s of states) for (let i = 0; i < 2000; i++) roundTrip(s.vm, benchRequest, upstream); // warm up
+  const counts = states.map((s) => [s.vm.hostCalls, s.vm.guestCalls, s.vm.guestAllocs]);
+  for (let r = 0; r < rounds; r++) {
+    for (const s of states) {
+      const c0 = cpuNs();
+      const w0 = process.hrtime.bigint();
+      for (let i = 0; i < batch; i++) roundTrip(s.vm, benchRequest, upstream);
+      const cpu = cpuNs() - c0;
+      s.wall += process.hrtime.bigint() - w0;
+      s.cpu += cpu;
+      s.n += batch;
+      s.perRound.push(cpu / batch);
+    }
+  }
+  return states.map((s, i) => {
+    if (s.vm.failed) throw new Error(`${s.c.name}: ${s.vm.failed}`);
+    const median = s.perRound.sort((a, b) => a - b)[s.perRound.length >> 1];
+    return {
+      name: s.c.name,
+      cpu_ns: median,
+      wall_ns: Number(s.wall) / s.n,
+      hostcalls: (s.vm.hostCalls - counts[i][0]) / s.n,
+      guestcalls: (s.vm.guestCalls - counts[i][1]) / s.n,
+      guestallocs: (s.vm.guestAllocs - counts[i][2]) / s.n,
+      guest_mib: s.vm.mem.size() / (1 << 20),
+    };
+  });
+}
+
+// coldStart loads one plugin and times each phase of Envoy's start sequence, then the first two
+// requests on worker 0. Times are milliseconds since the previous mark.
+function coldStart(wasmPath, config, workers) {
+  const marks = [];
+  let last = process.hrtime.bigint();
+  const mark = (what) => {
+    const now = process.hrtime.bigint();
+    marks.push({ phase: what, ms: Number(now - last) / 1e6 });
+    last = now;
+  };
+  const bytes = fs.readFileSync(wasmPath);
+  mark('read the file');
+  const names = { '-2': 'base VM', '-1': 'canary' };
+  const p = new Plugin({
+    vmId: 'meshlimit', rootId: 'meshlimit', pluginName: 'istio-system.meshlimit', pluginConfig: config, workers, logLevel: LogLevel.info,
+    onPhase: (phase, vm) => mark(phase === 'compile' ? 'compile (check imports, WebAssembly.Module)' :
+      phase === 'worker' ? `thread VM ${vm}: instantiate, _initialize, on_vm_start, on_configure` :
+        `${names[vm]}: ${phase === '_initialize' ? 'instantiate + _initialize' : phase}`),
+  }).load(bytes);
+  roundTrip(p.vms[0], benchRequest, upstream);
+  mark('first request on worker 0');
+  roundTrip(p.vms[0], benchRequest, upstream);
+  mark('second request on worker 0');
+  const total = marks.reduce((n, m) => n + m.ms, 0);
+  return { marks, total_ms: total, failed: p.vms.filter((vm) => vm.failed).length };
+}
+
+module.exports = { lifecycle, coldStart, cases };

@@ -1,0 +1,45 @@
+'use strict';
+// The V8 host's command line. Run it with Envoy's V8 flags:
+//
+//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js scenarios build/meshlimit.wasm e2e/scenarios/*.json
+//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js bench build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
+//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldstart build/meshlimit.wasm [workers]
+//
+// scenarios and bench print JSON on stdout; coldstart prints a table.
+const { run } = require('./scenario');
+const { lifecycle, coldStart } = require('./bench');
+
+const envoyFlags = ['--no-liftoff', '--wasm-max-mem-pages=16384'];
+
+function main(argv) {
+  const missing = envoyFlags.filter((f) => !process.execArgv.includes(f));
+  if (missing.length) {
+    throw new Error(`run node with Envoy's V8 flags: node ${envoyFlags.join(' ')} ${process.argv[1]} ... (missing ${missing.join(' ')})`);
+  }
+  const [cmd, ...args] = argv;
+  switch (cmd) {
+    case 'scenarios':
+      process.stdout.write(JSON.stringify(run(args[0], args.slice(1))) + '\n');
+      return;
+    case 'bench': {
+      const figures = lifecycle({ passthrough: args[0], meshlimit: args[1] }, Number(args[2] || 20), Number(args[3] || 2000));
+      process.stdout.write(JSON.stringify({ engine: 'v8', node: process.version, v8: process.versions.v8, cases: figures }) + '\n');
+      return;
+    }
+    case 'coldstart': {
+      const config = '{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"100/s"}]}]}';
+      const r = coldStart(args[0], config, Number(args[1] || 2));
+      for (const m of r.marks) console.log(`${m.ms.toFixed(1).padStart(9)} ms  ${m.phase}`);
+      console.log(`${r.total_ms.toFixed(1).padStart(9)} ms  total, bytes to second response (${r.failed} failed VMs)`);
+      return;
+    }
+  }
+  throw new Error('usage: main.js scenarios|bench|coldstart ...');
+}
+
+try {
+  main(process.argv.slice(2));
+} catch (err) {
+  console.error(`v8host: ${err.message}`);
+  process.exit(1);
+}

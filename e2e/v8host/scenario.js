@@ -1,0 +1,106 @@
+'use strict';
+// Runs the shared scenarios (e2e/scenarios/*.json) and reports what happened, step by step, in the
+// form the Go test compares with the wazero host's run and with the scenarios' expectations. The
+// format is described in e2e/scenarios/README.md.
+const fs = require('fs');
+const path = require('path');
+const { Plugin, Process, Clock } = require('./plugin');
+const { Stream, roundTrip, finishResponse } = require('./stream');
+const { LogLevel } = require('./abi');
+
+const epochNs = BigInt(Date.UTC(2026, 10, 29, 12, 0, 0)) * 1000000n; // 2026-11-29T12:00:00Z
+const upstream = { headers: [[':status', '200'], ['content-type', 'text/plain']], body: 'ok' };
+
+const bin = (s) => Buffer.from(s, 'utf8').toString('latin1');
+const text = (s) => Buffer.from(s, 'latin1').toString('utf8');
+const sorted = (h) => (h ? h.map(([k, v]) => [text(k), text(v)]).sort((a, b) => (a[0] + '\0' + a[1] < b[0] + '\0' + b[1] ? -1 : 1)) : null);
+
+// request turns a scenario request into the host's form.
+function request(r) {
+  const h = [[':method', r.method || 'GET'], [':path', r.path || '/'], [':authority', r.authority || 'a.example'], [':scheme', 'http']];
+  for (const [k, v] of r.headers || []) h.push([bin(k), bin(v)]);
+  return { headers: h, info: { source: r.source || '192.0.2.1:40000', routeName: r.route || '' } };
+}
+
+// observe records what the client and the upstream saw of a stream.
+// action is the stream's state for open and check steps, '' otherwise.
+function observe(s, action = '') {
+  const local = s.local;
+  return {
+    action,
+    status: local ? local.status : s.downstream ? Number(s.downstream.find((e) => e[0] === ':status')[1]) : 0,
+    grpc_status: local ? local.grpcStatus : -1,
+    forwarded: s.upstream !== null,
+    upstream: sorted(s.upstream),
+    downstream: sorted(s.downstream),
+    body: local ? text(local.body) : '',
+  };
+}
+
+// runOne runs one scenario on a fresh process, clock and plugin.
+function runOne(module, bytes, sc) {
+  const out = { name: sc.name, start_failed: false, start_error: '', critical_logs: [], steps: [], metrics: {} };
+  const plugin = new Plugin({
+    vmId: 'meshlimit', pluginName: 'istio-system.meshlimit', rootId: 'meshlimit', module,
+    pluginConfig: bin(sc.config_text !== undefined ? sc.config_text : JSON.stringify(sc.config)),
+    workers: sc.workers || 1, logLevel: LogLevel.info, clock: new Clock(epochNs), proc: new Process(),
+  });
+  try {
+    plugin.load(bytes);
+  } catch (err) {
+    out.start_failed = true;
+    out.start_error = err.message;
+  }
+  if (!out.start_failed) {
+    const open = new Map();
+    for (const step of sc.steps || []) out.steps.push(runStep(plugin, open, step));
+    for (const s of open.values()) s.close();
+  }
+  out.critical_logs = plugin.logs.filter((e) => e.level === 'critical' && !e.message.startsWith('Function: ')).map((e) => text(e.message));
+  out.metrics = plugin.proc.metricValues();
+  out.failed_vms = plugin.vms.filter((vm) => vm.failed).map((vm) => vm.index);
+  out.poll_oneoff_calls = plugin.pollCalls;
+  plugin.close();
+  return out;
+}
+
+// runStep runs one step and returns the list of its observations.
+function runStep(plugin, open, step) {
+  if (step.advance_ms !== undefined) {
+    plugin.clock.advance(BigInt(step.advance_ms) * 1000000n);
+    return [];
+  }
+  if (step.open !== undefined) {
+    const s = new Stream(plugin.vms[step.vm || 0], request(step.request).info);
+    s.sendRequestHeaders(request(step.request).headers, true);
+    open.set(step.open, s);
+    return [observe(s, s.state())];
+  }
+  if (step.check !== undefined) return [observe(open.get(step.check), open.get(step.check).state())];
+  if (step.finish !== undefined) {
+    const s = open.get(step.finish);
+    open.delete(step.finish);
+    if (s.state() === 'continue') finishResponse(s, upstream);
+    s.close();
+    return [observe(s)];
+  }
+  const obs = [];
+  for (let i = 0; i < (step.repeat || 1); i++) {
+    const vm = step.vms ? step.vms[i % step.vms.length] : step.vm || 0;
+    obs.push(observe(roundTrip(plugin.vms[vm], request(step.request), upstream)));
+  }
+  return obs;
+}
+
+// run runs every scenario of the given files and returns {file: [results]}.
+function run(wasmPath, files) {
+  const bytes = fs.readFileSync(wasmPath);
+  const module = new WebAssembly.Module(bytes);
+  const results = {};
+  for (const f of files) {
+    results[path.basename(f)] = JSON.parse(fs.readFileSync(f, 'utf8')).map((sc) => runOne(module, bytes, sc));
+  }
+  return results;
+}
+
+module.exports = { run, runOne, request, upstream, epochNs };

@@ -1,0 +1,232 @@
+'use strict';
+// One HTTP stream on one VM, driven the way Envoy's filter manager drives a Wasm filter: the stream
+// context is created just before proxy_on_request_headers; a callback that returns anything but
+// Continue (or that sent a local reply) stops its direction, and body and trailers arriving meanwhile
+// are held back and delivered on resume; local replies and resumptions take effect after the guest
+// call that asked for them returns; a local reply goes through the filter's response callbacks; the
+// stream ends with proxy_on_log, proxy_on_done and proxy_on_delete. Everything here is synchronous:
+// a paused stream stays paused until a tick (Clock.advance) resumes it.
+const { asciiLower } = require('./abi');
+
+const REQ = 0;
+const RESP = 1;
+const HEADERS = 0;
+const BODY = 1;
+const TRAILERS = 2;
+
+const lowerAll = (h) => h.map(([k, v]) => [asciiLower(k), v]);
+
+class Stream {
+  constructor(vm, info) {
+    this.vm = vm;
+    this.info = info;
+    this.id = 0;
+    this.created = false;
+    this.closed = false;
+    this.ended = false;
+    this.responseStarted = false;
+    this.reqHeaders = [];
+    this.reqTrailers = [];
+    this.reqBody = '';
+    this.respHeaders = [];
+    this.respTrailers = [];
+    this.respBody = '';
+    this.open = { reqHeaders: false, reqBody: false, reqTrailers: false, respHeaders: false, respBody: false, respTrailers: false };
+    this.dirs = [newDirection(), newDirection()];
+    this.upstream = null; // request headers as forwarded
+    this.downstream = null; // response headers as sent downstream
+    this.local = null;
+    this.reset = false;
+    this.localReplyHold = false;
+    this.filterState = new Map();
+  }
+
+  // sendRequestHeaders creates the stream context and calls proxy_on_request_headers; it returns the
+  // request direction's state: 'continue', 'pause' or 'stop'.
+  sendRequestHeaders(h, eos) {
+    const vm = this.vm;
+    this.start = vm.plugin.clock.now;
+    this.reqHeaders = lowerAll(h);
+    if (vm.failed) return this.failedVM(REQ, HEADERS);
+    this.id = ++vm.nextId;
+    vm.streams.set(this.id, this);
+    this.created = true;
+    if (vm.ex.proxy_on_context_create && vm.call('proxy_on_context_create', this.id, this.id, vm.rootId) === undefined) {
+      return this.failedVM(REQ, HEADERS);
+    }
+    this.open.reqHeaders = true;
+    return this.callback(REQ, HEADERS, 'proxy_on_request_headers', this.reqHeaders.length, eos ? 1 : 0);
+  }
+
+  sendResponseHeaders(h, eos) {
+    if (this.ended) return 'stop';
+    if (!this.dirs[REQ].headersPassed || this.responseStarted) throw new Error('v8host: stream method called out of order');
+    this.responseStarted = true;
+    this.respHeaders = lowerAll(h);
+    if (this.vm.failed) return this.failedVM(RESP, HEADERS);
+    this.open.respHeaders = true;
+    return this.callback(RESP, HEADERS, 'proxy_on_response_headers', this.respHeaders.length, eos ? 1 : 0);
+  }
+
+  // sendBody delivers a body chunk (a binary string), or holds it while the direction is stopped.
+  sendBody(dir, body, eos) {
+    const d = this.dirs[dir];
+    if (this.ended) return 'stop';
+    if (d.paused || !d.headersPassed) {
+      d.pendBody = (d.pendBody || '') + body;
+      d.pendEOS = eos;
+      return 'pause';
+    }
+    if (this.vm.failed) return this.failedVM(dir, BODY);
+    if (dir === REQ) {
+      this.reqBody += body;
+      this.open.reqBody = true;
+      return this.callback(dir, BODY, 'proxy_on_request_body', body.length, eos ? 1 : 0);
+    }
+    this.respBody += body;
+    this.open.respBody = true;
+    return this.callback(dir, BODY, 'proxy_on_response_body', body.length, eos ? 1 : 0);
+  }
+
+  // callback calls a stream callback: a failed call answers 503 (or passes when fail-open); 0 without
+  // a local reply continues; anything else stops the direction. Deferred effects run afterwards.
+  callback(dir, phase, name, ...args) {
+    const vm = this.vm;
+    if (!vm.ex[name]) {
+      this.passed(dir, phase);
+      return this.action(dir);
+    }
+    vm.stopNext = false;
+    const res = vm.call(name, this.id, this.id, ...args);
+    if (res === undefined) return this.failedVM(dir, phase);
+    if (res === 0 && !vm.stopNext) this.passed(dir, phase);
+    else Object.assign(this.dirs[dir], { paused: true, pausedAt: phase });
+    vm.stopNext = false;
+    vm.runDeferred();
+    return this.action(dir);
+  }
+
+  // passed records that a phase went through the filter: the data moves on and stops being readable.
+  passed(dir, phase) {
+    const d = this.dirs[dir];
+    if (dir === REQ) {
+      if (phase === HEADERS) [this.open.reqHeaders, this.upstream, d.headersPassed] = [false, this.reqHeaders.map((e) => [...e]), true];
+      if (phase === BODY) [this.open.reqBody, this.reqBody] = [false, ''];
+      if (phase === TRAILERS) this.open.reqTrailers = false;
+      return;
+    }
+    if (phase === HEADERS) [this.open.respHeaders, this.downstream, d.headersPassed] = [false, this.respHeaders.map((e) => [...e]), true];
+    if (phase === BODY) [this.open.respBody, this.respBody] = [false, ''];
+    if (phase === TRAILERS) this.open.respTrailers = false;
+  }
+
+  action(dir) {
+    const d = this.dirs[dir];
+    if (this.ended) return 'stop';
+    return d.paused || d.pendBody !== undefined ? 'pause' : 'continue';
+  }
+
+  // state is the stream's state over both directions.
+  state() {
+    const a = this.action(REQ);
+    return a === 'continue' ? this.action(RESP) : a;
+  }
+
+  // resume continues a direction after proxy_continue_stream and delivers held-back body.
+  resume(dir) {
+    const d = this.dirs[dir];
+    if (this.ended || !d.paused) return;
+    d.paused = false;
+    this.passed(dir, d.pausedAt);
+    if (d.pendBody !== undefined) {
+      const [body, eos] = [d.pendBody, d.pendEOS];
+      d.pendBody = undefined;
+      this.sendBody(dir, body, eos);
+    }
+  }
+
+  resetStream() {
+    if (!this.ended) [this.ended, this.reset] = [true, true];
+  }
+
+  // failedVM answers a stream on a failed VM: pass when fail-open, else 503 wasm_fail_stream.
+  failedVM(dir, phase) {
+    this.vm.deferred = [];
+    if (this.vm.plugin.cfg.failOpen) {
+      if (!this.ended) {
+        this.dirs[dir].paused = false;
+        this.passed(dir, phase);
+      }
+      return this.action(dir);
+    }
+    this.sendLocalReply({ status: 503, headers: [], body: '', grpcStatus: 14, details: 'wasm_fail_stream' }, true);
+    return 'stop';
+  }
+
+  // sendLocalReply ends the stream with reply; unless the host itself failed the stream, the reply's
+  // headers and body pass through the filter's response callbacks, as on Envoy's encoder path.
+  sendLocalReply(reply, hostFailure) {
+    if (this.ended) return;
+    const vm = this.vm;
+    [this.ended, this.local] = [true, reply];
+    this.dirs[REQ].paused = this.dirs[RESP].paused = false;
+    const h = [[':status', String(reply.status)], ...reply.headers];
+    if (reply.body.length > 0) {
+      h.push(['content-length', String(reply.body.length)]);
+      if (!h.some((e) => e[0] === 'content-type')) h.push(['content-type', 'text/plain']);
+    }
+    this.responseStarted = true;
+    [this.respHeaders, this.respBody] = [h, reply.body];
+    if (!hostFailure && !vm.failed && this.created) {
+      this.open.respHeaders = true;
+      vm.call('proxy_on_response_headers', this.id, this.id, h.length, reply.body.length === 0 ? 1 : 0);
+      this.open.respHeaders = false;
+      if (reply.body.length > 0 && !vm.failed && vm.ex.proxy_on_response_body) {
+        this.open.respBody = true;
+        vm.call('proxy_on_response_body', this.id, this.id, reply.body.length, 1);
+        this.open.respBody = false;
+      }
+      vm.runDeferred();
+    }
+    this.downstream = this.respHeaders.map((e) => [...e]);
+  }
+
+  // close calls proxy_on_log, proxy_on_done and proxy_on_delete when the context was created on a
+  // healthy VM.
+  close() {
+    const vm = this.vm;
+    if (this.closed) return;
+    this.closed = true;
+    if (this.created && !vm.failed && !vm.closed) {
+      for (const fn of ['proxy_on_log', 'proxy_on_done', 'proxy_on_delete']) vm.call(fn, this.id, this.id);
+      vm.deferred = [];
+    }
+    vm.streams.delete(this.id);
+    this.ended = true;
+  }
+}
+
+function newDirection() {
+  return { headersPassed: false, paused: false, pausedAt: HEADERS, pendBody: undefined, pendEOS: false };
+}
+
+// roundTrip runs a whole request lifecycle: request headers (and body), then, unless the stream
+// stopped or paused, the upstream response (headers and body), then close. It returns the stream.
+function roundTrip(vm, req, resp) {
+  const s = new Stream(vm, req.info || {});
+  const hasBody = req.body && req.body.length > 0;
+  s.sendRequestHeaders(req.headers, !hasBody);
+  if (hasBody) s.sendBody(REQ, req.body, true);
+  if (s.state() === 'continue' && resp) finishResponse(s, resp);
+  s.close();
+  return s;
+}
+
+// finishResponse sends the upstream response through a stream whose request was forwarded.
+function finishResponse(s, resp) {
+  const hasBody = resp.body && resp.body.length > 0;
+  s.sendResponseHeaders(resp.headers, !hasBody);
+  if (hasBody) s.sendBody(RESP, resp.body, true);
+}
+
+module.exports = { Stream, roundTrip, finishResponse, REQ, RESP };
