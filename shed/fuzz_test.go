@@ -1,0 +1,177 @@
+package shed
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// fuzzPolicy maps fuzzer bytes to a valid Policy of 1 to 8 classes.
+func fuzzPolicy(n uint8, reserves []byte) Policy {
+	classes := make([]Class, 1+int(n)%MaxClasses)
+	budget := 999
+	for i := range classes {
+		classes[i].Name = string(rune('a' + i))
+		if i < len(classes)-1 && i < len(reserves) {
+			classes[i].Reserve = min(int(reserves[i])*4, budget)
+			budget -= classes[i].Reserve
+		}
+	}
+	p, err := NewPolicy(classes, "a")
+	if err != nil {
+		panic(err) // fuzzPolicy only builds valid policies
+	}
+	return p
+}
+
+// checkGuarantees checks the documented guarantees of one Admit at capacity c from s.
+func checkGuarantees(t *testing.T, p *Policy, s State, c int64, class int, next State, d Decision) {
+	t.Helper()
+	cc := min(max(c, 0), MaxCapacity)
+	if d.Admitted && next.Total() > cc {
+		t.Fatalf("admitted class %d to %d in flight over capacity %d", class, next.Total(), cc)
+	}
+	if d.Admitted != (s.Total() < p.Threshold(c, d.Class)) {
+		t.Fatalf("class %d at %d in flight, threshold %d: admitted %v", d.Class, s.Total(), p.Threshold(c, d.Class), d.Admitted)
+	}
+	for higher := range d.Class {
+		if _, dh := p.Admit(s, c, higher); d.Admitted && !dh.Admitted {
+			t.Fatalf("class %d shed while lower class %d is admitted at %d in flight, capacity %d", higher, d.Class, s.Total(), c)
+		}
+	}
+}
+
+// checkReserves checks that the classes below each class hold no more than its successor's
+// threshold, so that each class keeps its reserve, when the capacity never changed.
+func checkReserves(t *testing.T, p *Policy, s State, c int64) {
+	t.Helper()
+	for i := 0; i+1 < p.Classes(); i++ {
+		below := int64(0)
+		for j := i + 1; j < MaxClasses; j++ {
+			below += int64(s.InFlight[j])
+		}
+		if limit := p.Threshold(c, i+1); below > limit {
+			t.Fatalf("classes below %d hold %d, more than threshold %d: %v", i, below, limit, s.InFlight)
+		}
+		held := int64(0)
+		for j := 0; j <= i; j++ {
+			held += int64(s.InFlight[j])
+		}
+		if held < p.Threshold(c, i)-p.Threshold(c, i+1) {
+			if _, d := p.Admit(s, c, i); !d.Admitted {
+				t.Fatalf("class %d shed with its reserve unused: classes up to it hold %d of %d", i, held, p.Threshold(c, i)-p.Threshold(c, i+1))
+			}
+		}
+	}
+}
+
+// FuzzAdmit drives a shedder with admissions and releases of random classes. With a fixed
+// capacity, the total never exceeds it and each class keeps its reserve; with a changing
+// capacity, every decision still respects the capacity and the class order of its moment.
+func FuzzAdmit(f *testing.F) {
+	f.Add(uint8(2), []byte{25, 50}, uint16(10), false, []byte{2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0})
+	f.Add(uint8(7), []byte{1, 2, 3, 4, 5, 6, 7}, uint16(100), true, []byte{7, 6, 5, 4, 3, 2, 1, 0, 0x87, 0x80, 3})
+	f.Add(uint8(0), []byte{}, uint16(1), false, []byte{0, 0, 0x80, 0})
+	f.Add(uint8(3), []byte{200, 49, 1}, uint16(3), true, []byte{3, 3, 3, 0x83, 1, 1, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, n uint8, reserves []byte, capacity uint16, vary bool, ops []byte) {
+		p := fuzzPolicy(n, reserves)
+		c := int64(capacity % 2000)
+		var s State
+		for i, o := range ops {
+			if i >= 2000 {
+				break
+			}
+			class := int(o&0x7f) % (p.Classes() + 1) // one past the last: out of range
+			if vary && i%7 == 6 {
+				c = int64(o) % 300
+			}
+			if o&0x80 != 0 {
+				s = p.Release(s, class)
+				continue
+			}
+			next, d := p.Admit(s, c, class)
+			checkGuarantees(t, &p, s, c, class, next, d)
+			s = next
+			if !vary {
+				checkReserves(t, &p, s, c)
+			}
+		}
+	})
+}
+
+// FuzzDecode feeds arbitrary bytes to every decoder: none panics, each either rejects them
+// with ErrMalformed or accepts a value whose encoding decodes to the same value.
+func FuzzDecode(f *testing.F) {
+	var h Histogram
+	h.Record(20 * time.Millisecond)
+	g := DefaultGradient()
+	cs, _ := g.Update(GradientState{}, base, Summary{})
+	f.Add((&State{InFlight: [MaxClasses]uint32{1, 2, 3}}).AppendBinary(nil))
+	f.Add(h.AppendBinary(nil))
+	f.Add(cs.AppendBinary(nil))
+	f.Add([]byte{0x12, 1, 5, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if s, err := DecodeState(b); err == nil {
+			if again, err := DecodeState(s.AppendBinary(nil)); err != nil || again != s {
+				t.Fatalf("state %x decodes to %v, which does not round-trip: %v", b, s, err)
+			}
+		} else if !errors.Is(err, ErrMalformed) {
+			t.Fatal(err)
+		}
+		if h, err := DecodeHistogram(b); err == nil {
+			if again, err := DecodeHistogram(h.AppendBinary(nil)); err != nil || again != h {
+				t.Fatalf("histogram %x does not round-trip: %v", b, err)
+			}
+			_ = h.Quantile(int(h.n % 1001))
+		} else if !errors.Is(err, ErrMalformed) {
+			t.Fatal(err)
+		}
+		if s, err := DecodeGradientState(b); err == nil {
+			if again, err := DecodeGradientState(s.AppendBinary(nil)); err != nil || again != s {
+				t.Fatalf("controller %x does not round-trip: %v", b, err)
+			}
+			next, st := g.Update(s, base, Summary{Count: 1, Latency: ms, InFlight: 1})
+			if st.Limit < g.MinLimit || st.Limit > g.MaxLimit {
+				t.Fatalf("controller %x: limit %d out of [%d, %d]", b, st.Limit, g.MinLimit, g.MaxLimit)
+			}
+			if _, err := DecodeGradientState(next.AppendBinary(nil)); err != nil {
+				t.Fatalf("controller %x: Update wrote a state it cannot read: %v", b, err)
+			}
+		} else if !errors.Is(err, ErrMalformed) {
+			t.Fatal(err)
+		}
+	})
+}
+
+// FuzzUpdate runs the controller on random intervals: the limit stays within its bounds (the
+// probe limit while probing), the state round-trips, and every step is an action it documents.
+func FuzzUpdate(f *testing.F) {
+	f.Add(uint16(3), uint16(500), uint16(100), uint16(200), []byte{10, 20, 30, 200, 255, 0, 1, 2, 3})
+	f.Add(uint16(1), uint16(1), uint16(0), uint16(1000), []byte{255, 255, 255, 0, 0, 0})
+	f.Add(uint16(50), uint16(60), uint16(1000), uint16(1), []byte{1, 1, 1, 1, 1, 1, 1, 1, 9, 9, 9, 9})
+	f.Fuzz(func(t *testing.T, minLimit, maxLimit, buffer, smoothing uint16, ops []byte) {
+		g := DefaultGradient()
+		g.MinLimit = 1 + int64(minLimit%100)
+		g.MaxLimit = g.MinLimit + int64(maxLimit%2000)
+		g.InitialLimit, g.ProbeLimit = g.MinLimit, g.MinLimit
+		g.Buffer, g.Smoothing = int(buffer%1001), 1+int(smoothing%1000)
+		g.Objective, g.ProbeInterval, g.ProbeSamples = 80*ms, time.Second, 5
+		var s GradientState
+		now := base
+		for i := 0; i+2 < len(ops) && i < 900; i += 3 {
+			now += int64(ops[i]) * int64(10*ms)
+			if ops[i]&3 == 3 {
+				now -= int64(ops[i+1]) * int64(ms) // the clock steps back
+			}
+			sum := Summary{Count: int64(ops[i+1]), Latency: time.Duration(ops[i+2]) * ms, InFlight: int64(ops[i+1]) % 40}
+			var st Step
+			s, st = g.Update(s, now, sum)
+			if st.Limit < min(g.MinLimit, g.ProbeLimit) || st.Limit > g.MaxLimit || st.Action > Probed {
+				t.Fatalf("step %d: %+v out of bounds [%d, %d]", i/3, st, g.MinLimit, g.MaxLimit)
+			}
+			if again, err := DecodeGradientState(s.AppendBinary(nil)); err != nil || again != s {
+				t.Fatalf("step %d: state does not round-trip: %v", i/3, err)
+			}
+		}
+	})
+}

@@ -1,0 +1,152 @@
+package shed
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Gradient computes an adaptive capacity (a concurrency limit) from upstream latency, on a
+// timer: a gradient controller after Envoy's adaptive_concurrency gradient controller and
+// Netflix concurrency-limits' Gradient2 (docs/shedding.md gives the equations and sources).
+// Every field is required; DefaultGradient gives the documented defaults. A Gradient is a
+// plain value; Update never reads the clock and never allocates.
+type Gradient struct {
+	// MinLimit and MaxLimit bound the limit: 1 <= MinLimit <= MaxLimit <= MaxCapacity.
+	MinLimit, MaxLimit int64
+	// InitialLimit is the limit of a fresh state, in [MinLimit, MaxLimit].
+	InitialLimit int64
+	// Percentile is the latency quantile, in thousandths (1 to 1000), that Summarize takes
+	// from an interval's histogram: the interval's latency sample.
+	Percentile int
+	// Buffer is the latency tolerated above the ideal latency before the limit shrinks, in
+	// thousandths of the ideal latency (0 to 1000): the target is ideal × (1 + Buffer/1000).
+	Buffer int
+	// Smoothing is the weight of each new estimate, in thousandths (1 to 1000; 1000 means no
+	// smoothing): limit += (estimate − limit) × Smoothing/1000.
+	Smoothing int
+	// Objective is the latency objective: an interval whose latency sample exceeds it cuts the
+	// limit at once by Backoff. 0 disables it; otherwise 1 ms to 1 h.
+	Objective time.Duration
+	// Backoff is the multiplicative decrease when the Objective is exceeded, in thousandths
+	// (500 to 999): limit × Backoff/1000.
+	Backoff int
+	// ProbeInterval is the time between two measurements of the ideal latency (1 s to 24 h).
+	ProbeInterval time.Duration
+	// ProbeJitter delays each measurement by up to this share of ProbeInterval, in thousandths
+	// (0 to 1000), derived from now, so that proxies do not all probe at once.
+	ProbeJitter int
+	// ProbeLimit is the limit in force while the ideal latency is measured, in
+	// [1, MaxLimit]: low enough that the upstream does not queue.
+	ProbeLimit int64
+	// ProbeSamples is the number of samples, taken at no more than ProbeLimit in flight, that
+	// end a measurement (1 to 1,000,000).
+	ProbeSamples int64
+}
+
+// DefaultGradient returns the defaults of docs/shedding.md.
+func DefaultGradient() Gradient {
+	return Gradient{
+		MinLimit: 3, MaxLimit: 1000, InitialLimit: 20,
+		Percentile: 500, Buffer: 100, Smoothing: 250,
+		Objective: 0, Backoff: 900,
+		ProbeInterval: time.Minute, ProbeJitter: 150, ProbeLimit: 3, ProbeSamples: 50,
+	}
+}
+
+// ErrGradient is wrapped by every error of Gradient.Validate.
+var ErrGradient = errors.New("shed: invalid gradient controller")
+
+// Validate reports what is wrong with g, naming the field, or nil if g is valid.
+func (g Gradient) Validate() error {
+	bad := func(field string, want string, got any) error {
+		return fmt.Errorf("%w: %s: want %s, got %v", ErrGradient, field, want, got)
+	}
+	switch {
+	case g.MinLimit < 1 || g.MinLimit > MaxCapacity:
+		return bad("min_limit", fmt.Sprintf("1 to %d", MaxCapacity), g.MinLimit)
+	case g.MaxLimit < g.MinLimit || g.MaxLimit > MaxCapacity:
+		return bad("max_limit", fmt.Sprintf("min_limit (%d) to %d", g.MinLimit, MaxCapacity), g.MaxLimit)
+	case g.InitialLimit < g.MinLimit || g.InitialLimit > g.MaxLimit:
+		return bad("initial_limit", fmt.Sprintf("min_limit to max_limit (%d to %d)", g.MinLimit, g.MaxLimit), g.InitialLimit)
+	case g.Percentile < 1 || g.Percentile > 1000:
+		return bad("percentile", "1 to 1000 thousandths", g.Percentile)
+	case g.Buffer < 0 || g.Buffer > 1000:
+		return bad("buffer", "0 to 1000 thousandths", g.Buffer)
+	case g.Smoothing < 1 || g.Smoothing > 1000:
+		return bad("smoothing", "1 to 1000 thousandths", g.Smoothing)
+	case g.Objective != 0 && (g.Objective < time.Millisecond || g.Objective > time.Hour):
+		return bad("objective", "0 (none) or 1ms to 1h", g.Objective)
+	case g.Backoff < 500 || g.Backoff > 999:
+		return bad("backoff", "500 to 999 thousandths", g.Backoff)
+	case g.ProbeInterval < time.Second || g.ProbeInterval > 24*time.Hour:
+		return bad("probe_interval", "1s to 24h", g.ProbeInterval)
+	case g.ProbeJitter < 0 || g.ProbeJitter > 1000:
+		return bad("probe_jitter", "0 to 1000 thousandths", g.ProbeJitter)
+	case g.ProbeLimit < 1 || g.ProbeLimit > g.MaxLimit:
+		return bad("probe_limit", fmt.Sprintf("1 to max_limit (%d)", g.MaxLimit), g.ProbeLimit)
+	case g.ProbeSamples < 1 || g.ProbeSamples > 1_000_000:
+		return bad("probe_samples", "1 to 1000000", g.ProbeSamples)
+	}
+	return nil
+}
+
+// Summary is what Update learns of one interval.
+type Summary struct {
+	// Count is the number of latency samples (requests that ended) in the interval.
+	Count int64
+	// Latency is the interval's latency sample: the Gradient's Percentile of the samples.
+	Latency time.Duration
+	// InFlight is the most requests in flight during the interval (the current count if the
+	// caller keeps no peak). It tells a probe whether its samples were taken at low
+	// concurrency, and the controller whether the limit is in use at all.
+	InFlight int64
+}
+
+// Summarize summarizes the interval's histogram h with the Gradient's Percentile.
+func (g Gradient) Summarize(h *Histogram, inFlight int64) Summary {
+	return Summary{Count: h.Count(), Latency: h.Quantile(g.Percentile), InFlight: inFlight}
+}
+
+// Action says what one Update did.
+type Action uint8
+
+// The actions of Update.
+const (
+	// Hold kept the limit: no samples, no ideal latency yet, or a limit that the traffic
+	// does not use (fewer than half of it in flight), which must not grow.
+	Hold Action = iota
+	// Grow added headroom: the latency sample was within the target.
+	Grow
+	// Shrink scaled the limit down by the gradient target/sample (at least one half).
+	Shrink
+	// Backoff cut the limit by Backoff: the latency sample exceeded the Objective.
+	Backoff
+	// Probe is measuring the ideal latency, with the limit pinned to ProbeLimit.
+	Probe
+	// Probed ended a measurement: the ideal latency is new and the limit from before the
+	// measurement is back.
+	Probed
+)
+
+var actionNames = [...]string{"hold", "grow", "shrink", "backoff", "probe", "probed"}
+
+// String returns the action's name, e.g. "shrink".
+func (a Action) String() string {
+	if int(a) < len(actionNames) {
+		return actionNames[a]
+	}
+	return fmt.Sprintf("action(%d)", uint8(a))
+}
+
+// Step reports one Update.
+type Step struct {
+	Action Action
+	// Limit is the capacity in force until the next Update (ProbeLimit while probing).
+	Limit int64
+	// Gradient is target/sample in thousandths, clamped to [500, 1000]; 0 when no gradient
+	// was computed.
+	Gradient int64
+	// Ideal is the ideal latency measured by the last probe (0 before the first ends).
+	Ideal time.Duration
+}

@@ -1,0 +1,261 @@
+package shed
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	ms   = time.Millisecond
+	base = int64(1_700_000_000 * time.Second)
+)
+
+// testGradient has no smoothing and no jitter, so each step of a timeline is exact.
+func testGradient() Gradient {
+	return Gradient{
+		MinLimit: 2, MaxLimit: 100, InitialLimit: 10,
+		Percentile: 500, Buffer: 100, Smoothing: 1000,
+		Objective: 50 * ms, Backoff: 900,
+		ProbeInterval: 10 * time.Second, ProbeJitter: 0, ProbeLimit: 2, ProbeSamples: 10,
+	}
+}
+
+// tick is one Update of a timeline: at (after base), the interval's summary, and the expected
+// action, limit and gradient.
+type tick struct {
+	at           time.Duration
+	count        int64
+	latency      time.Duration
+	inFlight     int64
+	wantAction   Action
+	wantLimit    int64
+	wantGradient int64
+}
+
+func runTicks(t *testing.T, g Gradient, s GradientState, ticks []tick) GradientState {
+	t.Helper()
+	for i, k := range ticks {
+		var st Step
+		s, st = g.Update(s, base+int64(k.at), Summary{Count: k.count, Latency: k.latency, InFlight: k.inFlight})
+		if st.Action != k.wantAction || st.Limit != k.wantLimit || st.Gradient != k.wantGradient {
+			t.Errorf("step %d at %v (%d samples, %v, %d in flight): %v to %d (gradient %d), want %v to %d (gradient %d)",
+				i, k.at, k.count, k.latency, k.inFlight, st.Action, st.Limit, st.Gradient, k.wantAction, k.wantLimit, k.wantGradient)
+		}
+		require.Equal(t, st.Limit, s.Capacity())
+	}
+	return s
+}
+
+// probed returns a state that has measured an ideal latency of 10 ms, with the limit at 10.
+func probed(t *testing.T, g Gradient) GradientState {
+	return runTicks(t, g, GradientState{}, []tick{
+		{0, 0, 0, 0, Probe, 2, 0},
+		{100 * ms, 10, 10 * ms, 2, Probed, 10, 0},
+	})
+}
+
+func TestGradientTimelines(t *testing.T) {
+	g := testGradient()
+	tests := []struct {
+		name  string
+		ticks []tick
+	}{
+		{"latency within the target grows the limit by its square root", []tick{
+			{200 * ms, 20, 10 * ms, 10, Grow, 13, 1000}, // 10 + √10
+			{300 * ms, 20, 11 * ms, 13, Grow, 16, 1000}, // 11 ms is the target exactly: 13.162 + √13.162
+		}},
+		{"a limit the traffic does not use does not grow", []tick{
+			{200 * ms, 20, 10 * ms, 4, Hold, 10, 1000},
+			{300 * ms, 20, 10 * ms, 5, Grow, 13, 1000},
+		}},
+		{"an interval without samples holds the limit", []tick{
+			{200 * ms, 0, 0, 10, Hold, 10, 0},
+		}},
+		{"latency above the target shrinks the limit by target over sample", []tick{
+			{200 * ms, 20, 20 * ms, 10, Shrink, 5, 550}, // 11/20
+		}},
+		{"the gradient never cuts more than half at once", []tick{
+			{200 * ms, 20, 45 * ms, 10, Shrink, 5, 500},
+		}},
+		{"latency over the objective backs off multiplicatively", []tick{
+			{200 * ms, 20, 51 * ms, 10, Backoff, 9, 0},
+			{300 * ms, 20, 51 * ms, 10, Backoff, 8, 0}, // 10 × 0.9 × 0.9 = 8.1
+		}},
+		{"the limit never leaves its bounds", []tick{
+			{200 * ms, 20, 45 * ms, 10, Shrink, 5, 500},
+			{300 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
+			{400 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
+		}},
+		{"a clock that steps back counts as the latest time seen", []tick{
+			{9 * time.Second, 20, 10 * ms, 10, Grow, 13, 1000},
+			{8 * time.Second, 20, 10 * ms, 13, Grow, 16, 1000},
+			{10*time.Second + 99*ms, 20, 10 * ms, 16, Grow, 20, 1000},
+			{10*time.Second + 100*ms, 20, 10 * ms, 20, Probe, 2, 0}, // 10 s after the probe ended
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			runTicks(t, g, probed(t, g), tt.ticks)
+		})
+	}
+}
+
+func TestAProbeCountsOnlyIntervalsAtTheProbeLimitAndKeepsTheLowestSample(t *testing.T) {
+	g := testGradient()
+	s := probed(t, g)
+	s = runTicks(t, g, s, []tick{
+		{200 * ms, 20, 20 * ms, 20, Shrink, 5, 550},
+		{10*time.Second + 100*ms, 20, 11 * ms, 5, Probe, 2, 0},
+		{10*time.Second + 200*ms, 50, 30 * ms, 5, Probe, 2, 0}, // still draining: not counted
+		{10*time.Second + 300*ms, 4, 14 * ms, 2, Probe, 2, 0},
+		{10*time.Second + 400*ms, 4, 12 * ms, 2, Probe, 2, 0},
+		{10*time.Second + 500*ms, 0, 0, 0, Probe, 2, 0},
+		{10*time.Second + 600*ms, 4, 13 * ms, 1, Probed, 5, 0}, // 12 samples: the limit from before is back
+	})
+	assert.Equal(t, 12*ms, usDuration(s.ideal))
+}
+
+func TestALimitStuckAtItsFloorForFiveUpdatesTriggersAProbe(t *testing.T) {
+	g := testGradient()
+	s := runTicks(t, g, probed(t, g), []tick{
+		{200 * ms, 20, 45 * ms, 10, Shrink, 5, 500},
+		{300 * ms, 20, 45 * ms, 10, Shrink, 2, 500}, // 2.5
+		{400 * ms, 20, 45 * ms, 10, Shrink, 2, 500}, // at the floor: 1
+		{500 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
+		{600 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
+		{700 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
+		{800 * ms, 20, 45 * ms, 10, Shrink, 2, 500}, // 5
+		{900 * ms, 20, 40 * ms, 2, Probe, 2, 0},
+		{time.Second, 10, 40 * ms, 2, Probed, 2, 0},
+		{1100 * ms, 10, 40 * ms, 2, Grow, 3, 1000}, // the upstream is slower now: 40 ms is the new ideal
+	})
+	assert.Equal(t, 40*ms, usDuration(s.ideal))
+}
+
+func TestTheProbeJitterStaysWithinItsShareOfTheInterval(t *testing.T) {
+	g := testGradient()
+	g.ProbeJitter = 150
+	seen := map[int64]bool{}
+	for n := int64(0); n < 2000; n++ {
+		d := g.probeDelay(1_700_000_000_000_000 + n*7919)
+		require.GreaterOrEqual(t, d, int64(10_000_000))
+		require.LessOrEqual(t, d, int64(11_500_000))
+		seen[d/100_000] = true
+	}
+	assert.Greater(t, len(seen), 12, "delays spread over the 1.5 s of jitter")
+}
+
+func TestSmoothingMovesTheLimitPartOfTheWay(t *testing.T) {
+	g := testGradient()
+	g.Smoothing = 250
+	runTicks(t, g, probed(t, g), []tick{
+		{200 * ms, 20, 22 * ms, 10, Shrink, 8, 500}, // 10 + (5 − 10)/4 = 8.75
+		{300 * ms, 20, 51 * ms, 10, Backoff, 7, 0},  // backoff is never smoothed: 8.75 × 0.9
+	})
+}
+
+func TestUpdateIsDeterministic(t *testing.T) {
+	g := DefaultGradient()
+	var a, b GradientState
+	for i := range int64(2000) {
+		sum := Summary{Count: 100, Latency: time.Duration(10+i%7) * ms, InFlight: 10 + i%50}
+		var sa, sb Step
+		a, sa = g.Update(a, base+i*int64(100*ms), sum)
+		b, sb = g.Update(b, base+i*int64(100*ms), sum)
+		require.Equal(t, sa, sb)
+	}
+	assert.Equal(t, a, b)
+}
+
+func TestAnInvalidGradientHoldsTheState(t *testing.T) {
+	g := testGradient()
+	s := probed(t, g)
+	g.MinLimit = 0
+	next, st := g.Update(s, base+int64(time.Second), Summary{Count: 1, Latency: ms, InFlight: 10})
+	assert.Equal(t, s, next)
+	assert.Equal(t, Step{Action: Hold, Limit: 10}, st)
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*Gradient)
+		wantErr string
+	}{
+		{"a floor of zero", func(g *Gradient) { g.MinLimit = 0 }, "min_limit: want 1 to 1000000, got 0"},
+		{"a ceiling below the floor", func(g *Gradient) { g.MaxLimit = 2 }, "max_limit: want min_limit (3) to 1000000, got 2"},
+		{"an initial limit above the ceiling", func(g *Gradient) { g.InitialLimit = 1001 }, "initial_limit: want min_limit to max_limit (3 to 1000), got 1001"},
+		{"a percentile of zero", func(g *Gradient) { g.Percentile = 0 }, "percentile: want 1 to 1000 thousandths, got 0"},
+		{"a negative buffer", func(g *Gradient) { g.Buffer = -1 }, "buffer: want 0 to 1000 thousandths, got -1"},
+		{"no smoothing weight", func(g *Gradient) { g.Smoothing = 0 }, "smoothing: want 1 to 1000 thousandths, got 0"},
+		{"a sub-millisecond objective", func(g *Gradient) { g.Objective = time.Microsecond }, "objective: want 0 (none) or 1ms to 1h, got 1µs"},
+		{"a backoff that does not back off", func(g *Gradient) { g.Backoff = 1000 }, "backoff: want 500 to 999 thousandths, got 1000"},
+		{"a probe every 100 ms", func(g *Gradient) { g.ProbeInterval = 100 * ms }, "probe_interval: want 1s to 24h, got 100ms"},
+		{"a jitter of more than the interval", func(g *Gradient) { g.ProbeJitter = 1001 }, "probe_jitter: want 0 to 1000 thousandths, got 1001"},
+		{"a probe limit above the ceiling", func(g *Gradient) { g.ProbeLimit = 1001 }, "probe_limit: want 1 to max_limit (1000), got 1001"},
+		{"a probe of no samples", func(g *Gradient) { g.ProbeSamples = 0 }, "probe_samples: want 1 to 1000000, got 0"},
+	}
+	require.NoError(t, DefaultGradient().Validate())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := DefaultGradient()
+			tt.edit(&g)
+			err := g.Validate()
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, ErrGradient))
+			assert.Equal(t, "shed: invalid gradient controller: "+tt.wantErr, err.Error())
+		})
+	}
+}
+
+func TestGradientStateEncodingRoundTrips(t *testing.T) {
+	g := testGradient()
+	s := runTicks(t, g, probed(t, g), []tick{{200 * ms, 20, 10 * ms, 10, Grow, 13, 1000}})
+	b := s.AppendBinary(nil)
+	require.Len(t, b, GradientStateSize)
+	assert.Equal(t, byte(0x12), b[0])
+	got, err := DecodeGradientState(b)
+	require.NoError(t, err)
+	assert.Equal(t, s, got)
+
+	fresh, err := DecodeGradientState(nil)
+	require.NoError(t, err)
+	assert.Equal(t, GradientState{}, fresh)
+}
+
+func TestDecodeGradientStateRejectsWhatItCannotTrust(t *testing.T) {
+	good := (&GradientState{}).AppendBinary(nil)
+	with := func(off int, v ...byte) []byte {
+		b := append([]byte(nil), good...)
+		copy(b[off:], v)
+		return b
+	}
+	tests := []struct {
+		name    string
+		b       []byte
+		wantErr string
+	}{
+		{"a short record", good[:10], "controller state of 10 bytes, want 68"},
+		{"a histogram record", with(0, 0x13), "kind 3, want 2 (controller)"},
+		{"an unknown flag", with(1, 2), "controller flags 2, 0, 0"},
+		{"a limit above the maximum", with(4, 0, 0, 0, 0, 0, 0, 0, 1), "controller limit 72057594037927936 out of range [0, 1000000000]"},
+		{"a capacity above the maximum", with(20, 0x41, 0x42, 0x0f), "controller capacity 1000001 out of range [0, 1000000]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeGradientState(tt.b)
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, ErrMalformed))
+			assert.Equal(t, "shed: malformed state: "+tt.wantErr, err.Error())
+		})
+	}
+}
+
+func TestActionNames(t *testing.T) {
+	assert.Equal(t, "hold grow shrink backoff probe probed action(9)",
+		Hold.String()+" "+Grow.String()+" "+Shrink.String()+" "+Backoff.String()+" "+Probe.String()+" "+Probed.String()+" "+Action(9).String())
+}

@@ -1,0 +1,133 @@
+package shed_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/internal/shedsim"
+	"github.com/meshlimit/meshlimit/shed"
+)
+
+const (
+	upstreamBase = 20 * time.Millisecond
+	tick         = 100 * time.Millisecond
+)
+
+// phase is a stretch of a simulation with one true capacity.
+type phase struct {
+	from, to time.Duration
+	k        int64
+}
+
+// limitsIn returns the limits of the ticks in [from, to) outside probes, and the time from
+// `from` to the first tick whose limit is within [lo, hi].
+func limitsIn(ticks []shedsim.Tick, from, to time.Duration, lo, hi float64) (limits []int64, settle time.Duration) {
+	settle = -1
+	for _, tk := range ticks {
+		if tk.At <= from || tk.At > to || tk.Step.Action == shed.Probe {
+			continue
+		}
+		l := float64(tk.Step.Limit)
+		if settle < 0 && l >= lo && l <= hi {
+			settle = tk.At - from
+		}
+		limits = append(limits, tk.Step.Limit)
+	}
+	return limits, settle
+}
+
+func TestTheAdaptiveLimitConvergesNearTheTrueCapacityAndFollowsItsChanges(t *testing.T) {
+	phases := []phase{{0, 40 * time.Second, 50}, {40 * time.Second, 80 * time.Second, 100}, {80 * time.Second, 120 * time.Second, 25}}
+	one, err := shed.NewPolicy([]shed.Class{{Name: "all"}}, "all")
+	require.NoError(t, err)
+	for _, seed := range []uint64{1, 2, 3} {
+		cfg := shedsim.Config{
+			Gradient: shed.DefaultGradient(), Policy: one, Base: upstreamBase, Noise: 0.1,
+			Offered: []shedsim.Offer{{Class: 0, PerSecond: 10_000}}, // twice what K = 100 serves
+			Tick:    tick, Span: 120 * time.Second, Seed: seed,
+		}
+		for _, p := range phases {
+			cfg.K = append(cfg.K, shedsim.Change{At: p.from, K: p.k})
+		}
+		ticks := shedsim.Run(cfg)
+		for _, p := range phases {
+			k := float64(p.k)
+			limits, settle := limitsIn(ticks, p.from, p.to, 0.7*k, 1.3*k)
+			require.GreaterOrEqual(t, settle, time.Duration(0), "seed %d, K %d: the limit never reached [0.7K, 1.3K]", seed, p.k)
+			assert.LessOrEqual(t, settle, 10*time.Second, "seed %d, K %d: settles within 100 intervals", seed, p.k)
+			settled, _ := limitsIn(ticks, p.from+settle+10*time.Second, p.to, 0, 0)
+			require.NotEmpty(t, settled)
+			lo, hi := slices.Min(settled), slices.Max(settled)
+			assert.GreaterOrEqual(t, float64(lo), 0.7*k, "seed %d, K %d: the limit stays within [0.7K, 1.3K] from 10 s after it settles", seed, p.k)
+			assert.LessOrEqual(t, float64(hi), 1.3*k, "seed %d, K %d: the limit stays within [0.7K, 1.3K] from 10 s after it settles", seed, p.k)
+			t.Logf("seed %d, K %3d: settled in %v; then limit %d..%d (median %d) over %d intervals",
+				seed, p.k, settle, lo, hi, median(settled), len(settled))
+			_ = limits
+		}
+	}
+}
+
+func median(v []int64) int64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func TestUnderOverloadSheddableIsShedFirstAndCriticalKeepsItsReserve(t *testing.T) {
+	p := shed.DefaultPolicy()
+	const critical, normal, sheddable = 0, 1, 2
+	reserveChecks := 0
+	onDecision := func(before shed.State, capacity int64, class int, d shed.Decision) {
+		after := before.Total()
+		if d.Admitted {
+			after++
+		}
+		if d.Admitted && after > capacity {
+			t.Fatalf("admitted to %d in flight over capacity %d", after, capacity)
+		}
+		for higher := range d.Class {
+			if _, dh := p.Admit(before, capacity, higher); d.Admitted && !dh.Admitted {
+				t.Fatalf("class %d shed while class %d is admitted (%v, capacity %d)", higher, d.Class, before.InFlight, capacity)
+			}
+		}
+		lower := int64(before.InFlight[normal] + before.InFlight[sheddable])
+		reserve := capacity - p.Threshold(capacity, normal)
+		if class == critical && int64(before.InFlight[critical]) < reserve && lower <= p.Threshold(capacity, normal) {
+			reserveChecks++
+			if !d.Admitted {
+				t.Fatalf("critical shed with %d of its reserve %d in use (%v, capacity %d)", before.InFlight[critical], reserve, before.InFlight, capacity)
+			}
+		}
+	}
+	ticks := shedsim.Run(shedsim.Config{
+		Gradient: shed.DefaultGradient(), Policy: p, Base: upstreamBase, Noise: 0.1,
+		K: []shedsim.Change{{At: 0, K: 100}},
+		Offered: []shedsim.Offer{ // twice what the upstream serves (5000 per second)
+			{Class: critical, PerSecond: 400}, {Class: normal, PerSecond: 5000}, {Class: sheddable, PerSecond: 5000},
+		},
+		Tick: tick, Span: 60 * time.Second, Seed: 4, OnDecision: onDecision,
+	})
+	assert.Greater(t, reserveChecks, 1000, "the reserve was put to the test")
+	t.Logf("%d critical requests decided with the reserve unused", reserveChecks)
+
+	var admitted, offered [3]float64
+	for _, tk := range ticks[100:] { // after 10 s
+		for c := range 3 {
+			admitted[c] += float64(tk.Admitted[c])
+			offered[c] += float64(tk.Admitted[c] + tk.Shed[c])
+		}
+	}
+	var shedShare [3]float64
+	for c := range 3 {
+		shedShare[c] = 1 - admitted[c]/offered[c]
+	}
+	t.Logf("shed: critical %.2f%%, default %.2f%%, sheddable %.2f%%", 100*shedShare[0], 100*shedShare[1], 100*shedShare[2])
+	assert.Less(t, shedShare[critical], 0.02, "critical is almost never shed")
+	assert.Greater(t, shedShare[normal], shedShare[critical])
+	assert.Greater(t, shedShare[sheddable], shedShare[normal], "sheddable is shed first")
+	assert.Greater(t, shedShare[sheddable], 0.5, "sheddable takes most of the cut")
+}

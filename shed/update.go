@@ -1,0 +1,234 @@
+package shed
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+)
+
+// milli is the fixed-point unit of the limit in GradientState: thousandths of a request.
+const milli = 1000
+
+// maxTimeUs is the latest time the controller represents, 2^52 µs after the unix epoch (the
+// year 2112); later times are clamped to it, as in package algorithms.
+const maxTimeUs = 1 << 52
+
+// atMinProbe is how many consecutive updates at MinLimit trigger a new measurement of the
+// ideal latency: a limit pinned at its floor may mean that the ideal latency is stale (Envoy
+// re-measures after 5 sampling windows at the minimum).
+const atMinProbe = 5
+
+// GradientState is the controller's state: small, fixed-size, and encodable (AppendBinary,
+// DecodeGradientState) so that it can live in one shared-data record. The zero GradientState
+// is fresh: its first Update starts at InitialLimit and measures the ideal latency.
+type GradientState struct {
+	limit     int64 // thousandths of a request; 0 means fresh
+	saved     int64 // the limit to restore when a probe ends
+	capacity  int64 // the limit in force, in whole requests
+	ideal     int64 // µs; 0 until the first probe ends
+	probeBest int64 // µs, the lowest interval sample of the current probe; 0 for none
+	probeN    int64 // samples counted by the current probe
+	nextProbe int64 // µs
+	last      int64 // µs, the latest now seen
+	probing   bool
+	atMin     uint8 // consecutive updates that ended at MinLimit
+}
+
+// Capacity returns the limit in force, in whole requests: what the request path passes to
+// Policy.Admit until the next Update. It is 0 for a fresh state.
+func (s *GradientState) Capacity() int64 { return s.capacity }
+
+// Update runs the controller once, at the end of an interval summarized by sum, at time now
+// (unix nanoseconds), and returns the next state and what it did. Call it on a timer (every
+// 100 ms to a few seconds). A now earlier than one already seen counts as that one. See
+// docs/shedding.md for the equations; in short:
+//
+//   - probing (a fresh state, every ProbeInterval plus jitter, or after 5 updates at
+//     MinLimit): the limit is ProbeLimit; intervals with at most ProbeLimit in flight add
+//     their samples, and after ProbeSamples the ideal latency is the lowest of their latency
+//     samples and the limit from before the probe is back;
+//   - over the Objective: limit × Backoff/1000, at once;
+//   - otherwise, with target = ideal × (1 + Buffer/1000) and gradient = clamp(target/sample,
+//     0.5, 1): a gradient below 1 moves the limit towards gradient × limit; a gradient of 1
+//     moves it towards limit + sqrt(limit) if at least half of the limit was in use, and
+//     holds it otherwise; "towards" is the Smoothing.
+//
+// The limit always stays in [MinLimit, MaxLimit]. g must be valid (Validate); Update on an
+// invalid g returns the state unchanged with a Hold step.
+func (g Gradient) Update(s GradientState, now int64, sum Summary) (GradientState, Step) {
+	if g.Validate() != nil {
+		return s, Step{Action: Hold, Limit: s.capacity}
+	}
+	n := quantize(now)
+	if n < s.last {
+		n = s.last
+	}
+	s.last = n
+	if s.limit == 0 {
+		s.limit = g.InitialLimit * milli
+		s = g.startProbe(s)
+	}
+	var st Step
+	if s.probing {
+		s, st = g.probe(s, n, sum)
+	} else {
+		s, st = g.adjust(s, n, sum)
+	}
+	s.limit = min(max(s.limit, g.MinLimit*milli), g.MaxLimit*milli)
+	s.saved = min(max(s.saved, g.MinLimit*milli), g.MaxLimit*milli)
+	s.capacity = s.limit / milli
+	if s.probing {
+		s.capacity = g.ProbeLimit
+	}
+	st.Limit, st.Ideal = s.capacity, usDuration(s.ideal)
+	return s, st
+}
+
+func (g Gradient) startProbe(s GradientState) GradientState {
+	s.probing, s.saved, s.probeBest, s.probeN, s.atMin = true, s.limit, 0, 0, 0
+	return s
+}
+
+// probe counts the interval towards the current measurement, and ends it after ProbeSamples.
+func (g Gradient) probe(s GradientState, n int64, sum Summary) (GradientState, Step) {
+	if sum.Count > 0 && sum.InFlight <= g.ProbeLimit {
+		lat := max(toUsInt(sum.Latency), 1)
+		if s.probeBest == 0 || lat < s.probeBest {
+			s.probeBest = lat
+		}
+		s.probeN = min(s.probeN+sum.Count, g.ProbeSamples)
+	}
+	if s.probeN < g.ProbeSamples {
+		return s, Step{Action: Probe}
+	}
+	s.ideal, s.probing, s.limit = s.probeBest, false, s.saved
+	s.nextProbe = min(n+g.probeDelay(n), maxTimeUs)
+	return s, Step{Action: Probed}
+}
+
+// probeDelay returns the time to the next probe after one that ends at n (µs): ProbeInterval
+// plus a jitter in [0, ProbeInterval × ProbeJitter/1000] derived from n.
+func (g Gradient) probeDelay(n int64) int64 {
+	interval := g.ProbeInterval.Microseconds()
+	span := interval * int64(g.ProbeJitter) / 1000
+	return interval + int64(mix(uint64(n))%uint64(span+1))
+}
+
+// adjust is one update outside a probe.
+func (g Gradient) adjust(s GradientState, n int64, sum Summary) (GradientState, Step) {
+	if n >= s.nextProbe {
+		return g.startProbe(s), Step{Action: Probe}
+	}
+	if sum.Count <= 0 || s.ideal == 0 {
+		return s, Step{Action: Hold}
+	}
+	sample := max(toUsInt(sum.Latency), 1)
+	var st Step
+	if g.Objective > 0 && sample > g.Objective.Microseconds() {
+		s.limit = s.limit * int64(g.Backoff) / 1000
+		st.Action = Backoff
+	} else {
+		target := s.ideal + s.ideal*int64(g.Buffer)/1000
+		st.Gradient = min(max(target*1000/sample, 500), 1000)
+		estimate := s.limit * st.Gradient / 1000
+		st.Action = Shrink
+		if st.Gradient == 1000 {
+			st.Action, estimate = Hold, s.limit
+			if sum.InFlight*2*milli >= s.limit {
+				st.Action, estimate = Grow, s.limit+isqrt(s.limit*milli)
+			}
+		}
+		s.limit += (estimate - s.limit) * int64(g.Smoothing) / 1000
+	}
+	if s.limit <= g.MinLimit*milli {
+		if s.atMin++; s.atMin >= atMinProbe {
+			s.nextProbe = n // probe at the next update
+		}
+	} else {
+		s.atMin = 0
+	}
+	return s, st
+}
+
+// quantize converts unix nanoseconds to microseconds, clamped to [0, maxTimeUs].
+func quantize(now int64) int64 { return min(max(now, 0)/1000, maxTimeUs) }
+
+func usDuration(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+func toUsInt(d time.Duration) int64 { return int64(toUs(d)) }
+
+// isqrt returns floor(sqrt(x)) for 0 <= x < 2^62.
+func isqrt(x int64) int64 {
+	r := int64(math.Sqrt(float64(x)))
+	for r*r > x {
+		r--
+	}
+	for (r+1)*(r+1) <= x {
+		r++
+	}
+	return r
+}
+
+// mix is SplitMix64's finalizer: a fixed, well-spread function of its input.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// GradientStateSize is the length of an encoded GradientState.
+const GradientStateSize = 4 + 8*8
+
+// AppendBinary appends the GradientStateSize-byte encoding of s to dst and returns it; it does
+// not allocate when dst has room.
+func (s *GradientState) AppendBinary(dst []byte) []byte {
+	flags := byte(0)
+	if s.probing {
+		flags = 1
+	}
+	dst = append(dst, version<<4|kindController, flags, s.atMin, 0)
+	for _, v := range [...]int64{s.limit, s.saved, s.capacity, s.ideal, s.probeBest, s.probeN, s.nextProbe, s.last} {
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
+	}
+	return dst
+}
+
+// gradientFields are the eight little-endian uint64 fields of an encoded GradientState after
+// its four header bytes, in order, with their bounds.
+var gradientFields = [8]struct {
+	name string
+	max  int64
+}{
+	{"limit", MaxCapacity * milli}, {"saved limit", MaxCapacity * milli}, {"capacity", MaxCapacity},
+	{"ideal latency", maxUs32}, {"probe latency", maxUs32}, {"probe samples", 1_000_000},
+	{"next probe", maxTimeUs}, {"last update", maxTimeUs},
+}
+
+// DecodeGradientState decodes an encoded GradientState; an empty b is the fresh state. Errors
+// wrap ErrMalformed: a wrong length, version or kind, unknown flags, or a field out of range.
+func DecodeGradientState(b []byte) (GradientState, error) {
+	var s GradientState
+	if len(b) == 0 {
+		return s, nil
+	}
+	if err := checkHeader(b, kindController, GradientStateSize); err != nil {
+		return s, err
+	}
+	if b[1] > 1 || b[2] > atMinProbe || b[3] != 0 {
+		return GradientState{}, fmt.Errorf("%w: controller flags %d, %d, %d", ErrMalformed, b[1], b[2], b[3])
+	}
+	s.probing, s.atMin = b[1] == 1, b[2]
+	var v [8]int64
+	for i, f := range gradientFields {
+		u := binary.LittleEndian.Uint64(b[4+8*i:])
+		if u > uint64(f.max) {
+			return GradientState{}, fmt.Errorf("%w: controller %s %d out of range [0, %d]", ErrMalformed, f.name, u, f.max)
+		}
+		v[i] = int64(u)
+	}
+	s.limit, s.saved, s.capacity, s.ideal = v[0], v[1], v[2], v[3]
+	s.probeBest, s.probeN, s.nextProbe, s.last = v[4], v[5], v[6], v[7]
+	return s, nil
+}
