@@ -157,6 +157,12 @@ func TestMutationsFail(t *testing.T) {
 			`vm_id: meshlimit`, `vm_id: ""`, `vm_id ""`},
 		{"a plugin configuration that is not a StringValue fails", "envoy.yaml",
 			`google.protobuf.StringValue`, `google.protobuf.Value`, "want a google.protobuf.StringValue"},
+		{"envoy.yaml without path normalization fails", "envoy.yaml",
+			`normalize_path: true`, `normalize_path: false`, "normalize_path must be true"},
+		{"envoy.yaml without merged slashes fails", "envoy.yaml",
+			`merge_slashes: true`, `merge_slashes: false`, "merge_slashes must be true"},
+		{"envoy.yaml forwarding escaped slashes fails", "envoy.yaml",
+			`path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT`, `path_with_escaped_slashes_action: KEEP_UNCHANGED`, "lets %2F through"},
 		{"a last HTTP filter that is not the router fails", "envoy.yaml",
 			`type.googleapis.com/envoy.extensions.filters.http.router.v3.Router`, `type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm`, "the last HTTP filter must be the router"},
 

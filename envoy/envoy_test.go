@@ -174,6 +174,9 @@ func checkBootstrap(b bundle) error {
 	}
 	var errs []error
 	for _, hcm := range hcms {
+		if err := checkPathNormalization(hcm); err != nil {
+			errs = append(errs, err)
+		}
 		filters := hcm.GetHttpFilters()
 		if n := len(filters); n == 0 || !filters[n-1].GetTypedConfig().MessageIs(&routerv3.Router{}) {
 			errs = append(errs, fmt.Errorf("%s: the last HTTP filter must be the router (%s)", hcm.GetStatPrefix(), routerFilter))
@@ -187,6 +190,28 @@ func checkBootstrap(b bundle) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkPathNormalization requires Envoy's own path normalization, so that routes, filters and the
+// upstream agree on one form of the path: normalize_path and merge_slashes on, and an escaped slash
+// either redirected to its unescaped form or rejected.
+func checkPathNormalization(hcm *hcmv3.HttpConnectionManager) error {
+	var errs []error
+	if !hcm.GetNormalizePath().GetValue() {
+		errs = append(errs, errors.New("normalize_path must be true"))
+	}
+	if !hcm.GetMergeSlashes() {
+		errs = append(errs, errors.New("merge_slashes must be true"))
+	}
+	switch a := hcm.GetPathWithEscapedSlashesAction(); a {
+	case hcmv3.HttpConnectionManager_UNESCAPE_AND_REDIRECT, hcmv3.HttpConnectionManager_REJECT_REQUEST:
+	default:
+		errs = append(errs, fmt.Errorf("path_with_escaped_slashes_action %s lets %%2F through: want UNESCAPE_AND_REDIRECT or REJECT_REQUEST", a))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%s: %w", hcm.GetStatPrefix(), err)
+	}
+	return nil
 }
 
 // checkEnvoyPlugin checks the wasm filter: the shared vm_id, the V8 runtime, a local module,
