@@ -130,16 +130,14 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 		}
 		return false
 	}
-	if out.Collided {
-		rs.metrics.collisions.Increment(1)
-	}
+	specs := rs.placed(out.Placement, set.Limits)
 	if p.cfg.LogLevel <= rules.LogDebug {
 		proxywasm.LogDebugf("meshlimit: rule %s key %q cost %d: allowed=%t (%d attempts)", r.Name, key, cost, out.Allowed, out.Attempts)
 	}
 	p.count(rs, out.Allowed, enforced)
 	if enforced {
-		for j := range set.Limits {
-			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &set.Limits[j], Decision: out.Decisions[j]})
+		for j := range specs {
+			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &specs[j], Decision: out.Decisions[j]})
 			if d := int64(out.Decisions[j].Delay); out.Allowed && d > s.delay {
 				s.delay = d
 			}

@@ -1,6 +1,11 @@
 package filter
 
-import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+import (
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/sharedstate"
+)
 
 // Metrics follow Envoy's dotted stat names (Envoy shows them with the prefix "wasmcustom."; Istio
 // exports them to Prometheus with dots turned into underscores). Every VM defines the same names; the
@@ -13,17 +18,19 @@ import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 //	meshlimit.rule.<rule>.cas_retries            CAS races lost and retried (contention between worker threads)
 //	meshlimit.rule.<rule>.cas_exhausted          decisions abandoned after too many lost CAS races
 //	meshlimit.rule.<rule>.failure_denied         requests denied by failure_mode "deny"
-//	meshlimit.rule.<rule>.collisions             requests decided in another active key's slot (max_keys too small)
+//	meshlimit.rule.<rule>.overflow               requests decided in the rule's overflow state: no room in max_keys slots
+//	meshlimit.rule.<rule>.evictions              keys that took over the slot of an idle key (its state equal to a fresh one)
 //	meshlimit.rule.<rule>.fallback               global decisions made without the service (fallback or failure_mode)
 //	meshlimit.rule.<rule>.cached_denials         requests denied from the over-limit cache, without calling the service
 //	meshlimit.rule.<rule>.leased                 quota units leased from the service
 //	meshlimit.rule.<rule>.lease_spent            requests admitted from leased units, without a call
+//	meshlimit.rule.<rule>.lease_expired          leased units dropped unspent at the end of their ttl
 type pluginMetrics struct {
 	configErrors proxywasm.MetricCounter
 }
 
 type ruleMetrics struct {
-	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, collisions, fallback, cachedDenials, leased, leaseSpent proxywasm.MetricCounter
+	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, overflow, evictions, fallback, cachedDenials, leased, leaseSpent, leaseExpired proxywasm.MetricCounter
 }
 
 func definePluginMetrics() pluginMetrics {
@@ -39,10 +46,25 @@ func defineRuleMetrics(rule string) ruleMetrics {
 		casRetries:    proxywasm.DefineCounterMetric(p + "cas_retries"),
 		casExhausted:  proxywasm.DefineCounterMetric(p + "cas_exhausted"),
 		failureDenied: proxywasm.DefineCounterMetric(p + "failure_denied"),
-		collisions:    proxywasm.DefineCounterMetric(p + "collisions"),
+		overflow:      proxywasm.DefineCounterMetric(p + "overflow"),
+		evictions:     proxywasm.DefineCounterMetric(p + "evictions"),
 		fallback:      proxywasm.DefineCounterMetric(p + "fallback"),
 		cachedDenials: proxywasm.DefineCounterMetric(p + "cached_denials"),
 		leased:        proxywasm.DefineCounterMetric(p + "leased"),
 		leaseSpent:    proxywasm.DefineCounterMetric(p + "lease_spent"),
+		leaseExpired:  proxywasm.DefineCounterMetric(p + "lease_expired"),
 	}
+}
+
+// placed counts where a Take found the key's state and returns the limits its decisions are of: the
+// rule's overflow limits when the key had no room, else the set's own.
+func (rs *ruleState) placed(pl sharedstate.Placement, own []rules.LimitSpec) []rules.LimitSpec {
+	switch pl {
+	case sharedstate.Overflow:
+		rs.metrics.overflow.Increment(1)
+		return rs.overflow
+	case sharedstate.Evicted:
+		rs.metrics.evictions.Increment(1)
+	}
+	return own
 }

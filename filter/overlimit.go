@@ -2,42 +2,53 @@ package filter
 
 import (
 	"encoding/binary"
-	"strconv"
 
-	"github.com/meshlimit/meshlimit/internal/fnv"
+	"github.com/meshlimit/meshlimit/abi"
 )
 
-// The over-limit cache: one table of blocked-until entries per rule, in shared data, so that every
+// The over-limit cache: one sharedstate.Records set per global rule (max_keys slots), so that every
 // worker thread answers a key the service denied without calling it again until its Retry-After. A
-// slot holds the key's fingerprint, the time until which it is blocked and the index of the limit that
-// denied; writes are unconditional (cas 0): a lost entry only costs one more call.
+// key's record holds the time until which it is blocked and the index of the limit that denied. The
+// records are owner-checked like every other: a key never reads or replaces another key's entry unless
+// that entry has expired. A key that finds no room is simply not cached: that only costs one more call.
 
-const blockedEntrySize = 17
+const blockedPayloadSize = 9
 
-func (p *pluginContext) blockedSlot(it *globalItem) (key string, fp uint64) {
-	fp = fnv.String(it.key) ^ it.rs.rule.Fingerprint()
-	slot := fp % uint64(it.rs.rule.MaxKeys)
-	return it.rs.blockedPrefix + strconv.FormatUint(slot, 36), fp
+// blockEditor is the sharedstate.Editor of an over-limit cache entry.
+type blockEditor struct {
+	now, until int64
+	idx        byte
 }
 
+// Vacant implements sharedstate.Editor: an entry that has expired (or cannot be read) blocks nothing.
+func (e *blockEditor) Vacant(p []byte) bool {
+	return len(p) != blockedPayloadSize || int64(binary.LittleEndian.Uint64(p)) <= e.now
+}
+
+// Edit implements sharedstate.Editor: the entry blocks until the later of its current and new times.
+func (e *blockEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
+	if len(cur) == blockedPayloadSize && int64(binary.LittleEndian.Uint64(cur)) >= e.until {
+		return dst, false, nil // already blocked for at least as long
+	}
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.until))
+	return append(dst, e.idx), true, nil
+}
+
+// blocked reports whether the key is in the over-limit cache at now: until when, and which limit denied.
 func (p *pluginContext) blocked(it *globalItem, now int64) (idx int, until int64, ok bool) {
-	key, fp := p.blockedSlot(it)
-	v, _, err := p.store.Get(key)
-	if err != nil || len(v) != blockedEntrySize || binary.LittleEndian.Uint64(v) != fp {
+	v, ok, err := p.records.Find(it.rs.blocked, []byte(it.key))
+	if err != nil || !ok || len(v) != blockedPayloadSize {
 		return 0, 0, false
 	}
-	until, idx = int64(binary.LittleEndian.Uint64(v[8:])), int(v[16])
+	until, idx = int64(binary.LittleEndian.Uint64(v)), int(v[8])
 	if until <= now || idx >= len(it.spec) {
 		return 0, 0, false
 	}
 	return idx, until, true
 }
 
+// block records that the key is denied by limit idx until then.
 func (p *pluginContext) block(it *globalItem, idx int, until int64) {
-	key, fp := p.blockedSlot(it)
-	var v [blockedEntrySize]byte
-	binary.LittleEndian.PutUint64(v[:], fp)
-	binary.LittleEndian.PutUint64(v[8:], uint64(until))
-	v[16] = byte(idx)
-	_ = p.store.Set(key, v[:], 0)
+	p.blockEd = blockEditor{now: abi.UnixNano(), until: until, idx: byte(idx)}
+	_, _ = p.records.Update(it.rs.blocked, []byte(it.key), &p.blockEd)
 }

@@ -33,23 +33,26 @@ type pluginContext struct {
 	cfg     *rules.Config
 	rules   []ruleState
 	limiter *sharedstate.Limiter
-	store   sharedstate.Store
+	records *sharedstate.Cursor // the over-limit cache and the lease records
 	metrics pluginMetrics
 	scratch scratch
 	shaper  shaper
 	name    string        // the plugin_name property, which namespaces every key
 	global  *globalClient // nil without a global object in the configuration
 	leases  leaseState
+	blockEd blockEditor // the editors of the over-limit cache and lease records, reused
+	leaseEd leaseEditor
 }
 
 // ruleState is what a plugin keeps per configured rule.
 type ruleState struct {
-	rule          *rules.Rule
-	tables        []*sharedstate.Table // one per rules.LimitSet, by its Index
-	fallback      *sharedstate.Table   // the fallback limits of a global rule, or nil
-	blockedPrefix string               // the over-limit cache of a global rule
-	leasePrefix   string               // the leased units of a rule with a lease
-	metrics       ruleMetrics
+	rule     *rules.Rule
+	tables   []*sharedstate.Table // one per rules.LimitSet, by its Index
+	fallback *sharedstate.Table   // the fallback limits of a global rule, or nil
+	blocked  *sharedstate.Records // the over-limit cache of a global rule
+	leases   *sharedstate.Records // the leased units of a rule with a lease
+	overflow []rules.LimitSpec    // what keys without room are decided against in tables[0]
+	metrics  ruleMetrics
 }
 
 // keyPrefix is the start of every shared-data key the plugin writes. The shared data of a vm_id is one
@@ -92,7 +95,7 @@ func (p *pluginContext) start(store sharedstate.Store) error {
 	if err != nil {
 		return err
 	}
-	p.cfg, p.store, p.limiter, p.name = cfg, store, sharedstate.NewLimiter(u), name
+	p.cfg, p.limiter, p.records, p.name = cfg, sharedstate.NewLimiter(u), sharedstate.NewCursor(u), name
 	if cfg.Global != nil {
 		p.global = newGlobalClient(cfg.Global)
 	}
@@ -111,20 +114,14 @@ func (p *pluginContext) start(store sharedstate.Store) error {
 // limit set, named by the fingerprint of what gives its state a meaning, so that a changed limit
 // starts from fresh state and an unchanged one keeps its state across reconfigurations.
 func newRuleState(base string, r *rules.Rule) (ruleState, error) {
-	rs := ruleState{rule: r, metrics: defineRuleMetrics(r.Name)}
+	rs := ruleState{rule: r, metrics: defineRuleMetrics(r.Name), overflow: r.LimitSets()[0].Limits}
 	fp := strconv.FormatUint(r.Fingerprint(), 36)
-	if r.Scope != rules.ScopeLocal {
-		rs.blockedPrefix = base + "blocked/" + fp + "/"
-		if r.Lease() != nil {
-			rs.leasePrefix = base + "lease/" + fp + "/"
-		}
-		if fb := r.Fallback(); fb != nil {
-			t, err := sharedstate.NewTable(base+"fallback/"+strconv.FormatUint(fb.Fingerprint, 36), fb.Slots, limitsOf(fb.Limits))
-			if err != nil {
-				return rs, fmt.Errorf("fallback: %w", err)
-			}
-			rs.fallback = t
-		}
+	if err := rs.globalRecords(base, fp); err != nil {
+		return rs, err
+	}
+	var overflow []algorithms.Limit // nil: the rule's own limits
+	if o := r.Overflow(); o != nil {
+		overflow, rs.overflow = limitsOf(o.Limits), o.Limits
 	}
 	for _, set := range r.LimitSets() {
 		prefix := base + fp
@@ -133,13 +130,41 @@ func newRuleState(base string, r *rules.Rule) (ruleState, error) {
 			// overrides with the same limits never share a slot.
 			prefix = base + "override/" + strconv.FormatUint(fnv.String(set.Override), 36) + "/" + strconv.FormatUint(set.Fingerprint, 36)
 		}
-		t, err := sharedstate.NewTable(prefix, set.Slots, limitsOf(set.Limits))
+		var o []algorithms.Limit
+		if set.Index == 0 {
+			o = overflow // an override's table holds its one key: it never overflows
+		}
+		t, err := sharedstate.NewTable(prefix, set.Slots, limitsOf(set.Limits), o)
 		if err != nil {
 			return rs, err
 		}
 		rs.tables = append(rs.tables, t)
 	}
 	return rs, nil
+}
+
+// globalRecords creates what only a global rule has: its over-limit cache, its lease records and its
+// fallback table, each in max_keys slots.
+func (rs *ruleState) globalRecords(base, fp string) (err error) {
+	r := rs.rule
+	if r.Scope == rules.ScopeLocal {
+		return nil
+	}
+	if rs.blocked, err = sharedstate.NewRecords(base+"blocked/"+fp, r.MaxKeys); err != nil {
+		return err
+	}
+	if r.Lease() != nil {
+		if rs.leases, err = sharedstate.NewRecords(base+"lease/"+fp, r.MaxKeys); err != nil {
+			return err
+		}
+	}
+	if fb := r.Fallback(); fb != nil {
+		rs.fallback, err = sharedstate.NewTable(base+"fallback/"+strconv.FormatUint(fb.Fingerprint, 36), fb.Slots, limitsOf(fb.Limits), nil)
+		if err != nil {
+			return fmt.Errorf("fallback: %w", err)
+		}
+	}
+	return nil
 }
 
 func limitsOf(specs []rules.LimitSpec) []algorithms.Limit {

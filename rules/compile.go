@@ -137,6 +137,12 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 	}
 	r.FailureMode = v.failureMode(path+".failure_mode", rj.FailureMode)
 	v.ruleScope(path, rj, r, c)
+	if len(rj.Overflow) > maxLimits {
+		v.failf(path+".overflow", "%d limits: at most %d are allowed", len(rj.Overflow), maxLimits)
+	} else if len(rj.Overflow) > 0 {
+		o := newLimitSet(0, v.limits(path+".overflow", rj.Overflow, rj.Name+"-overflow"), 1, "")
+		r.overflow = &o
+	}
 	r.fingerprint = ruleFingerprint(r)
 	return r
 }

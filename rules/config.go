@@ -56,6 +56,7 @@ type Rule struct {
 	key         []keyPart
 	sets        []LimitSet // sets[0] is the rule's own limits, then one per override with limits
 	fallback    *LimitSet
+	overflow    *LimitSet
 	lease       *Lease
 	overrides   map[string]int // key value → index in sets, or -1 for unlimited
 	cost        costSpec
@@ -76,6 +77,10 @@ func (r *Rule) Fallback() *LimitSet { return r.fallback }
 
 // Lease returns the rule's quota lease settings, or nil when it does not lease.
 func (r *Rule) Lease() *Lease { return r.lease }
+
+// Overflow returns the limits that the keys without room in the rule's max_keys slots share, or nil
+// when the rule's own limits apply to them.
+func (r *Rule) Overflow() *LimitSet { return r.overflow }
 
 // LimitSet is one list of limits that keys are decided against together: a rule's own, an
 // override's, or a fallback.

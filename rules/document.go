@@ -105,6 +105,9 @@ type ruleJSON struct {
 	// Lease makes a global rule lease quota from the service in batches instead of asking
 	// once per request (scope global only).
 	Lease *leaseJSON `json:"lease"`
+	// Overflow are the limits that every key finding no room in the rule's max_keys slots shares
+	// (all such keys together). Default: the rule's own limits.
+	Overflow []limitJSON `json:"overflow"`
 	// Scope is where the rule counts: "local" (this proxy), "global" (the global service)
 	// or "both". Default "local".
 	Scope string `json:"scope"`

@@ -31,7 +31,7 @@ func newLimiter(t testing.TB, s Store) *Limiter {
 
 func newTable(t testing.TB, slots int, limits ...algorithms.Limit) *Table {
 	t.Helper()
-	tab, err := NewTable("meshlimit/test/rule", slots, limits)
+	tab, err := NewTable("meshlimit/test/rule", slots, limits, nil)
 	require.NoError(t, err)
 	return tab
 }
@@ -149,43 +149,65 @@ func TestAMillionDistinctClientsKeepTheStoreWithinTheTable(t *testing.T) {
 	tab := newTable(t, slots, tokenBucket(10, time.Second))
 	key := make([]byte, 0, 16)
 	now := t0
-	collisions := 0
+	overflow := 0
 	for i := range n {
 		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
 		key = ip.AppendTo(key[:0])
 		now += int64(time.Microsecond) // a million clients over one second
 		out, err := l.Take(tab, key, now, 1)
 		require.NoError(t, err)
-		if out.Collided {
-			collisions++
+		if out.Placement == Overflow {
+			overflow++
 		}
 	}
-	assert.LessOrEqual(t, s.Len(), slots+1, "the table's slots plus the sentinel")
-	t.Logf("%d clients: %d keys, %d bytes in the store, %d collisions", n, s.Len(), s.Bytes(), collisions)
+	assert.LessOrEqual(t, s.Len(), slots+2, "the table's slots, its overflow state and the sentinel")
+	t.Logf("%d clients: %d keys, %d bytes in the store, %d decided in the overflow state", n, s.Len(), s.Bytes(), overflow)
 }
 
-func TestACollidingActiveKeyIsDecidedAgainstTheOccupantUntilItGoesIdle(t *testing.T) {
+func TestAKeyWithoutRoomIsDecidedAgainstTheOverflowStateNeverAnotherKeys(t *testing.T) {
 	l := newLimiter(t, NewMemStore())
-	tab := newTable(t, 1, tokenBucket(2, time.Second)) // one slot: every key collides
+	tab := newTable(t, 1, tokenBucket(2, time.Second)) // one slot: the second key finds no room
 	out, err := l.Take(tab, []byte("first"), t0, 1)
 	require.NoError(t, err)
 	require.True(t, out.Allowed)
-	assert.False(t, out.Collided)
+	assert.Equal(t, Claimed, out.Placement)
 
-	out, err = l.Take(tab, []byte("second"), t0, 1)
+	for i, want := range []bool{true, true, false} {
+		out, err = l.Take(tab, []byte("second"), t0, 1)
+		require.NoError(t, err)
+		assert.Equal(t, Overflow, out.Placement, "the slot is held by an active key")
+		assert.Equal(t, want, out.Allowed, "request %d: the overflow state has the table's own capacity of 2", i+1)
+	}
+	out, err = l.Take(tab, []byte("first"), t0, 1)
 	require.NoError(t, err)
-	assert.True(t, out.Collided, "the slot is held by an active key")
-	assert.True(t, out.Allowed, "and shares its bucket, which has one token left")
-	out, err = l.Take(tab, []byte("second"), t0, 1)
-	require.NoError(t, err)
-	assert.False(t, out.Allowed, "the shared bucket never admits more than its capacity")
+	assert.Equal(t, Owned, out.Placement)
+	assert.True(t, out.Allowed, "the occupant still has its second token: nobody else spent it")
+	assert.Equal(t, int64(0), out.Decisions[0].Remaining)
 
-	later := t0 + int64(2*time.Second) // the bucket is full again: the occupant is idle
+	later := t0 + int64(2*time.Second) // the occupant's bucket is full again: it is idle
 	out, err = l.Take(tab, []byte("second"), later, 1)
 	require.NoError(t, err)
-	assert.False(t, out.Collided, "an idle occupant is replaced")
+	assert.Equal(t, Evicted, out.Placement, "an idle occupant is replaced")
 	assert.True(t, out.Allowed)
 	assert.Equal(t, int64(1), out.Decisions[0].Remaining, "the new occupant starts from a full bucket")
+}
+
+func TestConfiguredOverflowLimitsDecideTheKeysWithoutRoom(t *testing.T) {
+	l := newLimiter(t, NewMemStore())
+	tab, err := NewTable("meshlimit/test/rule", 1, []algorithms.Limit{tokenBucket(5, time.Second)},
+		[]algorithms.Limit{tokenBucket(1, time.Second), tokenBucket(100, time.Hour)})
+	require.NoError(t, err)
+	_, err = l.Take(tab, []byte("occupant"), t0, 1)
+	require.NoError(t, err)
+	out, err := l.Take(tab, []byte("newcomer"), t0, 1)
+	require.NoError(t, err)
+	require.Equal(t, Overflow, out.Placement)
+	require.Len(t, out.Decisions, 2, "one decision per overflow limit")
+	assert.True(t, out.Allowed)
+	out, err = l.Take(tab, []byte("another-newcomer"), t0, 1)
+	require.NoError(t, err)
+	assert.False(t, out.Allowed, "all newcomers together get the overflow's 1/s")
+	assert.Equal(t, int64(99), out.Decisions[1].Remaining, "the hourly overflow limit would have admitted it")
 }
 
 func TestAnUnreadableSlotIsReplacedNotFatal(t *testing.T) {
@@ -196,7 +218,7 @@ func TestAnUnreadableSlotIsReplacedNotFatal(t *testing.T) {
 	out, err := l.Take(tab, []byte("k"), t0, 1)
 	require.NoError(t, err)
 	assert.True(t, out.Allowed)
-	assert.True(t, out.Repaired)
+	assert.Equal(t, Claimed, out.Placement)
 	assert.Equal(t, int64(4), out.Decisions[0].Remaining)
 }
 
@@ -216,9 +238,9 @@ func TestTakeGivesUpWithErrContentionAfterMaxAttempts(t *testing.T) {
 }
 
 func TestTablesWithDifferentPrefixesNeverShareSlots(t *testing.T) {
-	a, err := NewTable("p/rule/aaaa", 8, []algorithms.Limit{tokenBucket(1, time.Second)})
+	a, err := NewTable("p/rule/aaaa", 8, []algorithms.Limit{tokenBucket(1, time.Second)}, nil)
 	require.NoError(t, err)
-	b, err := NewTable("p/rule/bbbb", 8, []algorithms.Limit{tokenBucket(1, time.Second)})
+	b, err := NewTable("p/rule/bbbb", 8, []algorithms.Limit{tokenBucket(1, time.Second)}, nil)
 	require.NoError(t, err)
 	assert.NotEqual(t, string(a.SlotKey(nil, 0)), string(b.SlotKey(nil, 0)))
 	l := newLimiter(t, NewMemStore())
@@ -233,18 +255,21 @@ func TestTablesWithDifferentPrefixesNeverShareSlots(t *testing.T) {
 func TestNewTableRejectsBadSizesAndLimits(t *testing.T) {
 	ok := []algorithms.Limit{tokenBucket(1, time.Second)}
 	tests := []struct {
-		name   string
-		slots  int
-		limits []algorithms.Limit
+		name     string
+		slots    int
+		limits   []algorithms.Limit
+		overflow []algorithms.Limit
 	}{
-		{"zero slots", 0, ok},
-		{"more slots than MaxSlots", MaxSlots + 1, ok},
-		{"no limits", 8, nil},
-		{"an invalid limit", 8, []algorithms.Limit{{Kind: algorithms.TokenBucket, Quota: 0, Window: time.Second}}},
+		{"zero slots", 0, ok, nil},
+		{"more slots than MaxSlots", MaxSlots + 1, ok, nil},
+		{"no limits", 8, nil, nil},
+		{"an invalid limit", 8, []algorithms.Limit{{Kind: algorithms.TokenBucket, Quota: 0, Window: time.Second}}, nil},
+		{"an invalid overflow limit", 8, ok, []algorithms.Limit{{Kind: algorithms.TokenBucket, Quota: 5, Window: 0}}},
+		{"an empty overflow list", 8, ok, []algorithms.Limit{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewTable("p", tc.slots, tc.limits)
+			_, err := NewTable("p", tc.slots, tc.limits, tc.overflow)
 			assert.Error(t, err)
 		})
 	}
@@ -324,7 +349,7 @@ func ExampleLimiter_Take() {
 	u, _ := NewUpdater(store, "meshlimit/example/sentinel", 0)
 	tab, _ := NewTable("meshlimit/example/per-ip", 10_000, []algorithms.Limit{
 		{Kind: algorithms.TokenBucket, Quota: 2, Window: time.Second},
-	})
+	}, nil)
 	l := NewLimiter(u)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	for range 3 {

@@ -1,0 +1,284 @@
+package sharedstate
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// recordVersion is the first byte of every record value. A change of layout changes it, and the key
+// prefix carries it too, so two plugin versions sharing a vm_id never read each other's records.
+const recordVersion = 2
+
+// recordHeader is the size of a record's header: the version byte and the owner's fingerprint.
+const recordHeader = 9
+
+// MaxSlots bounds the size of a Records set: 2^20 slots of a few dozen bytes each is far more than a
+// proxy should hold for one rule.
+const MaxSlots = 1 << 20
+
+// Records is a fixed set of shared-data slots, each holding at most one key's record: the 64-bit
+// fingerprint of the key that owns it and a payload that only that key's updates read or write. Memory
+// stays bounded however many distinct keys arrive (Envoy's shared data can never delete a key, but a
+// Records set never creates more than Slots keys plus one overflow record), and one key's record is
+// never read or written on behalf of another: this is the isolation rule every user of the package
+// relies on (see Cursor.Update).
+//
+// Each key hashes to two candidate slots. A key owns at most one of them at a time; when it owns
+// neither, it may claim one that is empty, unreadable, or whose owner's payload is vacant (its Editor
+// says that forgetting it loses nothing: a bucket as full as a fresh one, an expired entry). When both
+// candidates are owned by keys whose payloads are not vacant, the key finds no room (Result.NoRoom) and
+// its caller decides what that means: a limit Table decides it against the overflow record, the
+// over-limit cache simply does not cache it.
+//
+// Two different keys with the same 64-bit fingerprint share one record (chance ~n²/2^65 for n keys).
+type Records struct {
+	prefix   string
+	overflow string // the key of the overflow record
+	slots    uint32
+	seed     uint64
+}
+
+// NewRecords returns a set of slots slots stored under keys that start with prefix (which should name
+// the plugin, the rule and a fingerprint of what gives the payloads a meaning).
+func NewRecords(prefix string, slots int) (*Records, error) {
+	if slots < 1 || slots > MaxSlots {
+		return nil, fmt.Errorf("sharedstate: slots must be in [1, %d], got %d", MaxSlots, slots)
+	}
+	p := prefix + "/v" + strconv.Itoa(recordVersion) + "/"
+	return &Records{prefix: p, overflow: p + "overflow", slots: uint32(slots), seed: fnv64(fnvOffset, []byte(p))}, nil
+}
+
+// Slots is the number of slots, the bound on the keys the set ever creates besides its overflow record.
+func (r *Records) Slots() int { return int(r.slots) }
+
+// SlotKey appends the shared-data key of slot i to dst.
+func (r *Records) SlotKey(dst []byte, i int) []byte {
+	dst = append(dst, r.prefix...)
+	return strconv.AppendUint(dst, uint64(i), 36)
+}
+
+// OverflowKey is the shared-data key under which the set's users keep the one record that keys
+// without room share (see Cursor.UpdateShared); it is outside the slots.
+func (r *Records) OverflowKey() string { return r.overflow }
+
+// candidates returns the fingerprint of key and its two candidate slots (equal only with one slot).
+func (r *Records) candidates(key []byte) (fp uint64, a, b uint32) {
+	fp = fnv64(r.seed, key)
+	fp ^= fp >> 29 // FNV's low bits mix poorly; fold the high ones in before taking remainders
+	fp *= 0xbf58476d1ce4e5b9
+	fp ^= fp >> 32
+	a = uint32(fp % uint64(r.slots))
+	if r.slots == 1 {
+		return fp, a, a
+	}
+	b = uint32((fp >> 20) % uint64(r.slots-1))
+	if b >= a {
+		b++
+	}
+	return fp, a, b
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnv64(h uint64, b []byte) uint64 {
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= fnvPrime
+	}
+	return h
+}
+
+// Editor is what one update does to one key's record. Implementations are usually a pointer to a
+// reused struct, so that an update allocates nothing.
+type Editor interface {
+	// Edit appends to dst the key's new payload, computed from cur, its current one (empty when the
+	// key has no record yet: a fresh one). It returns write=false to leave the record as it is (nothing is
+	// written, the update ends); an error ends the update too. Edit may run several times in one
+	// update, once per CAS race lost, so it must not keep side effects of a round that did not win.
+	Edit(dst, cur []byte) (next []byte, write bool, err error)
+	// Vacant reports whether another key's record with this payload may be taken over: forgetting it
+	// loses nothing, because the payload is equivalent to a fresh one (or expired).
+	Vacant(payload []byte) bool
+}
+
+// Placement says where an update found or put the key's record.
+type Placement uint8
+
+// Placements.
+const (
+	// Owned: the key already owned one of its candidate slots.
+	Owned Placement = iota
+	// Claimed: the key took a slot that was empty or held an unreadable value.
+	Claimed
+	// Evicted: the key took a slot from another key whose payload was vacant.
+	Evicted
+	// NoRoom: both candidates are owned by other keys whose payloads are not vacant; nothing was
+	// read or written on the key's behalf.
+	NoRoom
+	// Overflow: the update was applied to a shared record (Cursor.UpdateShared), such as a Table's
+	// overflow state.
+	Overflow
+)
+
+// Result reports what an update did.
+type Result struct {
+	Placement Placement
+	// Attempts is the number of read-edit-write rounds taken (1 without contention).
+	Attempts int
+	// Written reports that the last round wrote (Edit returned write=true and the CAS succeeded).
+	Written bool
+}
+
+// Cursor runs updates of Records for one goroutine (one VM) at a time: it reuses its buffers.
+type Cursor struct {
+	u    *Updater
+	keyA []byte
+	keyB []byte
+	val  []byte
+}
+
+// NewCursor returns a Cursor that reads and writes through u.
+func NewCursor(u *Updater) *Cursor { return &Cursor{u: u} }
+
+// Updater returns the Updater the Cursor writes through.
+func (c *Cursor) Updater() *Updater { return c.u }
+
+// Update applies e to key's record in r with compare-and-swap, at most u.MaxAttempts rounds (then
+// ErrContention). It never reads another key's payload except to ask e whether it is vacant, and never
+// writes a slot another key owns unless that payload is vacant: a key that owns its slot sees exactly
+// the updates made for it, whatever other keys do. When the key has no record and no slot can be
+// claimed, it returns Placement NoRoom without calling Edit.
+func (c *Cursor) Update(r *Records, key []byte, e Editor) (Result, error) {
+	fp, a, b := r.candidates(key)
+	c.keyA = r.SlotKey(c.keyA[:0], int(a))
+	c.keyB = r.SlotKey(c.keyB[:0], int(b))
+	res := Result{}
+	for res.Attempts < c.u.maxAttempts {
+		res.Attempts++
+		va, casA, err := c.u.Read(bytesString(c.keyA))
+		if err != nil {
+			return res, err
+		}
+		ownerA, payloadA, okA := parseRecord(va)
+		if okA && ownerA == fp {
+			res.Placement = Owned
+			if done, err := c.write(&res, bytesString(c.keyA), casA, fp, payloadA, e); done || err != nil {
+				return res, err
+			}
+			continue
+		}
+		target, cas, place := c.keyA, casA, claimable(okA, payloadA, e)
+		if a != b {
+			vb, casB, err := c.u.Read(bytesString(c.keyB))
+			if err != nil {
+				return res, err
+			}
+			ownerB, payloadB, okB := parseRecord(vb)
+			switch placeB := claimable(okB, payloadB, e); {
+			case okB && ownerB == fp:
+				target, cas, place = c.keyB, casB, Owned
+				if done, err := c.write(&res, bytesString(target), cas, fp, payloadB, e); done || err != nil {
+					res.Placement = place
+					return res, err
+				}
+				continue
+			case place == NoRoom:
+				target, cas, place = c.keyB, casB, placeB
+			}
+		}
+		res.Placement = place
+		if place == NoRoom {
+			return res, nil
+		}
+		if done, err := c.write(&res, bytesString(target), cas, fp, nil, e); done || err != nil {
+			return res, err
+		}
+	}
+	return res, ErrContention
+}
+
+// UpdateShared applies e to the record stored under key, which no fingerprint owns: every caller shares
+// it. A Table keeps its overflow state this way (see Records.OverflowKey).
+func (c *Cursor) UpdateShared(key string, e Editor) (Result, error) {
+	res := Result{Placement: Overflow}
+	for res.Attempts < c.u.maxAttempts {
+		res.Attempts++
+		v, cas, err := c.u.Read(key)
+		if err != nil {
+			return res, err
+		}
+		_, payload, ok := parseRecord(v)
+		if !ok {
+			payload = nil // missing or unreadable: start fresh
+		}
+		if done, err := c.write(&res, key, cas, 0, payload, e); done || err != nil {
+			return res, err
+		}
+	}
+	return res, ErrContention
+}
+
+// Find returns key's payload in r, or ok=false when the key owns neither candidate. The payload may
+// alias the store's bytes (see Store) and is only valid until the next call on the Cursor.
+func (c *Cursor) Find(r *Records, key []byte) (payload []byte, ok bool, err error) {
+	fp, a, b := r.candidates(key)
+	for i, s := range [2]uint32{a, b} {
+		if i == 1 && a == b {
+			break
+		}
+		c.keyA = r.SlotKey(c.keyA[:0], int(s))
+		v, _, err := c.u.Read(bytesString(c.keyA))
+		if err != nil {
+			return nil, false, err
+		}
+		if owner, p, ok := parseRecord(v); ok && owner == fp {
+			return p, true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// claimable says how a slot that the key does not own could be taken: Claimed when it is empty or
+// unreadable, Evicted when its owner's payload is vacant, NoRoom otherwise.
+func claimable(ok bool, payload []byte, e Editor) Placement {
+	switch {
+	case !ok:
+		return Claimed
+	case e.Vacant(payload):
+		return Evicted
+	}
+	return NoRoom
+}
+
+// write runs e on cur and, when it asks to, writes the record (owner fp) to key with cas. It reports
+// done=false when the write lost a CAS race.
+func (c *Cursor) write(res *Result, key string, cas uint32, fp uint64, cur []byte, e Editor) (done bool, err error) {
+	c.val = append(c.val[:0], recordVersion)
+	c.val = binary.LittleEndian.AppendUint64(c.val, fp)
+	next, write, err := e.Edit(c.val, cur)
+	if err != nil || !write {
+		res.Written = false
+		return true, err
+	}
+	c.val = next
+	err = c.u.Write(key, c.val, cas)
+	if errors.Is(err, ErrCasMismatch) {
+		return false, nil
+	}
+	res.Written = err == nil
+	return true, err
+}
+
+// parseRecord splits a record value into its owner's fingerprint and payload; ok is false for a
+// missing or unreadable value (another version's, or garbage).
+func parseRecord(v []byte) (owner uint64, payload []byte, ok bool) {
+	if len(v) < recordHeader || v[0] != recordVersion {
+		return 0, nil, false
+	}
+	return binary.LittleEndian.Uint64(v[1:recordHeader]), v[recordHeader:], true
+}
