@@ -18,6 +18,17 @@
 //	-allow-client-time  MESHLIMIT_ALLOW_CLIENT_TIME  accept now_us in checks (tests only)
 //	-log-level          MESHLIMIT_LOG_LEVEL          debug, info, warn or error (default info)
 //	-shutdown-grace     MESHLIMIT_SHUTDOWN_GRACE     time to finish requests on SIGTERM (default 10s)
+//
+// The envoyproxy/ratelimit-compatible front (package service/rls; service/API.md, "Migrating
+// from envoyproxy/ratelimit"):
+//
+//	-ratelimit-config            MESHLIMIT_RATELIMIT_CONFIG            directory of envoyproxy/ratelimit
+//	                                                                   YAML files, watched; enables POST /json
+//	-grpc-listen                 MESHLIMIT_GRPC_LISTEN                 address of the gRPC RateLimitService
+//	                                                                   (needs -ratelimit-config)
+//	-ratelimit-response-headers  MESHLIMIT_RATELIMIT_RESPONSE_HEADERS  off (default), draft03 or ietf
+//	-ratelimit-poll              MESHLIMIT_RATELIMIT_POLL              how often the directory is checked (default 2s)
+//	-grpc-reflection             MESHLIMIT_GRPC_REFLECTION             register gRPC reflection (default false)
 package main
 
 import (
@@ -54,6 +65,7 @@ type options struct {
 	timeout, grace, flushDelay                            time.Duration
 	maxKeys                                               int
 	allowClientTime                                       bool
+	rls                                                   rlsOptions
 }
 
 func parseOptions(args []string, getenv func(string) string) (options, error) {
@@ -74,8 +86,24 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&grace, "shutdown-grace", env("MESHLIMIT_SHUTDOWN_GRACE", "10s"), "time to finish requests on shutdown")
 	fs.StringVar(&maxKeys, "max-keys", env("MESHLIMIT_MAX_KEYS", "1048576"), "in-memory store key bound")
 	fs.StringVar(&allow, "allow-client-time", env("MESHLIMIT_ALLOW_CLIENT_TIME", "false"), "accept now_us in checks (tests only)")
+	var rlsPoll, rlsReflection string
+	fs.StringVar(&o.rls.config, "ratelimit-config", env("MESHLIMIT_RATELIMIT_CONFIG", ""), "directory of envoyproxy/ratelimit YAML files (enables POST /json)")
+	fs.StringVar(&o.rls.grpcListen, "grpc-listen", env("MESHLIMIT_GRPC_LISTEN", ""), "address of the gRPC RateLimitService (needs -ratelimit-config)")
+	fs.StringVar(&o.rls.headers, "ratelimit-response-headers", env("MESHLIMIT_RATELIMIT_RESPONSE_HEADERS", "off"), "off, draft03 or ietf")
+	fs.StringVar(&rlsPoll, "ratelimit-poll", env("MESHLIMIT_RATELIMIT_POLL", "2s"), "how often the ratelimit config directory is checked")
+	fs.StringVar(&rlsReflection, "grpc-reflection", env("MESHLIMIT_GRPC_REFLECTION", "false"), "register gRPC reflection")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if d, err := time.ParseDuration(rlsPoll); err != nil || d <= 0 {
+		return o, fmt.Errorf("-ratelimit-poll: want a positive duration, got %q", rlsPoll)
+	} else {
+		o.rls.poll = d
+	}
+	if b, err := strconv.ParseBool(rlsReflection); err != nil {
+		return o, fmt.Errorf("-grpc-reflection: want true or false, got %q", rlsReflection)
+	} else {
+		o.rls.reflection = b
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -137,8 +165,12 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
+	front, err := startRLS(ctx, o.rls, store, h, o.timeout, nil, log)
+	if err != nil {
+		return err
+	}
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           front.handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
@@ -151,16 +183,21 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout)
 
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
+	if front.serve != nil {
+		go func() { served <- front.serve() }()
+	}
 	select {
 	case err := <-served:
+		front.stop(context.Background())
 		return err
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "grace", o.grace)
 	sctx, cancel := context.WithTimeout(context.Background(), o.grace)
 	defer cancel()
+	front.stop(sctx)
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/rls"
+	"github.com/meshlimit/meshlimit/service/rlsconfig"
+)
+
+// rlsOptions are the flags of the envoyproxy/ratelimit-compatible front.
+type rlsOptions struct {
+	grpcListen, config, headers string
+	poll                        time.Duration
+	reflection                  bool
+}
+
+// rlsFront is the envoyproxy/ratelimit-compatible front: the gRPC server on -grpc-listen and
+// the /json endpoint on -listen, answering from the files of -ratelimit-config.
+type rlsFront struct {
+	handler  http.Handler          // the service's handler with POST /json added
+	serve    func() error          // serves gRPC until stop; nil without -grpc-listen
+	stop     func(context.Context) // stops gRPC (gracefully until ctx ends) and the watcher
+	grpcAddr string
+}
+
+// startRLS loads the configuration, starts its watcher and prepares the gRPC server; it does
+// nothing when neither flag is set.
+func startRLS(ctx context.Context, o rlsOptions, store service.Store, h http.Handler, timeout time.Duration, m *rls.Metrics, log *slog.Logger) (*rlsFront, error) {
+	f := &rlsFront{handler: h, stop: func(context.Context) {}}
+	if o.config == "" {
+		if o.grpcListen != "" {
+			return nil, errors.New("-grpc-listen: needs -ratelimit-config (the rules to answer with)")
+		}
+		return f, nil
+	}
+	mode, err := rls.ParseHeaderMode(o.headers)
+	if err != nil {
+		return nil, fmt.Errorf("-ratelimit-response-headers: %w", err)
+	}
+	w, err := rlsconfig.NewWatcher(o.config, o.poll)
+	if err != nil {
+		return nil, fmt.Errorf("-ratelimit-config: %w", err)
+	}
+	w.OnReload = func(c *rlsconfig.Config, err error) {
+		m.Reloaded(err)
+		if err != nil {
+			log.Error("ratelimit config refused; the previous one stays in force", "dir", o.config, "err", err)
+			return
+		}
+		log.Info("ratelimit config reloaded", "dir", o.config, "files", c.Files(), "domains", c.Domains())
+	}
+	log.Info("ratelimit config", "dir", o.config, "files", w.Config().Files(), "domains", w.Config().Domains(), "poll", o.poll)
+	s, err := rls.NewServer(rls.Config{Store: store, Rules: w.Config, Timeout: timeout, Headers: mode, Metrics: m, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	go w.Run(wctx)
+	mux := http.NewServeMux()
+	mux.Handle("POST /json", s.JSONHandler())
+	mux.Handle("/", h)
+	f.handler, f.stop = mux, func(context.Context) { cancel() }
+	if o.grpcListen == "" {
+		return f, nil
+	}
+	ln, err := net.Listen("tcp", o.grpcListen)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("-grpc-listen: %w", err)
+	}
+	g := rls.NewGRPCServer(s, rls.GRPCOptions{Reflection: o.reflection})
+	f.grpcAddr = ln.Addr().String()
+	f.serve = func() error { return g.Serve(ln) }
+	f.stop = func(ctx context.Context) {
+		defer cancel()
+		done := make(chan struct{})
+		go func() { g.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			g.Stop()
+		}
+	}
+	log.Info("grpc listening", "addr", f.grpcAddr, "reflection", o.reflection, "response_headers", o.headers)
+	return f, nil
+}

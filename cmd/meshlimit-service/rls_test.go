@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlext "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// The binary serves Envoy's RateLimitService on -grpc-listen and /json on -listen from the
+// files of -ratelimit-config, with the response headers asked for, and shuts both down.
+func TestRunServesTheRateLimitServiceFront(t *testing.T) {
+	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-listen", httpAddr, "-grpc-listen", grpcAddr, "-log-level", "error",
+			"-ratelimit-config", "../../service/rlsconfig/testdata/good", "-ratelimit-response-headers", "draft03"},
+			func(string) string { return "" })
+	}()
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	c := pb.NewRateLimitServiceClient(conn)
+	r := &pb.RateLimitRequest{Domain: "edge_proxy_per_ip", Descriptors: []*rlext.RateLimitDescriptor{
+		{Entries: []*rlext.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "50.0.0.5"}}}}}
+	var resp *pb.RateLimitResponse
+	require.Eventually(t, func() bool {
+		resp, err = c.ShouldRateLimit(ctx, r)
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, pb.RateLimitResponse_OVER_LIMIT, resp.GetOverallCode())
+	require.Len(t, resp.GetResponseHeadersToAdd(), 3)
+	assert.Equal(t, "RateLimit-Limit", resp.GetResponseHeadersToAdd()[0].GetKey())
+
+	hresp, err := http.Post("http://"+httpAddr+"/json", "application/json", strings.NewReader(
+		`{"domain":"mongo_cps","descriptors":[{"entries":[{"key":"database","value":"users"}]}]}`))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(hresp.Body)
+	hresp.Body.Close()
+	assert.Equal(t, http.StatusOK, hresp.StatusCode, string(body))
+
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return")
+	}
+}
+
+func TestRunRefusesABadRateLimitSetup(t *testing.T) {
+	bad := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bad, "a.yaml"), []byte("domain: a\nnope: 1\n"), 0o644))
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"-grpc-listen without -ratelimit-config is refused", []string{"-grpc-listen", "127.0.0.1:0"}, "-grpc-listen: needs -ratelimit-config"},
+		{"a bad file in -ratelimit-config is refused naming it", []string{"-ratelimit-config", bad}, "a.yaml:2:1: nope: unknown field"},
+		{"a missing -ratelimit-config directory is refused", []string{"-ratelimit-config", filepath.Join(bad, "missing")}, "-ratelimit-config:"},
+		{"an unknown header mode is refused", []string{"-ratelimit-config", "../../service/rlsconfig/testdata/good", "-ratelimit-response-headers", "x"}, "-ratelimit-response-headers:"},
+		{"a bad poll interval is refused", []string{"-ratelimit-poll", "0s"}, "-ratelimit-poll:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"-listen", "127.0.0.1:0", "-log-level", "error"}, tc.args...)
+			err := run(context.Background(), args, func(string) string { return "" })
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}

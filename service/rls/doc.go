@@ -1,0 +1,28 @@
+// Package rls serves Envoy's rate limit service protocol (envoy.service.ratelimit.v3,
+// ShouldRateLimit over gRPC) and envoyproxy/ratelimit's /json endpoint from envoyproxy/
+// ratelimit's YAML configuration (package rlsconfig), on meshlimit's stores, so that a user
+// of envoyproxy/ratelimit can point Envoy's ratelimit filter at meshlimit-service unchanged.
+//
+// The answers are envoyproxy/ratelimit's (its main branch, default settings):
+//
+//   - Each descriptor is matched as rlsconfig.Config.Match describes; a descriptor's limit
+//     field (Envoy's override) replaces the match entirely, as long as the domain exists.
+//   - A limit counts in fixed windows aligned to the Unix epoch, keyed by the domain, the
+//     entries as sent and the unit (service.CountWindow): the configured requests_per_unit is
+//     not part of the key, so counts survive a reload and an override with the same unit
+//     shares the counter. The descriptor is OVER_LIMIT when the count after this call exceeds
+//     requests_per_unit; limit_remaining is the difference (0 when over) and
+//     duration_until_reset the time to the end of the window, in whole seconds.
+//   - Every descriptor is charged, even after one is over the limit
+//     (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false); a descriptor sent twice is charged
+//     twice, in order. hits_addend 0 in the request means 1; a descriptor's hits_addend
+//     overrides it, and 0 there checks without charging.
+//   - unlimited: OK with limit_remaining 4294967295 and nothing counted. shadow_mode: OK, with
+//     limit_remaining 0 once over. A matched limit's replaces drops, across the request, every
+//     limit of that name (OK, not counted).
+//   - overall_code is OVER_LIMIT when any descriptor is.
+//
+// With rate_limit.algorithm (a meshlimit extension) a descriptor is decided by that algorithm
+// with requests_per_unit per unit instead: a denied request is then not counted, as everywhere
+// else in meshlimit, and hits_addend 0 answers OK with the limit and nothing counted.
+package rls

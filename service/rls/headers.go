@@ -1,0 +1,127 @@
+package rls
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// HeaderMode selects the response headers a Server asks Envoy to add.
+type HeaderMode uint8
+
+const (
+	// HeadersOff adds none (envoyproxy/ratelimit's default).
+	HeadersOff HeaderMode = iota
+	// HeadersDraft03 adds RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
+	// (draft-ietf-httpapi-ratelimit-headers-03, what envoyproxy/ratelimit writes with
+	// LIMIT_RESPONSE_HEADERS_ENABLED) describing one descriptor: the last one over the limit,
+	// else the first with the fewest remaining among those with a limit.
+	HeadersDraft03
+	// HeadersIETF adds the structured fields RateLimit-Policy and RateLimit of the current
+	// IETF draft, one list member per descriptor with a limit, in request order.
+	HeadersIETF
+)
+
+// ParseHeaderMode parses the -ratelimit-response-headers flag: "off" (or "" or "false"),
+// "draft03" (or "true" or "on"), or "ietf".
+func ParseHeaderMode(s string) (HeaderMode, error) {
+	switch strings.ToLower(s) {
+	case "", "off", "false":
+		return HeadersOff, nil
+	case "draft03", "true", "on":
+		return HeadersDraft03, nil
+	case "ietf":
+		return HeadersIETF, nil
+	}
+	return 0, fmt.Errorf("want off, draft03 or ietf, got %q", s)
+}
+
+// headers returns the headers to add for statuses (one per plan).
+func (m HeaderMode) headers(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core.HeaderValue {
+	switch m {
+	case HeadersDraft03:
+		return draft03(sts)
+	case HeadersIETF:
+		return ietf(sts, plans)
+	}
+	return nil
+}
+
+// draft03 describes the descriptor chosen as envoyproxy/ratelimit chooses it.
+func draft03(sts []*pb.RateLimitResponse_DescriptorStatus) []*core.HeaderValue {
+	var pick *pb.RateLimitResponse_DescriptorStatus
+	for _, st := range sts {
+		if st.GetCurrentLimit() == nil {
+			continue
+		}
+		if st.GetCode() == pb.RateLimitResponse_OVER_LIMIT || pick == nil ||
+			(pick.GetCode() != pb.RateLimitResponse_OVER_LIMIT && st.GetLimitRemaining() < pick.GetLimitRemaining()) {
+			pick = st
+		}
+	}
+	if pick == nil {
+		return nil
+	}
+	return []*core.HeaderValue{
+		{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(pick.GetCurrentLimit().GetRequestsPerUnit()), 10)},
+		{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(pick.GetLimitRemaining()), 10)},
+		{Key: "RateLimit-Reset", Value: strconv.FormatInt(pick.GetDurationUntilReset().GetSeconds(), 10)},
+	}
+}
+
+// ietf writes RateLimit-Policy and RateLimit with one member per descriptor with a limit.
+func ietf(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core.HeaderValue {
+	var policy, state []string
+	for i, st := range sts {
+		l := st.GetCurrentLimit()
+		if l == nil {
+			continue
+		}
+		name := sfString(policyName(l, &plans[i], i))
+		w := int64(plans[i].limit.Unit.Duration() / time.Second)
+		policy = append(policy, fmt.Sprintf("%s;q=%d;w=%d", name, l.GetRequestsPerUnit(), w))
+		state = append(state, fmt.Sprintf("%s;r=%d;t=%d", name, st.GetLimitRemaining(), st.GetDurationUntilReset().GetSeconds()))
+	}
+	if len(policy) == 0 {
+		return nil
+	}
+	return []*core.HeaderValue{
+		{Key: "RateLimit-Policy", Value: strings.Join(policy, ", ")},
+		{Key: "RateLimit", Value: strings.Join(state, ", ")},
+	}
+}
+
+// policyName names descriptor i's policy: the limit's name, else its rule's path, else
+// "descriptor-i" (an override).
+func policyName(l *pb.RateLimitResponse_RateLimit, p *plan, i int) string {
+	switch {
+	case l.GetName() != "":
+		return l.GetName()
+	case p.rule.Path != "":
+		return p.rule.Path
+	}
+	return "descriptor-" + strconv.Itoa(i)
+}
+
+// sfString quotes s as a structured-field string (RFC 8941), replacing bytes it cannot hold.
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

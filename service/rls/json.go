@@ -1,0 +1,64 @@
+package rls
+
+import (
+	"io"
+	"net/http"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// maxJSONBody bounds a /json request body.
+const maxJSONBody = 1 << 20
+
+// JSONHandler serves envoyproxy/ratelimit's /json endpoint: a POST whose body is a
+// RateLimitRequest in protobuf's JSON mapping (lowerCamelCase or the proto's snake_case
+// names, enums by name, 64-bit integers as strings or numbers; an unknown field is an error),
+// answered with the RateLimitResponse in canonical JSON: 200 when OK, 429 when OVER_LIMIT.
+// A body that does not decode, and a request without domain or descriptors, get 400 with
+// the reason; a store that does not answer in time gets 503 (envoyproxy/ratelimit answers
+// 400 there too).
+func (s *Server) JSONHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		resp, err := s.serveJSON(r)
+		s.cfg.Metrics.request(frontJSON, resp, err, time.Since(start))
+		if err != nil {
+			code := http.StatusServiceUnavailable
+			if status.Code(err) == codes.InvalidArgument {
+				code = http.StatusBadRequest
+			}
+			http.Error(w, status.Convert(err).Message(), code)
+			return
+		}
+		out, err := protojson.Marshal(resp)
+		if err != nil {
+			http.Error(w, "encoding the response: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		_, _ = w.Write(out)
+	})
+}
+
+// serveJSON decodes the request and decides it; decoding errors are InvalidArgument.
+func (s *Server) serveJSON(r *http.Request) (*pb.RateLimitResponse, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, "body: "+err.Error())
+	}
+	if len(body) > maxJSONBody {
+		return nil, status.Error(codes.InvalidArgument, "body: larger than 1 MiB")
+	}
+	var req pb.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, "body: "+err.Error())
+	}
+	return s.decide(r.Context(), &req)
+}

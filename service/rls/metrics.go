@@ -1,0 +1,131 @@
+package rls
+
+import (
+	"strings"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/meshlimit/meshlimit/service/rlsconfig"
+)
+
+// Fronts of the rate limit service, the "front" label.
+const (
+	frontGRPC = "grpc"
+	frontJSON = "json"
+)
+
+// Metrics counts what the rate limit service front does. A nil *Metrics counts nothing.
+type Metrics struct {
+	requests *prometheus.CounterVec   // front, code
+	latency  *prometheus.HistogramVec // front
+	hits     *prometheus.CounterVec   // domain, descriptor, result
+	reloads  *prometheus.CounterVec   // result
+	configOK prometheus.Gauge
+}
+
+// NewMetrics returns Metrics registered with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshlimit_rls_requests_total",
+			Help: "ShouldRateLimit requests answered, by front (grpc, json) and code (ok, over_limit, invalid, unavailable).",
+		}, []string{"front", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "meshlimit_rls_request_duration_seconds",
+			Help:    "Time to answer one ShouldRateLimit request, by front.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1},
+		}, []string{"front"}),
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshlimit_rls_hits_total",
+			Help: "Hits of descriptors that matched a limit, by domain, descriptor (the rule's path, or the values sent with detailed_metric or value_to_metric) and result (within_limit, over_limit, shadow_mode).",
+		}, []string{"domain", "descriptor", "result"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshlimit_rls_config_reloads_total",
+			Help: "Reloads of the ratelimit configuration directory, by result (ok, error: the last good configuration stays in force).",
+		}, []string{"result"}),
+		configOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshlimit_rls_config_ok",
+			Help: "1 when the files of the ratelimit configuration directory are the configuration in force, 0 while a bad file keeps the previous one.",
+		}),
+	}
+	m.configOK.Set(1)
+	reg.MustRegister(m.requests, m.latency, m.hits, m.reloads, m.configOK)
+	return m
+}
+
+// Reloaded records a reload attempt of the configuration (err nil: in force).
+func (m *Metrics) Reloaded(err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.reloads.WithLabelValues("error").Inc()
+		m.configOK.Set(0)
+		return
+	}
+	m.reloads.WithLabelValues("ok").Inc()
+	m.configOK.Set(1)
+}
+
+func (m *Metrics) request(front string, resp *pb.RateLimitResponse, err error, d time.Duration) {
+	if m == nil {
+		return
+	}
+	code := "ok"
+	switch {
+	case err != nil && status.Code(err) == codes.InvalidArgument:
+		code = "invalid"
+	case err != nil:
+		code = "unavailable"
+	case resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT:
+		code = "over_limit"
+	}
+	m.requests.WithLabelValues(front, code).Inc()
+	m.latency.WithLabelValues(front).Observe(d.Seconds())
+}
+
+// decisions counts the hits of every descriptor that was counted against a limit.
+func (m *Metrics) decisions(c *rlsconfig.Config, req *pb.RateLimitRequest, plans []plan, sts []*pb.RateLimitResponse_DescriptorStatus) {
+	if m == nil {
+		return
+	}
+	for i := range plans {
+		p := &plans[i]
+		if p.kind != planLimit || p.hits == 0 {
+			continue
+		}
+		result := "within_limit"
+		switch {
+		case sts[i].GetCode() == pb.RateLimitResponse_OVER_LIMIT:
+			result = "over_limit"
+		case sts[i].GetLimitRemaining() == 0 && p.rule.ShadowMode && sts[i].GetCurrentLimit() != nil:
+			result = "shadow_mode"
+		}
+		m.hits.WithLabelValues(req.GetDomain(), descriptorLabel(c, req, i, p), result).Add(float64(p.hits))
+	}
+}
+
+// descriptorLabel names descriptor i for the hits metric: the values sent with
+// detailed_metric and for overrides (which have no rule), the value_to_metric name when a
+// level asks for it, else the rule's path.
+func descriptorLabel(c *rlsconfig.Config, req *pb.RateLimitRequest, i int, p *plan) string {
+	entries := req.GetDescriptors()[i].GetEntries()
+	if p.rule.Path != "" && !p.rule.DetailedMetric {
+		if !p.rule.ValueToMetric {
+			return p.rule.Path
+		}
+		return c.MetricName(req.GetDomain(), len(entries), func(j int) rlsconfig.Entry {
+			return rlsconfig.Entry{Key: entries[j].GetKey(), Value: entries[j].GetValue()}
+		})
+	}
+	var b strings.Builder
+	b.WriteString(req.GetDomain())
+	for _, e := range entries {
+		b.WriteString("." + e.GetKey() + "_" + e.GetValue())
+	}
+	return b.String()
+}

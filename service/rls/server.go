@@ -1,0 +1,202 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/rlsconfig"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Store keeps the counters; required.
+	Store service.Store
+	// Rules returns the configuration in force (a rlsconfig.Watcher's Config); required.
+	Rules func() *rlsconfig.Config
+	// Timeout bounds the store work of one request (default service.DefaultTimeout).
+	Timeout time.Duration
+	// Headers selects the response headers to add (default none, as envoyproxy/ratelimit).
+	Headers HeaderMode
+	// Now, when set, is the decision time passed to the store (tests); nil uses the store's
+	// clock (Redis TIME), as production does.
+	Now func() time.Time
+	// Metrics, when non-nil, is where the server counts.
+	Metrics *Metrics
+	// Logger receives operational messages (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server answers ShouldRateLimit. It is safe for concurrent use.
+type Server struct {
+	pb.UnimplementedRateLimitServiceServer
+	cfg     Config
+	scratch sync.Pool // *scratch
+}
+
+type scratch struct {
+	plans []plan
+	key   []byte
+}
+
+// NewServer returns a Server for cfg.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Rules == nil {
+		return nil, errors.New("rls: Config.Store and Config.Rules are required")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = service.DefaultTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg}
+	s.scratch.New = func() any { return new(scratch) }
+	return s, nil
+}
+
+// ShouldRateLimit implements pb.RateLimitServiceServer. Errors are gRPC statuses:
+// InvalidArgument for a request without domain or descriptors or with an unknown override
+// unit, DeadlineExceeded or Unavailable when the store does not answer in time.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	start := time.Now()
+	resp, err := s.decide(ctx, req)
+	s.cfg.Metrics.request(frontGRPC, resp, err, time.Since(start))
+	return resp, err
+}
+
+// decide answers req.
+func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "domain: must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "descriptors: must not be empty")
+	}
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+	rules := s.cfg.Rules()
+	plans, err := makePlans(rules, req, sc.plans)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	sc.plans = plans
+
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	var now time.Time
+	if s.cfg.Now != nil {
+		now = s.cfg.Now()
+	}
+	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(plans))}
+	for i := range plans {
+		st, err := s.decideOne(ctx, req, i, &plans[i], now, sc)
+		if err != nil {
+			return nil, s.storeError(ctx, err)
+		}
+		resp.Statuses[i] = st
+		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	s.cfg.Metrics.decisions(rules, req, plans, resp.Statuses)
+	resp.ResponseHeadersToAdd = s.cfg.Headers.headers(resp.Statuses, plans)
+	return resp, nil
+}
+
+// decideOne decides descriptor i of req by its plan p.
+func (s *Server) decideOne(ctx context.Context, req *pb.RateLimitRequest, i int, p *plan, now time.Time, sc *scratch) (*pb.RateLimitResponse_DescriptorStatus, error) {
+	switch p.kind {
+	case planNone:
+		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}, nil
+	case planUnlimited:
+		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, nil
+	}
+	l := p.limit
+	sc.key = appendKey(sc.key[:0], req.GetDomain(), req, i, l.Unit)
+	key := string(sc.key)
+	var over bool
+	var remaining int64
+	var reset time.Duration
+	if l.Algorithm == 0 {
+		count, r, err := service.CountWindow(ctx, s.cfg.Store, key, l.Unit.Duration(), p.hits, now)
+		if err != nil {
+			return nil, err
+		}
+		over, remaining, reset = count > int64(l.RequestsPerUnit), max(int64(l.RequestsPerUnit)-count, 0), r
+	} else if p.hits > 0 {
+		d, err := s.cfg.Store.Decide(ctx, service.Request{Key: key, Now: now, Cost: p.hits,
+			Limit: algorithms.Limit{Kind: l.Algorithm, Quota: int64(l.RequestsPerUnit), Window: l.Unit.Duration()}})
+		if err != nil {
+			return nil, err
+		}
+		over, remaining, reset = !d.Allowed, d.Remaining, d.Reset
+	}
+	if reset <= 0 {
+		reset = untilWindowEnd(l.Unit, s.clock(now))
+	}
+	st := &pb.RateLimitResponse_DescriptorStatus{
+		Code:               pb.RateLimitResponse_OK,
+		CurrentLimit:       &pb.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: protoUnit(l.Unit)},
+		LimitRemaining:     uint32(min(remaining, math.MaxUint32)),
+		DurationUntilReset: durationpb.New((reset + time.Second - 1).Truncate(time.Second)),
+	}
+	if over {
+		st.LimitRemaining = 0
+		if !p.rule.ShadowMode {
+			st.Code = pb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	return st, nil
+}
+
+// storeError maps a store failure to a gRPC status and logs it.
+func (s *Server) storeError(ctx context.Context, err error) error {
+	s.cfg.Logger.Warn("rls: store unavailable", "err", err)
+	if ctx.Err() != nil {
+		return status.Error(codes.DeadlineExceeded, "store did not answer in time")
+	}
+	return status.Error(codes.Unavailable, "store unavailable")
+}
+
+// clock returns now, or the local time when now is zero.
+func (s *Server) clock(now time.Time) time.Time {
+	if now.IsZero() {
+		return time.Now()
+	}
+	return now
+}
+
+// untilWindowEnd returns the time from now to the end of the epoch-aligned window of unit u,
+// in whole seconds: the unit minus the seconds since the window started.
+func untilWindowEnd(u rlsconfig.Unit, now time.Time) time.Duration {
+	secs := int64(u.Duration() / time.Second)
+	return time.Duration(secs-now.Unix()%secs) * time.Second
+}
+
+var protoUnits = [...]pb.RateLimitResponse_RateLimit_Unit{
+	rlsconfig.Second: pb.RateLimitResponse_RateLimit_SECOND,
+	rlsconfig.Minute: pb.RateLimitResponse_RateLimit_MINUTE,
+	rlsconfig.Hour:   pb.RateLimitResponse_RateLimit_HOUR,
+	rlsconfig.Day:    pb.RateLimitResponse_RateLimit_DAY,
+	rlsconfig.Week:   pb.RateLimitResponse_RateLimit_WEEK,
+	rlsconfig.Month:  pb.RateLimitResponse_RateLimit_MONTH,
+	rlsconfig.Year:   pb.RateLimitResponse_RateLimit_YEAR,
+}
+
+func protoUnit(u rlsconfig.Unit) pb.RateLimitResponse_RateLimit_Unit {
+	if !u.Valid() {
+		return pb.RateLimitResponse_RateLimit_UNKNOWN
+	}
+	return protoUnits[u]
+}
