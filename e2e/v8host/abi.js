@@ -24,6 +24,7 @@ class Memory {
     this.buf = null;
     this.dv = null;
     this.u8 = null;
+    this.node = null; // a Buffer over the same memory, for fast string conversions
   }
 
   fresh() {
@@ -31,6 +32,7 @@ class Memory {
       this.buf = this.memory.buffer;
       this.dv = new DataView(this.buf);
       this.u8 = new Uint8Array(this.buf);
+      this.node = Buffer.from(this.buf);
     }
   }
 
@@ -46,15 +48,30 @@ class Memory {
     return this.u8.subarray(p, p + n);
   }
 
-  str(p, n) { return n === 0 ? '' : Buffer.from(this.bytes(p, n)).toString('latin1'); }
+  str(p, n) {
+    if (n === 0) return '';
+    this.bytes(p, n); // bounds check
+    return this.node.latin1Slice(p, p + n);
+  }
+
   write(p, bytes) { this.bytes(p, bytes.length).set(bytes); }
+
+  // writeStr writes a binary string at p.
+  writeStr(p, s) {
+    this.bytes(p, s.length);
+    this.node.latin1Write(s, p, s.length);
+  }
 }
 
 const bin = (s) => Buffer.from(s, 'latin1');
 
 // asciiLower lower-cases A-Z only, like a header map does, leaving other bytes alone.
 function asciiLower(s) {
-  return /[A-Z]/.test(s) ? s.replace(/[A-Z]/g, (c) => String.fromCharCode(c.charCodeAt(0) + 32)) : s;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 65 && c <= 90) return s.replace(/[A-Z]/g, (u) => String.fromCharCode(u.charCodeAt(0) + 32));
+  }
+  return s;
 }
 
 // encodePairs renders [[name, value], ...] in the pairs format: u32 count, count × (u32 name length,

@@ -100,3 +100,43 @@ function coldStart(wasmPath, config, workers) {
 }
 
 module.exports = { lifecycle, coldStart, cases };
+
+// profile samples the CPU while one case runs n warm requests and returns the functions with the most
+// self time (guest functions by their Go names, host functions by file and line), in percent.
+function profile(wasm, caseName, n, top) {
+  const inspector = require('inspector');
+  const c = cases.find((x) => x.name === caseName);
+  if (!c) throw new Error(`unknown case ${caseName}; one of ${cases.map((x) => x.name).join(', ')}`);
+  const bytes = fs.readFileSync(wasm[c.module]);
+  const p = new Plugin({ vmId: c.module, rootId: c.module, pluginConfig: c.config, workers: 1, logLevel: LogLevel.info }).load(bytes);
+  for (let i = 0; i < 5000; i++) roundTrip(p.vms[0], benchRequest, upstream);
+  const session = new inspector.Session();
+  session.connect();
+  let result;
+  session.post('Profiler.enable', () => {});
+  session.post('Profiler.setSamplingInterval', { interval: 50 }, () => {});
+  session.post('Profiler.start', () => {});
+  for (let i = 0; i < n; i++) roundTrip(p.vms[0], benchRequest, upstream);
+  session.post('Profiler.stop', (err, { profile: prof }) => {
+    if (err) throw err;
+    result = selfTimes(prof, top);
+  });
+  session.disconnect();
+  return result;
+}
+
+function selfTimes(prof, top) {
+  const byId = new Map(prof.nodes.map((node) => [node.id, node]));
+  const self = new Map();
+  let total = 0;
+  prof.samples.forEach((id, i) => {
+    const f = byId.get(id).callFrame;
+    const where = f.url.startsWith('wasm://') ? 'guest' : `${f.url.split('/').pop()}:${f.lineNumber + 1}`;
+    const key = `${f.functionName || '(anonymous)'}  [${where}]`;
+    self.set(key, (self.get(key) || 0) + prof.timeDeltas[i]);
+    total += prof.timeDeltas[i];
+  });
+  return [...self].sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, v]) => ({ pct: (100 * v) / total, fn: k }));
+}
+
+module.exports.profile = profile;

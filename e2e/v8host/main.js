@@ -4,10 +4,12 @@
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js scenarios build/meshlimit.wasm e2e/scenarios/*.json
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js bench build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldstart build/meshlimit.wasm [workers]
+//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js profile build/passthrough.wasm build/meshlimit.wasm CASE [n] [top]
 //
-// scenarios and bench print JSON on stdout; coldstart prints a table.
+// scenarios and bench print JSON on stdout; coldstart and profile (self time of the top functions
+// while one case runs warm) print tables.
 const { run } = require('./scenario');
-const { lifecycle, coldStart } = require('./bench');
+const { lifecycle, coldStart, profile } = require('./bench');
 
 const envoyFlags = ['--no-liftoff', '--wasm-max-mem-pages=16384'];
 
@@ -31,6 +33,11 @@ function main(argv) {
       const r = coldStart(args[0], config, Number(args[1] || 2));
       for (const m of r.marks) console.log(`${m.ms.toFixed(1).padStart(9)} ms  ${m.phase}`);
       console.log(`${r.total_ms.toFixed(1).padStart(9)} ms  total, bytes to second response (${r.failed} failed VMs)`);
+      return;
+    }
+    case 'profile': {
+      const rows = profile({ passthrough: args[0], meshlimit: args[1] }, args[2], Number(args[3] || 200000), Number(args[4] || 25));
+      for (const r of rows) console.log(`${r.pct.toFixed(1).padStart(5)}%  ${r.fn}`);
       return;
     }
   }

@@ -90,14 +90,14 @@ class Stream {
 
   // callback calls a stream callback: a failed call answers 503 (or passes when fail-open); 0 without
   // a local reply continues; anything else stops the direction. Deferred effects run afterwards.
-  callback(dir, phase, name, ...args) {
+  callback(dir, phase, name, a, b) {
     const vm = this.vm;
     if (!vm.ex[name]) {
       this.passed(dir, phase);
       return this.action(dir);
     }
     vm.stopNext = false;
-    const res = vm.call(name, this.id, this.id, ...args);
+    const res = vm.call(name, this.id, this.id, a, b);
     if (res === undefined) return this.failedVM(dir, phase);
     if (res === 0 && !vm.stopNext) this.passed(dir, phase);
     else Object.assign(this.dirs[dir], { paused: true, pausedAt: phase });
@@ -110,14 +110,28 @@ class Stream {
   passed(dir, phase) {
     const d = this.dirs[dir];
     if (dir === REQ) {
-      if (phase === HEADERS) [this.open.reqHeaders, this.upstream, d.headersPassed] = [false, this.reqHeaders.map((e) => [...e]), true];
-      if (phase === BODY) [this.open.reqBody, this.reqBody] = [false, ''];
-      if (phase === TRAILERS) this.open.reqTrailers = false;
+      if (phase === HEADERS) {
+        this.open.reqHeaders = false;
+        this.upstream = this.reqHeaders.slice(); // entries are replaced, never changed in place
+        d.headersPassed = true;
+      } else if (phase === BODY) {
+        this.open.reqBody = false;
+        this.reqBody = '';
+      } else {
+        this.open.reqTrailers = false;
+      }
       return;
     }
-    if (phase === HEADERS) [this.open.respHeaders, this.downstream, d.headersPassed] = [false, this.respHeaders.map((e) => [...e]), true];
-    if (phase === BODY) [this.open.respBody, this.respBody] = [false, ''];
-    if (phase === TRAILERS) this.open.respTrailers = false;
+    if (phase === HEADERS) {
+      this.open.respHeaders = false;
+      this.downstream = this.respHeaders.slice();
+      d.headersPassed = true;
+    } else if (phase === BODY) {
+      this.open.respBody = false;
+      this.respBody = '';
+    } else {
+      this.open.respTrailers = false;
+    }
   }
 
   action(dir) {
@@ -188,7 +202,7 @@ class Stream {
       }
       vm.runDeferred();
     }
-    this.downstream = this.respHeaders.map((e) => [...e]);
+    this.downstream = this.respHeaders.slice();
   }
 
   // close calls proxy_on_log, proxy_on_done and proxy_on_delete when the context was created on a
@@ -198,7 +212,9 @@ class Stream {
     if (this.closed) return;
     this.closed = true;
     if (this.created && !vm.failed && !vm.closed) {
-      for (const fn of ['proxy_on_log', 'proxy_on_done', 'proxy_on_delete']) vm.call(fn, this.id, this.id);
+      vm.call('proxy_on_log', this.id, this.id);
+      vm.call('proxy_on_done', this.id, this.id);
+      vm.call('proxy_on_delete', this.id, this.id);
       vm.deferred = [];
     }
     vm.streams.delete(this.id);

@@ -77,20 +77,23 @@ class VM {
 
   // call invokes export name as the guest call of context ctxId and returns its result, or undefined
   // when the export is missing or the call failed (the VM is then failed).
-  call(name, ctxId, ...args) {
+  call(name, ctxId, a, b, c) {
     const fn = this.ex[name];
     if (!fn || this.failed || this.closed) return undefined;
-    const prev = [this.current, this.effective];
-    [this.current, this.effective] = [ctxId, 0];
+    const prevCurrent = this.current;
+    const prevEffective = this.effective;
+    this.current = ctxId;
+    this.effective = 0;
     this.guestCalls++;
     try {
-      const r = fn(...args);
+      const r = fn(a, b, c);
       return r === undefined ? 0 : r;
     } catch (err) {
       this.fail(name, err);
       return undefined;
     } finally {
-      [this.current, this.effective] = prev;
+      this.current = prevCurrent;
+      this.effective = prevEffective;
     }
   }
 
@@ -120,15 +123,15 @@ class VM {
   // copyOut copies a binary string or bytes into a fresh guest allocation and writes its address and
   // size; empty data writes 0 and 0 without allocating, like cpp-host's copyToPointerSize.
   copyOut(data, ptrPtr, sizePtr) {
-    const bytes = typeof data === 'string' ? Buffer.from(data, 'latin1') : data;
     let ptr = 0;
-    if (bytes.length > 0) {
-      ptr = this.alloc(bytes.length);
+    if (data.length > 0) {
+      ptr = this.alloc(data.length);
       if (ptr === 0) return Status.InvalidMemoryAccess;
-      this.mem.write(ptr, bytes);
+      if (typeof data === 'string') this.mem.writeStr(ptr, data);
+      else this.mem.write(ptr, data);
     }
     this.mem.setU32(ptrPtr, ptr);
-    this.mem.setU32(sizePtr, bytes.length);
+    this.mem.setU32(sizePtr, data.length);
     return Status.OK;
   }
 

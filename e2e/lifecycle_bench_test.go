@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
+)
+
+// lifecycleCases are the cases of the lifecycle benchmark, the same on both engines (the V8 side is
+// in v8host/bench.js): the pass-through floor, then meshlimit allowed with and without quota headers,
+// and denied.
+var lifecycleCases = []struct {
+	short, module, config string
+}{
+	{"floor", "passthrough", `{}`},
+	{"allowed", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}]}`},
+	{"noquota", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}],"response":{"quota_headers_on_allowed":false}}`},
+	{"denied", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1/h"}]}]}`},
+}
+
+// lifecycleBatch is how many requests of one case run before the next case takes its turn.
+const lifecycleBatch = 2000
+
+// lifecycleFigures are one case's figures per request.
+type lifecycleFigures struct {
+	cpuNs, hostCalls, guestCalls, guestAllocs float64
+}
+
+// BenchmarkLifecycleAlternated measures one whole request (context create, request headers, response
+// headers and body, log, done, delete) per case on both engines: on wazero here, on V8 through the V8
+// host under node. The cases take turns in batches in one warm process and are timed in process CPU
+// time, so that their ratios to the floor mean something on a shared machine. One iteration is one
+// round of every case. `make bench-lifecycle` prints the two engines side by side.
+func BenchmarkLifecycleAlternated(b *testing.B) {
+	b.Run("wazero", func(b *testing.B) { reportLifecycle(b, lifecycleOnWazero(b)) })
+	b.Run("v8", func(b *testing.B) { reportLifecycle(b, lifecycleOnV8(b)) })
+}
+
+func lifecycleOnWazero(b *testing.B) []lifecycleFigures {
+	vms := make([]*envoyhost.VM, len(lifecycleCases))
+	for i, c := range lifecycleCases {
+		vms[i] = load(b, module(b, c.module), c.config, 1).VM(0)
+	}
+	req := get("bench.example", "/api/items?page=2", "203.0.113.77", [2]string{"user-agent", "bench"})
+	ctx := context.Background()
+	run := func(vm *envoyhost.VM, n int) {
+		for range n {
+			if _, err := vm.RoundTrip(ctx, req, ok200); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, vm := range vms {
+		run(vm, lifecycleBatch) // warm up, and spend the 1/h quota
+	}
+	figs := make([]lifecycleFigures, len(vms))
+	calls0 := make([][2]int64, len(vms))
+	for i, vm := range vms {
+		calls0[i][0], calls0[i][1] = vm.HostCalls()
+	}
+	rounds := 0
+	for b.Loop() {
+		for i, vm := range vms {
+			c0 := cpuTime()
+			run(vm, lifecycleBatch)
+			figs[i].cpuNs += float64(cpuTime() - c0)
+		}
+		rounds++
+	}
+	n := float64(rounds * lifecycleBatch)
+	for i, vm := range vms {
+		if err := vm.Failed(); err != nil {
+			b.Fatal(err)
+		}
+		calls, allocs := vm.HostCalls()
+		figs[i].cpuNs /= n
+		figs[i].hostCalls = float64(calls-calls0[i][0]) / n
+		figs[i].guestAllocs = float64(allocs-calls0[i][1]) / n
+		figs[i].guestCalls = -1 // the wazero host does not count its calls into the guest
+	}
+	return figs
+}
+
+// lifecycleOnV8 runs v8host/bench.js with 20 rounds per iteration and reads its figures.
+func lifecycleOnV8(b *testing.B) []lifecycleFigures {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		b.Fatal("node is not installed (apt-get install nodejs): the lifecycle figures on V8 need it")
+	}
+	rounds := 20 * b.N
+	build := filepath.Join("..", "build")
+	args := append(append([]string(nil), v8Flags...), filepath.Join("v8host", "main.js"), "bench",
+		filepath.Join(build, "passthrough.wasm"), filepath.Join(build, "meshlimit.wasm"), strconv.Itoa(rounds), strconv.Itoa(lifecycleBatch))
+	var stderr bytes.Buffer
+	cmd := exec.Command(node, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("v8host bench: %v: %s", err, stderr.String())
+	}
+	var res struct {
+		Cases []struct {
+			CPUNs       float64 `json:"cpu_ns"`
+			HostCalls   float64 `json:"hostcalls"`
+			GuestCalls  float64 `json:"guestcalls"`
+			GuestAllocs float64 `json:"guestallocs"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || len(res.Cases) != len(lifecycleCases) {
+		b.Fatalf("v8host bench: %v: %s", err, out)
+	}
+	figs := make([]lifecycleFigures, len(res.Cases))
+	for i, c := range res.Cases {
+		figs[i] = lifecycleFigures{c.CPUNs, c.HostCalls, c.GuestCalls, c.GuestAllocs}
+	}
+	return figs
+}
+
+// reportLifecycle reports, per case, CPU ns per request, its ratio to the floor and its overhead
+// over the floor as a multiple of the floor, then the calls across the boundary per request.
+func reportLifecycle(b *testing.B, figs []lifecycleFigures) {
+	b.StopTimer()
+	floor := figs[0].cpuNs
+	for i, c := range lifecycleCases {
+		f := figs[i]
+		b.ReportMetric(f.cpuNs, c.short+"-cpu-ns/req")
+		if i > 0 {
+			b.ReportMetric((f.cpuNs-floor)/floor, c.short+"-overhead-x")
+		}
+		b.ReportMetric(f.hostCalls, c.short+"-hostcalls/req")
+		b.ReportMetric(f.guestAllocs, c.short+"-guestallocs/req")
+		if f.guestCalls >= 0 {
+			b.ReportMetric(f.guestCalls, c.short+"-guestcalls/req")
+		}
+	}
+}
+
+// cpuTime is the process's user and system CPU time in nanoseconds.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
