@@ -36,6 +36,7 @@ test: need-redis wasm ## the README's test command: build the wasm, install Redi
 	$(GO) test -race -count=1 ./...
 	$(MAKE) test-wasip1
 	$(MAKE) test-deploy
+	$(MAKE) test-v8
 
 # The service and e2e tests start real redis-server processes on loopback ports. As root on
 # Debian/Ubuntu this installs redis-server and redis-tools; otherwise it stops with the command to run.
@@ -67,6 +68,24 @@ demo: wasm ## the main job on an embedded default: a burst through the filter on
 
 bench: wasm ## benchmarks (medians over BENCHCOUNT runs; feed the output to benchstat)
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./... | tee $(BUILD)/bench.txt
+	node e2e/v8host/table.js $(BUILD)/bench.txt
+
+# The V8 host (e2e/v8host) runs the module on Node's V8, the engine Envoy uses, with Envoy's V8 flags.
+.PHONY: need-node test-v8 bench-lifecycle coldstart-v8
+V8FLAGS := --no-liftoff --wasm-max-mem-pages=16384
+
+need-node: ## stop with the install command when node (V8) is missing
+	@command -v node >/dev/null || { echo "node (Node.js) is missing: the filter must also be tested on V8, the engine Envoy uses. Install it: apt-get install nodejs"; exit 1; }
+
+test-v8: need-node wasm ## the shared scenarios (e2e/scenarios) on V8 and on wazero; any divergence fails
+	$(GO) test -count=1 -run='^TestTheSharedScenariosRunAlikeOnWazeroAndV8$$' ./e2e/
+
+bench-lifecycle: need-node wasm ## the request lifecycle on wazero and on V8, side by side (CPU time, alternated)
+	$(GO) test -run='^$$' -bench='^BenchmarkLifecycleAlternated$$' -count=$(BENCHCOUNT) ./e2e/ | tee $(BUILD)/bench-lifecycle.txt
+	node e2e/v8host/table.js $(BUILD)/bench-lifecycle.txt
+
+coldstart-v8: need-node wasm ## Envoy's start sequence on V8, phase by phase (a fresh node process)
+	node $(V8FLAGS) e2e/v8host/main.js coldstart $(BUILD)/meshlimit.wasm 2
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@set -e; for pkg in $$($(GO) list ./...); do \
