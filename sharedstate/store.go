@@ -7,7 +7,32 @@
 //   - a set with cas 0 is unconditional, and a set with any cas on a missing key succeeds, so "create
 //     only if absent" cannot be asked for directly (see Updater for how it is obtained anyway);
 //   - cas values come from one process-wide counter, so a cas value names one version of one key;
-//   - keys can never be deleted, so one key per client would grow without end (see Table).
+//   - keys can never be deleted, so one key per client would grow without end (see Records).
+//
+// # Bounded state and isolation
+//
+// Every per-key state the filter keeps (a rule's limit states, its over-limit cache, its leased units)
+// lives in a Records set: a fixed number of slots, each holding at most one key's record, marked with
+// the 64-bit fingerprint of the key that owns it, and updated by one bounded compare-and-swap helper
+// (Cursor.Update). The design rule is isolation: a key that holds its slot is decided exactly as if it
+// were alone, whatever any number of other keys do; nothing is ever written into, or read as, another
+// key's state. A key without a record takes a candidate slot only when it is empty or its owner's
+// record is vacant (equivalent to a fresh one: an idle bucket, an expired entry), so taking it loses
+// nothing. A key that finds no room is told so (NoRoom): a Table decides it against its overflow state,
+// one state that all keys without room share, under the rule's limits or its configured overflow
+// limits; the over-limit cache does not cache it; a lease is not taken for it.
+//
+// What an attacker minting keys can therefore do is fill a table and crowd newcomers into the overflow
+// state; it cannot spend a slot holder's quota. Keeping one slot taken costs one request per window
+// with the window algorithms (a counted request keeps the state from being idle until its window has
+// passed) and one request per Window/Quota with the buckets (a bucket is idle as soon as it has
+// refilled), so keeping a whole table full costs Slots to Slots × Quota requests per window. Size Slots
+// at twice the number of keys active within one window of the longest limit; the overflow count says
+// when it is too small.
+//
+// Two different keys whose fingerprints are equal share one record (chance ~n²/2^65 for n keys).
+// FNV-1a is not a keyed hash: an attacker able to compute a 64-bit fingerprint collision with a
+// victim's key value would share that victim's state.
 //
 // The package depends on algorithms for the decisions and on the SDK only in HostStore.
 package sharedstate

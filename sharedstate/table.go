@@ -22,11 +22,9 @@ import (
 //     (Outcome.Placement is Overflow) and lasts until either candidate's owner goes idle.
 //
 // Isolation: a key that owns its slot is decided exactly as if it were the only key, whatever any
-// number of other keys do; nothing is ever written into another key's state. What an attacker can do by
-// minting keys is fill the table, which costs at least one request per slot per window (a key stays
-// active, so its slot stays taken, for up to one window after its last request); keys that then arrive
-// without a slot share the overflow state. Size Slots to the number of keys active at once within one
-// window, with a margin (twice that keeps the overflow rare under honest traffic).
+// number of other keys do; nothing is ever written into another key's state. What minting keys can do
+// is fill the table (see the package documentation for its cost) and crowd newcomers into the overflow
+// state. Size Slots to twice the number of keys active at once within one window.
 type Table struct {
 	records     *Records
 	limits      []algorithms.Limit
