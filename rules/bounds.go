@@ -80,3 +80,22 @@ func (v *validator) pathValue(path string, m *stringMatch, ignoreCase bool) {
 		}
 	}
 }
+
+// checkNormalizedPart reports an override part of a path or host key part that is not written
+// the way the key holds it (normalized path; lower-case host without port and trailing dot):
+// such an override could never match.
+func checkNormalizedPart(idx int, p *keyPart, part string) error {
+	var want string
+	switch p.kind {
+	case keyPath:
+		want = string(AppendNormalizedPath(nil, part))
+	case keyHost:
+		want = strings.ToLower(hostName(part))
+	default:
+		return nil
+	}
+	if want != part {
+		return fmt.Errorf("part %d (%s) %q never matches: the key holds %q", idx+1, p.kind, part, want)
+	}
+	return nil
+}

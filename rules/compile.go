@@ -580,7 +580,7 @@ func checkKeyValue(val string, parts []keyPart) error {
 				return fmt.Errorf("part %d (client_ip) %q never matches: the key holds %q", idx+1, part, want)
 			}
 		}
-		return nil
+		return checkNormalizedPart(idx, &parts[idx], string(part))
 	}
 	for i := 0; i < len(val); i++ {
 		c := val[i]

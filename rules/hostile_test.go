@@ -280,3 +280,19 @@ func FuzzNormalizedPath(f *testing.F) {
 		}
 	})
 }
+
+func TestAnOverrideOfAPathOrHostIsWrittenInTheFormTheKeyHolds(t *testing.T) {
+	for value, want := range map[string]string{
+		"/api//users|api.example.com":     `part 1 (path) "/api//users" never matches: the key holds "/api/users"`,
+		"/api/users|API.example.com:8443": `part 2 (host) "API.example.com:8443" never matches: the key holds "api.example.com"`,
+	} {
+		_, err := ParseConfig([]byte(`{"rules": [{"name": "r", "key": ["path", "host"], "limits": [{"rate": "5/m"}],
+			"overrides": [{"value": "` + value + `", "unlimited": true}]}]}`))
+		assert.ErrorContains(t, err, want, value)
+	}
+	r := ruleOf(t, `{"name": "r", "key": ["path", "host"], "limits": [{"rate": "5/m"}],
+		"overrides": [{"value": "/api/users|api.example.com", "unlimited": true}]}`)
+	k, _ := keyOf(r, &fakeRequest{path: "//api/./users", host: "API.example.com."})
+	_, unlimited := r.Limits([]byte(k))
+	assert.True(t, unlimited)
+}
