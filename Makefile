@@ -96,8 +96,9 @@ fuzz: ## run every fuzz target for FUZZTIME each
 accuracy: ## sliding window counter and fixed window against the exact sliding log on 10M requests
 	ACCURACY_REQUESTS=10000000 $(GO) test -count=1 -run='^TestAccuracy$$' -v ./algorithms/
 
-plots: ## draw docs/algorithms.png (admitted requests over time under each algorithm)
+plots: ## draw docs/algorithms.png (each algorithm over time) and docs/shedding.png (shedding, adaptive capacity)
 	$(GO) run ./cmd/mlplot -o docs/algorithms.png
+	$(GO) run ./cmd/mlplot -shedding -o docs/shedding.png
 
 fmt: ## format the tree
 	gofmt -w $$(git ls-files '*.go')

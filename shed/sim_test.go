@@ -56,7 +56,7 @@ func TestTheAdaptiveLimitConvergesNearTheTrueCapacityAndFollowsItsChanges(t *tes
 		ticks := shedsim.Run(cfg)
 		for _, p := range phases {
 			k := float64(p.k)
-			limits, settle := limitsIn(ticks, p.from, p.to, 0.7*k, 1.3*k)
+			_, settle := limitsIn(ticks, p.from, p.to, 0.7*k, 1.3*k)
 			require.GreaterOrEqual(t, settle, time.Duration(0), "seed %d, K %d: the limit never reached [0.7K, 1.3K]", seed, p.k)
 			assert.LessOrEqual(t, settle, 10*time.Second, "seed %d, K %d: settles within 100 intervals", seed, p.k)
 			settled, _ := limitsIn(ticks, p.from+settle+10*time.Second, p.to, 0, 0)
@@ -66,7 +66,6 @@ func TestTheAdaptiveLimitConvergesNearTheTrueCapacityAndFollowsItsChanges(t *tes
 			assert.LessOrEqual(t, float64(hi), 1.3*k, "seed %d, K %d: the limit stays within [0.7K, 1.3K] from 10 s after it settles", seed, p.k)
 			t.Logf("seed %d, K %3d: settled in %v; then limit %d..%d (median %d) over %d intervals",
 				seed, p.k, settle, lo, hi, median(settled), len(settled))
-			_ = limits
 		}
 	}
 }
@@ -114,8 +113,18 @@ func TestUnderOverloadSheddableIsShedFirstAndCriticalKeepsItsReserve(t *testing.
 	assert.Greater(t, reserveChecks, 1000, "the reserve was put to the test")
 	t.Logf("%d critical requests decided with the reserve unused", reserveChecks)
 
-	var admitted, offered [3]float64
+	var peaks []int64
 	for _, tk := range ticks[100:] { // after 10 s
+		if tk.Step.Action != shed.Probe && tk.Step.Action != shed.Probed {
+			peaks = append(peaks, tk.Peak)
+		}
+	}
+	t.Logf("in flight %d..%d (median %d) under a capacity of %d..%d", slices.Min(peaks), slices.Max(peaks), median(peaks), slices.Min(limitsOf(ticks[100:])), slices.Max(limitsOf(ticks[100:])))
+	assert.GreaterOrEqual(t, slices.Min(peaks), int64(70), "the requests in flight, not the capacity, settle near K = 100")
+	assert.LessOrEqual(t, slices.Max(peaks), int64(130), "the requests in flight, not the capacity, settle near K = 100")
+
+	var admitted, offered [3]float64
+	for _, tk := range ticks[100:] {
 		for c := range 3 {
 			admitted[c] += float64(tk.Admitted[c])
 			offered[c] += float64(tk.Admitted[c] + tk.Shed[c])
@@ -130,4 +139,14 @@ func TestUnderOverloadSheddableIsShedFirstAndCriticalKeepsItsReserve(t *testing.
 	assert.Greater(t, shedShare[normal], shedShare[critical])
 	assert.Greater(t, shedShare[sheddable], shedShare[normal], "sheddable is shed first")
 	assert.Greater(t, shedShare[sheddable], 0.5, "sheddable takes most of the cut")
+}
+
+func limitsOf(ticks []shedsim.Tick) []int64 {
+	var l []int64
+	for _, tk := range ticks {
+		if tk.Step.Action != shed.Probe {
+			l = append(l, tk.Step.Limit)
+		}
+	}
+	return l
 }

@@ -4,6 +4,7 @@
 // Usage:
 //
 //	mlplot [-o docs/algorithms.png] [-seed 1]
+//	mlplot -shedding [-o docs/shedding.png] [-seed 1]   (see shedding.go)
 //
 // The trace is a minute of Poisson traffic at half the limit, with a burst at 3× the limit, a
 // spike, and a stretch just over the limit. Grey bars are the requests offered in each 500 ms,
@@ -12,6 +13,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"image"
@@ -108,11 +110,19 @@ func simulate(l algorithms.Limit, start int64, at []time.Duration) (series, erro
 }
 
 func main() {
-	out := flag.String("o", "docs/algorithms.png", "output PNG `file`")
+	out := flag.String("o", "", "output PNG `file` (default docs/algorithms.png, or docs/shedding.png with -shedding)")
 	seed := flag.Uint64("seed", 1, "trace random `seed`")
+	shed := flag.Bool("shedding", false, "draw priority load shedding with an adaptive capacity instead")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("mlplot: ")
+	if *shed {
+		if err := writePNG(cmp.Or(*out, "docs/shedding.png"), shedding(*seed)); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	*out = cmp.Or(*out, "docs/algorithms.png")
 
 	at := trace(rand.New(rand.NewPCG(*seed, 2)))
 	perBin := make([]int, bins)
