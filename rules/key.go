@@ -371,11 +371,19 @@ func (p *keyPart) appendClientIP(dst []byte, req Request) ([]byte, KeyStatus) {
 // forwardedFromRight returns the n-th (n ≥ 1) entry of the x-forwarded-for values counted from
 // the right, reading the values from the last one backwards.
 func forwardedFromRight(req Request, n int) (string, bool) {
-	count := 0
+	first, ok := req.HeaderValue("x-forwarded-for", 0)
+	if !ok {
+		return "", false
+	}
+	count := 1
 	for ; ; count++ {
 		if _, ok := req.HeaderValue("x-forwarded-for", count); !ok {
 			break
 		}
+	}
+	if count == 1 { // the usual case: one value, already read
+		s, _, ok := nthFromRight(first, n)
+		return s, ok
 	}
 	for i := count - 1; i >= 0; i-- {
 		v, _ := req.HeaderValue("x-forwarded-for", i)

@@ -427,6 +427,7 @@ func TestMatchesAndAppendKeyDoNotAllocate(t *testing.T) {
 	req := benchRequest()
 	buf := make([]byte, 0, 256)
 	allocs := testing.AllocsPerRun(200, func() {
+		req.normDone = false
 		for _, r := range c.Rules() {
 			if !r.Matches(req) {
 				continue
@@ -475,6 +476,7 @@ func BenchmarkMatchAndKey(b *testing.B) {
 	buf := make([]byte, 0, 256)
 	b.ReportAllocs()
 	for b.Loop() {
+		req.normDone = false // a new request: its path is normalized once, as the filter does
 		for _, r := range c.Rules() {
 			if !r.Matches(req) {
 				continue
