@@ -27,6 +27,9 @@ var shippedFiles = []string{
 	"istio/service.yaml",
 	"istio/redis.yaml",
 	"istio/gateway.yaml",
+	"ratelimit/envoy.yaml",
+	"ratelimit/config/edge.yaml",
+	"ratelimit/istio.yaml",
 }
 
 // bundle holds the shipped files' contents by path, so that a test can validate a mutated
