@@ -25,8 +25,8 @@ const MaxSlots = 1 << 20
 // never read or written on behalf of another: this is the isolation rule every user of the package
 // relies on (see Cursor.Update).
 //
-// Each key hashes to two candidate slots. A key owns at most one of them at a time; when it owns
-// neither, it may claim one that is empty, unreadable, or whose owner's payload is vacant (its Editor
+// Each key hashes to Candidates candidate slots. A key owns at most one of them at a time; when it owns
+// none, it may claim one that is empty, unreadable, or whose owner's payload is vacant (its Editor
 // says that forgetting it loses nothing: a bucket as full as a fresh one, an expired entry). When both
 // candidates are owned by keys whose payloads are not vacant, the key finds no room (Result.NoRoom) and
 // its caller decides what that means: a limit Table decides it against the overflow record, the
@@ -63,21 +63,56 @@ func (r *Records) SlotKey(dst []byte, i int) []byte {
 // without room share (see Cursor.UpdateShared); it is outside the slots.
 func (r *Records) OverflowKey() string { return r.overflow }
 
-// candidates returns the fingerprint of key and its two candidate slots (equal only with one slot).
-func (r *Records) candidates(key []byte) (fp uint64, a, b uint32) {
-	fp = fnv64(r.seed, key)
+// Candidates is the number of slots a key may occupy (fewer in a set of fewer slots). A key that
+// arrives while a fraction f of the slots is held by active keys finds no room with probability about
+// f^Candidates: 6% at f = 1/2, 0.4% at f = 1/4.
+const Candidates = 4
+
+// candidates draws a key's distinct candidate slots, in the order they are tried, one at a time:
+// most requests find their key's record in the first.
+type candidates struct {
+	fp, h uint64
+	n     int // drawn so far
+	max   int // min(Candidates, slots)
+	slots uint32
+	drawn [Candidates]uint32
+}
+
+// candidates returns the fingerprint of key and a generator of its candidate slots.
+func (r *Records) candidates(key []byte) candidates {
+	fp := fnv64(r.seed, key)
 	fp ^= fp >> 29 // FNV's low bits mix poorly; fold the high ones in before taking remainders
 	fp *= 0xbf58476d1ce4e5b9
 	fp ^= fp >> 32
-	a = uint32(fp % uint64(r.slots))
-	if r.slots == 1 {
-		return fp, a, a
+	return candidates{fp: fp, h: fp, max: min(Candidates, int(r.slots)), slots: r.slots}
+}
+
+// next returns the next candidate slot, or ok=false when all have been drawn.
+func (c *candidates) next() (slot uint32, ok bool) {
+	if c.n == c.max {
+		return 0, false
 	}
-	b = uint32((fp >> 20) % uint64(r.slots-1))
-	if b >= a {
-		b++
+	for {
+		c.h += 0x9e3779b97f4a7c15 // splitmix64: a fresh, well-mixed value per draw
+		z := (c.h ^ c.h>>30) * 0xbf58476d1ce4e5b9
+		z = (z ^ z>>27) * 0x94d049bb133111eb
+		z ^= z >> 31
+		slot = uint32((z >> 32) * uint64(c.slots) >> 32) // z's high half scaled to [0, slots)
+		if !contains(c.drawn[:c.n], slot) {
+			c.drawn[c.n] = slot
+			c.n++
+			return slot, true
+		}
 	}
-	return fp, a, b
+}
+
+func contains(s []uint32, v uint32) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }
 
 const (
@@ -117,7 +152,7 @@ const (
 	Claimed
 	// Evicted: the key took a slot from another key whose payload was vacant.
 	Evicted
-	// NoRoom: both candidates are owned by other keys whose payloads are not vacant; nothing was
+	// NoRoom: every candidate is owned by another key whose payload is not vacant; nothing was
 	// read or written on the key's behalf.
 	NoRoom
 	// Overflow: the update was applied to a shared record (Cursor.UpdateShared), such as a Table's
@@ -137,8 +172,7 @@ type Result struct {
 // Cursor runs updates of Records for one goroutine (one VM) at a time: it reuses its buffers.
 type Cursor struct {
 	u    *Updater
-	keyA []byte
-	keyB []byte
+	keys [Candidates][]byte
 	val  []byte
 }
 
@@ -154,48 +188,53 @@ func (c *Cursor) Updater() *Updater { return c.u }
 // the updates made for it, whatever other keys do. When the key has no record and no slot can be
 // claimed, it returns Placement NoRoom without calling Edit.
 func (c *Cursor) Update(r *Records, key []byte, e Editor) (Result, error) {
-	fp, a, b := r.candidates(key)
-	c.keyA = r.SlotKey(c.keyA[:0], int(a))
-	c.keyB = r.SlotKey(c.keyB[:0], int(b))
+	cands := r.candidates(key)
+	fp := cands.fp
 	res := Result{}
 	for res.Attempts < c.u.maxAttempts {
 		res.Attempts++
-		va, casA, err := c.u.Read(bytesString(c.keyA))
-		if err != nil {
-			return res, err
-		}
-		ownerA, payloadA, okA := parseRecord(va)
-		if okA && ownerA == fp {
-			res.Placement = Owned
-			if done, err := c.write(&res, bytesString(c.keyA), casA, fp, payloadA, e); done || err != nil {
-				return res, err
+		res.Placement = NoRoom
+		free, freeCas, place := -1, uint32(0), NoRoom
+		for i := 0; ; i++ {
+			if i == cands.n {
+				slot, ok := cands.next()
+				if !ok {
+					break
+				}
+				c.keys[i] = r.SlotKey(c.keys[i][:0], int(slot))
 			}
-			continue
-		}
-		target, cas, place := c.keyA, casA, claimable(okA, payloadA, e)
-		if a != b {
-			vb, casB, err := c.u.Read(bytesString(c.keyB))
+			v, cas, err := c.u.Read(bytesString(c.keys[i]))
 			if err != nil {
 				return res, err
 			}
-			ownerB, payloadB, okB := parseRecord(vb)
-			switch placeB := claimable(okB, payloadB, e); {
-			case okB && ownerB == fp:
-				target, cas, place = c.keyB, casB, Owned
-				if done, err := c.write(&res, bytesString(target), cas, fp, payloadB, e); done || err != nil {
-					res.Placement = place
+			owner, payload, ok := parseRecord(v)
+			if ok && owner == fp {
+				res.Placement, free = Owned, -1
+				done, err := c.write(&res, bytesString(c.keys[i]), cas, fp, payload, e)
+				if done || err != nil {
 					return res, err
 				}
-				continue
-			case place == NoRoom:
-				target, cas, place = c.keyB, casB, placeB
+				break // lost a race: read again
+			}
+			if free < 0 {
+				if p := claimable(ok, payload, e); p != NoRoom {
+					free, freeCas, place = i, cas, p
+				}
+			}
+			if len(v) == 0 {
+				// Never written, so the key never passed over it to claim a later candidate: none
+				// of those can be its own.
+				break
 			}
 		}
+		if res.Placement == Owned {
+			continue
+		}
 		res.Placement = place
-		if place == NoRoom {
+		if free < 0 {
 			return res, nil
 		}
-		if done, err := c.write(&res, bytesString(target), cas, fp, nil, e); done || err != nil {
+		if done, err := c.write(&res, bytesString(c.keys[free]), freeCas, fp, nil, e); done || err != nil {
 			return res, err
 		}
 	}
@@ -226,17 +265,14 @@ func (c *Cursor) UpdateShared(key string, e Editor) (Result, error) {
 // Find returns key's payload in r, or ok=false when the key owns neither candidate. The payload may
 // alias the store's bytes (see Store) and is only valid until the next call on the Cursor.
 func (c *Cursor) Find(r *Records, key []byte) (payload []byte, ok bool, err error) {
-	fp, a, b := r.candidates(key)
-	for i, s := range [2]uint32{a, b} {
-		if i == 1 && a == b {
-			break
+	cands := r.candidates(key)
+	for slot, more := cands.next(); more; slot, more = cands.next() {
+		c.keys[0] = r.SlotKey(c.keys[0][:0], int(slot))
+		v, _, err := c.u.Read(bytesString(c.keys[0]))
+		if err != nil || len(v) == 0 {
+			return nil, false, err // a slot never written: no later candidate is the key's (see Update)
 		}
-		c.keyA = r.SlotKey(c.keyA[:0], int(s))
-		v, _, err := c.u.Read(bytesString(c.keyA))
-		if err != nil {
-			return nil, false, err
-		}
-		if owner, p, ok := parseRecord(v); ok && owner == fp {
+		if owner, p, ok := parseRecord(v); ok && owner == cands.fp {
 			return p, true, nil
 		}
 	}

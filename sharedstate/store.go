@@ -27,8 +27,8 @@
 // with the window algorithms (a counted request keeps the state from being idle until its window has
 // passed) and one request per Window/Quota with the buckets (a bucket is idle as soon as it has
 // refilled), so keeping a whole table full costs Slots to Slots × Quota requests per window. Size Slots
-// at twice the number of keys active within one window of the longest limit; the overflow count says
-// when it is too small.
+// at two to four times the number of keys active within one window of the longest limit (see
+// Candidates); the overflow count says when it is too small.
 //
 // Two different keys whose fingerprints are equal share one record (chance ~n²/2^65 for n keys).
 // FNV-1a is not a keyed hash: an attacker able to compute a 64-bit fingerprint collision with a

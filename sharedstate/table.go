@@ -13,10 +13,10 @@ import (
 // however many distinct keys (client IPs, API keys) arrive. A key's record holds its state for each of
 // the table's limits. A request for key k:
 //
-//  1. is decided against k's own record when k owns one of its two candidate slots;
+//  1. is decided against k's own record when k owns one of its candidate slots (see Records);
 //  2. otherwise claims a candidate that is empty, or whose owner is idle in every limit (its state is
 //     the same as a fresh one, so nothing is lost by forgetting it): an eviction;
-//  3. otherwise (both candidates owned by keys that are still active) is decided against the table's
+//  3. otherwise (every candidate owned by a key that is still active) is decided against the table's
 //     overflow state, one state that every key without room shares, under the overflow limits (by
 //     default the table's own limits: all such keys together get one key's quota). This is counted
 //     (Outcome.Placement is Overflow) and lasts until either candidate's owner goes idle.
@@ -24,7 +24,7 @@ import (
 // Isolation: a key that owns its slot is decided exactly as if it were the only key, whatever any
 // number of other keys do; nothing is ever written into another key's state. What minting keys can do
 // is fill the table (see the package documentation for its cost) and crowd newcomers into the overflow
-// state. Size Slots to twice the number of keys active at once within one window.
+// state. Size Slots to at least twice the number of keys active at once within one window.
 type Table struct {
 	records     *Records
 	limits      []algorithms.Limit
