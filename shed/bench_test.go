@@ -99,13 +99,15 @@ func TestNoAllocs(t *testing.T) {
 			i++
 			h.Record(time.Duration(i) * time.Microsecond)
 		}},
-		{"the tick: merge, summarize, update, encode", func() {
+		{"the tick: merge, end the interval, summarize, update, encode", func() {
 			now += int64(100 * time.Millisecond)
 			shared, _ := DecodeHistogram(hbuf)
 			shared.Merge(&h)
 			hbuf = shared.AppendBinary(hbuf[:0])
+			var peak int64
+			s, peak = s.EndInterval()
 			c, _ = DecodeGradientState(cbuf)
-			c, _ = g.Update(c, now, g.Summarize(&shared, 40))
+			c, _ = g.Update(c, now, g.Summarize(&shared, peak))
 			cbuf = c.AppendBinary(cbuf[:0])
 		}},
 	}

@@ -37,8 +37,9 @@
 //
 // # Gradient controller
 //
-// On each tick, with s the interval's latency sample (a Percentile of its histogram), ideal
-// the latency measured by the last probe, and L the limit in thousandths of a request:
+// On each tick (at most one run per 9/10 of Interval; earlier calls change nothing), with s the
+// interval's latency sample (a Percentile of its histogram), ideal the latency measured by the
+// last probe, and L the limit in thousandths of a request:
 //
 //	s > Objective (if set):   L = L × Backoff/1000
 //	otherwise:                target = ideal × (1000 + Buffer)/1000
@@ -60,7 +61,7 @@
 // little-endian fixed-width fields. An empty encoding decodes to the zero value. Decoding
 // rejects, wrapping ErrMalformed, a wrong length, version or kind, or a field out of range.
 //
-//	State          33 bytes: 0x11, InFlight[0..7] uint32
+//	State          37 bytes: 0x11, InFlight[0..7] uint32, Peak uint32
 //	GradientState  68 bytes: 0x12, flags (1 = probing), updates at MinLimit, 0,
 //	               then uint64: L (thousandths), L saved by the probe, capacity,
 //	               ideal µs, probe's lowest sample µs, probe samples, next probe µs, last now µs

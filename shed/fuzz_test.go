@@ -92,6 +92,9 @@ func FuzzAdmit(f *testing.F) {
 			next, d := p.Admit(s, c, class)
 			checkGuarantees(t, &p, s, c, class, next, d)
 			s = next
+			if s.Total() > int64(s.Peak) {
+				t.Fatalf("peak %d below the %d in flight", s.Peak, s.Total())
+			}
 			if !vary {
 				checkReserves(t, &p, s, c)
 			}

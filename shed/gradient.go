@@ -9,13 +9,18 @@ import (
 // Gradient computes an adaptive capacity (a concurrency limit) from upstream latency, on a
 // timer: a gradient controller after Envoy's adaptive_concurrency gradient controller and
 // Netflix concurrency-limits' Gradient2 (docs/shedding.md gives the equations and sources).
-// Every field is required; DefaultGradient gives the documented defaults. A Gradient is a
-// plain value; Update never reads the clock and never allocates.
+// Zero is not a default (only Objective, Buffer and ProbeJitter may be 0); DefaultGradient
+// gives the documented defaults. A Gradient is a plain value; Update never reads the clock and
+// never allocates.
 type Gradient struct {
 	// MinLimit and MaxLimit bound the limit: 1 <= MinLimit <= MaxLimit <= MaxCapacity.
 	MinLimit, MaxLimit int64
 	// InitialLimit is the limit of a fresh state, in [MinLimit, MaxLimit].
 	InitialLimit int64
+	// Interval is the update period (10 ms to 1 min). Update runs the controller only once
+	// 9/10 of it has passed since its last run, so every worker may call Update on every tick
+	// of that period: the first call of an interval updates, the others change nothing.
+	Interval time.Duration
 	// Percentile is the latency quantile, in thousandths (1 to 1000), that Summarize takes
 	// from an interval's histogram: the interval's latency sample.
 	Percentile int
@@ -47,7 +52,7 @@ type Gradient struct {
 // DefaultGradient returns the defaults of docs/shedding.md.
 func DefaultGradient() Gradient {
 	return Gradient{
-		MinLimit: 3, MaxLimit: 1000, InitialLimit: 20,
+		MinLimit: 3, MaxLimit: 1000, InitialLimit: 20, Interval: 100 * time.Millisecond,
 		Percentile: 500, Buffer: 100, Smoothing: 250,
 		Objective: 0, Backoff: 900,
 		ProbeInterval: time.Minute, ProbeJitter: 150, ProbeLimit: 3, ProbeSamples: 50,
@@ -69,6 +74,8 @@ func (g Gradient) Validate() error {
 		return bad("max_limit", fmt.Sprintf("min_limit (%d) to %d", g.MinLimit, MaxCapacity), g.MaxLimit)
 	case g.InitialLimit < g.MinLimit || g.InitialLimit > g.MaxLimit:
 		return bad("initial_limit", fmt.Sprintf("min_limit to max_limit (%d to %d)", g.MinLimit, g.MaxLimit), g.InitialLimit)
+	case g.Interval < 10*time.Millisecond || g.Interval > time.Minute:
+		return bad("interval", "10ms to 1m", g.Interval)
 	case g.Percentile < 1 || g.Percentile > 1000:
 		return bad("percentile", "1 to 1000 thousandths", g.Percentile)
 	case g.Buffer < 0 || g.Buffer > 1000:
@@ -141,7 +148,11 @@ func (a Action) String() string {
 
 // Step reports one Update.
 type Step struct {
-	Action Action
+	// Updated is false when Update came too early (less than 9/10 of Interval after the last
+	// run, or with a clock that stepped back): the state is unchanged, and the caller keeps
+	// the interval's samples for the next call.
+	Updated bool
+	Action  Action
 	// Limit is the capacity in force until the next Update (ProbeLimit while probing).
 	Limit int64
 	// Gradient is target/sample in thousandths, clamped to [500, 1000]; 0 when no gradient

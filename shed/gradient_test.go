@@ -17,7 +17,7 @@ const (
 // testGradient has no smoothing and no jitter, so each step of a timeline is exact.
 func testGradient() Gradient {
 	return Gradient{
-		MinLimit: 2, MaxLimit: 100, InitialLimit: 10,
+		MinLimit: 2, MaxLimit: 100, InitialLimit: 10, Interval: 100 * ms,
 		Percentile: 500, Buffer: 100, Smoothing: 1000,
 		Objective: 50 * ms, Backoff: 900,
 		ProbeInterval: 10 * time.Second, ProbeJitter: 0, ProbeLimit: 2, ProbeSamples: 10,
@@ -90,11 +90,10 @@ func TestGradientTimelines(t *testing.T) {
 			{300 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
 			{400 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
 		}},
-		{"a clock that steps back counts as the latest time seen", []tick{
+		{"a probe comes back 10 s after the last one ended", []tick{
 			{9 * time.Second, 20, 10 * ms, 10, Grow, 13, 1000},
-			{8 * time.Second, 20, 10 * ms, 13, Grow, 16, 1000},
-			{10*time.Second + 99*ms, 20, 10 * ms, 16, Grow, 20, 1000},
-			{10*time.Second + 100*ms, 20, 10 * ms, 20, Probe, 2, 0}, // 10 s after the probe ended
+			{10 * time.Second, 20, 10 * ms, 13, Grow, 16, 1000},
+			{10*time.Second + 100*ms, 20, 10 * ms, 16, Probe, 2, 0}, // it ended at 100 ms
 		}},
 	}
 	for _, tt := range tests {
@@ -134,6 +133,32 @@ func TestALimitStuckAtItsFloorForFiveUpdatesTriggersAProbe(t *testing.T) {
 		{1100 * ms, 10, 40 * ms, 2, Grow, 3, 1000}, // the upstream is slower now: 40 ms is the new ideal
 	})
 	assert.Equal(t, 40*ms, usDuration(s.ideal))
+}
+
+func TestATickTooEarlyOrFromAClockThatSteppedBackChangesNothing(t *testing.T) {
+	g := testGradient()
+	s := probed(t, g) // last run at 100 ms
+	sum := Summary{Count: 20, Latency: 10 * ms, InFlight: 10}
+	tests := []struct {
+		name string
+		at   time.Duration
+	}{
+		{"a second worker's tick at the same instant", 100 * ms},
+		{"a tick half an interval later", 150 * ms},
+		{"a tick just under nine tenths of an interval later", 189*ms + 999*time.Microsecond},
+		{"a clock that stepped back a second", -900 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next, st := g.Update(s, base+int64(tt.at), sum)
+			assert.Equal(t, s, next)
+			assert.Equal(t, Step{Action: Hold, Limit: 10, Ideal: 10 * ms}, st)
+		})
+	}
+	next, st := g.Update(s, base+int64(190*ms), sum)
+	assert.Equal(t, Step{Updated: true, Action: Grow, Limit: 13, Gradient: 1000, Ideal: 10 * ms}, st, "nine tenths of an interval is enough: a tick may come a little early")
+	_, st = g.Update(next, base+int64(200*ms), sum)
+	assert.False(t, st.Updated, "and the next interval starts from that run")
 }
 
 func TestTheProbeJitterStaysWithinItsShareOfTheInterval(t *testing.T) {
@@ -195,6 +220,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"a sub-millisecond objective", func(g *Gradient) { g.Objective = time.Microsecond }, "objective: want 0 (none) or 1ms to 1h, got 1µs"},
 		{"a backoff that does not back off", func(g *Gradient) { g.Backoff = 1000 }, "backoff: want 500 to 999 thousandths, got 1000"},
 		{"a probe every 100 ms", func(g *Gradient) { g.ProbeInterval = 100 * ms }, "probe_interval: want 1s to 24h, got 100ms"},
+		{"an update every millisecond", func(g *Gradient) { g.Interval = ms }, "interval: want 10ms to 1m, got 1ms"},
 		{"a jitter of more than the interval", func(g *Gradient) { g.ProbeJitter = 1001 }, "probe_jitter: want 0 to 1000 thousandths, got 1001"},
 		{"a probe limit above the ceiling", func(g *Gradient) { g.ProbeLimit = 1001 }, "probe_limit: want 1 to max_limit (1000), got 1001"},
 		{"a probe of no samples", func(g *Gradient) { g.ProbeSamples = 0 }, "probe_samples: want 1 to 1000000, got 0"},

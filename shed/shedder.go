@@ -6,11 +6,23 @@ import (
 	"fmt"
 )
 
-// State is the shared record of one shedder: the requests in flight in each class. Slots of
-// classes the Policy does not have (after a reconfiguration) still count towards the total
-// until they are released. The zero State is empty.
+// State is the shared record of one shedder: the requests in flight in each class, and the
+// most in flight since the interval began. Slots of classes the Policy does not have (after a
+// reconfiguration) still count towards the total until they are released. The zero State is
+// empty.
 type State struct {
 	InFlight [MaxClasses]uint32
+	// Peak is the most requests in flight at once since the last EndInterval: Admit raises
+	// it. It is the Summary.InFlight of the interval.
+	Peak uint32
+}
+
+// EndInterval returns the interval's peak in flight (at least the current total), and s with
+// a new interval begun: its Peak is the current total.
+func (s State) EndInterval() (State, int64) {
+	peak := max(int64(s.Peak), s.Total())
+	s.Peak = uint32(min(s.Total(), 1<<32-1))
+	return s, peak
 }
 
 // Total returns the requests in flight in all classes.
@@ -58,9 +70,12 @@ func (p *Policy) Admit(s State, capacity int64, class int) (State, Decision) {
 		class = max(p.n-1, 0)
 	}
 	d := Decision{Class: class, InFlight: s.Total(), Threshold: p.Threshold(capacity, class)}
-	if d.InFlight < d.Threshold && s.InFlight[class] < 1<<32-1 {
+	if d.InFlight < d.Threshold { // so the counts stay below MaxCapacity: no overflow
 		d.Admitted = true
 		s.InFlight[class]++
+		if n := d.InFlight + 1; n > int64(s.Peak) {
+			s.Peak = uint32(n)
+		}
 	}
 	return s, d
 }
@@ -88,8 +103,9 @@ const (
 	kindHistogram  = 3
 )
 
-// StateSize is the length of an encoded State: a header byte and MaxClasses uint32 counts.
-const StateSize = 1 + 4*MaxClasses
+// StateSize is the length of an encoded State: a header byte, MaxClasses uint32 counts and the
+// uint32 peak.
+const StateSize = 1 + 4*MaxClasses + 4
 
 // ErrMalformed is wrapped by every decoding error: a wrong length, version or kind, or a field
 // out of range. The bytes cannot be trusted; callers usually start from a zero value.
@@ -102,7 +118,7 @@ func (s *State) AppendBinary(dst []byte) []byte {
 	for _, n := range s.InFlight {
 		dst = binary.LittleEndian.AppendUint32(dst, n)
 	}
-	return dst
+	return binary.LittleEndian.AppendUint32(dst, s.Peak)
 }
 
 // DecodeState decodes an encoded State. An empty b is the zero State.
@@ -117,6 +133,7 @@ func DecodeState(b []byte) (State, error) {
 	for i := range s.InFlight {
 		s.InFlight[i] = binary.LittleEndian.Uint32(b[1+4*i:])
 	}
+	s.Peak = binary.LittleEndian.Uint32(b[1+4*MaxClasses:])
 	return s, nil
 }
 

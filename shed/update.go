@@ -30,7 +30,7 @@ type GradientState struct {
 	probeBest int64 // µs, the lowest interval sample of the current probe; 0 for none
 	probeN    int64 // samples counted by the current probe
 	nextProbe int64 // µs
-	last      int64 // µs, the latest now seen
+	last      int64 // µs, the now of the last run
 	probing   bool
 	atMin     uint8 // consecutive updates that ended at MinLimit
 }
@@ -40,9 +40,10 @@ type GradientState struct {
 func (s *GradientState) Capacity() int64 { return s.capacity }
 
 // Update runs the controller once, at the end of an interval summarized by sum, at time now
-// (unix nanoseconds), and returns the next state and what it did. Call it on a timer (every
-// 100 ms to a few seconds). A now earlier than one already seen counts as that one. See
-// docs/shedding.md for the equations; in short:
+// (unix nanoseconds), and returns the next state and what it did. Call it on a timer of period
+// Interval. A call less than 9/10 of Interval after the last run (a second worker's tick of
+// the same interval, or a clock that stepped back) changes nothing and reports
+// Step.Updated == false. See docs/shedding.md for the equations; in short:
 //
 //   - probing (a fresh state, every ProbeInterval plus jitter, or after 5 updates at
 //     MinLimit): the limit is ProbeLimit; intervals with at most ProbeLimit in flight add
@@ -61,8 +62,8 @@ func (g Gradient) Update(s GradientState, now int64, sum Summary) (GradientState
 		return s, Step{Action: Hold, Limit: s.capacity}
 	}
 	n := quantize(now)
-	if n < s.last {
-		n = s.last
+	if s.limit != 0 && n < s.last+g.Interval.Microseconds()*9/10 {
+		return s, Step{Action: Hold, Limit: s.capacity, Ideal: usDuration(s.ideal)}
 	}
 	s.last = n
 	if s.limit == 0 {
@@ -81,7 +82,7 @@ func (g Gradient) Update(s GradientState, now int64, sum Summary) (GradientState
 	if s.probing {
 		s.capacity = g.ProbeLimit
 	}
-	st.Limit, st.Ideal = s.capacity, usDuration(s.ideal)
+	st.Updated, st.Limit, st.Ideal = true, s.capacity, usDuration(s.ideal)
 	return s, st
 }
 

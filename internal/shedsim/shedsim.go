@@ -50,7 +50,7 @@ type Tick struct {
 	K        int64     // the true capacity
 	Step     shed.Step // the controller's update at the end of the interval
 	Latency  time.Duration
-	Peak     int64 // most requests in flight during the interval
+	Peak     int64 // most requests in flight during the interval (State.EndInterval)
 	InFlight [shed.MaxClasses]int64
 	Admitted [shed.MaxClasses]int64
 	Shed     [shed.MaxClasses]int64
@@ -96,8 +96,9 @@ func Run(cfg Config) []Tick {
 	r.ctrl, _ = cfg.Gradient.Update(r.ctrl, start, shed.Summary{}) // fresh: the first probe starts
 	for t := time.Duration(0); t < cfg.Span; t += cfg.Tick {
 		r.setRates(t)
-		r.cur = Tick{At: t + cfg.Tick, K: r.k(t), Peak: r.state.Total()}
+		r.cur = Tick{At: t + cfg.Tick, K: r.k(t)}
 		r.interval(t, t+cfg.Tick)
+		r.state, r.cur.Peak = r.state.EndInterval()
 		sum := cfg.Gradient.Summarize(&r.hist, r.cur.Peak)
 		var step shed.Step
 		r.ctrl, step = cfg.Gradient.Update(r.ctrl, start+int64(t+cfg.Tick), sum)
@@ -175,7 +176,6 @@ func (r *run) arrive(at time.Duration, class int) {
 	}
 	r.cur.Admitted[class]++
 	n := r.state.Total()
-	r.cur.Peak = max(r.cur.Peak, n)
 	load := max(1, float64(n)/float64(r.k(at)))
 	noise := 1 + r.cfg.Noise*(2*r.rng.Float64()-1)
 	lat := time.Duration(float64(r.cfg.Base) * load * noise)
