@@ -19,9 +19,15 @@ import (
 // resumed or answered with the local response.
 //
 // A limiter failure must never take the site down:
-//   - the call has a timeout (global.timeout, default 20ms);
-//   - a failed call (timeout, non-200 answer, unreadable body, reset) applies each rule's fallback
+//   - the call has a timeout (global.timeout, default 20ms), which the host enforces; the filter also
+//     enforces it on its own timer (deadlineSlack later, checked every tick), because hosts have been
+//     seen where the callout timeout never fired (Kuadrant wasm-shim #425): a request never waits on
+//     the service longer than timeout + deadlineSlack + one tick, and an answer after that is ignored;
+//   - a failed call (timeout, 5xx answer, unreadable body, reset) applies each rule's fallback
 //     limits in this proxy's shared data, or, without a fallback, its failure_mode (allow by default);
+//   - a 4xx answer is the service refusing the check, not an outage: it is counted
+//     (global.rejected), logged at warn at most once per rejectLogEvery per worker, and each rule's
+//     failure_mode applies (no fallback, no breaker: the service is up, the check is what is wrong);
 //   - a circuit breaker per worker thread stops calling after global.breaker.failures consecutive
 //     failures, for global.breaker.cooldown, then lets one probe through; while it is open the
 //     fallback applies without waiting for a timeout;
@@ -45,7 +51,17 @@ type globalClient struct {
 	breaker breaker
 	metrics globalMetrics
 	body    []byte
+
+	waiting   []*httpContext // paused requests whose call is not answered yet, checked every tick
+	nextLogAt int64          // when a refused check may be logged again
 }
+
+// deadlineSlack is how long after global.timeout the filter gives up on a call itself: the host's
+// timeout (a 504 answer) normally comes first.
+const deadlineSlack = 5 * time.Millisecond
+
+// rejectLogEvery bounds the warnings about refused checks: one per worker per period.
+const rejectLogEvery = 10 * time.Second
 
 func newGlobalClient(g *rules.Global) *globalClient {
 	h := [][2]string{{":method", "POST"}, {":path", g.Path}, {":authority", g.Authority}, {"content-type", "application/json"}}
@@ -134,28 +150,116 @@ func (h *httpContext) checkGlobal(now int64) types.Action {
 	h.globals = append(h.globals[:0], s.globals...)
 	h.localOutcomes = append(h.localOutcomes[:0], s.outcomes...)
 	h.delay = s.delay
+	h.deadline = now + int64(g.cfg.Timeout+deadlineSlack)
+	g.waiting = append(g.waiting, h)
 	return types.ActionPause
+}
+
+// unwait takes h off the list of requests waiting for an answer.
+func (g *globalClient) unwait(h *httpContext) {
+	h.deadline = 0
+	for i, w := range g.waiting {
+		if w == h {
+			last := len(g.waiting) - 1
+			g.waiting[i], g.waiting[last] = g.waiting[last], nil
+			g.waiting = g.waiting[:last]
+			return
+		}
+	}
+}
+
+// expireCalls, on a tick, gives up on every call not answered by its deadline: the request is decided
+// as for a failed call (fallback, or failure_mode) and resumed; the answer, if it ever comes, is
+// ignored. A request whose stream is gone is just forgotten.
+func (p *pluginContext) expireCalls(now int64) {
+	g := p.global
+	if g == nil {
+		return
+	}
+	for i := 0; i < len(g.waiting); {
+		h := g.waiting[i]
+		if h.deadline > now {
+			i++
+			continue
+		}
+		g.unwait(h)
+		if proxywasm.SetEffectiveContext(h.id) != nil {
+			continue
+		}
+		g.metrics.deadlineExpired.Increment(1)
+		h.expire(now)
+	}
+}
+
+// expire decides a request whose call passed its deadline, as for a failed call.
+func (h *httpContext) expire(now int64) {
+	defer h.recoverPaused("the call deadline")
+	h.restoreScratch()
+	h.globalFailed(errors.New("no answer by the deadline"), now)
+}
+
+// restoreScratch puts back, in the scratch space, what a paused request had decided before its call.
+func (h *httpContext) restoreScratch() {
+	s := &h.plugin.scratch
+	s.req.reset() // the scratch request view may hold another stream's values
+	s.outcomes = append(s.outcomes[:0], h.localOutcomes...)
+	s.delay = h.delay
+}
+
+// globalFailed decides a paused request whose call failed: a refused check (4xx) by each rule's
+// failure_mode, anything else (an outage) by the fallback, counting towards the breaker.
+func (h *httpContext) globalFailed(err error, now int64) {
+	p, g := h.plugin, h.plugin.global
+	var se *statusError
+	if errors.As(err, &se) && se.rejected() {
+		g.metrics.rejected.Increment(1)
+		if now >= g.nextLogAt {
+			g.nextLogAt = now + int64(rejectLogEvery)
+			proxywasm.LogWarnf("meshlimit: the decision service refused the check (%v); each rule's failure_mode applies (this warning: at most once per %v per worker; meshlimit.global.rejected counts them)", err, rejectLogEvery)
+		}
+		h.finishGlobal(h.failureMode(h.globals), true, now)
+		return
+	}
+	g.metrics.failures.Increment(1)
+	if g.breaker.failure(now) {
+		g.metrics.breakerOpened.Increment(1)
+	}
+	if p.cfg.LogLevel <= rules.LogDebug {
+		proxywasm.LogDebugf("meshlimit: global service: %v", err)
+	}
+	h.finishGlobal(h.fallback(h.globals, now), true, now)
+}
+
+// failureMode decides items by their rules' failure_mode alone and reports whether the request is
+// denied.
+func (h *httpContext) failureMode(items []globalItem) (denied bool) {
+	for i := range items {
+		rs := items[i].rs
+		if rs.rule.FailureMode == rules.FailDeny && !rs.rule.Shadow {
+			rs.metrics.failureDenied.Increment(1)
+			return true
+		}
+	}
+	return false
 }
 
 // onGlobalResponse is the proxy_http_call callback. The SDK calls it with the paused stream as the
 // effective context (and not at all if the stream is gone).
 func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 	p, g := h.plugin, h.plugin.global
+	if h.deadline == 0 {
+		g.metrics.lateAnswers.Increment(1) // the request was decided at its deadline
+		return
+	}
+	g.unwait(h)
+	defer h.recoverPaused("the service's answer")
+	testPanic(panicServiceAnswer)
 	s := &p.scratch
-	s.req.reset() // the scratch request view may hold another stream's values
-	s.outcomes = append(s.outcomes[:0], h.localOutcomes...)
-	s.delay = h.delay
+	h.restoreScratch()
 	now := abi.UnixNano()
 	decisions, err := readCheckResponse(numHeaders, bodySize, descriptorCount(h.globals))
 	if err != nil {
-		g.metrics.failures.Increment(1)
-		if g.breaker.failure(now) {
-			g.metrics.breakerOpened.Increment(1)
-		}
-		if p.cfg.LogLevel <= rules.LogDebug {
-			proxywasm.LogDebugf("meshlimit: global service: %v", err)
-		}
-		h.finishGlobal(h.fallback(h.globals, now), true, now)
+		h.globalFailed(err, now)
 		return
 	}
 	g.breaker.success()
@@ -273,12 +377,16 @@ func (p *pluginContext) count(rs *ruleState, allowed, enforced bool) (denied boo
 // globalMetrics are the plugin's counters for the global service:
 //
 //	meshlimit.global.calls            calls made to the service
-//	meshlimit.global.failures         calls that failed (timeout, error status, bad body, reset)
+//	meshlimit.global.failures         calls that failed (timeout, 5xx, bad body, reset, no answer by the deadline)
+//	meshlimit.global.rejected         checks the service refused (4xx): each rule's failure_mode applied
+//	meshlimit.global.deadline_expired calls the filter gave up on itself (the host's timeout never answered)
+//	meshlimit.global.late_answers     answers that came after the filter gave up, ignored
 //	meshlimit.global.breaker_opened   times the circuit breaker opened
 //	meshlimit.global.short_circuited  requests decided by the fallback because the breaker was open
 //	meshlimit.global.lease_calls      calls made to lease quota (not counted in calls)
 type globalMetrics struct {
 	calls, failures, breakerOpened, shortCircuited, leaseCalls proxywasm.MetricCounter
+	rejected, deadlineExpired, lateAnswers                     proxywasm.MetricCounter
 }
 
 func defineGlobalMetrics() globalMetrics {
@@ -288,5 +396,9 @@ func defineGlobalMetrics() globalMetrics {
 		breakerOpened:  proxywasm.DefineCounterMetric("meshlimit.global.breaker_opened"),
 		shortCircuited: proxywasm.DefineCounterMetric("meshlimit.global.short_circuited"),
 		leaseCalls:     proxywasm.DefineCounterMetric("meshlimit.global.lease_calls"),
+
+		rejected:        proxywasm.DefineCounterMetric("meshlimit.global.rejected"),
+		deadlineExpired: proxywasm.DefineCounterMetric("meshlimit.global.deadline_expired"),
+		lateAnswers:     proxywasm.DefineCounterMetric("meshlimit.global.late_answers"),
 	}
 }

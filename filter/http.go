@@ -25,6 +25,7 @@ type scratch struct {
 	buf      []byte
 	local    rules.LocalResponse
 	pairs    [][2]string
+	deciding int // the index of the rule being decided, or -1: whose failure_mode a panic applies
 }
 
 // httpContext implements types.HttpContext for one request.
@@ -38,26 +39,39 @@ type httpContext struct {
 	globals       []globalItem    // while waiting for the global service: what it was asked
 	localOutcomes []rules.Outcome // and the outcomes of the local rules already decided
 	delay         int64           // and the shaping delay they asked for
+	deadline      int64           // and when to stop waiting (unix ns); 0 when not waiting
 }
 
 // OnHttpRequestHeaders implements types.HttpContext. It runs the matching rules in order, each against
 // its shared-data table, and answers with the configured local response at the first enforced denial
 // (later rules are then not charged). Rules in shadow mode, and every rule when enforce is false, count
-// and tag but never deny.
-func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+// and tag but never deny. A panic is recovered: the failure_mode of the rule being decided applies.
+func (h *httpContext) OnHttpRequestHeaders(int, bool) (act types.Action) {
+	defer func() {
+		if r := recover(); r != nil {
+			act = h.panicked("the request headers", r)
+		}
+	}()
+	return h.requestHeaders()
+}
+
+func (h *httpContext) requestHeaders() types.Action {
 	p := h.plugin
 	s := &p.scratch
 	s.req.reset()
 	s.outcomes = s.outcomes[:0]
 	s.globals = s.globals[:0]
 	s.delay = 0
+	s.deciding = -1
 	now := abi.UnixNano()
 	denied := false
 	for i := range p.rules {
+		s.deciding = i
 		if denied = p.decide(&p.rules[i], now); denied {
 			break
 		}
 	}
+	s.deciding = -1
 	if denied {
 		h.deny()
 		return types.ActionPause
@@ -82,6 +96,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if !r.Matches(&s.req) {
 		return false
 	}
+	testPanic(panicRequestHeaders)
 	key, st := r.AppendKey(s.key[:0], &s.req)
 	s.key = key
 	switch st {
@@ -159,8 +174,10 @@ func (h *httpContext) deny() {
 }
 
 // OnHttpResponseHeaders implements types.HttpContext: an admitted request's quota fields are added to
-// the upstream's response.
+// the upstream's response. A panic is recovered: the response goes on without them.
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	defer h.plugin.recoverPanic("the response headers")
+	testPanic(panicResponseHeaders)
 	if h.quota == nil {
 		return types.ActionContinue
 	}
@@ -171,4 +188,13 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		_ = proxywasm.AddHttpResponseHeader(f.Name, unsafe.String(unsafe.SliceData(f.Value), len(f.Value)))
 	}
 	return types.ActionContinue
+}
+
+// OnHttpStreamDone implements types.HttpContext: a request that was still waiting for the service (the
+// client left) is forgotten.
+func (h *httpContext) OnHttpStreamDone() {
+	defer h.plugin.recoverPanic("the end of a stream")
+	if h.deadline != 0 {
+		h.plugin.global.unwait(h)
+	}
 }

@@ -237,6 +237,7 @@ func (p *pluginContext) refillLeases(now int64) {
 // onLeaseResponse adds a granted batch to the key's bucket; a refused batch makes this worker stop
 // leasing for the key until the service's Retry-After (requests are then decided one by one).
 func (p *pluginContext) onLeaseResponse(it *globalItem, numHeaders, bodySize int) {
+	defer p.recoverPanic("a lease answer")
 	g := p.global
 	now := abi.UnixNano()
 	decisions, err := readCheckResponse(numHeaders, bodySize, len(it.spec))

@@ -12,6 +12,7 @@ import (
 // host keeps one stat per name, so the counts add up across worker threads.
 //
 //	meshlimit.config_errors                      plugin starts refused for a bad configuration
+//	meshlimit.panics                             panics recovered in a callback (the rule's failure_mode applied)
 //	meshlimit.rule.<rule>.allowed                requests the rule admitted
 //	meshlimit.rule.<rule>.limited                requests the rule denied (enforced)
 //	meshlimit.rule.<rule>.shadow_limited         requests the rule would have denied (shadow or enforce=false)
@@ -26,7 +27,7 @@ import (
 //	meshlimit.rule.<rule>.lease_spent            requests admitted from leased units, without a call
 //	meshlimit.rule.<rule>.lease_expired          leased units dropped unspent at the end of their ttl
 type pluginMetrics struct {
-	configErrors proxywasm.MetricCounter
+	configErrors, panics proxywasm.MetricCounter
 }
 
 type ruleMetrics struct {
@@ -34,7 +35,10 @@ type ruleMetrics struct {
 }
 
 func definePluginMetrics() pluginMetrics {
-	return pluginMetrics{configErrors: proxywasm.DefineCounterMetric("meshlimit.config_errors")}
+	return pluginMetrics{
+		configErrors: proxywasm.DefineCounterMetric("meshlimit.config_errors"),
+		panics:       proxywasm.DefineCounterMetric("meshlimit.panics"),
+	}
 }
 
 func defineRuleMetrics(rule string) ruleMetrics {

@@ -42,6 +42,8 @@ type pluginContext struct {
 	leases  leaseState
 	blockEd blockEditor // the editors of the over-limit cache and lease records, reused
 	leaseEd leaseEditor
+
+	panicLogged bool // a recovered panic was logged (once per VM: see recover.go)
 }
 
 // ruleState is what a plugin keeps per configured rule.
@@ -61,7 +63,13 @@ const keyPrefix = "meshlimit/"
 
 // OnPluginStart implements types.PluginContext. A configuration that does not parse or validate makes
 // the start fail, with the error (which names the field) in Envoy's log.
-func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
+func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.recovered("the plugin start", r)
+			status = types.OnPluginStartStatusFailed
+		}
+	}()
 	p.metrics = definePluginMetrics()
 	if err := p.start(HostStore()); err != nil {
 		p.metrics.configErrors.Increment(1)
@@ -91,6 +99,9 @@ func (p *pluginContext) start(store sharedstate.Store) error {
 		return err
 	}
 	name := pluginName()
+	if err := cfg.CheckPluginName(name); err != nil {
+		return err
+	}
 	u, err := sharedstate.NewUpdater(store, keyPrefix+name+"/sentinel", 0)
 	if err != nil {
 		return err
@@ -180,15 +191,13 @@ func limitsOf(specs []rules.LimitSpec) []algorithms.Limit {
 const leaseTickMillis = 20
 
 // tickPeriod is the timer period the plugin needs: the shaper's if any limit shapes, the lease
-// renewal's if any rule leases, else none.
+// renewal's (which also checks the deadlines of calls to the service) with a global service, else none.
 func (p *pluginContext) tickPeriod() uint32 {
 	if p.shapes() {
 		return shapeTickMillis
 	}
-	for _, rs := range p.rules {
-		if rs.rule.Lease() != nil {
-			return leaseTickMillis
-		}
+	if p.global != nil {
+		return leaseTickMillis
 	}
 	return 0
 }
@@ -209,8 +218,12 @@ func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
 
 // OnTick implements types.PluginContext: requests held by a leaky bucket are released when due, and
 // leases are renewed for keys that run low.
+// Calls to the service that passed their deadline are given up. A panic is recovered.
 func (p *pluginContext) OnTick() {
+	defer p.recoverPanic("a tick")
 	now := abi.UnixNano()
+	p.expireCalls(now)
+	testPanic(panicTick)
 	p.shaper.release(now)
 	p.refillLeases(now)
 }

@@ -69,7 +69,7 @@ func readCheckResponse(numHeaders, bodySize, n int) ([]checkDecision, error) {
 		}
 	}
 	if status != "200" {
-		return nil, fmt.Errorf("status %s", status)
+		return nil, newStatusError(status, bodySize)
 	}
 	if bodySize == 0 || bodySize > maxCheckResponse {
 		return nil, fmt.Errorf("body of %d bytes", bodySize)
@@ -89,6 +89,33 @@ func readCheckResponse(numHeaders, bodySize, n int) ([]checkDecision, error) {
 }
 
 const maxCheckResponse = 1 << 20
+
+// statusError is an answer other than 200. A 4xx is the service refusing the check (a request it
+// cannot accept, e.g. beyond its bounds): not an outage, see rejected.
+type statusError struct {
+	status string
+	body   string // the start of a 4xx answer's body, which names what the service refused
+}
+
+func newStatusError(status string, bodySize int) *statusError {
+	e := &statusError{status: status}
+	if e.rejected() && bodySize > 0 {
+		if b, err := proxywasm.GetHttpCallResponseBody(0, min(bodySize, 256)); err == nil {
+			e.body = string(b)
+		}
+	}
+	return e
+}
+
+func (e *statusError) Error() string {
+	if e.body != "" {
+		return "status " + e.status + ": " + e.body
+	}
+	return "status " + e.status
+}
+
+// rejected reports whether the service refused the check (a 4xx answer).
+func (e *statusError) rejected() bool { return len(e.status) == 3 && e.status[0] == '4' }
 
 // descriptorCount counts the descriptors items send: one per limit.
 func descriptorCount(items []globalItem) int {

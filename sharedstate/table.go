@@ -86,7 +86,8 @@ type Outcome struct {
 	Allowed bool
 	// Decisions holds one decision per limit, in order: of the table's limits, or of its overflow
 	// limits when Placement is Overflow. When the request was denied, the limits that would have
-	// admitted it report what remains without it. The slice is reused by the next Take.
+	// admitted it report their state without it (algorithms.Limit.Peek: its remaining and its reset),
+	// since nothing was consumed. The slice is reused by the next Take.
 	Decisions []algorithms.Decision
 	// Attempts is the number of read-decide-write rounds taken (1 without contention).
 	Attempts int
@@ -188,10 +189,22 @@ func (e *limitEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 		dst = append(dst, next...)
 	}
 	if !e.allowed {
-		for i := range e.decisions {
-			if e.decisions[i].Allowed { // nothing was consumed: report what remains without this request
-				e.decisions[i].Remaining += e.cost
+		// Nothing was consumed: a limit that would have admitted the request reports its state as it
+		// is (remaining and reset without this request), not the decision that charged it.
+		for i, lim := range e.limits {
+			if !e.decisions[i].Allowed {
+				continue
 			}
+			var st []byte
+			if !fresh {
+				st = e.states[i]
+			}
+			d, err := lim.Peek(st, e.now)
+			if err != nil {
+				e.err = fmt.Errorf("sharedstate: limit %d: %w", i, err)
+				return dst, false, nil
+			}
+			e.decisions[i] = d
 		}
 		return dst, false, nil
 	}

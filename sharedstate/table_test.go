@@ -361,3 +361,34 @@ func ExampleLimiter_Take() {
 	// true 0
 	// false 0
 }
+
+// TestADeniedRequestReportsTheLimitsThatWouldHaveAdmittedItUncharged is finding 10 of issue 10: a limit
+// that admitted a request another limit denied reports exactly what it reported before the request
+// (remaining and reset), not what it would be had the request been charged; a full one reports a reset
+// of 0.
+func TestADeniedRequestReportsTheLimitsThatWouldHaveAdmittedItUncharged(t *testing.T) {
+	l := newLimiter(t, NewMemStore())
+	burst, hourly, big := tokenBucket(2, time.Minute), tokenBucket(100, time.Hour), tokenBucket(100, time.Minute)
+	tab, err := NewTable("meshlimit/test/rule", 8, []algorithms.Limit{burst, hourly}, nil)
+	require.NoError(t, err)
+	var last Outcome
+	for range 2 {
+		last, err = l.Take(tab, []byte("k"), t0, 1)
+		require.NoError(t, err)
+		require.True(t, last.Allowed)
+	}
+	before := last.Decisions[1]
+	out, err := l.Take(tab, []byte("k"), t0, 1)
+	require.NoError(t, err)
+	require.False(t, out.Allowed, "the burst of 2 is spent")
+	assert.Equal(t, before, out.Decisions[1], "the hourly limit reports what it did before the denied request")
+	assert.Equal(t, int64(98), out.Decisions[1].Remaining)
+	assert.Equal(t, 72*time.Second, out.Decisions[1].Reset, "two units of 36 s, not three")
+
+	three, err := NewTable("meshlimit/test/third", 8, []algorithms.Limit{big, tokenBucket(1, time.Hour)}, nil)
+	require.NoError(t, err)
+	out, err = l.Take(three, []byte("k"), t0, 2) // the second limit's capacity is 1: never admitted
+	require.NoError(t, err)
+	require.False(t, out.Allowed)
+	assert.Equal(t, algorithms.Decision{Allowed: true, Limit: 100, Remaining: 100}, out.Decisions[0], "full: r=100, reset 0")
+}

@@ -96,6 +96,9 @@ func proxyHTTPCall(v *VM, s []uint64) Status {
 		trailers:  parsePairs(trl),
 		timeout:   time.Duration(timeout) * time.Millisecond,
 	}
+	if v.p.cfg.NoCallTimeouts {
+		req.timeout = 0
+	}
 	ctx, cancel := context.WithCancel(v.p.ctx)
 	call := &pendingCall{token: token, cancel: cancel}
 	if v.calls == nil {

@@ -65,6 +65,10 @@ type Config struct {
 	Clusters map[string]string
 	// FailOpen makes streams on a failed VM pass through instead of getting a 503.
 	FailOpen bool
+	// NoCallTimeouts makes proxy_http_call ignore its timeout argument, as hosts where the
+	// callout timeout never fired did (Kuadrant wasm-shim #425): a call to an upstream that
+	// never answers then never completes. For tests of a guest's own deadline.
+	NoCallTimeouts bool
 	// Node is the Envoy node, readable under xds.node.
 	Node Node
 	// Properties adds or overrides properties for every stream and the root context,
