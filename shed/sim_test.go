@@ -150,3 +150,57 @@ func limitsOf(ticks []shedsim.Tick) []int64 {
 	}
 	return l
 }
+
+func TestAnUpstreamThatTurnsTwiceAsSlowIsReprobedAndItsCapacityFound(t *testing.T) {
+	one, err := shed.NewPolicy([]shed.Class{{Name: "all"}}, "all")
+	require.NoError(t, err)
+	ticks := shedsim.Run(shedsim.Config{
+		Gradient: shed.DefaultGradient(), Policy: one, Base: upstreamBase, Noise: 0.1,
+		K:       []shedsim.Change{{At: 0, K: 50}, {At: 20 * time.Second, K: 50, Base: 2 * upstreamBase}},
+		Offered: []shedsim.Offer{{Class: 0, PerSecond: 5000}},
+		Tick:    tick, Span: 60 * time.Second, Seed: 5,
+	})
+	var reprobed time.Duration
+	for _, tk := range ticks {
+		if tk.At > 20*time.Second && tk.Step.Action == shed.Probed && reprobed == 0 {
+			reprobed = tk.At
+			assert.InDelta(t, float64(2*upstreamBase), float64(tk.Step.Ideal), float64(upstreamBase)/5, "the new ideal latency")
+		}
+	}
+	require.NotZero(t, reprobed, "the controller re-measured the ideal latency")
+	_, settle := limitsIn(ticks, reprobed, time.Minute, 35, 65)
+	require.GreaterOrEqual(t, settle, time.Duration(0))
+	settled, _ := limitsIn(ticks, reprobed+settle+5*time.Second, time.Minute, 0, 0)
+	t.Logf("re-probed %v after the slowdown; then in [0.7K, 1.3K] after %v more; then limit %d..%d",
+		reprobed-20*time.Second, settle, slices.Min(settled), slices.Max(settled))
+	assert.Less(t, reprobed-20*time.Second, 10*time.Second)
+	assert.GreaterOrEqual(t, slices.Min(settled), int64(35))
+	assert.LessOrEqual(t, slices.Max(settled), int64(65))
+}
+
+func TestALatencyObjectiveBelowTheTargetHoldsTheLatencyNearIt(t *testing.T) {
+	g := shed.DefaultGradient()
+	g.Objective = 21 * time.Millisecond // the gradient alone would allow 22 ms (ideal 20 ms + 10%)
+	one, err := shed.NewPolicy([]shed.Class{{Name: "all"}}, "all")
+	require.NoError(t, err)
+	ticks := shedsim.Run(shedsim.Config{
+		Gradient: g, Policy: one, Base: upstreamBase, Noise: 0.1,
+		K:       []shedsim.Change{{At: 0, K: 100}},
+		Offered: []shedsim.Offer{{Class: 0, PerSecond: 10_000}},
+		Tick:    tick, Span: 40 * time.Second, Seed: 6,
+	})
+	var latencies []int64
+	backoffs := 0
+	for _, tk := range ticks[100:] {
+		if tk.Step.Action == shed.Backoff {
+			backoffs++
+		}
+		if tk.Step.Action != shed.Probe && tk.Step.Action != shed.Probed {
+			latencies = append(latencies, int64(tk.Latency))
+		}
+	}
+	med := time.Duration(median(latencies))
+	t.Logf("median latency %v, %d backoffs in %d intervals, limit median %d", med, backoffs, len(latencies), median(limitsOf(ticks[100:])))
+	assert.Greater(t, backoffs, 10, "the objective was what held the limit")
+	assert.InDelta(t, float64(21*time.Millisecond), float64(med), float64(time.Millisecond))
+}

@@ -9,6 +9,7 @@
 package shedsim
 
 import (
+	"cmp"
 	"container/heap"
 	"math/rand/v2"
 	"time"
@@ -16,10 +17,12 @@ import (
 	"github.com/meshlimit/meshlimit/shed"
 )
 
-// Change sets the upstream's true capacity from At on.
+// Change sets the upstream's true capacity from At on, and its latency at low load when Base
+// is not 0 (else it is Config.Base).
 type Change struct {
-	At time.Duration
-	K  int64
+	At   time.Duration
+	K    int64
+	Base time.Duration
 }
 
 // Offer sets the offered rate of one class from At on (requests per second; 0 stops it).
@@ -33,7 +36,7 @@ type Offer struct {
 type Config struct {
 	Gradient shed.Gradient
 	Policy   shed.Policy
-	Base     time.Duration // the upstream's latency up to K in flight
+	Base     time.Duration // the upstream's latency up to K in flight (unless a Change sets it)
 	Noise    float64       // relative latency noise, uniform in ±Noise
 	K        []Change      // the true capacity over time, ascending At; the first at 0
 	Offered  []Offer       // offered rates over time, ascending At
@@ -112,14 +115,18 @@ func Run(cfg Config) []Tick {
 	return ticks
 }
 
-func (r *run) k(t time.Duration) int64 {
-	k := r.cfg.K[0].K
+func (r *run) k(t time.Duration) int64 { return r.upstream(t).K }
+
+// upstream returns the Change in force at t, with its Base filled in.
+func (r *run) upstream(t time.Duration) Change {
+	u := r.cfg.K[0]
 	for _, c := range r.cfg.K {
 		if c.At <= t {
-			k = c.K
+			u = c
 		}
 	}
-	return k
+	u.Base = cmp.Or(u.Base, r.cfg.Base)
+	return u
 }
 
 // setRates applies the offers in force at t, and schedules a first arrival for a class that
@@ -176,8 +183,9 @@ func (r *run) arrive(at time.Duration, class int) {
 	}
 	r.cur.Admitted[class]++
 	n := r.state.Total()
-	load := max(1, float64(n)/float64(r.k(at)))
+	u := r.upstream(at)
+	load := max(1, float64(n)/float64(u.K))
 	noise := 1 + r.cfg.Noise*(2*r.rng.Float64()-1)
-	lat := time.Duration(float64(r.cfg.Base) * load * noise)
+	lat := time.Duration(float64(u.Base) * load * noise)
 	heap.Push(&r.pending, done{at: at + lat, class: class, latency: lat})
 }
