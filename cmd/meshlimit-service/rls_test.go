@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -90,4 +92,56 @@ func TestRunRefusesABadRateLimitSetup(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// The running binary reloads a changed file, and keeps the last good rules while a file is bad.
+func TestRunReloadsTheRateLimitConfigAndKeepsTheLastGoodOne(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "edge.yaml")
+	rules := func(rpu int) string {
+		return fmt.Sprintf("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", rpu)
+	}
+	require.NoError(t, os.WriteFile(file, []byte(rules(100)), 0o644))
+	httpAddr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-listen", httpAddr, "-log-level", "error", "-ratelimit-config", dir, "-ratelimit-poll", "20ms"},
+			func(string) string { return "" })
+	}()
+	// limit returns the current_limit the service answers for descriptor k=v (0 when none).
+	limit := func() int {
+		resp, err := http.Post("http://"+httpAddr+"/json", "application/json",
+			strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"k","value":"v"}],"hitsAddend":"0"}]}`))
+		if err != nil {
+			return -1
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Statuses []struct {
+				CurrentLimit struct {
+					RequestsPerUnit int `json:"requestsPerUnit"`
+				} `json:"currentLimit"`
+			} `json:"statuses"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&out) != nil || len(out.Statuses) != 1 {
+			return -1
+		}
+		return out.Statuses[0].CurrentLimit.RequestsPerUnit
+	}
+	require.Eventually(t, func() bool { return limit() == 100 }, 5*time.Second, 10*time.Millisecond)
+
+	later := time.Now().Add(time.Minute) // a different mtime, whatever the file system's resolution
+	require.NoError(t, os.WriteFile(file, []byte(rules(7)), 0o644))
+	require.NoError(t, os.Chtimes(file, later, later))
+	require.Eventually(t, func() bool { return limit() == 7 }, 5*time.Second, 10*time.Millisecond, "the changed file is in force")
+
+	require.NoError(t, os.WriteFile(file, []byte(rules(9)+"    unknown: 1\n"), 0o644))
+	require.NoError(t, os.Chtimes(file, later.Add(time.Minute), later.Add(time.Minute)))
+	time.Sleep(200 * time.Millisecond) // ten polls
+	assert.Equal(t, 7, limit(), "a bad file keeps the last good rules")
+
+	cancel()
+	require.NoError(t, <-done)
 }

@@ -1,0 +1,191 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	rlext "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/meshlimit/meshlimit/internal/redistest"
+	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/rlsconfig"
+)
+
+// floorServer answers every ShouldRateLimit with a constant OK: the gRPC floor.
+type floorServer struct {
+	pb.UnimplementedRateLimitServiceServer
+}
+
+var floorAnswer = &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK,
+	Statuses: []*pb.RateLimitResponse_DescriptorStatus{{Code: pb.RateLimitResponse_OK}}}
+
+func (floorServer) ShouldRateLimit(context.Context, *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	return floorAnswer, nil
+}
+
+func benchEnv(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// TestGRPCLoadFigures measures ShouldRateLimit's requests per second and latency against a
+// no-op gRPC server (the floor), both served by the same grpc.Server settings, with the same
+// load: MESHLIMIT_BENCH_CONNS (64) requests in flight over MESHLIMIT_BENCH_GRPC_CONNS (8)
+// HTTP/2 connections, one descriptor per request over 10,000 client addresses. The phases
+// alternate for MESHLIMIT_BENCH_ROUNDS (3) rounds of MESHLIMIT_BENCH_SECONDS (3) after a
+// warm-up; the figures are the medians. Loopback only, bounded, opt-in:
+//
+//	MESHLIMIT_BENCH=1 go test -run TestGRPCLoadFigures -v ./service/rls/
+func TestGRPCLoadFigures(t *testing.T) {
+	if os.Getenv("MESHLIMIT_BENCH") != "1" {
+		t.Skip("set MESHLIMIT_BENCH=1 to measure")
+	}
+	d := time.Duration(benchEnv("MESHLIMIT_BENCH_SECONDS", 3)) * time.Second
+	rounds, inflight, nconns := benchEnv("MESHLIMIT_BENCH_ROUNDS", 3), benchEnv("MESHLIMIT_BENCH_CONNS", 64), benchEnv("MESHLIMIT_BENCH_GRPC_CONNS", 8)
+	rs := redistest.Start(t)
+	store, err := service.NewRedisStore(service.RedisConfig{Addrs: []string{rs.Addr()}, FlushDelay: service.DefaultFlushDelay})
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	rules, err := rlsconfig.Load([]rlsconfig.File{{Name: "bench.yaml", Data: []byte(
+		"domain: bench\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n")}})
+	require.NoError(t, err)
+	srv, err := NewServer(Config{Store: store, Rules: func() *rlsconfig.Config { return rules },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+
+	phases := []struct {
+		name string
+		addr string
+	}{{name: "grpc-floor", addr: serveGRPC(t, floorServer{})}, {name: "grpc-rls+redis", addr: serveGRPC(t, srv)}}
+	reqs := make([]*pb.RateLimitRequest, 10000)
+	for i := range reqs {
+		reqs[i] = &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlext.RateLimitDescriptor{
+			{Entries: []*rlext.RateLimitDescriptor_Entry{{Key: "remote_address", Value: fmt.Sprintf("10.0.%d.%d", i/256, i%256)}}}}}
+	}
+	t.Logf("GOMAXPROCS %d, %s, %d in flight over %d connections, %d rounds of %v", runtime.GOMAXPROCS(0), runtime.Version(), inflight, nconns, rounds, d)
+	for _, p := range phases {
+		_, err := grpcLoad(p.addr, nconns, inflight, time.Second, reqs)
+		require.NoError(t, err, p.name)
+	}
+	results := map[string][]grpcResult{}
+	for r := range rounds {
+		for i := range phases {
+			p := phases[(i+r)%len(phases)]
+			res, err := grpcLoad(p.addr, nconns, inflight, d, reqs)
+			require.NoError(t, err, p.name)
+			results[p.name] = append(results[p.name], res)
+			t.Logf("round %d %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d requests, %d errors)", r+1, p.name, res.rps, msOf(res.p50), msOf(res.p99), res.n, res.errors)
+		}
+	}
+	var ratios []float64
+	for r := range rounds {
+		ratios = append(ratios, results["grpc-rls+redis"][r].rps/results["grpc-floor"][r].rps)
+	}
+	for _, p := range phases {
+		m := medianGRPC(results[p.name])
+		t.Logf("median %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms", p.name, m.rps, msOf(m.p50), msOf(m.p99))
+	}
+	slices.Sort(ratios)
+	t.Logf("grpc-rls+redis / grpc-floor: median %.2f (rounds %.2f)", ratios[len(ratios)/2], ratios)
+}
+
+func serveGRPC(t *testing.T, s pb.RateLimitServiceServer) string {
+	t.Helper()
+	g := grpc.NewServer()
+	pb.RegisterRateLimitServiceServer(g, s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	return ln.Addr().String()
+}
+
+type grpcResult struct {
+	rps      float64
+	p50, p99 time.Duration
+	n        int
+	errors   int
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func medianGRPC(rs []grpcResult) grpcResult {
+	by := func(f func(grpcResult) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return grpcResult{
+		rps: by(func(r grpcResult) float64 { return r.rps }),
+		p50: time.Duration(by(func(r grpcResult) float64 { return float64(r.p50) })),
+		p99: time.Duration(by(func(r grpcResult) float64 { return float64(r.p99) })),
+	}
+}
+
+// grpcLoad keeps inflight calls going over nconns connections for d; a call counts when it
+// answers OK.
+func grpcLoad(addr string, nconns, inflight int, d time.Duration, reqs []*pb.RateLimitRequest) (grpcResult, error) {
+	clients := make([]pb.RateLimitServiceClient, nconns)
+	for i := range clients {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return grpcResult{}, err
+		}
+		defer c.Close()
+		clients[i] = pb.NewRateLimitServiceClient(c)
+	}
+	var wg sync.WaitGroup
+	lat := make([][]time.Duration, inflight)
+	errs := make([]int, inflight)
+	end := time.Now().Add(d)
+	for g := range inflight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[g%nconns]
+			for i := g; time.Now().Before(end); i += inflight {
+				start := time.Now()
+				resp, err := c.ShouldRateLimit(context.Background(), reqs[i%len(reqs)])
+				if err != nil || resp.GetOverallCode() != pb.RateLimitResponse_OK {
+					errs[g]++
+					continue
+				}
+				lat[g] = append(lat[g], time.Since(start))
+			}
+		}()
+	}
+	wg.Wait()
+	var all []time.Duration
+	res := grpcResult{}
+	for g := range lat {
+		all = append(all, lat[g]...)
+		res.errors += errs[g]
+	}
+	if len(all) == 0 {
+		return res, fmt.Errorf("no successful call")
+	}
+	slices.Sort(all)
+	res.n = len(all)
+	res.rps = float64(len(all)) / d.Seconds()
+	res.p50, res.p99 = all[len(all)/2], all[len(all)*99/100]
+	return res, nil
+}
