@@ -2,6 +2,7 @@ package shed
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -167,6 +168,9 @@ func FuzzUpdate(f *testing.F) {
 				now -= int64(ops[i+1]) * int64(ms) // the clock steps back
 			}
 			sum := Summary{Count: int64(ops[i+1]), Latency: time.Duration(ops[i+2]) * ms, InFlight: int64(ops[i+1]) % 40}
+			if ops[i+2] == 255 { // absurd inputs: no overflow, no limit out of bounds
+				sum = Summary{Count: math.MaxInt64, Latency: math.MaxInt64, InFlight: math.MaxInt64 - int64(ops[i])}
+			}
 			var st Step
 			s, st = g.Update(s, now, sum)
 			if st.Limit < min(g.MinLimit, g.ProbeLimit) || st.Limit > g.MaxLimit || st.Action > Probed {

@@ -2,6 +2,7 @@ package shed
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -284,4 +285,15 @@ func TestDecodeGradientStateRejectsWhatItCannotTrust(t *testing.T) {
 func TestActionNames(t *testing.T) {
 	assert.Equal(t, "hold grow shrink backoff probe probed action(9)",
 		Hold.String()+" "+Grow.String()+" "+Shrink.String()+" "+Backoff.String()+" "+Probe.String()+" "+Probed.String()+" "+Action(9).String())
+}
+
+func TestAbsurdSummariesNeitherOverflowNorStallTheController(t *testing.T) {
+	g := testGradient()
+	runTicks(t, g, GradientState{}, []tick{
+		{0, 0, 0, 0, Probe, 2, 0},
+		{100 * ms, math.MaxInt64, 10 * ms, 0, Probed, 10, 0},   // a count that would overflow the probe's tally
+		{200 * ms, 20, 10 * ms, math.MaxInt64, Grow, 13, 1000}, // in flight that would overflow the "in use" test
+		{300 * ms, 20, math.MaxInt64, 10, Backoff, 11, 0},      // a latency of 292 years
+		{400 * ms, -5, 10 * ms, -5, Hold, 11, 0},               // negative counts are none
+	})
 }

@@ -66,6 +66,8 @@ func (g Gradient) Update(s GradientState, now int64, sum Summary) (GradientState
 		return s, Step{Action: Hold, Limit: s.capacity, Ideal: usDuration(s.ideal)}
 	}
 	s.last = n
+	sum.Count = min(max(sum.Count, 0), 1<<40) // the bounds keep every product below 2^63
+	sum.InFlight = min(max(sum.InFlight, 0), 1<<40)
 	if s.limit == 0 {
 		s.limit = g.InitialLimit * milli
 		s = g.startProbe(s)
