@@ -20,6 +20,12 @@ import (
 // left them, is sent to the upstream, and the upstream's response goes back through the filter's
 // response callbacks. Request and response bodies are buffered whole (at most MaxBody bytes).
 //
+// Headers reach the filter as Envoy's HTTP/1 codec fills its header maps: one entry per header line,
+// so proxy_get_header_map_value sees the first value of a repeated header and
+// proxy_get_header_map_pairs all of them; only x-forwarded-for is one joined entry, with the peer
+// appended, as Envoy joins the headers it indexes. The upstream's response headers are delivered the
+// same way (one entry per line).
+//
 // It is for demos and load tests on loopback; it is not Envoy's connection manager (no retries, no
 // streaming, no HTTP/2 upstream).
 type HTTPProxy struct {
@@ -186,11 +192,15 @@ func (x *HTTPProxy) forward(ctx context.Context, h Headers, filtered, original [
 		return nil, err
 	}
 	out := &Response{Headers: Headers{{":status", strconv.Itoa(resp.StatusCode)}}, Body: b}
-	for name, values := range resp.Header {
-		if strings.EqualFold(name, "content-length") {
-			continue
+	names := make([]string, 0, len(resp.Header))
+	for name := range resp.Header {
+		if !strings.EqualFold(name, "content-length") {
+			names = append(names, name)
 		}
-		for _, v := range values { // one entry per header line, as Envoy keeps them
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for _, v := range resp.Header[name] { // one entry per header line, as Envoy keeps them
 			out.Headers = append(out.Headers, [2]string{strings.ToLower(name), v})
 		}
 	}
