@@ -14,23 +14,24 @@ const recordVersion = 2
 // recordHeader is the size of a record's header: the version byte and the owner's fingerprint.
 const recordHeader = 9
 
-// MaxSlots bounds the size of a Records set: 2^20 slots of a few dozen bytes each is far more than a
+// MaxSlots bounds the size of a Records set: 2^20 slots of about 100 bytes each is far more than a
 // proxy should hold for one rule.
 const MaxSlots = 1 << 20
 
 // Records is a fixed set of shared-data slots, each holding at most one key's record: the 64-bit
 // fingerprint of the key that owns it and a payload that only that key's updates read or write. Memory
 // stays bounded however many distinct keys arrive (Envoy's shared data can never delete a key, but a
-// Records set never creates more than Slots keys plus one overflow record), and one key's record is
+// Records set never creates more than Slots keys, plus the shared records its users keep under
+// OverflowKey), and one key's record is
 // never read or written on behalf of another: this is the isolation rule every user of the package
 // relies on (see Cursor.Update).
 //
 // Each key hashes to Candidates candidate slots. A key owns at most one of them at a time; when it owns
 // none, it may claim one that is empty, unreadable, or whose owner's payload is vacant (its Editor
-// says that forgetting it loses nothing: a bucket as full as a fresh one, an expired entry). When both
-// candidates are owned by keys whose payloads are not vacant, the key finds no room (Result.NoRoom) and
-// its caller decides what that means: a limit Table decides it against the overflow record, the
-// over-limit cache simply does not cache it.
+// says that forgetting it loses nothing: a bucket as full as a fresh one, an expired entry), the first
+// such candidate first. When every candidate is owned by a key whose payload is not vacant, the key
+// finds no room (Placement NoRoom) and its caller decides what that means: a limit Table decides it
+// against its overflow state, the over-limit cache simply does not cache it.
 //
 // Two different keys with the same 64-bit fingerprint share one record (chance ~n²/2^65 for n keys).
 type Records struct {
