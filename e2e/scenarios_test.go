@@ -112,6 +112,7 @@ func TestTheSharedScenariosRunAlikeOnWazeroAndV8(t *testing.T) {
 		require.Len(t, onV8[filepath.Base(f)], len(scs), "the V8 host ran every scenario of %s", f)
 		for i, sc := range scs {
 			t.Run(strings.TrimSuffix(filepath.Base(f), ".json")+"/"+sc.Name, func(t *testing.T) {
+				t.Parallel() // each scenario has its own process, clock and plugin
 				v8 := onV8[filepath.Base(f)][i]
 				wz := runOnWazero(t, wasm, sc)
 				for engine, o := range map[string]outcome{"wazero": wz, "v8": v8} {
