@@ -380,3 +380,21 @@ func TestADenialReportsTheOtherLimitsAsTheyWereAndTIsWhenMoreQuotaComes(t *testi
 	first := roundTrip(t, p.VM(1), get("a.example", "/big", "192.0.2.96"))
 	assert.Equal(t, `"burst";r=1;t=30, "hourly";r=99;t=36, "big";r=99;t=1`, field(first), "t is the next unit of each bucket: 30 s, 36 s, 0.6 s")
 }
+
+// TestALeaseTheServiceRefusesIsNotAnOutageEither: a refused lease batch (4xx) is counted as rejected
+// and leaves the breaker closed, like a refused check.
+func TestALeaseTheServiceRefusesIsNotAnOutageEither(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	var calls atomic.Int64
+	p := load(t, module(t, "meshlimit"), globalConfig(`{"name":"g","scope":"global","key":["client_ip"],
+		"limits":[{"rate":"100/s"}],"lease":{"batch":10}}`), 2, toCluster(answering(t, 400, `{"error":{"message":"refused"}}`, 0, &calls), clock))
+	for i := range 6 {
+		assert.Equal(t, 200, status(roundTrip(t, p.VM(i%2), get("a.example", "/", "192.0.2.83"))), "failure_mode allow")
+		clock.Advance(25 * time.Millisecond) // a tick: the workers ask for a lease
+		require.Eventually(t, func() bool { return counter(p, "meshlimit.global.lease_calls") == counter(p, "meshlimit.global.rejected")-int64(i+1) },
+			5*time.Second, time.Millisecond, "every lease call was answered")
+	}
+	assert.Positive(t, counter(p, "meshlimit.global.lease_calls"))
+	assert.Zero(t, counter(p, "meshlimit.global.failures"))
+	assert.Zero(t, counter(p, "meshlimit.global.breaker_opened"))
+}

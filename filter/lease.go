@@ -2,6 +2,7 @@ package filter
 
 import (
 	"encoding/binary"
+	"errors"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
@@ -242,9 +243,14 @@ func (p *pluginContext) onLeaseResponse(it *globalItem, numHeaders, bodySize int
 	now := abi.UnixNano()
 	decisions, err := readCheckResponse(numHeaders, bodySize, len(it.spec))
 	if err != nil {
-		g.metrics.failures.Increment(1)
-		if g.breaker.failure(now) {
-			g.metrics.breakerOpened.Increment(1)
+		var se *statusError
+		if errors.As(err, &se) && se.rejected() {
+			g.metrics.rejected.Increment(1) // refused, not an outage: no breaker (see globalFailed)
+		} else {
+			g.metrics.failures.Increment(1)
+			if g.breaker.failure(now) {
+				g.metrics.breakerOpened.Increment(1)
+			}
 		}
 		p.endLease(it, 0, now)
 		return
