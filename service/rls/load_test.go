@@ -107,7 +107,7 @@ func TestGRPCLoadFigures(t *testing.T) {
 
 func serveGRPC(t *testing.T, s pb.RateLimitServiceServer) string {
 	t.Helper()
-	g := grpc.NewServer()
+	g := grpc.NewServer(serverOptions(GRPCOptions{})...) // the floor and the service alike
 	pb.RegisterRateLimitServiceServer(g, s)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
