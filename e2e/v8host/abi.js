@@ -41,24 +41,32 @@ class Memory {
   setU32(p, v) { this.fresh(); this.dv.setUint32(p, v >>> 0, true); }
   setU64(p, v) { this.fresh(); this.dv.setBigUint64(p, BigInt.asUintN(64, v), true); }
 
-  // bytes returns a view of [p, p+n), valid until the memory grows.
-  bytes(p, n) {
+  // check refreshes the views and throws RangeError unless [p, p+n) is inside the memory.
+  check(p, n) {
     this.fresh();
     if (p < 0 || n < 0 || p + n > this.u8.length) throw new RangeError(`memory access ${p}+${n} out of range`);
+  }
+
+  // bytes returns a view of [p, p+n), valid until the memory grows.
+  bytes(p, n) {
+    this.check(p, n);
     return this.u8.subarray(p, p + n);
   }
 
   str(p, n) {
     if (n === 0) return '';
-    this.bytes(p, n); // bounds check
+    this.check(p, n);
     return this.node.latin1Slice(p, p + n);
   }
 
-  write(p, bytes) { this.bytes(p, bytes.length).set(bytes); }
+  write(p, bytes) {
+    this.check(p, bytes.length);
+    this.u8.set(bytes, p);
+  }
 
   // writeStr writes a binary string at p.
   writeStr(p, s) {
-    this.bytes(p, s.length);
+    this.check(p, s.length);
     this.node.latin1Write(s, p, s.length);
   }
 }

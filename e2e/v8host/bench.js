@@ -44,7 +44,7 @@ function lifecycle(wasm, rounds, batch) {
     return { c, p, vm: p.vms[0], cpu: 0, wall: 0n, n: 0, perRound: [] };
   });
   for (const s of states) for (let i = 0; i < 2000; i++) roundTrip(s.vm, benchRequest, upstream); // warm up
-  const counts = states.map((s) => [s.vm.hostCalls, s.vm.guestCalls, s.vm.guestAllocs]);
+  const counts = states.map((s) => [s.vm.hostCalls, s.vm.guestCalls, s.vm.guestAllocs, new Map(s.vm.callsByName)]);
   for (let r = 0; r < rounds; r++) {
     for (const s of states) {
       const c0 = cpuNs();
@@ -68,6 +68,8 @@ function lifecycle(wasm, rounds, batch) {
       guestcalls: (s.vm.guestCalls - counts[i][1]) / s.n,
       guestallocs: (s.vm.guestAllocs - counts[i][2]) / s.n,
       guest_mib: s.vm.mem.size() / (1 << 20),
+      hostcalls_by_name: Object.fromEntries([...s.vm.callsByName]
+        .map(([k, v]) => [k, (v - (counts[i][3].get(k) || 0)) / s.n]).filter(([, v]) => v > 0)),
     };
   });
 }

@@ -36,6 +36,7 @@ class VM {
     this.hostCalls = 0;
     this.guestAllocs = 0;
     this.guestCalls = 0; // calls into the guest's exports, allocator included
+    this.callsByName = new Map(); // host calls by "module.name"
     this.instance = new WebAssembly.Instance(plugin.module, this.imports());
     this.ex = this.instance.exports;
     this.mem = new Memory(this.ex.memory);
@@ -61,6 +62,7 @@ class VM {
     const vm = this;
     return function hostCall(a, b, c, d, e, f, g, h, i, j) {
       vm.hostCalls++;
+      vm.callsByName.set(key, (vm.callsByName.get(key) || 0) + 1);
       if (vm.allowed && !vm.allowed.has(key)) throw new RestrictedCallback(key);
       const prev = vm.allocs;
       vm.allocs = 0;
