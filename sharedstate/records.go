@@ -33,7 +33,9 @@ const MaxSlots = 1 << 20
 // finds no room (Placement NoRoom) and its caller decides what that means: a limit Table decides it
 // against its overflow state, the over-limit cache simply does not cache it.
 //
-// Two different keys with the same 64-bit fingerprint share one record (chance ~n²/2^65 for n keys).
+// A key's fingerprint and candidates come from a keyed hash (SipHash-2-4) under a secret that only the
+// proxy knows, so a client cannot pick a key value that shares another key's record or competes for
+// its slots; two different keys share a record only by chance (~n²/2^65 for n keys).
 type Records struct {
 	prefix   string
 	overflow string // the key of the overflow record
@@ -79,12 +81,10 @@ type candidates struct {
 	drawn [Candidates]uint32
 }
 
-// candidates returns the fingerprint of key and a generator of its candidate slots.
-func (r *Records) candidates(key []byte) candidates {
-	fp := fnv64(r.seed, key)
-	fp ^= fp >> 29 // FNV's low bits mix poorly; fold the high ones in before taking remainders
-	fp *= 0xbf58476d1ce4e5b9
-	fp ^= fp >> 32
+// candidates returns the fingerprint of key under the proxy's secret (see Updater) and a generator of
+// its candidate slots.
+func (r *Records) candidates(u *Updater, key []byte) candidates {
+	fp := sipHash24(u.k0^r.seed, u.k1, key)
 	return candidates{fp: fp, h: fp, max: min(Candidates, int(r.slots)), slots: r.slots}
 }
 
@@ -189,7 +189,7 @@ func (c *Cursor) Updater() *Updater { return c.u }
 // the updates made for it, whatever other keys do. When the key has no record and no slot can be
 // claimed, it returns Placement NoRoom without calling Edit.
 func (c *Cursor) Update(r *Records, key []byte, e Editor) (Result, error) {
-	cands := r.candidates(key)
+	cands := r.candidates(c.u, key)
 	fp := cands.fp
 	res := Result{}
 	for res.Attempts < c.u.maxAttempts {
@@ -266,7 +266,7 @@ func (c *Cursor) UpdateShared(key string, e Editor) (Result, error) {
 // Find returns key's payload in r, or ok=false when the key owns neither candidate. The payload may
 // alias the store's bytes (see Store) and is only valid until the next call on the Cursor.
 func (c *Cursor) Find(r *Records, key []byte) (payload []byte, ok bool, err error) {
-	cands := r.candidates(key)
+	cands := r.candidates(c.u, key)
 	for slot, more := cands.next(); more; slot, more = cands.next() {
 		c.keys[0] = r.SlotKey(c.keys[0][:0], int(slot))
 		v, _, err := c.u.Read(bytesString(c.keys[0]))

@@ -2,6 +2,7 @@ package sharedstate
 
 import (
 	"encoding/binary"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -78,7 +79,7 @@ func TestAKeyUsesTheCandidateItOwnsBeforeClaimingAnother(t *testing.T) {
 	}
 	got, _ := until(t, c, r, "k")
 	assert.Equal(t, int64(30), got)
-	assert.Equal(t, 2, s.Len(), "one record and the sentinel")
+	assert.Equal(t, 3, s.Len(), "one record, the sentinel and the secret")
 }
 
 func TestAnEditThatDeclinesWritesNothing(t *testing.T) {
@@ -118,4 +119,43 @@ func TestNewRecordsRejectsSizesOutsideOneToMaxSlots(t *testing.T) {
 		_, err := NewRecords("p", n)
 		assert.Error(t, err, "%d slots", n)
 	}
+}
+
+func TestEveryVMOfAProxyReadsTheSameSecretAndAnotherProxyAnother(t *testing.T) {
+	proxy := &yieldingStore{Store: NewMemStore()}
+	secrets := make(chan [2]uint64, 8)
+	var wg sync.WaitGroup
+	for range 8 { // eight VMs starting at once race to create the secret
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			u, err := NewUpdater(proxy, "sentinel", 0)
+			assert.NoError(t, err)
+			secrets <- [2]uint64{u.k0, u.k1}
+		}()
+	}
+	wg.Wait()
+	close(secrets)
+	first := <-secrets
+	for s := range secrets {
+		assert.Equal(t, first, s, "one secret per proxy")
+	}
+	other, err := NewUpdater(NewMemStore(), "sentinel", 0)
+	require.NoError(t, err)
+	assert.NotEqual(t, first, [2]uint64{other.k0, other.k1}, "another proxy draws its own")
+}
+
+func TestAKeysFingerprintDependsOnTheProxysSecret(t *testing.T) {
+	r, err := NewRecords("meshlimit/test/r", 1024)
+	require.NoError(t, err)
+	a, b := newCursor(t, NewMemStore()), newCursor(t, NewMemStore())
+	ca, cb := r.candidates(a.u, []byte("alice")), r.candidates(b.u, []byte("alice"))
+	assert.NotEqual(t, ca.fp, cb.fp, "a client that does not know the secret cannot compute it")
+}
+
+func TestSipHash24MatchesTheReferenceVectors(t *testing.T) {
+	k0, k1 := uint64(0x0706050403020100), uint64(0x0f0e0d0c0b0a0908) // key bytes 00..0f
+	msg := []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}
+	assert.Equal(t, uint64(0xa129ca6149be45e5), sipHash24(k0, k1, msg), "the paper's example: 15 bytes 00..0e")
+	assert.Equal(t, uint64(0x726fdb47dd0e0e31), sipHash24(k0, k1, nil), "the empty message")
 }

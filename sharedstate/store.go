@@ -30,9 +30,9 @@
 // at two to four times the number of keys active within one window of the longest limit (see
 // Candidates); the overflow count says when it is too small.
 //
-// Two different keys whose fingerprints are equal share one record (chance ~n²/2^65 for n keys).
-// FNV-1a is not a keyed hash: an attacker able to compute a 64-bit fingerprint collision with a
-// victim's key value would share that victim's state.
+// Fingerprints and candidate slots come from SipHash-2-4 keyed by a secret that every VM of the proxy
+// shares and no client knows (see Updater): a client cannot compute a key value that would share a
+// victim's record or aim at its slots; two keys share a record only by chance (~n²/2^65 for n keys).
 //
 // The package depends on algorithms for the decisions and on the SDK only in HostStore.
 package sharedstate

@@ -1,8 +1,10 @@
 package sharedstate
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 )
 
 // DefaultMaxAttempts is the number of read-compute-write rounds an update may take before it gives up
@@ -22,10 +24,15 @@ const DefaultMaxAttempts = 64
 // missing and fails with ErrCasMismatch if another worker created it meanwhile, which sends this worker
 // back to read what the other wrote. (Uniqueness holds until the host's 32-bit cas counter wraps, i.e.
 // for 2^32 writes between two updates of the same key.)
+//
+// The Updater also holds the proxy's secret, which keys the fingerprints of Records: 128 random bits
+// that the first Updater stores next to the sentinel (created that same create-if-absent way, so that
+// every VM of the proxy reads the same secret).
 type Updater struct {
 	store       Store
 	maxAttempts int
 	createCas   uint32
+	k0, k1      uint64 // the secret
 }
 
 // NewUpdater returns an Updater on s whose updates take at most maxAttempts rounds (DefaultMaxAttempts
@@ -49,7 +56,33 @@ func NewUpdater(s Store, sentinelKey string, maxAttempts int) (*Updater, error) 
 	if cas == 0 {
 		return nil, fmt.Errorf("sharedstate: sentinel %q has cas 0; the host does not number versions", sentinelKey)
 	}
-	return &Updater{store: s, maxAttempts: maxAttempts, createCas: cas}, nil
+	u := &Updater{store: s, maxAttempts: maxAttempts, createCas: cas}
+	if err := u.readSecret(sentinelKey + "/secret"); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// readSecret reads the proxy's secret from key, creating it (16 random bytes) if it is missing.
+func (u *Updater) readSecret(key string) error {
+	for range u.maxAttempts {
+		v, cas, err := u.Read(key)
+		if err != nil {
+			return err
+		}
+		if v != nil {
+			if len(v) != 16 {
+				return fmt.Errorf("sharedstate: secret %q has %d bytes, want 16", key, len(v))
+			}
+			u.k0, u.k1 = binary.LittleEndian.Uint64(v), binary.LittleEndian.Uint64(v[8:])
+			return nil
+		}
+		secret := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, rand.Uint64()), rand.Uint64())
+		if err := u.Write(key, secret, cas); err != nil && !errors.Is(err, ErrCasMismatch) {
+			return err
+		} // created, or another VM created it first: read what is there
+	}
+	return ErrContention
 }
 
 // Store returns the store the Updater works on.
