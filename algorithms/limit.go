@@ -51,6 +51,19 @@ func (k Kind) valid() bool { return k >= TokenBucket && k <= SlidingWindow }
 // bucket reports whether k is one of the two bucket algorithms, which use Burst.
 func (k Kind) bucket() bool { return k == TokenBucket || k == LeakyBucket }
 
+// TakesBurst reports whether a Limit of kind k may set Burst: true for the two buckets, false
+// for the window algorithms (whose Burst must be 0) and for an invalid Kind.
+func (k Kind) TakesBurst() bool { return k.bucket() }
+
+// MaxQuota returns the largest Quota a Limit of kind k accepts: MaxLogQuota for SlidingLog,
+// MaxQuota for the others.
+func (k Kind) MaxQuota() int64 {
+	if k == SlidingLog {
+		return MaxLogQuota
+	}
+	return MaxQuota
+}
+
 // ParseKind returns the Kind named s: "token_bucket", "leaky_bucket", "fixed_window",
 // "sliding_log" or "sliding_window".
 func ParseKind(s string) (Kind, error) {

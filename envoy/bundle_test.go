@@ -89,6 +89,7 @@ var checks = []check{
 	{"compose.yaml runs what envoy.yaml expects", checkCompose},
 	{"envoy.yaml and the Istio manifests fail the same way", checkFailStrategy},
 	{"the Dockerfile builds the service for the port every file uses", checkDockerfile},
+	{"every Redis refuses writes when full instead of evicting counters", checkRedisMemory},
 }
 
 // validate runs every check on b and joins their errors.
@@ -225,9 +226,17 @@ func TestMutationsFail(t *testing.T) {
 		{"a misspelled compose field fails", "compose.yaml",
 			`depends_on:`, `depend_on:`, `unknown field "depend_on"`},
 		{"a service deadline longer than the filter's call timeout fails", "compose.yaml",
-			`MESHLIMIT_TIMEOUT: 15ms`, `MESHLIMIT_TIMEOUT: 50ms`, "not below the plugin's global.timeout"},
-		{"a Kubernetes service deadline longer than the filter's call timeout fails", "istio/service.yaml",
-			`value: 15ms`, `value: 20ms`, "not below the plugin's global.timeout"},
+			`MESHLIMIT_TIMEOUT: 10ms`, `MESHLIMIT_TIMEOUT: 50ms`, "more than half the plugin's global.timeout"},
+		{"a Kubernetes service deadline of more than half the filter's call timeout fails", "istio/service.yaml",
+			`value: 10ms`, `value: 15ms`, "more than half the plugin's global.timeout"},
+		{"a Redis that evicts keys fails", "istio/redis.yaml",
+			`"--maxmemory-policy", "noeviction"`, `"--maxmemory-policy", "volatile-ttl"`, "want noeviction"},
+		{"a Compose Redis that evicts keys fails", "compose.yaml",
+			`"--maxmemory-policy", "noeviction"`, `"--maxmemory-policy", "allkeys-lru"`, "want noeviction"},
+		{"a Redis without maxmemory fails", "compose.yaml",
+			`"--maxmemory", "200mb", `, ``, "--maxmemory"},
+		{"a Redis whose maxmemory exceeds its container's limit fails", "istio/redis.yaml",
+			`"--maxmemory", "200mb"`, `"--maxmemory", "300mb"`, "not below the container's memory limit"},
 		{"a Dockerfile exposing another port fails", "Dockerfile",
 			`EXPOSE 8081`, `EXPOSE 8080`, "8080"},
 		{"a Dockerfile building another command fails", "Dockerfile",

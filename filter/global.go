@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/wire"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -64,9 +65,9 @@ const deadlineSlack = 5 * time.Millisecond
 const rejectLogEvery = 10 * time.Second
 
 func newGlobalClient(g *rules.Global) *globalClient {
-	h := [][2]string{{":method", "POST"}, {":path", g.Path}, {":authority", g.Authority}, {"content-type", "application/json"}}
+	h := [][2]string{{":method", "POST"}, {":path", g.Path}, {":authority", g.Authority}, {"content-type", wire.ContentType}}
 	if g.Secret != "" {
-		h = append(h, [2]string{"x-meshlimit-secret", g.Secret})
+		h = append(h, [2]string{wire.SecretHeader, g.Secret})
 	}
 	return &globalClient{
 		cfg:     g,
@@ -278,7 +279,7 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 			}
 			allowed = allowed && d.Allowed
 			if enforced {
-				s.outcomes = append(s.outcomes, rules.Outcome{Limit: &it.spec[k], Decision: d.decision()})
+				s.outcomes = append(s.outcomes, rules.Outcome{Limit: &it.spec[k], Decision: d.Algorithms()})
 				if d.Allowed {
 					s.delay = max(s.delay, d.DelayMs*int64(time.Millisecond)) // a global leaky bucket shapes too
 				}

@@ -462,7 +462,7 @@ func (v *validator) limits(path string, ljs []limitJSON, rule string) []LimitSpe
 			s.Limit.Kind = k
 		}
 		if lj.Burst.Set {
-			if k := s.Limit.Kind; k != algorithms.TokenBucket && k != algorithms.LeakyBucket && k != 0 {
+			if k := s.Limit.Kind; !k.TakesBurst() && k != 0 {
 				v.failf(lp+".burst", "only token_bucket and leaky_bucket take a burst, not %s", k)
 				ok = false
 			} else if lj.Burst.Value < 1 {

@@ -1,23 +1,26 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 // SecretHeader carries the optional shared secret between proxy and service.
-const SecretHeader = "x-meshlimit-secret"
+const SecretHeader = wire.SecretHeader
 
-// DefaultTimeout is the store deadline of one check when Config.Timeout is zero.
-const DefaultTimeout = 15 * time.Millisecond
+// DefaultTimeout is the store deadline of one check when Config.Timeout is zero: half the
+// filter's default global.timeout (20ms), so that on a loaded machine a slow store is answered
+// with a 503 well before the proxy gives up on the call (see API.md, "Deadlines").
+const DefaultTimeout = 10 * time.Millisecond
 
 // Config configures a Handler.
 type Config struct {
@@ -25,12 +28,12 @@ type Config struct {
 	Store Store
 	// Secret, when non-empty, must be sent in SecretHeader on /v1/check (401 otherwise).
 	Secret string
-	// Timeout bounds the store work of one check (default 15ms, below the filter's default
-	// global.timeout of 20ms, so that a slow store is answered with a 503 before the proxy gives
-	// up on the call). When it passes, the check is
-	// answered 503 at once.
+	// Timeout bounds the store work of one check (default DefaultTimeout, half the filter's
+	// default global.timeout of 20ms, so that a slow store is answered with a 503 before the
+	// proxy gives up on the call). When it passes, the check is answered 503 at once.
 	Timeout time.Duration
-	// MaxBodyBytes bounds a check body (default 64 KiB; larger bodies get 413).
+	// MaxBodyBytes bounds a check body (default and upper bound wire.MaxBodyBytes, 64 KiB;
+	// larger bodies get 413).
 	MaxBodyBytes int64
 	// Parse bounds descriptors and keys, and allows client time (ParseOptions).
 	Parse ParseOptions
@@ -44,20 +47,22 @@ type Config struct {
 //
 //	POST /v1/check  decide a batch of descriptors (API.md)
 //	GET  /healthz   the process is up
-//	GET  /readyz    the store answers (Redis PING)
+//	GET  /readyz    the store can decide (Store.Ping)
 //	GET  /metrics   Prometheus text format
+//
+// Every answer but 200 has a JSON body {"error": "..."}: 400, 401, 404, 405, 413 and 503.
 type Handler struct {
-	mux     *http.ServeMux
-	store   Store
-	limiter *Limiter
-	metrics *Metrics
-	secret  []byte
-	timeout time.Duration
-	maxBody int64
-	parse   ParseOptions
-	log     *slog.Logger
-	scratch sync.Pool    // *checkScratch
-	lastLog atomic.Int64 // unix ns of the last store error logged
+	store     Store
+	limiter   *Limiter
+	metrics   *Metrics
+	secret    []byte
+	timeout   time.Duration
+	maxBody   int64
+	parse     ParseOptions
+	log       *slog.Logger
+	scratch   sync.Pool    // *checkScratch
+	lastLog   atomic.Int64 // unix ns of the last store error logged
+	lastReady atomic.Int64 // unix ns of the last readiness failure logged
 }
 
 // NewHandler returns a Handler for cfg.
@@ -68,8 +73,8 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = defaultMaxBodyBytes
+	if cfg.MaxBodyBytes <= 0 || cfg.MaxBodyBytes > wire.MaxBodyBytes {
+		cfg.MaxBodyBytes = wire.MaxBodyBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -78,28 +83,46 @@ func NewHandler(cfg Config) (*Handler, error) {
 		cfg.Metrics = new(Metrics)
 	}
 	h := &Handler{
-		mux:     http.NewServeMux(),
 		store:   cfg.Store,
 		limiter: NewLimiter(cfg.Store, cfg.Metrics),
 		metrics: cfg.Metrics,
 		timeout: cfg.Timeout,
 		maxBody: cfg.MaxBodyBytes,
-		parse:   cfg.Parse.withDefaults(),
+		parse:   cfg.Parse,
 		log:     cfg.Logger,
 	}
 	if cfg.Secret != "" {
 		h.secret = []byte(cfg.Secret)
 	}
 	h.scratch.New = func() any { return new(checkScratch) }
-	h.mux.HandleFunc("POST /v1/check", h.check)
-	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, "ok\n") })
-	h.mux.HandleFunc("GET /readyz", h.ready)
-	h.mux.HandleFunc("GET /metrics", h.serveMetrics)
 	return h, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. It routes by exact path and answers a wrong method with
+// 405 and an Allow header, an unknown path with 404, both in JSON.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var serve http.HandlerFunc
+	allow := "GET, HEAD"
+	switch r.URL.Path {
+	case wire.Path:
+		serve, allow = h.check, "POST"
+	case "/healthz":
+		serve = func(w http.ResponseWriter, _ *http.Request) { writeText(w, "ok\n") }
+	case "/readyz":
+		serve = h.ready
+	case "/metrics":
+		serve = h.serveMetrics
+	default:
+		h.writeError(w, http.StatusNotFound, "no such path: the API serves "+wire.Path+", /healthz, /readyz and /metrics")
+		return
+	}
+	if r.Method != allow && !(allow == "GET, HEAD" && (r.Method == http.MethodGet || r.Method == http.MethodHead)) {
+		w.Header().Set("Allow", allow)
+		h.writeError(w, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": method not allowed (want "+allow+")")
+		return
+	}
+	serve(w, r)
+}
 
 func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	if h.secret != nil && subtle.ConstantTimeCompare([]byte(r.Header.Get(SecretHeader)), h.secret) != 1 {
@@ -112,43 +135,42 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		s.reset()
 		h.scratch.Put(s)
 	}()
-	var c Check
-	var err error
-	if rerr := s.readBody(http.MaxBytesReader(w, r.Body, h.maxBody), r.ContentLength); rerr != nil {
-		// Too large or broken: the strict decoder sees what was read, then the error, as it
-		// would have reading the body itself, and decides what to answer.
-		c, err = ParseCheckRequest(io.MultiReader(bytes.NewReader(s.body), errReader{rerr}), h.parse)
-	} else {
-		c, err = s.parseCheck(h.parse)
-	}
-	if err != nil {
-		var re *RequestError
+	if err := s.readBody(http.MaxBytesReader(w, r.Body, h.maxBody), r.ContentLength); err != nil {
 		var me *http.MaxBytesError
-		switch {
-		case errors.As(err, &re):
-			h.metrics.error(errBadRequest)
-			h.writeError(w, http.StatusBadRequest, re.Error())
-		case errors.As(err, &me):
+		if errors.As(err, &me) {
 			h.metrics.error(errTooLarge)
-			h.writeError(w, http.StatusRequestEntityTooLarge, "body: larger than the limit")
-		default: // the client went away or sent a broken body
-			h.metrics.error(errBadRequest)
-			h.writeError(w, http.StatusBadRequest, "body: "+err.Error())
+			h.writeError(w, http.StatusRequestEntityTooLarge, "body: larger than "+strconv.FormatInt(h.maxBody, 10)+" bytes")
+			return
 		}
+		h.metrics.error(errBadRequest) // the client went away or sent a broken body
+		h.writeError(w, http.StatusBadRequest, "body: "+err.Error())
 		return
 	}
+	if err := wire.DecodeRequest(s.body, h.parse, &s.req); err != nil {
+		h.metrics.error(errBadRequest)
+		h.writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	c := checkOf(&s.req)
 
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
 	o, err := h.limiter.check(ctx, c.Descriptors, c.Now, s.decs)
 	if err != nil {
 		kind := errStore
-		if ctx.Err() != nil {
+		switch {
+		case errors.Is(err, ErrStoreFull):
+			kind = errStoreFull
+		case ctx.Err() != nil:
 			kind = errTimeout
 		}
 		h.metrics.error(kind)
 		h.logStoreError(err, kind)
-		h.writeError(w, http.StatusServiceUnavailable, "store unavailable")
+		msg := "store unavailable"
+		if kind == errStoreFull {
+			msg = "store full: Redis refuses writes for lack of memory"
+		}
+		h.writeError(w, http.StatusServiceUnavailable, msg)
 		return
 	}
 	s.decs = o.Decisions
@@ -159,7 +181,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 
 // jsonContentType is the Content-Type header value of every JSON answer, shared (net/http
 // only reads it).
-var jsonContentType = []string{"application/json"}
+var jsonContentType = []string{wire.ContentType}
 
 // logStoreError logs a store failure, at most once a second so that an outage does not
 // flood the log (the metrics count every one).
@@ -176,25 +198,39 @@ func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), max(h.timeout, time.Second))
 	defer cancel()
 	if err := h.store.Ping(ctx); err != nil {
-		h.writeError(w, http.StatusServiceUnavailable, "store unavailable")
+		h.logReadyError(err)
+		h.writeError(w, http.StatusServiceUnavailable, "store not ready: "+err.Error())
 		return
 	}
 	writeText(w, "ok\n")
 }
 
 func (h *Handler) serveMetrics(w http.ResponseWriter, _ *http.Request) {
-	keys := -1
+	keys, evicted := -1, int64(-1)
 	if l, ok := h.store.(interface{ Len() int }); ok {
 		keys = l.Len()
 	}
+	if e, ok := h.store.(interface{ Evicted() int64 }); ok {
+		evicted = e.Evicted()
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	_ = h.metrics.writeTo(w, keys)
+	_ = h.metrics.writeTo(w, keys, evicted)
+}
+
+// logReadyError logs why the store is not ready, at most once a second.
+func (h *Handler) logReadyError(err error) {
+	now := time.Now().UnixNano()
+	last := h.lastReady.Load()
+	if now-last < int64(time.Second) || !h.lastReady.CompareAndSwap(last, now) {
+		return
+	}
+	h.log.Warn("store not ready", "err", err)
 }
 
 func (h *Handler) writeError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
-	_, _ = w.Write(appendError(nil, msg))
+	_, _ = w.Write(wire.AppendError(nil, msg))
 }
 
 func writeText(w http.ResponseWriter, s string) {

@@ -6,14 +6,12 @@ import (
 	"time"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
-// Descriptor is one limit of a check: charge Cost units to Key under Limit.
-type Descriptor struct {
-	Key   string
-	Limit algorithms.Limit
-	Cost  int64
-}
+// Descriptor is one limit of a check: charge Cost units to Key under Limit (the wire
+// contract's descriptor, as decoded from a check request).
+type Descriptor = wire.Descriptor
 
 // Outcome is the result of a check: one decision per descriptor, in request order.
 type Outcome struct {

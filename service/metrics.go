@@ -18,10 +18,11 @@ const (
 	errUnauthorized        // 401: the shared secret is missing or wrong
 	errStore               // 503: the store failed
 	errTimeout             // 503: the per-request deadline passed
+	errStoreFull           // 503: the store refused a write for lack of memory (ErrStoreFull)
 	numErrKinds
 )
 
-var errKindNames = [numErrKinds]string{"bad_request", "too_large", "unauthorized", "store", "timeout"}
+var errKindNames = [numErrKinds]string{"bad_request", "too_large", "unauthorized", "store", "timeout", "store_full"}
 
 // Decision outcomes counted by meshlimit_decisions_total.
 const (
@@ -70,8 +71,9 @@ func (m *Metrics) observe(d time.Duration) {
 }
 
 // WriteTo writes the metrics in the Prometheus text exposition format (version 0.0.4).
-// keys, when >= 0, is reported as the meshlimit_memory_keys gauge.
-func (m *Metrics) writeTo(w io.Writer, keys int) error {
+// keys, when >= 0, is reported as the meshlimit_memory_keys gauge; evicted, when >= 0, as the
+// meshlimit_store_evicted_keys_total counter.
+func (m *Metrics) writeTo(w io.Writer, keys int, evicted int64) error {
 	b := bufio.NewWriter(w)
 	help := func(name, typ, text string) {
 		b.WriteString("# HELP " + name + " " + text + "\n# TYPE " + name + " " + typ + "\n")
@@ -114,6 +116,10 @@ func (m *Metrics) writeTo(w io.Writer, keys int) error {
 	b.WriteString(lat + "_sum " + strconv.FormatFloat(float64(m.latencyNs.Load())/1e9, 'g', -1, 64) + "\n")
 	sample(lat+"_count", "", cum)
 
+	if evicted >= 0 {
+		help("meshlimit_store_evicted_keys_total", "counter", "Keys Redis evicted (each one a counter that starts over), as seen by /readyz probes.")
+		sample("meshlimit_store_evicted_keys_total", "", uint64(evicted))
+	}
 	if keys >= 0 {
 		help("meshlimit_memory_keys", "gauge", "Keys held by the in-memory store.")
 		b.WriteString("meshlimit_memory_keys " + strconv.FormatInt(int64(min(keys, math.MaxInt)), 10) + "\n")

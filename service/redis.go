@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/internal/fnv"
 )
 
 //go:embed lua/*.lua
@@ -25,9 +26,11 @@ type RedisConfig struct {
 	Addrs []string
 	// Username and Password authenticate with Redis AUTH when set.
 	Username, Password string
-	// KeyPrefix starts every key (default "ml:"). A descriptor's state key is
-	// KeyPrefix + "{" + key + "}:" + algorithm; the hash tag keeps everything a descriptor's
-	// script touches in one Redis Cluster slot, whatever else is added to the key later.
+	// KeyPrefix starts every key (default "ml:"); it may not hold "{" or "}". A descriptor's
+	// state key is KeyPrefix + "{" + tag + "}:" + algorithm + ":" + key, where tag is the
+	// FNV-1a hash of the key in 16 hex digits: the hash tag keeps every algorithm's key of a
+	// descriptor in one Redis Cluster slot, and since it is a hash, no byte of the key ("}"
+	// included) can choose the slot.
 	KeyPrefix string
 	// DialTimeout bounds connecting to a node (default 1s). Requests are bounded by their
 	// context, never by this.
@@ -53,6 +56,8 @@ type RedisStore struct {
 	client  rueidis.Client
 	prefix  string
 	scripts [len(algorithms.Kinds) + 1]*rueidis.Lua // indexed by Kind
+	sources [len(algorithms.Kinds) + 1]string       // the scripts' Lua, for SCRIPT LOAD
+	health  redisHealth
 }
 
 // NewRedisStore connects to Redis and returns a RedisStore. It fails if no address in
@@ -64,6 +69,9 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = "ml:"
 	}
+	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
+		return nil, fmt.Errorf("service: redis: key prefix %q: may not hold { or } (they would change the hash tag)", cfg.KeyPrefix)
+	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = time.Second
 	}
@@ -73,7 +81,7 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.scripts[k] = rueidis.NewLuaScript(src)
+		s.scripts[k], s.sources[k] = rueidis.NewLuaScript(src), src
 	}
 	c, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress:   cfg.Addrs,
@@ -87,6 +95,11 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 		return nil, fmt.Errorf("service: redis: %w", err)
 	}
 	s.client = c
+	// Load the scripts now, so that the first checks of a new replica need no NOSCRIPT round
+	// trip; a failure is not fatal: readiness (Ping) loads them before the replica takes traffic.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*cfg.DialTimeout)
+	defer cancel()
+	_ = s.loadScripts(ctx)
 	return s, nil
 }
 
@@ -115,9 +128,22 @@ func Script(kind algorithms.Kind) (string, error) {
 	return prefix + string(lib) + string(b), nil
 }
 
-// Key returns the Redis key that holds the state of req.
+// Key returns the Redis key that holds the state of req (see RedisConfig.KeyPrefix).
 func (s *RedisStore) Key(req Request) string {
-	return s.prefix + "{" + req.Key + "}:" + req.Limit.Kind.String()
+	kind := req.Limit.Kind.String()
+	var b strings.Builder // one allocation
+	b.Grow(len(s.prefix) + 20 + len(kind) + len(req.Key))
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	h := fnv.String(req.Key)
+	for shift := 60; shift >= 0; shift -= 4 {
+		b.WriteByte("0123456789abcdef"[h>>uint(shift)&0xf])
+	}
+	b.WriteString("}:")
+	b.WriteString(kind)
+	b.WriteByte(':')
+	b.WriteString(req.Key)
+	return b.String()
 }
 
 // Decide implements Store.
@@ -146,6 +172,10 @@ func (s *RedisStore) decide(ctx context.Context, req Request, ttlMs int64) (algo
 	}
 	v, err := s.scripts[l.Kind].Exec(ctx, s.client, []string{s.Key(req)}, args).AsIntSlice()
 	if err != nil {
+		if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "OOM ") {
+			s.health.oom.Add(1)
+			return algorithms.Decision{}, fmt.Errorf("%w: %v", ErrStoreFull, err)
+		}
 		return algorithms.Decision{}, fmt.Errorf("service: redis: %w", err)
 	}
 	if len(v) != 5 {
@@ -163,20 +193,6 @@ func (s *RedisStore) decide(ctx context.Context, req Request, ttlMs int64) (algo
 		d.RetryAfter = algorithms.RetryNever
 	}
 	return d, nil
-}
-
-// Ping implements Store: every known node must answer PING.
-func (s *RedisStore) Ping(ctx context.Context) error {
-	var errs []string
-	for addr, n := range s.client.Nodes() {
-		if err := n.Do(ctx, n.B().Ping().Build()).Error(); err != nil {
-			errs = append(errs, addr+": "+err.Error())
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("service: redis: ping: %s", strings.Join(errs, "; "))
-	}
-	return nil
 }
 
 // Close implements Store.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -97,12 +98,13 @@ func TestSaturationCausesNoErrorsAndBoundedMemory(t *testing.T) {
 	})
 	t.Run("redis store", func(t *testing.T) {
 		redis := startRedis(t)
-		answered, before, after := saturateStore(t, newRedisStore(t, redis.Addr()), conns, keys, d)
+		store := newRedisStore(t, redis.Addr())
+		answered, before, after := saturateStore(t, store, conns, keys, d)
 		n, err := redis.Do("DBSIZE")
 		require.NoError(t, err)
 		dbsize, _ := strconv.Atoi(n)
 		assert.LessOrEqual(t, dbsize, keys, "one key per descriptor key at most")
-		ttl, err := redis.Do("PTTL", "ml:{sat/0}:token_bucket")
+		ttl, err := redis.Do("PTTL", store.Key(Request{Key: "sat/0", Limit: algorithms.Limit{Kind: algorithms.TokenBucket}}))
 		require.NoError(t, err)
 		if ttl != "-2" { // the key exists: it must expire
 			ms, _ := strconv.Atoi(ttl)

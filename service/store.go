@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 // Store decides one descriptor atomically: it reads the descriptor's state, applies the
@@ -52,4 +53,4 @@ func (r Request) validate() error {
 }
 
 // maxTimeUs is the latest time the algorithms represent, 2^52 µs after the epoch.
-const maxTimeUs = 1 << 52
+const maxTimeUs = wire.MaxTimeUs

@@ -13,7 +13,11 @@
 //	-redis-flush-delay  MESHLIMIT_REDIS_FLUSH_DELAY  how long the Redis client may wait to batch
 //	                                                 concurrent scripts into one write (default
 //	                                                 100µs; 0: write at once)
-//	-timeout            MESHLIMIT_TIMEOUT            store deadline per check (default 15ms; keep it below the filter's global.timeout)
+//	-timeout            MESHLIMIT_TIMEOUT            store deadline per check (default 10ms: at most
+//	                                                 half the filter's global.timeout, 20ms by default)
+//	-max-conns          MESHLIMIT_MAX_CONNS          connections held at once (default 1024); at the cap
+//	                                                 the quietest idle one is closed for the new one
+//	-idle-timeout       MESHLIMIT_IDLE_TIMEOUT       how long a keep-alive connection may idle (default 30s)
 //	-max-keys           MESHLIMIT_MAX_KEYS           in-memory store key bound (default 1048576)
 //	-allow-client-time  MESHLIMIT_ALLOW_CLIENT_TIME  accept now_us in checks (tests only)
 //	-log-level          MESHLIMIT_LOG_LEVEL          debug, info, warn or error (default info)
@@ -36,6 +40,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -50,20 +55,17 @@ import (
 )
 
 func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv); err != nil {
-		log.Error("meshlimit-service", "err", err)
-		os.Exit(1)
-	}
+	code := realMain(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // options are the parsed flags and environment.
 type options struct {
 	listen, redis, redisUser, redisPass, secret, logLevel string
-	timeout, grace, flushDelay                            time.Duration
-	maxKeys                                               int
+	timeout, grace, flushDelay, idleTimeout               time.Duration
+	maxKeys, maxConns                                     int
 	allowClientTime                                       bool
 	rls                                                   rlsOptions
 }
@@ -77,6 +79,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	}
 	var o options
 	fs := flag.NewFlagSet("meshlimit-service", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // realMain reports errors in one line, and prints the usage for -h
 	fs.StringVar(&o.listen, "listen", env("MESHLIMIT_LISTEN", ":8080"), "address to serve on")
 	fs.StringVar(&o.redis, "redis", env("MESHLIMIT_REDIS", ""), "comma-separated Redis addresses (empty: in-memory store)")
 	fs.StringVar(&o.logLevel, "log-level", env("MESHLIMIT_LOG_LEVEL", "info"), "debug, info, warn or error")
@@ -86,6 +89,8 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&grace, "shutdown-grace", env("MESHLIMIT_SHUTDOWN_GRACE", "10s"), "time to finish requests on shutdown")
 	fs.StringVar(&maxKeys, "max-keys", env("MESHLIMIT_MAX_KEYS", "1048576"), "in-memory store key bound")
 	fs.StringVar(&allow, "allow-client-time", env("MESHLIMIT_ALLOW_CLIENT_TIME", "false"), "accept now_us in checks (tests only)")
+	maxConns := fs.String("max-conns", env("MESHLIMIT_MAX_CONNS", "1024"), "connections held at once; at the cap the quietest idle one is closed for the new one")
+	idleTimeout := fs.String("idle-timeout", env("MESHLIMIT_IDLE_TIMEOUT", "30s"), "how long a keep-alive connection may idle")
 	var rlsPoll, rlsReflection string
 	fs.StringVar(&o.rls.config, "ratelimit-config", env("MESHLIMIT_RATELIMIT_CONFIG", ""), "directory of envoyproxy/ratelimit YAML files (enables POST /json)")
 	fs.StringVar(&o.rls.grpcListen, "grpc-listen", env("MESHLIMIT_GRPC_LISTEN", ""), "address of the gRPC RateLimitService (needs -ratelimit-config)")
@@ -93,7 +98,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&rlsPoll, "ratelimit-poll", env("MESHLIMIT_RATELIMIT_POLL", "2s"), "how often the ratelimit config directory is checked")
 	fs.StringVar(&rlsReflection, "grpc-reflection", env("MESHLIMIT_GRPC_REFLECTION", "false"), "register gRPC reflection")
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		return o, withFlags(err, fs)
 	}
 	if d, err := time.ParseDuration(rlsPoll); err != nil || d <= 0 {
 		return o, fmt.Errorf("-ratelimit-poll: want a positive duration, got %q", rlsPoll)
@@ -124,6 +129,12 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	if o.allowClientTime, err = strconv.ParseBool(allow); err != nil {
 		return o, fmt.Errorf("-allow-client-time: want true or false, got %q", allow)
 	}
+	if o.maxConns, err = strconv.Atoi(*maxConns); err != nil || o.maxConns <= 0 {
+		return o, fmt.Errorf("-max-conns: want a positive integer, got %q", *maxConns)
+	}
+	if o.idleTimeout, err = time.ParseDuration(*idleTimeout); err != nil || o.idleTimeout <= 0 {
+		return o, fmt.Errorf("-idle-timeout: want a positive duration, got %q", *idleTimeout)
+	}
 	o.redisUser, o.redisPass = getenv("MESHLIMIT_REDIS_USERNAME"), getenv("MESHLIMIT_REDIS_PASSWORD")
 	o.secret = getenv("MESHLIMIT_SECRET")
 	return o, nil
@@ -134,11 +145,14 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 func run(ctx context.Context, args []string, getenv func(string) string) error {
 	o, err := parseOptions(args, getenv)
 	if err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return fmt.Errorf("-log-level: %w", err)
+		return usageError{fmt.Errorf("-log-level: want debug, info, warn or error, got %q", o.logLevel)}
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
@@ -149,7 +163,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	} else {
 		addrs := strings.Split(o.redis, ",")
 		if store, err = service.NewRedisStore(service.RedisConfig{Addrs: addrs, Username: o.redisUser, Password: o.redisPass, FlushDelay: o.flushDelay}); err != nil {
-			return err
+			return fmt.Errorf("-redis %s: %w", o.redis, err)
 		}
 		log.Info("store", "kind", "redis", "addrs", addrs, "flush_delay", o.flushDelay)
 	}
@@ -169,19 +183,13 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           front.handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	ln, err := net.Listen("tcp", o.listen)
+	tcp, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		return err
+		return fmt.Errorf("-listen %s: %w", o.listen, err)
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout)
+	ln := service.NewConnLimiter(tcp, o.maxConns)
+	srv := newServer(front.handler, ln, o.idleTimeout, log)
+	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout, "max_conns", o.maxConns)
 
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()

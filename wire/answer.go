@@ -1,0 +1,272 @@
+package wire
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+// Decision is one descriptor's decision in the answer to a check.
+type Decision struct {
+	// Allowed reports that the descriptor admitted the request (and was charged).
+	Allowed bool
+	// Limit is the descriptor's quota.
+	Limit int64
+	// Remaining is the units still available right after the decision.
+	Remaining int64
+	// ResetMs is the time until the full capacity is back, rounded up; 0 when nothing is used.
+	ResetMs int64
+	// RetryAfterMs is, when denied, the time until the same request would be admitted,
+	// rounded up; -1 when never (the cost exceeds the capacity); 0 when allowed.
+	RetryAfterMs int64
+	// DelayMs is how long to hold an admitted request (leaky_bucket's queue), rounded up.
+	DelayMs int64
+	// Skipped reports that the descriptor was not evaluated (nor charged): an earlier one
+	// denied the request. Only Limit is set.
+	Skipped bool
+}
+
+// FromAlgorithms returns the wire form of an algorithms decision (durations rounded up to
+// whole milliseconds, so that a client waiting that long is never early).
+func FromAlgorithms(d algorithms.Decision, skipped bool) Decision {
+	w := Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, ResetMs: ceilMs(d.Reset),
+		DelayMs: ceilMs(d.Delay), Skipped: skipped}
+	if d.RetryAfter == algorithms.RetryNever {
+		w.RetryAfterMs = -1
+	} else {
+		w.RetryAfterMs = ceilMs(d.RetryAfter)
+	}
+	return w
+}
+
+// Algorithms returns d as an algorithms decision: what the filter renders. RetryAfter is
+// RetryNever for -1 and kept only on a denial; a negative Remaining reads as 0.
+func (d Decision) Algorithms() (out algorithms.Decision) {
+	out.Allowed, out.Limit, out.Remaining = d.Allowed, d.Limit, max(d.Remaining, 0)
+	out.Reset = time.Duration(d.ResetMs) * time.Millisecond
+	out.Delay = time.Duration(max(d.DelayMs, 0)) * time.Millisecond
+	switch {
+	case d.RetryAfterMs < 0:
+		out.RetryAfter = algorithms.RetryNever
+	case !d.Allowed:
+		out.RetryAfter = time.Duration(d.RetryAfterMs) * time.Millisecond
+	}
+	return out
+}
+
+// AppendAnswerStart appends the start of an answer; AppendDecision then appends each
+// decision and AppendAnswerEnd closes the answer.
+func AppendAnswerStart(b []byte, allowed bool) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, allowed)
+	return append(b, `,"decisions":[`...)
+}
+
+// AppendAnswerEnd appends the end of an answer, with a newline.
+func AppendAnswerEnd(b []byte) []byte { return append(b, "]}\n"...) }
+
+// AppendDecision appends decision i (0 for the first) of an answer.
+func AppendDecision(b []byte, i int, d Decision) []byte {
+	if i > 0 {
+		b = append(b, ',')
+	}
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, d.Allowed)
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, d.Limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, d.Remaining, 10)
+	b = append(b, `,"reset_ms":`...)
+	b = strconv.AppendInt(b, d.ResetMs, 10)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, d.RetryAfterMs, 10)
+	if d.DelayMs > 0 {
+		b = append(b, `,"delay_ms":`...)
+		b = strconv.AppendInt(b, d.DelayMs, 10)
+	}
+	if d.Skipped {
+		b = append(b, `,"skipped":true`...)
+	}
+	return append(b, '}')
+}
+
+// AppendError appends the JSON error body {"error": msg} of every non-200 answer, with a
+// newline.
+func AppendError(b []byte, msg string) []byte {
+	b = append(b, `{"error":"`...)
+	for i := 0; i < len(msg); i++ {
+		switch c := msg[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c == 0x7f:
+			b = append(b, `\u00`...)
+			b = append(b, "0123456789abcdef"[c>>4], "0123456789abcdef"[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, "\"}\n"...)
+}
+
+// DecodeAnswer decodes the service's answer to a check of n descriptors, appending its
+// decisions to dst[:0]. Members it does not know are skipped (v1 only ever gains optional
+// members); known members of the wrong type, a member given twice, and a number of decisions
+// other than n are errors. It does not allocate unless it fails or dst is too small.
+func DecodeAnswer(body []byte, n int, dst []Decision) (allowed bool, decisions []Decision, err error) {
+	s := scanner{b: body}
+	decisions = dst[:0]
+	top := loc{desc: -1}
+	if !s.eat('{') {
+		return false, nil, answerErr(s.wrongType(top, "a JSON object"))
+	}
+	var seen int
+	for first := true; ; first = false {
+		name, ok, ferr := s.member(first, top)
+		if ferr != nil {
+			return false, nil, answerErr(ferr)
+		}
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "allowed":
+			ferr = once(&seen, 1, loc{desc: -1, field: "allowed"})
+			if ferr == nil {
+				allowed, ferr = s.boolean(loc{desc: -1, field: "allowed"})
+			}
+		case "decisions":
+			ferr = once(&seen, 2, loc{desc: -1, field: "decisions"})
+			if ferr == nil {
+				decisions, ferr = s.decisions(decisions)
+			}
+		default:
+			ferr = s.skip(top, 32) // an optional member of a later v1
+		}
+		if ferr != nil {
+			return false, nil, answerErr(ferr)
+		}
+	}
+	if s.space(); s.i != len(s.b) {
+		return false, nil, answerErr(&FieldError{Field: "body", Reason: "trailing data after the JSON object"})
+	}
+	switch {
+	case seen != 3:
+		return false, nil, answerErr(&FieldError{Field: "body", Reason: "want allowed and decisions"})
+	case len(decisions) != n:
+		return false, nil, answerErr(&FieldError{Field: "decisions", Reason: strconv.Itoa(len(decisions)) + " decisions for " + strconv.Itoa(n) + " descriptors"})
+	}
+	return allowed, decisions, nil
+}
+
+// answerErr returns e as an error (a nil *FieldError is not a nil error).
+func answerErr(e *FieldError) error { return e }
+
+// once marks bit in seen, or reports that the member at was given twice.
+func once(seen *int, bit int, at loc) *FieldError {
+	if *seen&bit != 0 {
+		return at.err(false, "given twice")
+	}
+	*seen |= bit
+	return nil
+}
+
+// decisions reads the array of decisions, appending to dst.
+func (s *scanner) decisions(dst []Decision) ([]Decision, *FieldError) {
+	if !s.eat('[') {
+		return dst, s.wrongType(loc{desc: -1, field: "decisions"}, "an array")
+	}
+	if s.eat(']') {
+		return dst, nil
+	}
+	for i := 0; ; i++ {
+		if i == MaxDescriptors {
+			return dst, loc{desc: -1, field: "decisions"}.err(false, "more than "+strconv.Itoa(MaxDescriptors))
+		}
+		dst = append(dst, Decision{})
+		if err := s.decision(i, &dst[i]); err != nil {
+			return dst, err
+		}
+		if s.eat(']') {
+			return dst, nil
+		}
+		if !s.eat(',') {
+			return dst, s.syntax("want , or ] after an array element")
+		}
+	}
+}
+
+// decision reads decision i into d.
+func (s *scanner) decision(i int, d *Decision) *FieldError {
+	if !s.eat('{') {
+		return s.wrongType(loc{desc: i, arr: "decisions"}, "an object")
+	}
+	var seen int
+	for first := true; ; first = false {
+		name, ok, err := s.member(first, loc{desc: i, arr: "decisions"})
+		if err != nil || !ok {
+			return err
+		}
+		bit, field := decisionField(name)
+		at := loc{desc: i, arr: "decisions", field: field}
+		if bit == 0 {
+			err = s.skip(loc{desc: i, arr: "decisions"}, 32) // an optional member of a later v1
+		} else if err = once(&seen, bit, at); err == nil {
+			err = s.decisionValue(bit, at, d)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// The members of a decision, as bits of a seen set.
+const (
+	dAllowed = 1 << iota
+	dLimit
+	dRemaining
+	dReset
+	dRetryAfter
+	dDelay
+	dSkipped
+)
+
+func decisionField(name []byte) (int, string) {
+	switch string(name) {
+	case "allowed":
+		return dAllowed, "allowed"
+	case "limit":
+		return dLimit, "limit"
+	case "remaining":
+		return dRemaining, "remaining"
+	case "reset_ms":
+		return dReset, "reset_ms"
+	case "retry_after_ms":
+		return dRetryAfter, "retry_after_ms"
+	case "delay_ms":
+		return dDelay, "delay_ms"
+	case "skipped":
+		return dSkipped, "skipped"
+	}
+	return 0, ""
+}
+
+func (s *scanner) decisionValue(bit int, at loc, d *Decision) (err *FieldError) {
+	switch bit {
+	case dAllowed:
+		d.Allowed, err = s.boolean(at)
+	case dSkipped:
+		d.Skipped, err = s.boolean(at)
+	case dLimit:
+		d.Limit, err = s.integer(at)
+	case dRemaining:
+		d.Remaining, err = s.integer(at)
+	case dReset:
+		d.ResetMs, err = s.integer(at)
+	case dRetryAfter:
+		d.RetryAfterMs, err = s.integer(at)
+	case dDelay:
+		d.DelayMs, err = s.integer(at)
+	}
+	return err
+}

@@ -1,0 +1,260 @@
+package wire
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+// DecodeRequest decodes and validates a /v1/check body into req, reusing req.Descriptors.
+// Every error it returns is a *FieldError naming the JSON path of the offending value.
+//
+// Decoding is strict, as service/API.md says: member names match exactly (case-sensitive),
+// a member given twice, an unknown member, a value of the wrong type, a number with a fraction
+// or an exponent, trailing data after the object, strings that are not valid UTF-8 (raw bytes
+// or overlong forms) or hold a lone surrogate escape, and values out of range are refused.
+func DecodeRequest(body []byte, opts DecodeOptions, req *Request) error {
+	opts = opts.withDefaults()
+	clear(req.Descriptors)
+	req.Descriptors, req.NowUs, req.HasNow = req.Descriptors[:0], 0, false
+	d := requestDecoder{scanner: scanner{b: body}, opts: opts}
+	if err := d.request(req); err != nil {
+		return err
+	}
+	return nil
+}
+
+type requestDecoder struct {
+	scanner
+	opts DecodeOptions
+}
+
+func (d *requestDecoder) request(req *Request) *FieldError {
+	top := loc{desc: -1}
+	switch c := d.peek(); {
+	case d.i == len(d.b):
+		return &FieldError{Field: "body", Reason: "empty; want a JSON object"}
+	case c == '{':
+		d.i++
+	default:
+		return d.wrongType(top, "a JSON object")
+	}
+	var seenDescriptors bool
+	for first := true; ; first = false {
+		name, ok, err := d.member(first, top)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		switch string(name) {
+		case "descriptors":
+			if seenDescriptors {
+				return &FieldError{Field: "descriptors", Reason: "given twice"}
+			}
+			seenDescriptors = true
+			if err := d.descriptors(req); err != nil {
+				return err
+			}
+		case "now_us":
+			at := loc{desc: -1, field: "now_us"}
+			if req.HasNow {
+				return at.err(false, "given twice")
+			}
+			if req.NowUs, err = d.integer(at); err != nil {
+				return err
+			}
+			req.HasNow = true
+		default:
+			return &FieldError{Field: fieldName(name), Reason: "unknown field"}
+		}
+	}
+	if d.space(); d.i != len(d.b) {
+		return &FieldError{Field: "body", Reason: "trailing data after the JSON object"}
+	}
+	return d.check(req, seenDescriptors)
+}
+
+// check validates what the request holds besides each descriptor.
+func (d *requestDecoder) check(req *Request, seenDescriptors bool) *FieldError {
+	if req.HasNow {
+		if !d.opts.AllowClientTime {
+			return &FieldError{Field: "now_us", Reason: "not accepted: the service uses its store's clock (client time is for tests)"}
+		}
+		if req.NowUs < 0 || req.NowUs > MaxTimeUs {
+			return &FieldError{Field: "now_us", Reason: "must be between 0 and " + strconv.FormatInt(MaxTimeUs, 10)}
+		}
+	}
+	if !seenDescriptors || len(req.Descriptors) == 0 {
+		return &FieldError{Field: "descriptors", Reason: "at least one descriptor is required"}
+	}
+	return nil
+}
+
+func (d *requestDecoder) descriptors(req *Request) *FieldError {
+	at := loc{desc: -1, field: "descriptors"}
+	if d.peek() != '[' {
+		return d.wrongType(at, "an array")
+	}
+	d.i++
+	if d.eat(']') {
+		return nil
+	}
+	for i := 0; ; i++ {
+		if i == d.opts.MaxDescriptors {
+			return at.err(false, "more than "+strconv.Itoa(d.opts.MaxDescriptors)+" descriptors")
+		}
+		req.Descriptors = append(req.Descriptors, Descriptor{})
+		if err := d.descriptor(i, &req.Descriptors[i]); err != nil {
+			return err
+		}
+		if d.eat(']') {
+			return nil
+		}
+		if !d.eat(',') {
+			return d.syntax("want , or ] after an array element")
+		}
+	}
+}
+
+// The members of a descriptor, as bits of a seen set.
+const (
+	fKey = 1 << iota
+	fAlgorithm
+	fQuota
+	fWindow
+	fBurst
+	fCost
+)
+
+// descriptor decodes and validates descriptor i into out.
+func (d *requestDecoder) descriptor(i int, out *Descriptor) *FieldError {
+	if d.peek() != '{' {
+		return d.wrongType(loc{desc: i}, "an object")
+	}
+	d.i++
+	var seen int
+	var windowMs int64
+	out.Cost = 1
+	for first := true; ; first = false {
+		name, ok, err := d.member(first, loc{desc: i})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		bit, field := descriptorField(name)
+		at := loc{desc: i, field: field}
+		switch {
+		case bit == 0:
+			return loc{desc: i, field: fieldName(name)}.err(false, "unknown field")
+		case seen&bit != 0:
+			return at.err(false, "given twice")
+		}
+		seen |= bit
+		if err := d.descriptorValue(bit, at, out, &windowMs); err != nil {
+			return err
+		}
+	}
+	return validate(i, seen, out, windowMs, d.opts.MaxKeyBytes)
+}
+
+// descriptorField returns the seen bit and the name of a descriptor member, or 0.
+func descriptorField(name []byte) (int, string) {
+	switch string(name) {
+	case "key":
+		return fKey, "key"
+	case "algorithm":
+		return fAlgorithm, "algorithm"
+	case "quota":
+		return fQuota, "quota"
+	case "window_ms":
+		return fWindow, "window_ms"
+	case "burst":
+		return fBurst, "burst"
+	case "cost":
+		return fCost, "cost"
+	}
+	return 0, ""
+}
+
+// descriptorValue decodes the value of member bit into out (window_ms into windowMs).
+func (d *requestDecoder) descriptorValue(bit int, at loc, out *Descriptor, windowMs *int64) *FieldError {
+	var err *FieldError
+	switch bit {
+	case fKey, fAlgorithm:
+		if d.peek() != '"' {
+			return d.wrongType(at, "a string")
+		}
+		var v []byte
+		if v, err = d.str(at, false); err != nil {
+			return err
+		}
+		if bit == fKey {
+			out.Key = string(v)
+			return nil
+		}
+		k, perr := algorithms.ParseKind(string(v))
+		if perr != nil {
+			return at.err(false, "unknown algorithm "+strconv.Quote(string(v))+" (want token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)")
+		}
+		out.Limit.Kind = k
+	case fQuota:
+		out.Limit.Quota, err = d.integer(at)
+	case fWindow:
+		*windowMs, err = d.integer(at)
+	case fBurst:
+		out.Limit.Burst, err = d.integer(at)
+	case fCost:
+		out.Cost, err = d.integer(at)
+	}
+	return err
+}
+
+// validate checks descriptor i against the bounds of service/API.md, which are those of
+// package algorithms, and sets its Window.
+func validate(i, seen int, out *Descriptor, windowMs int64, maxKeyBytes int) *FieldError {
+	at := func(field string) loc { return loc{desc: i, field: field} }
+	if seen&fKey == 0 {
+		return at("key").err(false, "required")
+	}
+	if err := CheckKey(out.Key, maxKeyBytes); err != nil {
+		return at("key").err(false, err.Error())
+	}
+	if seen&fAlgorithm == 0 {
+		return at("algorithm").err(false, "required (token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)")
+	}
+	l := &out.Limit
+	if maxQuota := l.Kind.MaxQuota(); l.Quota < 1 || l.Quota > maxQuota {
+		return at("quota").err(false, between(1, maxQuota, l.Quota)+" for "+l.Kind.String())
+	}
+	minMs, maxMs := int64(algorithms.MinWindow/time.Millisecond), int64(algorithms.MaxWindow/time.Millisecond)
+	if windowMs < minMs || windowMs > maxMs {
+		return at("window_ms").err(false, between(minMs, maxMs, windowMs))
+	}
+	l.Window = time.Duration(windowMs) * time.Millisecond
+	if !l.Kind.TakesBurst() && l.Burst != 0 {
+		return at("burst").err(false, "must be 0 or absent for "+l.Kind.String()+", got "+strconv.FormatInt(l.Burst, 10))
+	}
+	if l.Burst < 0 || l.Burst > algorithms.MaxQuota {
+		return at("burst").err(false, between(0, algorithms.MaxQuota, l.Burst))
+	}
+	if out.Cost < 1 || out.Cost > algorithms.MaxQuota {
+		return at("cost").err(false, between(1, algorithms.MaxQuota, out.Cost))
+	}
+	if err := l.Validate(); err != nil { // what the per-field checks cannot see: burst × window / quota
+		reason := err.Error()
+		if len(reason) > len("algorithms: ") && reason[:len("algorithms: ")] == "algorithms: " {
+			reason = reason[len("algorithms: "):]
+		}
+		return at("").err(false, reason)
+	}
+	return nil
+}
+
+func between(lo, hi, got int64) string {
+	return "must be between " + strconv.FormatInt(lo, 10) + " and " + strconv.FormatInt(hi, 10) + ", got " + strconv.FormatInt(got, 10)
+}

@@ -1,0 +1,146 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+// jsonRequest is the request as encoding/json would read it (names in any case, the last of
+// two members): looser than DecodeRequest, so everything DecodeRequest accepts it must read
+// the same way.
+type jsonRequest struct {
+	Descriptors []struct {
+		Key       string `json:"key"`
+		Algorithm string `json:"algorithm"`
+		Quota     int64  `json:"quota"`
+		WindowMs  int64  `json:"window_ms"`
+		Burst     int64  `json:"burst"`
+		Cost      *int64 `json:"cost"`
+	} `json:"descriptors"`
+	NowUs *int64 `json:"now_us"`
+}
+
+// FuzzDecodeRequest checks the strict decoder: it never panics, every error is a
+// *FieldError naming a field, everything it accepts is within the documented bounds, and
+// encoding/json reads what it accepts the same way.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, seed := range []string{
+		`{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":100,"window_ms":1000}]}`,
+		`{"now_us":1800000000000000,"descriptors":[{"key":"k","algorithm":"leaky_bucket","quota":7,"window_ms":1013,"burst":20,"cost":3}]}`,
+		`{"descriptors":[{"key":"a","algorithm":"fixed_window","quota":1,"window_ms":1},{"key":"b","algorithm":"sliding_log","quota":10000,"window_ms":34560000000}]}`,
+		`{"descriptors":[{"key":"\ud83d\ude00\u00e9\"","algorithm":"sliding_window","quota":1000000000000,"window_ms":1000,"cost":1000000000000}]}`,
+		`{"descriptors":[{"key":"\ud800","algorithm":"token_bucket","quota":1,"window_ms":1}]}`,
+		`{"descriptors":[{"key":"` + "\xc0\xaf" + `","algorithm":"token_bucket","quota":1,"window_ms":1}]}`,
+		`{"descriptors":[{"Key":"k","key":"k","algorithm":"token_bucket","quota":1,"window_ms":1}]}`,
+		`{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":1.0,"window_ms":1e3}]}`,
+		`{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":-0,"window_ms":-9223372036854775808}]}`,
+		`{"descriptors":[]}`, `{}`, `[]`, `null`, ``, `{`, `{"descriptors":[{}]} `, "\t{\"descriptors\" :[ ]}\n",
+	} {
+		f.Add([]byte(seed), true)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, allowTime bool) {
+		if len(body) > MaxBodyBytes {
+			return
+		}
+		var req Request
+		err := DecodeRequest(body, DecodeOptions{AllowClientTime: allowTime}, &req)
+		if err != nil {
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field == "" || fe.Reason == "" {
+				t.Fatalf("error %v (%T) does not name a field", err, err)
+			}
+			return
+		}
+		checkAccepted(t, body, &req, allowTime)
+	})
+}
+
+func checkAccepted(t *testing.T, body []byte, req *Request, allowTime bool) {
+	if n := len(req.Descriptors); n < 1 || n > MaxDescriptors || req.HasNow && !allowTime {
+		t.Fatalf("accepted %d descriptors, client time %v", n, req.HasNow)
+	}
+	var j jsonRequest
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&j); err != nil {
+		t.Fatalf("accepted %q, which encoding/json refuses: %v", body, err)
+	}
+	if len(j.Descriptors) != len(req.Descriptors) || (j.NowUs != nil) != req.HasNow || req.HasNow && *j.NowUs != req.NowUs {
+		t.Fatalf("%q: decoded %+v, encoding/json %+v", body, req, j)
+	}
+	for i, d := range req.Descriptors {
+		jd := j.Descriptors[i]
+		cost := int64(1)
+		if jd.Cost != nil {
+			cost = *jd.Cost
+		}
+		if d.Limit.Validate() != nil || CheckKey(d.Key, MaxKeyBytes) != nil || !utf8.ValidString(d.Key) || d.Cost < 1 || d.Cost > algorithms.MaxQuota {
+			t.Fatalf("descriptor %d: accepted %+v", i, d)
+		}
+		if d.Key != jd.Key || d.Limit.Kind.String() != jd.Algorithm || d.Limit.Quota != jd.Quota ||
+			d.Limit.Window != time.Duration(jd.WindowMs)*time.Millisecond || d.Limit.Burst != jd.Burst || d.Cost != cost {
+			t.Fatalf("%q: descriptor %d decoded %+v, encoding/json %+v", body, i, d, jd)
+		}
+	}
+}
+
+// FuzzDescriptorRoundTrip checks the contract on arbitrary parts: every valid limit and cost
+// the filter encodes, with any plugin, rule and key value, the service decodes to the same
+// limit and cost and to a key it accepts.
+func FuzzDescriptorRoundTrip(f *testing.F) {
+	f.Add("ns.plugin", "rule", uint64(42), "alice", uint8(1), int64(10), int64(1000), int64(20), int64(1))
+	f.Add("p", "r", uint64(0), "\xff\u0085\"\\", uint8(4), int64(10000), int64(34560000000), int64(0), int64(1000000000000))
+	f.Fuzz(func(t *testing.T, plugin, rule string, fp uint64, value string, kind uint8, quota, windowMs, burst, cost int64) {
+		l := algorithms.Limit{Kind: algorithms.Kind(kind), Quota: quota, Window: time.Duration(windowMs) * time.Millisecond, Burst: burst}
+		if windowMs <= 0 || windowMs > int64(algorithms.MaxWindow/time.Millisecond) || l.Validate() != nil || cost < 1 || cost > algorithms.MaxQuota {
+			return
+		}
+		b := AppendRequestEnd(AppendDescriptor(AppendRequestStart(nil), 0, Key{Plugin: plugin, Rule: rule, Fingerprint: fp, Value: value}, l, cost))
+		var req Request
+		if err := DecodeRequest(b, DecodeOptions{}, &req); err != nil {
+			t.Fatalf("the service refuses what the filter sent: %v\n%s", err, b)
+		}
+		if d := req.Descriptors[0]; d.Limit != l || d.Cost != cost {
+			t.Fatalf("sent %+v cost %d, decoded %+v", l, cost, d)
+		}
+	})
+}
+
+// FuzzDecodeAnswer checks the filter's answer decoder: it never panics, and what it accepts
+// the service's encoder writes back to an answer it decodes the same way.
+func FuzzDecodeAnswer(f *testing.F) {
+	for _, seed := range []string{
+		`{"allowed":true,"decisions":[{"allowed":true,"limit":100,"remaining":42,"reset_ms":580,"retry_after_ms":0}]}`,
+		`{"allowed":false,"decisions":[{"allowed":false,"limit":3,"remaining":0,"reset_ms":1,"retry_after_ms":-1,"delay_ms":4,"skipped":true,"x":{"y":["\u00e9",null]}}]}`,
+		`{"error":"store unavailable"}`, `{"allowed":true,"decisions":[]}`, `[`, ``,
+	} {
+		f.Add([]byte(seed), 1)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, n int) {
+		allowed, got, err := DecodeAnswer(body, n, nil)
+		if err != nil {
+			return
+		}
+		b := AppendAnswerStart(nil, allowed)
+		for i, d := range got {
+			if d.DelayMs < 0 {
+				d.DelayMs = 0 // written only when positive
+			}
+			got[i] = d
+			b = AppendDecision(b, i, d)
+		}
+		allowed2, got2, err := DecodeAnswer(AppendAnswerEnd(b), n, nil)
+		if err != nil || allowed2 != allowed || len(got2) != len(got) {
+			t.Fatalf("%q re-encoded as %q: %v", body, b, err)
+		}
+		for i := range got {
+			if got[i] != got2[i] {
+				t.Fatalf("decision %d: %+v, re-decoded %+v", i, got[i], got2[i])
+			}
+		}
+	})
+}
