@@ -30,16 +30,24 @@ import (
 var v8Flags = []string{"--no-liftoff", "--wasm-max-mem-pages=16384"}
 
 type scenario struct {
-	Name               string          `json:"name"`
-	Comment            string          `json:"comment"`
-	Config             json.RawMessage `json:"config"`
-	ConfigText         *string         `json:"config_text"`
-	Workers            int             `json:"workers"`
-	Steps              []scenarioStep  `json:"steps"`
+	Name               string            `json:"name"`
+	Comment            string            `json:"comment"`
+	Config             json.RawMessage   `json:"config"`
+	ConfigText         *string           `json:"config_text"`
+	Workers            int               `json:"workers"`
+	Module             string            `json:"module"` // meshlimit (default), or a host test guest: guest, badimport
+	Env                map[string]string `json:"env"`
+	Steps              []scenarioStep    `json:"steps"`
 	ExpectStartFailure *struct {
-		LogContains string `json:"log_contains"`
+		ErrorContains string `json:"error_contains"`
+		LogContains   string `json:"log_contains"`
 	} `json:"expect_start_failure"`
-	ExpectMetrics map[string]int64 `json:"expect_metrics"`
+	ExpectMetrics   map[string]int64 `json:"expect_metrics"`
+	ExpectFailedVMs []int            `json:"expect_failed_vms"`
+	// ExpectVMFailure is a substring of every failed VM's reason (engines word traps differently).
+	ExpectVMFailure string `json:"expect_vm_failure"`
+	// ExpectPollOneoff is how many times the guest may call poll_oneoff (ENOSYS in Envoy's #427 host).
+	ExpectPollOneoff int64 `json:"expect_poll_oneoff"`
 }
 
 type scenarioStep struct {
@@ -98,15 +106,23 @@ type outcome struct {
 	Steps           [][]observation  `json:"steps"`
 	Metrics         map[string]int64 `json:"metrics"`
 	FailedVMs       []int            `json:"failed_vms"`
+	VMFailures      []string         `json:"vm_failures"`
 	PollOneoffCalls int64            `json:"poll_oneoff_calls"`
 }
 
 func TestTheSharedScenariosRunAlikeOnWazeroAndV8(t *testing.T) {
-	wasm := module(t, "meshlimit")
+	modules := map[string]string{"meshlimit": filepath.Join("..", "build", "meshlimit.wasm")}
+	buildHostGuests(t, modules)
+	wasm := map[string][]byte{}
+	for name, path := range modules {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err, "%s is missing: run `make wasm`", path)
+		wasm[name] = b
+	}
 	files, err := filepath.Glob(filepath.Join("scenarios", "*.json"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files, "no scenarios in e2e/scenarios")
-	onV8 := runOnV8(t, files)
+	onV8 := runOnV8(t, modules, files)
 	for _, f := range files {
 		scs := readScenarios(t, f)
 		require.Len(t, onV8[filepath.Base(f)], len(scs), "the V8 host ran every scenario of %s", f)
@@ -114,7 +130,8 @@ func TestTheSharedScenariosRunAlikeOnWazeroAndV8(t *testing.T) {
 			t.Run(strings.TrimSuffix(filepath.Base(f), ".json")+"/"+sc.Name, func(t *testing.T) {
 				t.Parallel() // each scenario has its own process, clock and plugin
 				v8 := onV8[filepath.Base(f)][i]
-				wz := runOnWazero(t, wasm, sc)
+				require.Contains(t, wasm, sc.moduleName(), "the scenario's module")
+				wz := runOnWazero(t, wasm[sc.moduleName()], sc)
 				for engine, o := range map[string]outcome{"wazero": wz, "v8": v8} {
 					checkOutcome(t, engine, sc, o)
 				}
@@ -133,7 +150,8 @@ func sameOnBothEngines(t *testing.T, wz, v8 outcome) {
 			return
 		}
 	}
-	wz.StartError, v8.StartError = "", "" // each host words its own wrapper of Envoy's message
+	// Each host words its own wrapper of Envoy's messages and its engine's trap messages.
+	wz.StartError, v8.StartError, wz.VMFailures, v8.VMFailures = "", "", nil, nil
 	assert.Equal(t, wz, v8, "the engines diverge (expected: wazero, actual: V8)")
 }
 
@@ -148,15 +166,40 @@ func readScenarios(t *testing.T, file string) []scenario {
 	return scs
 }
 
+func (sc *scenario) moduleName() string {
+	if sc.Module == "" {
+		return "meshlimit"
+	}
+	return sc.Module
+}
+
+// buildHostGuests compiles the host tests' guest modules (internal/envoyhost/testdata), which
+// exercise host functions the filter does not use, and adds their paths to modules.
+func buildHostGuests(t *testing.T, modules map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"guest", "badimport"} {
+		out := filepath.Join(dir, name+".wasm")
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "../internal/envoyhost/testdata/"+name)
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+		b, err := cmd.CombinedOutput()
+		require.NoError(t, err, "building %s: %s", name, b)
+		modules[name] = out
+	}
+}
+
 // runOnV8 runs every file on the V8 host in one node process.
-func runOnV8(t *testing.T, files []string) map[string][]outcome {
+func runOnV8(t *testing.T, modules map[string]string, files []string) map[string][]outcome {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	require.NoError(t, err, "node (Node.js, whose V8 is the engine Envoy uses) is not installed: apt-get install nodejs. "+
 		"The shared scenarios must run on V8 as well as on wazero.")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	args := append(append([]string(nil), v8Flags...), filepath.Join("v8host", "main.js"), "scenarios", filepath.Join("..", "build", "meshlimit.wasm"))
+	args := append(append([]string(nil), v8Flags...), filepath.Join("v8host", "main.js"), "scenarios")
+	for name, path := range modules {
+		args = append(args, "--module", name+"="+path)
+	}
 	cmd := exec.CommandContext(ctx, node, append(args, files...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -174,7 +217,7 @@ func runOnWazero(t *testing.T, wasm []byte, sc scenario) outcome {
 	if sc.ConfigText != nil {
 		config = *sc.ConfigText
 	}
-	out := outcome{Name: sc.Name, CriticalLogs: []string{}, Steps: [][]observation{}, FailedVMs: []int{}}
+	out := outcome{Name: sc.Name, CriticalLogs: []string{}, Steps: [][]observation{}, FailedVMs: []int{}, VMFailures: []string{}}
 	critical := func(e envoyhost.LogEntry) {
 		if e.Level == envoyhost.LogCritical && !strings.HasPrefix(e.Message, "Function: ") {
 			out.CriticalLogs = append(out.CriticalLogs, e.Message)
@@ -184,6 +227,7 @@ func runOnWazero(t *testing.T, wasm []byte, sc scenario) outcome {
 	p, err := envoyhost.NewPlugin(context.Background(), wasm, envoyhost.Config{
 		VMID: "meshlimit", PluginName: "istio-system.meshlimit", RootID: "meshlimit", PluginConfig: []byte(config),
 		Workers: max(sc.Workers, 1), Clock: envoyhost.NewClock(epoch), Process: proc, LogLevel: envoyhost.LogInfo, OnLog: critical,
+		Env: sc.Env,
 	})
 	if err != nil {
 		out.StartFailed, out.StartError = true, err.Error()
@@ -200,8 +244,9 @@ func runOnWazero(t *testing.T, wasm []byte, sc scenario) outcome {
 	}
 	out.Metrics = metricValues(proc)
 	for _, vm := range p.VMs() {
-		if vm.Failed() != nil {
+		if err := vm.Failed(); err != nil {
 			out.FailedVMs = append(out.FailedVMs, vm.Index())
+			out.VMFailures = append(out.VMFailures, err.Error())
 		}
 	}
 	out.PollOneoffCalls = p.PollOneoffCalls()
@@ -312,11 +357,16 @@ func metricValues(proc *envoyhost.Process) map[string]int64 {
 // checkOutcome checks one engine's outcome against the scenario's expectations.
 func checkOutcome(t *testing.T, engine string, sc scenario, o outcome) {
 	t.Helper()
-	if sc.ExpectStartFailure != nil {
+	if f := sc.ExpectStartFailure; f != nil {
 		assert.True(t, o.StartFailed, "%s: plugin start must fail", engine)
-		assert.Contains(t, o.StartError, "Failed to configure base Wasm plugin", engine)
-		assert.True(t, containsLine(o.CriticalLogs, sc.ExpectStartFailure.LogContains),
-			"%s: a critical log line contains %q; got %q", engine, sc.ExpectStartFailure.LogContains, o.CriticalLogs)
+		if f.ErrorContains == "" {
+			f.ErrorContains = "Failed to configure base Wasm plugin"
+		}
+		assert.Contains(t, o.StartError, f.ErrorContains, engine)
+		if f.LogContains != "" {
+			assert.True(t, containsLine(o.CriticalLogs, f.LogContains),
+				"%s: a critical log line contains %q; got %q", engine, f.LogContains, o.CriticalLogs)
+		}
 		return
 	}
 	require.False(t, o.StartFailed, "%s: the plugin starts: %s %q", engine, o.StartError, o.CriticalLogs)
@@ -329,8 +379,11 @@ func checkOutcome(t *testing.T, engine string, sc scenario, o outcome) {
 	for name, want := range sc.ExpectMetrics {
 		assert.Equal(t, want, o.Metrics[name], "%s: metric %s", engine, name)
 	}
-	assert.Empty(t, o.FailedVMs, "%s: no VM fails", engine)
-	assert.Zero(t, o.PollOneoffCalls, "%s: the Go runtime never waits in poll_oneoff", engine)
+	assert.Equal(t, append([]int{}, sc.ExpectFailedVMs...), o.FailedVMs, "%s: the failed VMs %q", engine, o.VMFailures)
+	for _, reason := range o.VMFailures {
+		assert.Contains(t, reason, sc.ExpectVMFailure, "%s: why the VM failed", engine)
+	}
+	assert.Equal(t, sc.ExpectPollOneoff, o.PollOneoffCalls, "%s: poll_oneoff calls (the filter's Go runtime must never wait)", engine)
 }
 
 func checkStep(t *testing.T, where string, e expectation, obs []observation) {

@@ -1,7 +1,8 @@
 'use strict';
 // The V8 host's command line. Run it with Envoy's V8 flags:
 //
-//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js scenarios build/meshlimit.wasm e2e/scenarios/*.json
+//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js scenarios [--module NAME=PATH]... e2e/scenarios/*.json
+//     (NAME is a scenario's "module"; meshlimit defaults to build/meshlimit.wasm)
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js bench build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldstart build/meshlimit.wasm [workers]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js profile build/passthrough.wasm build/meshlimit.wasm CASE [n] [top]
@@ -20,9 +21,16 @@ function main(argv) {
   }
   const [cmd, ...args] = argv;
   switch (cmd) {
-    case 'scenarios':
-      process.stdout.write(JSON.stringify(run(args[0], args.slice(1))) + '\n');
+    case 'scenarios': {
+      const modules = { meshlimit: 'build/meshlimit.wasm' };
+      while (args[0] === '--module') {
+        const [name, file] = args[1].split('=');
+        modules[name] = file;
+        args.splice(0, 2);
+      }
+      process.stdout.write(JSON.stringify(run(modules, args)) + '\n');
       return;
+    }
     case 'bench': {
       const figures = lifecycle({ passthrough: args[0], meshlimit: args[1] }, Number(args[2] || 20), Number(args[3] || 2000));
       process.stdout.write(JSON.stringify({ engine: 'v8', node: process.version, v8: process.versions.v8, cases: figures }) + '\n');

@@ -37,16 +37,16 @@ function observe(s, action = '') {
   };
 }
 
-// runOne runs one scenario on a fresh process, clock and plugin.
-function runOne(module, bytes, sc) {
+// runOne runs one scenario on a fresh process, clock and plugin; mod is {bytes, module}.
+function runOne(mod, sc) {
   const out = { name: sc.name, start_failed: false, start_error: '', critical_logs: [], steps: [], metrics: {} };
   const plugin = new Plugin({
-    vmId: 'meshlimit', pluginName: 'istio-system.meshlimit', rootId: 'meshlimit', module,
-    pluginConfig: bin(sc.config_text !== undefined ? sc.config_text : JSON.stringify(sc.config)),
+    vmId: 'meshlimit', pluginName: 'istio-system.meshlimit', rootId: 'meshlimit', module: mod.module, env: sc.env,
+    pluginConfig: bin(sc.config_text !== undefined ? sc.config_text : JSON.stringify(sc.config) || ''),
     workers: sc.workers || 1, logLevel: LogLevel.info, clock: new Clock(epochNs), proc: new Process(),
   });
   try {
-    plugin.load(bytes);
+    plugin.load(mod.bytes);
   } catch (err) {
     out.start_failed = true;
     out.start_error = err.message;
@@ -59,6 +59,7 @@ function runOne(module, bytes, sc) {
   out.critical_logs = plugin.logs.filter((e) => e.level === 'critical' && !e.message.startsWith('Function: ')).map((e) => text(e.message));
   out.metrics = plugin.proc.metricValues();
   out.failed_vms = plugin.vms.filter((vm) => vm.failed).map((vm) => vm.index);
+  out.vm_failures = plugin.vms.filter((vm) => vm.failed).map((vm) => text(vm.failed));
   out.poll_oneoff_calls = plugin.pollCalls;
   plugin.close();
   return out;
@@ -92,13 +93,27 @@ function runStep(plugin, open, step) {
   return obs;
 }
 
-// run runs every scenario of the given files and returns {file: [results]}.
-function run(wasmPath, files) {
-  const bytes = fs.readFileSync(wasmPath);
-  const module = new WebAssembly.Module(bytes);
+// run runs every scenario of the given files and returns {file: [results]}. modules maps a module
+// name (a scenario's "module", meshlimit by default) to its file; each is compiled once, when first used.
+function run(modules, files) {
+  const compiled = {};
+  const get = (name) => {
+    if (!compiled[name]) {
+      if (!modules[name]) throw new Error(`no --module ${name}=PATH given`);
+      const bytes = fs.readFileSync(modules[name]);
+      let module = null;
+      try {
+        module = new WebAssembly.Module(bytes);
+      } catch (err) {
+        module = null; // the loader reports why, the way Envoy would
+      }
+      compiled[name] = { bytes, module };
+    }
+    return compiled[name];
+  };
   const results = {};
   for (const f of files) {
-    results[path.basename(f)] = JSON.parse(fs.readFileSync(f, 'utf8')).map((sc) => runOne(module, bytes, sc));
+    results[path.basename(f)] = JSON.parse(fs.readFileSync(f, 'utf8')).map((sc) => runOne(get(sc.module || 'meshlimit'), sc));
   }
   return results;
 }

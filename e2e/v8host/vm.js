@@ -8,7 +8,7 @@ const env = require('./env');
 
 class RestrictedCallback extends Error {
   constructor(fn) {
-    super('restricted_callback');
+    super(`restricted_callback (${fn})`);
     this.fn = fn;
   }
 }
