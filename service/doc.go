@@ -13,7 +13,10 @@
 //     package's integer formulas that computes identical decisions, called with EVALSHA through
 //     an auto-pipelining client. Works with standalone Redis and Redis Cluster.
 //
-// The wire API is documented in API.md next to this file.
+// The wire API is documented in API.md next to this file; its request and answer, their
+// bounds, encoders and decoders are package wire, which the filter imports too. The handler
+// decodes strictly (wire.DecodeRequest) and answers every error in JSON. ConnLimiter bounds
+// the connections a server holds; cmd/meshlimit-service serves the handler through one.
 //
 // # Several descriptors
 //

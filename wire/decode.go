@@ -197,11 +197,15 @@ func (d *requestDecoder) descriptorValue(bit int, at loc, out *Descriptor, windo
 			out.Key = string(v)
 			return nil
 		}
-		k, perr := algorithms.ParseKind(string(v))
-		if perr != nil {
+		out.Limit.Kind = 0
+		for _, k := range algorithms.Kinds { // not ParseKind: comparing does not allocate
+			if k.String() == string(v) {
+				out.Limit.Kind = k
+			}
+		}
+		if out.Limit.Kind == 0 {
 			return at.err(false, "unknown algorithm "+strconv.Quote(string(v))+" (want token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)")
 		}
-		out.Limit.Kind = k
 	case fQuota:
 		out.Limit.Quota, err = d.integer(at)
 	case fWindow:

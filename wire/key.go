@@ -83,10 +83,11 @@ func CheckKey(k string, maxBytes int) error {
 		return errors.New("required")
 	case len(k) > maxBytes:
 		return errors.New(strconv.Itoa(len(k)) + " bytes, at most " + strconv.Itoa(maxBytes) + " allowed")
+	case cleanText(k):
+		return nil
 	case !utf8.ValidString(k):
 		return errors.New("not valid UTF-8")
-	case !cleanText(k):
+	default:
 		return errors.New("contains a control character")
 	}
-	return nil
 }

@@ -111,6 +111,13 @@ func (s *scanner) str(at loc, name bool) ([]byte, *FieldError) {
 	s.i++ // the quote
 	start := s.i
 	for s.i < len(s.b) {
+		// The common case first: a run of printable ASCII that needs no decoding.
+		for s.i < len(s.b) && s.b[s.i] >= 0x20 && s.b[s.i] < utf8.RuneSelf && s.b[s.i] != '"' && s.b[s.i] != '\\' {
+			s.i++
+		}
+		if s.i == len(s.b) {
+			break
+		}
 		switch c := s.b[s.i]; {
 		case c == '"':
 			s.i++

@@ -31,7 +31,7 @@ var Policy = []Rule{
 	{"internal/fnv", nil},
 	{"internal/sfv", nil},
 	{"rules", []string{"algorithms", "internal/fnv"}},
-	{"wire", []string{"algorithms"}},
+	{"wire", []string{"algorithms", "internal/fnv"}},
 	// The SDK reaches sharedstate only through its host store (checked file by file below).
 	{"sharedstate", []string{"algorithms", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"abi", []string{"github.com/tetratelabs/proxy-wasm-go-sdk"}},
