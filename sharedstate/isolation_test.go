@@ -3,9 +3,12 @@ package sharedstate
 import (
 	"math/rand/v2"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/algorithms"
@@ -115,4 +118,34 @@ func TestAVictimIsDecidedAsIfAloneWhateverStreamOfMintedKeysArrives(t *testing.T
 		}
 		checkIsolation(t, in)
 	}
+}
+
+func TestAVictimGetsExactlyItsCapacityWhileEightWorkersMintKeysAroundIt(t *testing.T) {
+	const workers, perWorker, capacity = 8, 40, 100
+	store := &yieldingStore{Store: NewMemStore()}
+	tab := newTable(t, 4, tokenBucket(capacity, time.Hour)) // 4 slots: the minted keys fill the rest at once
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		u, err := NewUpdater(store, "sentinel", 1000)
+		require.NoError(t, err)
+		l := NewLimiter(u)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWorker { // a frozen clock: nothing refills, nobody goes idle
+				out, err := l.Take(tab, []byte("victim"), t0, 1)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if out.Allowed {
+					admitted.Add(1)
+				}
+				_, err = l.Take(tab, []byte("minted-"+strconv.Itoa(w*perWorker+i)), t0, 1)
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(capacity), admitted.Load(), "the victim's own bucket, untouched by 320 other keys")
 }
