@@ -1,12 +1,15 @@
 package service
 
 import (
-	"bufio"
 	"io"
-	"math"
+	"net/http"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/meshlimit/meshlimit/algorithms"
 )
@@ -34,95 +37,170 @@ const (
 
 var outcomeNames = [numOutcomes]string{"allowed", "denied", "skipped"}
 
-// latencyBuckets are the upper bounds, in seconds, of the store latency histogram.
-var latencyBuckets = [...]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
+// latencyBuckets are the upper bounds, in seconds, of the latency histograms.
+var latencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
 
-// Metrics counts what the service does, for Prometheus. The zero value is ready to use and
-// all methods are safe for concurrent use; nothing on the request path takes a lock.
+// Metrics counts what the service does on a Prometheus registry (github.com/prometheus/
+// client_golang), which also holds the standard process and Go runtime collectors. The zero
+// value is ready to use (NewMetrics is the same, spelled out); all methods are safe for
+// concurrent use. The counters of the request path are resolved once, so counting takes no
+// lock and looks nothing up.
 type Metrics struct {
-	checks    [2]atomic.Uint64 // requests answered 200: denied, allowed
-	decisions [len(algorithms.Kinds) + 1][numOutcomes]atomic.Uint64
-	errors    [numErrKinds]atomic.Uint64
-	latency   [len(latencyBuckets) + 1]atomic.Uint64 // the last is +Inf
-	latencyNs atomic.Uint64
+	once      sync.Once
+	reg       *prometheus.Registry
+	checks    [2]prometheus.Counter // requests answered 200: denied, allowed
+	decisions [len(algorithms.Kinds) + 1][numOutcomes]prometheus.Counter
+	errors    [numErrKinds]prometheus.Counter
+	latency   prometheus.Histogram
+	requests  *prometheus.CounterVec   // front, code
+	durations *prometheus.HistogramVec // front
+}
+
+// NewMetrics returns Metrics on a registry of their own.
+func NewMetrics() *Metrics {
+	m := new(Metrics)
+	m.init()
+	return m
+}
+
+func (m *Metrics) init() { m.once.Do(m.build) }
+
+func (m *Metrics) build() {
+	m.reg = prometheus.NewRegistry()
+	m.reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshlimit_checks_total", Help: "Check requests answered, by overall result.",
+	}, []string{"result"})
+	m.checks[0], m.checks[1] = checks.WithLabelValues("denied"), checks.WithLabelValues("allowed")
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshlimit_decisions_total",
+		Help: "Descriptor decisions, by algorithm and outcome (skipped: not evaluated after an earlier denial).",
+	}, []string{"algorithm", "result"})
+	for _, k := range algorithms.Kinds {
+		for o := range numOutcomes {
+			m.decisions[k][o] = decisions.WithLabelValues(k.String(), outcomeNames[o])
+		}
+	}
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshlimit_errors_total", Help: "Requests answered with an error, by kind.",
+	}, []string{"kind"})
+	for k := range numErrKinds {
+		m.errors[k] = errs.WithLabelValues(errKindNames[k])
+	}
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "meshlimit_store_duration_seconds",
+		Help:    "Duration of one store decision (a Redis round trip for the Redis store).",
+		Buckets: latencyBuckets,
+	})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshlimit_requests_total",
+		Help: "Decision requests answered, by front (http: /v1/check; grpc: Envoy's RateLimitService; json: /json) and code (the HTTP status, or the gRPC status name).",
+	}, []string{"front", "code"})
+	m.durations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "meshlimit_request_duration_seconds",
+		Help:    "Time to answer one decision request, by front.",
+		Buckets: latencyBuckets,
+	}, []string{"front"})
+	m.reg.MustRegister(checks, decisions, errs, m.latency, m.requests, m.durations)
+}
+
+// Registry returns the registry the metrics are on, for other parts of the service (the
+// rate limit service front) to register theirs.
+func (m *Metrics) Registry() *prometheus.Registry {
+	m.init()
+	return m.reg
 }
 
 func (m *Metrics) check(allowed bool) {
+	m.init()
 	if allowed {
-		m.checks[1].Add(1)
+		m.checks[1].Inc()
 	} else {
-		m.checks[0].Add(1)
+		m.checks[0].Inc()
 	}
 }
 
-func (m *Metrics) decision(k algorithms.Kind, outcome int) { m.decisions[k][outcome].Add(1) }
+func (m *Metrics) decision(k algorithms.Kind, outcome int) {
+	m.init()
+	m.decisions[k][outcome].Inc()
+}
 
-func (m *Metrics) error(kind int) { m.errors[kind].Add(1) }
+func (m *Metrics) error(kind int) {
+	m.init()
+	m.errors[kind].Inc()
+}
 
 // observe records one store call's duration.
 func (m *Metrics) observe(d time.Duration) {
-	s := d.Seconds()
-	i := 0
-	for i < len(latencyBuckets) && s > latencyBuckets[i] {
-		i++
-	}
-	m.latency[i].Add(1)
-	m.latencyNs.Add(uint64(max(d, 0)))
+	m.init()
+	m.latency.Observe(d.Seconds())
 }
 
-// WriteTo writes the metrics in the Prometheus text exposition format (version 0.0.4).
+// ObserveRequest records one answered request of a front ("http", "grpc", "json") with its
+// code and duration.
+func (m *Metrics) ObserveRequest(front, code string, d time.Duration) {
+	m.init()
+	m.requests.WithLabelValues(front, code).Inc()
+	m.durations.WithLabelValues(front).Observe(d.Seconds())
+}
+
+// Instrument returns next with the requests to path counted as front (their HTTP status
+// codes and durations); other paths pass through uncounted.
+func (m *Metrics) Instrument(front, path string, next http.Handler) http.Handler {
+	m.init()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != path {
+			next.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		sw := statusWriter{ResponseWriter: w, code: http.StatusOK}
+		next.ServeHTTP(&sw, r)
+		m.ObserveRequest(front, strconv.Itoa(sw.code), time.Since(start))
+	})
+}
+
+// statusWriter remembers the status code written.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// writeTo writes every metric in the Prometheus text exposition format (version 0.0.4).
 // keys, when >= 0, is reported as the meshlimit_memory_keys gauge; evicted, when >= 0, as the
 // meshlimit_store_evicted_keys_total counter.
 func (m *Metrics) writeTo(w io.Writer, keys int, evicted int64) error {
-	b := bufio.NewWriter(w)
-	help := func(name, typ, text string) {
-		b.WriteString("# HELP " + name + " " + text + "\n# TYPE " + name + " " + typ + "\n")
-	}
-	sample := func(name, labels string, v uint64) {
-		b.WriteString(name)
-		if labels != "" {
-			b.WriteString("{" + labels + "}")
+	m.init()
+	gs := prometheus.Gatherers{m.reg}
+	if keys >= 0 || evicted >= 0 {
+		store := prometheus.NewRegistry()
+		if evicted >= 0 {
+			store.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "meshlimit_store_evicted_keys_total",
+				Help: "Keys Redis evicted (each one a counter that starts over), as seen by /readyz probes.",
+			}, func() float64 { return float64(evicted) }))
 		}
-		b.WriteByte(' ')
-		b.WriteString(strconv.FormatUint(v, 10))
-		b.WriteByte('\n')
+		if keys >= 0 {
+			store.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "meshlimit_memory_keys", Help: "Keys held by the in-memory store.",
+			}, func() float64 { return float64(keys) }))
+		}
+		gs = append(gs, store)
 	}
-
-	help("meshlimit_checks_total", "counter", "Check requests answered, by overall result.")
-	sample("meshlimit_checks_total", `result="denied"`, m.checks[0].Load())
-	sample("meshlimit_checks_total", `result="allowed"`, m.checks[1].Load())
-
-	help("meshlimit_decisions_total", "counter", "Descriptor decisions, by algorithm and outcome (skipped: not evaluated after an earlier denial).")
-	for _, k := range algorithms.Kinds {
-		for o := range numOutcomes {
-			sample("meshlimit_decisions_total", `algorithm="`+k.String()+`",result="`+outcomeNames[o]+`"`, m.decisions[k][o].Load())
+	families, err := gs.Gather()
+	if err != nil {
+		return err
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range families {
+		if err := enc.Encode(f); err != nil {
+			return err
 		}
 	}
-
-	help("meshlimit_errors_total", "counter", "Requests answered with an error, by kind.")
-	for k := range numErrKinds {
-		sample("meshlimit_errors_total", `kind="`+errKindNames[k]+`"`, m.errors[k].Load())
-	}
-
-	const lat = "meshlimit_store_duration_seconds"
-	help(lat, "histogram", "Duration of one store decision (a Redis round trip for the Redis store).")
-	var cum uint64
-	for i, le := range latencyBuckets {
-		cum += m.latency[i].Load()
-		sample(lat+"_bucket", `le="`+strconv.FormatFloat(le, 'g', -1, 64)+`"`, cum)
-	}
-	cum += m.latency[len(latencyBuckets)].Load()
-	sample(lat+"_bucket", `le="+Inf"`, cum)
-	b.WriteString(lat + "_sum " + strconv.FormatFloat(float64(m.latencyNs.Load())/1e9, 'g', -1, 64) + "\n")
-	sample(lat+"_count", "", cum)
-
-	if evicted >= 0 {
-		help("meshlimit_store_evicted_keys_total", "counter", "Keys Redis evicted (each one a counter that starts over), as seen by /readyz probes.")
-		sample("meshlimit_store_evicted_keys_total", "", uint64(evicted))
-	}
-	if keys >= 0 {
-		help("meshlimit_memory_keys", "gauge", "Keys held by the in-memory store.")
-		b.WriteString("meshlimit_memory_keys " + strconv.FormatInt(int64(min(keys, math.MaxInt)), 10) + "\n")
-	}
-	return b.Flush()
+	return nil
 }

@@ -169,17 +169,19 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	}
 	defer store.Close()
 
+	metrics := service.NewMetrics()
 	h, err := service.NewHandler(service.Config{
 		Store:   store,
 		Secret:  o.secret,
 		Timeout: o.timeout,
 		Parse:   service.ParseOptions{AllowClientTime: o.allowClientTime},
 		Logger:  log,
+		Metrics: metrics,
 	})
 	if err != nil {
 		return err
 	}
-	front, err := startRLS(ctx, o.rls, store, h, o.timeout, nil, log)
+	front, err := startRLS(ctx, o.rls, store, h, o.timeout, metrics, log)
 	if err != nil {
 		return err
 	}

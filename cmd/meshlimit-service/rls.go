@@ -12,6 +12,7 @@ import (
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/rls"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 // rlsOptions are the flags of the envoyproxy/ratelimit-compatible front.
@@ -30,9 +31,10 @@ type rlsFront struct {
 	grpcAddr string
 }
 
-// startRLS loads the configuration, starts its watcher and prepares the gRPC server; it does
-// nothing when neither flag is set.
-func startRLS(ctx context.Context, o rlsOptions, store service.Store, h http.Handler, timeout time.Duration, m *rls.Metrics, log *slog.Logger) (*rlsFront, error) {
+// startRLS loads the configuration, starts its watcher and prepares the gRPC server; without
+// either flag it only counts /v1/check in sm (the "http" front).
+func startRLS(ctx context.Context, o rlsOptions, store service.Store, h http.Handler, timeout time.Duration, sm *service.Metrics, log *slog.Logger) (*rlsFront, error) {
+	h = sm.Instrument("http", wire.Path, h)
 	f := &rlsFront{handler: h, stop: func(context.Context) {}}
 	if o.config == "" {
 		if o.grpcListen != "" {
@@ -44,6 +46,7 @@ func startRLS(ctx context.Context, o rlsOptions, store service.Store, h http.Han
 	if err != nil {
 		return nil, fmt.Errorf("-ratelimit-response-headers: %w", err)
 	}
+	m := rls.NewMetrics(sm)
 	w, err := rlsconfig.NewWatcher(o.config, o.poll)
 	if err != nil {
 		return nil, fmt.Errorf("-ratelimit-config: %w", err)

@@ -3,6 +3,7 @@ package rls
 import (
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -24,27 +25,35 @@ const maxJSONBody = 1 << 20
 func (s *Server) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		resp, err := s.serveJSON(r)
-		s.cfg.Metrics.request(frontJSON, resp, err, time.Since(start))
-		if err != nil {
-			code := http.StatusServiceUnavailable
-			if status.Code(err) == codes.InvalidArgument {
-				code = http.StatusBadRequest
-			}
-			http.Error(w, status.Convert(err).Message(), code)
-			return
-		}
-		out, err := protojson.Marshal(resp)
-		if err != nil {
-			http.Error(w, "encoding the response: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		if resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT {
-			w.WriteHeader(http.StatusTooManyRequests)
-		}
-		_, _ = w.Write(out)
+		code := s.writeJSON(w, r)
+		s.cfg.Metrics.request(frontJSON, strconv.Itoa(code), time.Since(start))
 	})
+}
+
+// writeJSON answers one /json request and returns the status it wrote.
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request) int {
+	resp, err := s.serveJSON(r)
+	if err != nil {
+		code := http.StatusServiceUnavailable
+		if status.Code(err) == codes.InvalidArgument {
+			code = http.StatusBadRequest
+		}
+		http.Error(w, status.Convert(err).Message(), code)
+		return code
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		http.Error(w, "encoding the response: "+err.Error(), http.StatusInternalServerError)
+		return http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	code := http.StatusOK
+	if resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT {
+		code = http.StatusTooManyRequests
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write(out)
+	return code
 }
 
 // serveJSON decodes the request and decides it; decoding errors are InvalidArgument.

@@ -6,9 +6,8 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
 )
 
@@ -18,27 +17,21 @@ const (
 	frontJSON = "json"
 )
 
-// Metrics counts what the rate limit service front does. A nil *Metrics counts nothing.
+// Metrics counts what the rate limit service front does, on the service's registry: its
+// requests and their durations by front as meshlimit_requests_total and
+// meshlimit_request_duration_seconds (service.Metrics), the hits per domain and descriptor,
+// and the configuration's reloads. A nil *Metrics counts nothing.
 type Metrics struct {
-	requests *prometheus.CounterVec   // front, code
-	latency  *prometheus.HistogramVec // front
-	hits     *prometheus.CounterVec   // domain, descriptor, result
-	reloads  *prometheus.CounterVec   // result
+	service  *service.Metrics
+	hits     *prometheus.CounterVec // domain, descriptor, result
+	reloads  *prometheus.CounterVec // result
 	configOK prometheus.Gauge
 }
 
-// NewMetrics returns Metrics registered with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// NewMetrics returns Metrics registered on sm's registry.
+func NewMetrics(sm *service.Metrics) *Metrics {
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshlimit_rls_requests_total",
-			Help: "ShouldRateLimit requests answered, by front (grpc, json) and code (ok, over_limit, invalid, unavailable).",
-		}, []string{"front", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "meshlimit_rls_request_duration_seconds",
-			Help:    "Time to answer one ShouldRateLimit request, by front.",
-			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1},
-		}, []string{"front"}),
+		service: sm,
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshlimit_rls_hits_total",
 			Help: "Hits of descriptors that matched a limit, by domain, descriptor (the rule's path, or the values sent with detailed_metric or value_to_metric) and result (within_limit, over_limit, shadow_mode).",
@@ -53,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	m.configOK.Set(1)
-	reg.MustRegister(m.requests, m.latency, m.hits, m.reloads, m.configOK)
+	sm.Registry().MustRegister(m.hits, m.reloads, m.configOK)
 	return m
 }
 
@@ -71,25 +64,17 @@ func (m *Metrics) Reloaded(err error) {
 	m.configOK.Set(1)
 }
 
-func (m *Metrics) request(front string, resp *pb.RateLimitResponse, err error, d time.Duration) {
+// request records one answered request of a front with its code (the gRPC status name, or
+// the HTTP status of /json).
+func (m *Metrics) request(front, code string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	code := "ok"
-	switch {
-	case err != nil && status.Code(err) == codes.InvalidArgument:
-		code = "invalid"
-	case err != nil:
-		code = "unavailable"
-	case resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT:
-		code = "over_limit"
-	}
-	m.requests.WithLabelValues(front, code).Inc()
-	m.latency.WithLabelValues(front).Observe(d.Seconds())
+	m.service.ObserveRequest(front, code, d)
 }
 
 // decisions counts the hits of every descriptor that was counted against a limit.
-func (m *Metrics) decisions(c *rlsconfig.Config, req *pb.RateLimitRequest, plans []plan, sts []*pb.RateLimitResponse_DescriptorStatus) {
+func (m *Metrics) decisions(c *rlsconfig.Config, req *pb.RateLimitRequest, plans []plan) {
 	if m == nil {
 		return
 	}
@@ -100,10 +85,10 @@ func (m *Metrics) decisions(c *rlsconfig.Config, req *pb.RateLimitRequest, plans
 		}
 		result := "within_limit"
 		switch {
-		case sts[i].GetCode() == pb.RateLimitResponse_OVER_LIMIT:
-			result = "over_limit"
-		case sts[i].GetLimitRemaining() == 0 && p.rule.ShadowMode && sts[i].GetCurrentLimit() != nil:
+		case p.over && p.rule.ShadowMode:
 			result = "shadow_mode"
+		case p.over:
+			result = "over_limit"
 		}
 		m.hits.WithLabelValues(req.GetDomain(), descriptorLabel(c, req, i, p), result).Add(float64(p.hits))
 	}

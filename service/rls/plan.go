@@ -25,6 +25,7 @@ type plan struct {
 	limit rlsconfig.RateLimit // for planLimit (and Replaces for planUnlimited)
 	rule  rlsconfig.Rule      // the matched rule (zero for an override)
 	hits  int64
+	over  bool // decided: the count is over the limit (shadow or not)
 }
 
 // overrideUnits maps the units of Envoy's limit override to rlsconfig's.

@@ -71,7 +71,7 @@ func NewServer(cfg Config) (*Server, error) {
 func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	start := time.Now()
 	resp, err := s.decide(ctx, req)
-	s.cfg.Metrics.request(frontGRPC, resp, err, time.Since(start))
+	s.cfg.Metrics.request(frontGRPC, status.Code(err).String(), time.Since(start))
 	return resp, err
 }
 
@@ -109,7 +109,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rate
 			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	s.cfg.Metrics.decisions(rules, req, plans, resp.Statuses)
+	s.cfg.Metrics.decisions(rules, req, plans)
 	resp.ResponseHeadersToAdd = s.cfg.Headers.headers(resp.Statuses, plans)
 	return resp, nil
 }
@@ -151,6 +151,7 @@ func (s *Server) decideOne(ctx context.Context, req *pb.RateLimitRequest, i int,
 		LimitRemaining:     uint32(min(remaining, math.MaxUint32)),
 		DurationUntilReset: durationpb.New((reset + time.Second - 1).Truncate(time.Second)),
 	}
+	p.over = over
 	if over {
 		st.LimitRemaining = 0
 		if !p.rule.ShadowMode {

@@ -1,0 +1,94 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/rlsconfig"
+)
+
+// counters returns every sample of the counter family name as "label=value,...": value.
+func counters(t *testing.T, sm *service.Metrics, name string) map[string]float64 {
+	t.Helper()
+	fams, err := sm.Registry().Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var ls []string
+			for _, l := range m.GetLabel() {
+				ls = append(ls, l.GetName()+"="+l.GetValue())
+			}
+			out[strings.Join(ls, ",")] = value(m)
+		}
+	}
+	return out
+}
+
+func value(m *dto.Metric) float64 {
+	if m.GetCounter() != nil {
+		return m.GetCounter().GetValue()
+	}
+	return m.GetGauge().GetValue()
+}
+
+func TestMetricsCountHitsPerDescriptorAndRequestsPerFront(t *testing.T) {
+	sm := service.NewMetrics()
+	rules, err := rlsconfig.LoadDir("../rlsconfig/testdata/good")
+	require.NoError(t, err)
+	s, err := NewServer(Config{Store: memoryStore(t), Rules: func() *rlsconfig.Config { return rules },
+		Metrics: NewMetrics(sm), Now: func() time.Time { return minuteStart }})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for range 11 {
+		_, err := s.ShouldRateLimit(ctx, req("example6", desc("service", "s", "user", "user-a")))
+		require.NoError(t, err)
+	}
+	_, err = s.ShouldRateLimit(ctx, req("edge_proxy_per_ip", withHits(desc("remote_address", "50.0.0.5"), 3)))
+	require.NoError(t, err)
+	_, err = s.ShouldRateLimit(ctx, req("example8", desc("key1", `a"b`+"\n")))
+	require.NoError(t, err)
+	_, err = s.ShouldRateLimit(ctx, req("example10", desc("route", "api", "http_method", "GET", "subject_id", "1")))
+	require.NoError(t, err)
+	_, err = s.ShouldRateLimit(ctx, req(""))
+	require.Error(t, err)
+
+	assert.Equal(t, map[string]float64{
+		"descriptor=example6.service.user_user-a,domain=example6,result=within_limit":                     10,
+		"descriptor=example6.service.user_user-a,domain=example6,result=shadow_mode":                      1,
+		"descriptor=edge_proxy_per_ip.remote_address_50.0.0.5,domain=edge_proxy_per_ip,result=over_limit": 3,
+		"descriptor=example8.key1_a\"b\n,domain=example8,result=within_limit":                             1,
+		"descriptor=example10.route_api.http_method_GET.subject_id,domain=example10,result=within_limit":  1,
+	}, counters(t, sm, "meshlimit_rls_hits_total"))
+	assert.Equal(t, map[string]float64{"code=OK,front=grpc": 14, "code=InvalidArgument,front=grpc": 1},
+		counters(t, sm, "meshlimit_requests_total"))
+
+	rec := httptest.NewRecorder()
+	s.JSONHandler().ServeHTTP(rec, httptest.NewRequest("POST", "/json", strings.NewReader(`{"domain":"edge_proxy_per_ip","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.5"}]}]}`)))
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.Equal(t, 1.0, counters(t, sm, "meshlimit_requests_total")["code=429,front=json"])
+}
+
+func TestReloadsAreCounted(t *testing.T) {
+	sm := service.NewMetrics()
+	m := NewMetrics(sm)
+	m.Reloaded(nil)
+	m.Reloaded(errors.New("bad file"))
+	assert.Equal(t, map[string]float64{"result=ok": 1, "result=error": 1}, counters(t, sm, "meshlimit_rls_config_reloads_total"))
+	assert.Equal(t, map[string]float64{"": 0}, counters(t, sm, "meshlimit_rls_config_ok"))
+	m.Reloaded(nil)
+	assert.Equal(t, map[string]float64{"": 1}, counters(t, sm, "meshlimit_rls_config_ok"))
+}
