@@ -98,13 +98,12 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rate
 	if s.cfg.Now != nil {
 		now = s.cfg.Now()
 	}
-	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(plans))}
-	for i := range plans {
-		st, err := s.decideOne(ctx, req, i, &plans[i], now, sc)
-		if err != nil {
-			return nil, s.storeError(ctx, err)
-		}
-		resp.Statuses[i] = st
+	sts, err := s.decideAll(ctx, req, plans, now, sc)
+	if err != nil {
+		return nil, s.storeError(ctx, err)
+	}
+	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: sts}
+	for _, st := range sts {
 		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 		}
@@ -116,15 +115,24 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rate
 
 // decideOne decides descriptor i of req by its plan p.
 func (s *Server) decideOne(ctx context.Context, req *pb.RateLimitRequest, i int, p *plan, now time.Time, sc *scratch) (*pb.RateLimitResponse_DescriptorStatus, error) {
-	switch p.kind {
-	case planNone:
-		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}, nil
-	case planUnlimited:
-		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, nil
+	if p.kind != planLimit {
+		return staticStatus(p), nil
 	}
+	sc.key = appendKey(sc.key[:0], req.GetDomain(), req, i, p.limit.Unit)
+	return s.decideKey(ctx, string(sc.key), p, now)
+}
+
+// staticStatus is the status of a plan that counts nothing.
+func staticStatus(p *plan) *pb.RateLimitResponse_DescriptorStatus {
+	if p.kind == planUnlimited {
+		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+	}
+	return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+}
+
+// decideKey counts a planLimit descriptor under its counter key and returns its status.
+func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Time) (*pb.RateLimitResponse_DescriptorStatus, error) {
 	l := p.limit
-	sc.key = appendKey(sc.key[:0], req.GetDomain(), req, i, l.Unit)
-	key := string(sc.key)
 	var over bool
 	var remaining int64
 	var reset time.Duration
