@@ -112,15 +112,15 @@ func (p *parser) descriptor(n *yaml.Node, path, parentPath string, depth int, v2
 // rateLimit parses a rate_limit mapping.
 func (p *parser) rateLimit(n *yaml.Node, path string) (*RateLimit, error) {
 	r := &RateLimit{}
-	var unitNode, algoNode, rpuNode *yaml.Node
+	var at rateLimitNodes
 	unit := ""
 	err := p.fields(n, path, rateLimitFields, func(k string, v *yaml.Node, fp string) (err error) {
 		switch k {
 		case "unit":
-			unitNode = v
+			at.unit = v
 			unit, err = p.str(v, fp)
 		case "requests_per_unit":
-			rpuNode = v
+			at.rpu = v
 			r.RequestsPerUnit, err = p.uint32(v, fp)
 		case "unlimited":
 			r.Unlimited, err = p.boolean(v, fp)
@@ -129,7 +129,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*RateLimit, error) {
 		case "replaces":
 			r.Replaces, err = p.replaces(v, fp)
 		case "algorithm":
-			algoNode = v
+			at.algorithm = v
 			var s string
 			if s, err = p.str(v, fp); err == nil {
 				if r.Algorithm, err = algorithms.ParseKind(s); err != nil {
@@ -142,40 +142,51 @@ func (p *parser) rateLimit(n *yaml.Node, path string) (*RateLimit, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := p.checkRateLimit(r, unit, n, at, path); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// rateLimitNodes locates a rate_limit's fields for errors (nil when absent).
+type rateLimitNodes struct{ unit, rpu, algorithm *yaml.Node }
+
+// or returns n, or else def.
+func or(n, def *yaml.Node) *yaml.Node {
+	if n != nil {
+		return n
+	}
+	return def
+}
+
+// checkRateLimit checks the fields of a parsed rate_limit r (at n) together and sets its Unit.
+func (p *parser) checkRateLimit(r *RateLimit, unit string, n *yaml.Node, at rateLimitNodes, path string) error {
 	if r.Unlimited {
 		switch {
 		case unit != "":
-			return nil, p.errAt(unitNode, path+".unit", "must not be set when unlimited is true")
-		case algoNode != nil:
-			return nil, p.errAt(algoNode, path+".algorithm", "must not be set when unlimited is true")
+			return p.errAt(at.unit, path+".unit", "must not be set when unlimited is true")
+		case at.algorithm != nil:
+			return p.errAt(at.algorithm, path+".algorithm", "must not be set when unlimited is true")
 		}
 	} else {
 		u, ok := ParseUnit(unit)
 		if !ok {
-			at := unitNode
-			if at == nil {
-				at = n
-			}
-			return nil, p.errAt(at, path+".unit", "invalid unit %q (want second, minute, hour, day, week, month or year)", unit)
+			return p.errAt(or(at.unit, n), path+".unit", "invalid unit %q (want second, minute, hour, day, week, month or year)", unit)
 		}
 		r.Unit = u
 	}
 	for _, name := range r.Replaces {
 		if name == r.Name && name != "" {
-			return nil, p.errAt(n, path+".replaces", "must not name this limit itself (%q)", name)
+			return p.errAt(n, path+".replaces", "must not name this limit itself (%q)", name)
 		}
 	}
 	if r.Algorithm != 0 {
 		l := algorithms.Limit{Kind: r.Algorithm, Quota: int64(r.RequestsPerUnit), Window: r.Unit.Duration()}
 		if err := l.Validate(); err != nil {
-			at := rpuNode
-			if at == nil {
-				at = n
-			}
-			return nil, p.errAt(at, path+".requests_per_unit", "invalid for algorithm %v: %v", r.Algorithm, err)
+			return p.errAt(or(at.rpu, n), path+".requests_per_unit", "invalid for algorithm %v: %v", r.Algorithm, err)
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // replaces parses a list of {name: ...}.
