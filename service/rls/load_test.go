@@ -1,11 +1,13 @@
 package rls
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"slices"
@@ -19,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/service"
@@ -47,7 +50,9 @@ func benchEnv(name string, def int) int {
 // TestGRPCLoadFigures measures ShouldRateLimit's requests per second and latency against a
 // no-op gRPC server (the floor), both served by the same grpc.Server settings, with the same
 // load: MESHLIMIT_BENCH_CONNS (64) requests in flight over MESHLIMIT_BENCH_GRPC_CONNS (8)
-// HTTP/2 connections, one descriptor per request over 10,000 client addresses. The phases
+// HTTP/2 connections, one descriptor per request over 10,000 client addresses; and the same
+// requests on POST /json against a no-op HTTP handler, over 64 keep-alive connections (with
+// net/http's client: compare /json with its floor, not with the gRPC phases). The phases
 // alternate for MESHLIMIT_BENCH_ROUNDS (3) rounds of MESHLIMIT_BENCH_SECONDS (3) after a
 // warm-up; the figures are the medians. Loopback only, bounded, opt-in:
 //
@@ -69,40 +74,67 @@ func TestGRPCLoadFigures(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 
-	phases := []struct {
-		name string
-		addr string
-	}{{name: "grpc-floor", addr: serveGRPC(t, floorServer{})}, {name: "grpc-rls+redis", addr: serveGRPC(t, srv)}}
 	reqs := make([]*pb.RateLimitRequest, 10000)
 	for i := range reqs {
 		reqs[i] = &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlext.RateLimitDescriptor{
 			{Entries: []*rlext.RateLimitDescriptor_Entry{{Key: "remote_address", Value: fmt.Sprintf("10.0.%d.%d", i/256, i%256)}}}}}
 	}
+	bodies := make([][]byte, len(reqs))
+	for i, r := range reqs {
+		bodies[i], err = protojson.Marshal(r)
+		require.NoError(t, err)
+	}
+	jsonMux := http.NewServeMux()
+	jsonMux.Handle("POST /json", srv.JSONHandler())
+	floorHTTP := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"overallCode":"OK","statuses":[{"code":"OK"}]}`))
+	})
+	phases := []struct {
+		name string
+		addr string
+		http bool
+	}{
+		{name: "grpc-floor", addr: serveGRPC(t, floorServer{})}, {name: "grpc-rls+redis", addr: serveGRPC(t, srv)},
+		{name: "http-floor", addr: serveHTTP(t, floorHTTP), http: true}, {name: "json-rls+redis", addr: serveHTTP(t, jsonMux), http: true},
+	}
+	load := func(i int, d time.Duration) (grpcResult, error) {
+		if phases[i].http {
+			return jsonLoad(phases[i].addr, inflight, d, bodies)
+		}
+		return grpcLoad(phases[i].addr, nconns, inflight, d, reqs)
+	}
 	t.Logf("GOMAXPROCS %d, %s, %d in flight over %d connections, %d rounds of %v", runtime.GOMAXPROCS(0), runtime.Version(), inflight, nconns, rounds, d)
-	for _, p := range phases {
-		_, err := grpcLoad(p.addr, nconns, inflight, time.Second, reqs)
+	for i, p := range phases {
+		_, err := load(i, time.Second)
 		require.NoError(t, err, p.name)
 	}
 	results := map[string][]grpcResult{}
 	for r := range rounds {
 		for i := range phases {
-			p := phases[(i+r)%len(phases)]
-			res, err := grpcLoad(p.addr, nconns, inflight, d, reqs)
+			j := (i + r) % len(phases)
+			p := phases[j]
+			res, err := load(j, d)
 			require.NoError(t, err, p.name)
 			results[p.name] = append(results[p.name], res)
 			t.Logf("round %d %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d requests, %d errors)", r+1, p.name, res.rps, msOf(res.p50), msOf(res.p99), res.n, res.errors)
 		}
 	}
-	var ratios []float64
-	for r := range rounds {
-		ratios = append(ratios, results["grpc-rls+redis"][r].rps/results["grpc-floor"][r].rps)
-	}
 	for _, p := range phases {
 		m := medianGRPC(results[p.name])
 		t.Logf("median %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms", p.name, m.rps, msOf(m.p50), msOf(m.p99))
 	}
-	slices.Sort(ratios)
-	t.Logf("grpc-rls+redis / grpc-floor: median %.2f (rounds %.2f)", ratios[len(ratios)/2], ratios)
+	for _, pair := range [][2]string{{"grpc-rls+redis", "grpc-floor"}, {"json-rls+redis", "http-floor"}} {
+		var ratios, p99s []float64
+		for r := range rounds {
+			a, b := results[pair[0]][r], results[pair[1]][r]
+			ratios, p99s = append(ratios, a.rps/b.rps), append(p99s, float64(a.p99)/float64(b.p99))
+		}
+		slices.Sort(ratios)
+		slices.Sort(p99s)
+		t.Logf("%s / %s: throughput median %.2f (rounds %.2f), p99 median %.2f", pair[0], pair[1], ratios[len(ratios)/2], ratios, p99s[len(p99s)/2])
+	}
 }
 
 func serveGRPC(t *testing.T, s pb.RateLimitServiceServer) string {
@@ -141,6 +173,33 @@ func medianGRPC(rs []grpcResult) grpcResult {
 	}
 }
 
+func serveHTTP(t *testing.T, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// jsonLoad keeps inflight POST /json requests going over as many keep-alive connections for
+// d; a request counts when it answers 200.
+func jsonLoad(addr string, inflight int, d time.Duration, bodies [][]byte) (grpcResult, error) {
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: inflight, MaxConnsPerHost: inflight}}
+	defer c.CloseIdleConnections()
+	url := "http://" + addr + "/json"
+	return drive(inflight, d, func(i int) bool {
+		resp, err := c.Post(url, "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
 // grpcLoad keeps inflight calls going over nconns connections for d; a call counts when it
 // answers OK.
 func grpcLoad(addr string, nconns, inflight int, d time.Duration, reqs []*pb.RateLimitRequest) (grpcResult, error) {
@@ -153,6 +212,15 @@ func grpcLoad(addr string, nconns, inflight int, d time.Duration, reqs []*pb.Rat
 		defer c.Close()
 		clients[i] = pb.NewRateLimitServiceClient(c)
 	}
+	return drive(inflight, d, func(i int) bool {
+		resp, err := clients[i%nconns].ShouldRateLimit(context.Background(), reqs[i%len(reqs)])
+		return err == nil && resp.GetOverallCode() == pb.RateLimitResponse_OK
+	})
+}
+
+// drive runs call from inflight goroutines for d (goroutine g calls with g, g+inflight, ...)
+// and measures the successful calls.
+func drive(inflight int, d time.Duration, call func(i int) bool) (grpcResult, error) {
 	var wg sync.WaitGroup
 	lat := make([][]time.Duration, inflight)
 	errs := make([]int, inflight)
@@ -161,11 +229,9 @@ func grpcLoad(addr string, nconns, inflight int, d time.Duration, reqs []*pb.Rat
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := clients[g%nconns]
 			for i := g; time.Now().Before(end); i += inflight {
 				start := time.Now()
-				resp, err := c.ShouldRateLimit(context.Background(), reqs[i%len(reqs)])
-				if err != nil || resp.GetOverallCode() != pb.RateLimitResponse_OK {
+				if !call(i) {
 					errs[g]++
 					continue
 				}
