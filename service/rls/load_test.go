@@ -9,9 +9,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
@@ -135,6 +138,25 @@ func TestGRPCLoadFigures(t *testing.T) {
 		slices.Sort(p99s)
 		t.Logf("%s / %s: throughput median %.2f (rounds %.2f), p99 median %.2f", pair[0], pair[1], ratios[len(ratios)/2], ratios, p99s[len(p99s)/2])
 	}
+	redisBenchmark(t, rs, inflight, d)
+}
+
+// redisBenchmark runs redis-benchmark on the RLS front's exact store call: the fixed-window
+// script as a counter (quota 10^12, a one-second window, cost 1, Redis TIME) over 10,000 keys.
+func redisBenchmark(t *testing.T, rs *redistest.Server, conns int, d time.Duration) {
+	src, err := service.Script(algorithms.FixedWindow)
+	require.NoError(t, err)
+	sha, err := rs.Do("SCRIPT", "LOAD", src)
+	require.NoError(t, err)
+	args := []string{"-h", "127.0.0.1", "-p", strings.TrimPrefix(rs.Addr(), "127.0.0.1:"), "-c", strconv.Itoa(conns),
+		"-n", strconv.Itoa(30000 * int(d/time.Second)), "-r", "10000", "-q",
+		"evalsha", sha, "1", "ml:{rls:bench|remote_address=__rand_int__@second}:fixed_window", "1000000000000", "1000000", "0", "1", "1000"}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*d)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "redis-benchmark", args...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	lines := strings.FieldsFunc(string(out), func(r rune) bool { return r == '\r' || r == '\n' })
+	t.Logf("redis-benchmark %v\n%s", args, strings.TrimSpace(lines[len(lines)-1]))
 }
 
 func serveGRPC(t *testing.T, s pb.RateLimitServiceServer) string {
