@@ -189,6 +189,10 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	if err != nil {
 		return fmt.Errorf("-listen %s: %w", o.listen, err)
 	}
+	if n := fitToDescriptors(o.maxConns); n < o.maxConns {
+		log.Warn("-max-conns lowered to fit the descriptor limit (ulimit -n)", "max_conns", n, "asked", o.maxConns)
+		o.maxConns = n
+	}
 	ln := service.NewConnLimiter(tcp, o.maxConns)
 	srv := newServer(front.handler, ln, o.idleTimeout, log)
 	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout, "max_conns", o.maxConns)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/meshlimit/meshlimit/service"
@@ -75,6 +76,21 @@ Environment only:
   MESHLIMIT_REDIS_USERNAME  Redis ACL user
   MESHLIMIT_REDIS_PASSWORD  Redis password
 `)
+}
+
+// spareDescriptors is what fitToDescriptors leaves for everything but the HTTP connections:
+// Redis connections, listeners, the gRPC front, files.
+const spareDescriptors = 128
+
+// fitToDescriptors returns want, or less when the process's descriptor limit (RLIMIT_NOFILE)
+// cannot hold want connections and spareDescriptors more: past the limit, accept fails and
+// every new connection, checks included, waits in the kernel's queue.
+func fitToDescriptors(want int) int {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil || r.Cur > 1<<30 {
+		return want
+	}
+	return min(want, max(int(r.Cur)-spareDescriptors, 1))
 }
 
 // newServer returns the HTTP server of h on ln. A check is a small request answered in
