@@ -34,7 +34,7 @@ func (s *Server) decideAll(ctx context.Context, req *pb.RateLimitRequest, plans 
 	keys := make([]string, len(plans))
 	for i := range plans {
 		if plans[i].kind == planLimit {
-			keys[i] = string(appendKey(sc.key[:0], req.GetDomain(), req, i, plans[i].limit.Unit))
+			keys[i] = string(appendKey(sc.key[:0], req.GetDomain(), req, i, plans[i].limit.Unit, plans[i].rule.Shared))
 		} else {
 			sts[i] = staticStatus(&plans[i])
 		}

@@ -10,7 +10,8 @@
 //   - A limit counts in fixed windows aligned to the Unix epoch, keyed by the domain, the
 //     entries as sent and the unit (service.CountWindow): the configured requests_per_unit is
 //     not part of the key, so counts survive a reload and an override with the same unit
-//     shares the counter. The descriptor is OVER_LIMIT when the count after this call exceeds
+//     shares the counter. A wildcard level with share_threshold puts its pattern in the key in
+//     place of the value sent, so every value it matches counts together. The descriptor is OVER_LIMIT when the count after this call exceeds
 //     requests_per_unit; limit_remaining is the difference (0 when over) and
 //     duration_until_reset the time to the end of the window, in whole seconds.
 //   - Every descriptor is charged, even after one is over the limit

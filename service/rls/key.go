@@ -7,14 +7,20 @@ import (
 )
 
 // appendKey appends the counter key of a descriptor: "rls:" then the domain, each entry as
-// "|key=value", and "@unit", with '\', '|', '=' and '@' escaped by '\' so that two different
-// descriptors never share a key.
-func appendKey(b []byte, domain string, d *pb.RateLimitRequest, i int, unit rlsconfig.Unit) []byte {
+// "|key=value" (or "|key~pattern" where shared[j] names the pattern of a level that shares its
+// threshold), and "@unit", with '\', '|', '=', '~' and '@' escaped by '\' so that two
+// different descriptors never share a key.
+func appendKey(b []byte, domain string, d *pb.RateLimitRequest, i int, unit rlsconfig.Unit, shared []string) []byte {
 	b = append(b, "rls:"...)
 	b = appendEscaped(b, domain)
-	for _, e := range d.GetDescriptors()[i].GetEntries() {
+	for j, e := range d.GetDescriptors()[i].GetEntries() {
 		b = append(b, '|')
 		b = appendEscaped(b, e.GetKey())
+		if j < len(shared) && shared[j] != "" {
+			b = append(b, '~')
+			b = appendEscaped(b, shared[j])
+			continue
+		}
 		b = append(b, '=')
 		b = appendEscaped(b, e.GetValue())
 	}
@@ -25,7 +31,7 @@ func appendKey(b []byte, domain string, d *pb.RateLimitRequest, i int, unit rlsc
 func appendEscaped(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
-		case '\\', '|', '=', '@':
+		case '\\', '|', '=', '~', '@':
 			b = append(b, '\\', c)
 		default:
 			b = append(b, c)

@@ -109,8 +109,12 @@ func descriptorLabel(c *rlsconfig.Config, req *pb.RateLimitRequest, i int, p *pl
 	}
 	var b strings.Builder
 	b.WriteString(req.GetDomain())
-	for _, e := range entries {
-		b.WriteString("." + e.GetKey() + "_" + e.GetValue())
+	for j, e := range entries {
+		v := e.GetValue()
+		if j < len(p.rule.Shared) && p.rule.Shared[j] != "" {
+			v = p.rule.Shared[j]
+		}
+		b.WriteString("." + e.GetKey() + "_" + v)
 	}
 	return b.String()
 }

@@ -118,7 +118,7 @@ func (s *Server) decideOne(ctx context.Context, req *pb.RateLimitRequest, i int,
 	if p.kind != planLimit {
 		return staticStatus(p), nil
 	}
-	sc.key = appendKey(sc.key[:0], req.GetDomain(), req, i, p.limit.Unit)
+	sc.key = appendKey(sc.key[:0], req.GetDomain(), req, i, p.limit.Unit, p.rule.Shared)
 	return s.decideKey(ctx, string(sc.key), p, now)
 }
 

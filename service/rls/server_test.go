@@ -208,6 +208,17 @@ func TestProtocolOverGRPC(t *testing.T) {
 		{"a wildcard value counts each value sent apart",
 			[]*pb.RateLimitRequest{req("example9", withHits(desc("key1", "value1"), 20)), req("example9", desc("key1", "value2"))},
 			[]st{{ok, 20, 19, 60}}, ok},
+		{"share_threshold makes every value its wildcard matches count together",
+			[]*pb.RateLimitRequest{
+				req("example11", withHits(desc("files", "files/a.pdf"), 5)), req("example11", withHits(desc("files", "files/b.csv"), 5)),
+				req("example11", desc("files", "files/c.txt"))},
+			[]st{{over, 10, 0, 3600 - minuteStart.Unix()%3600}}, over},
+		{"without share_threshold each value a wildcard matches counts apart",
+			[]*pb.RateLimitRequest{req("example11", withHits(desc("files_no_share", "files_no_share/a.pdf"), 10)), req("example11", desc("files_no_share", "files_no_share/b.csv"))},
+			[]st{{ok, 10, 9, 3600 - minuteStart.Unix()%3600}}, ok},
+		{"a parent level's share_threshold shares the counter of its child's limit",
+			[]*pb.RateLimitRequest{req("example11", withHits(desc("route", "api/v1", "method", "GET"), 60)), req("example11", desc("route", "api/v2", "method", "GET"))},
+			[]st{{over, 60, 0, 60}}, over},
 		{"meshlimit's algorithm extension does not count a denied request",
 			[]*pb.RateLimitRequest{
 				req("units", withHits(desc("algo", "sliding"), 3)), req("units", desc("algo", "sliding")), req("units", desc("algo", "sliding"))},

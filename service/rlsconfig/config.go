@@ -37,6 +37,10 @@ type Rule struct {
 	// Path is the rule's place in the configuration, for metrics: the domain and each level's
 	// key, with "_value" when the rule has a value (the pattern for a wildcard), joined by ".".
 	Path string
+	// Shared is nil unless a level of the match shares its threshold (share_threshold): then
+	// Shared[i] is the wildcard pattern that stands for entry i's value in the counter's key,
+	// so that every value the pattern matches counts together ("" for the other entries).
+	Shared []string
 }
 
 // Entry is one key and value of a request's descriptor.
@@ -52,6 +56,7 @@ type Config struct {
 type node struct {
 	rule      Rule
 	v2m       bool            // this level's own value_to_metric
+	share     bool            // share_threshold: the values this wildcard matches count together
 	exact     map[Entry]*node // key and value (value "" for the key-only rule)
 	wildcards []wildcard      // in file order
 }
@@ -91,14 +96,23 @@ func (c *Config) Match(domain string, n int, entry func(i int) Entry) (r Rule, o
 	if level == nil {
 		return Rule{}, false
 	}
+	var shared []string
 	for i := range n {
 		e := entry(i)
-		next := level.find(e)
+		next, pattern, wild := level.findHow(e)
 		if next == nil {
 			return Rule{}, false
 		}
+		if wild && next.share {
+			if shared == nil {
+				shared = make([]string, n)
+			}
+			shared[i] = pattern
+		}
 		if i == n-1 {
-			return next.rule, true
+			r = next.rule
+			r.Shared = shared
+			return r, true
 		}
 		if len(next.exact) == 0 && len(next.wildcards) == 0 {
 			return Rule{}, false
@@ -110,7 +124,7 @@ func (c *Config) Match(domain string, n int, entry func(i int) Entry) (r Rule, o
 
 // find returns the rule of this level that e matches, or nil.
 func (l *node) find(e Entry) *node {
-	n, _ := l.findHow(e)
+	n, _, _ := l.findHow(e)
 	return n
 }
 
@@ -149,12 +163,14 @@ func (c *Config) MetricName(domain string, n int, entry func(i int) Entry) strin
 	b.WriteString(domain)
 	for i := range n {
 		e := entry(i)
-		next, how := level.findHow(e)
+		next, how, wild := level.findHow(e)
 		if next == nil {
 			return ""
 		}
 		b.WriteString("." + e.Key)
 		switch {
+		case wild && next.share:
+			b.WriteString("_" + how)
 		case next.v2m && e.Value != "":
 			b.WriteString("_" + e.Value)
 		case how != "":
@@ -166,19 +182,19 @@ func (c *Config) MetricName(domain string, n int, entry func(i int) Entry) strin
 }
 
 // findHow is find that also returns the configured value that matched ("" for the key-only
-// rule).
-func (l *node) findHow(e Entry) (*node, string) {
+// rule) and whether it is a wildcard that matched.
+func (l *node) findHow(e Entry) (n *node, value string, wildcard bool) {
 	if e.Value != "" {
 		if n := l.exact[e]; n != nil {
-			return n, e.Value
+			return n, e.Value, false
 		}
 		for _, w := range l.wildcards {
 			if w.key == e.Key && globMatch(w.parts, e.Value) {
-				return w.node, w.value
+				return w.node, w.value, true
 			}
 		}
 	}
-	return l.exact[Entry{Key: e.Key}], ""
+	return l.exact[Entry{Key: e.Key}], "", false
 }
 
 // splitStar splits a wildcard value at its '*'s.

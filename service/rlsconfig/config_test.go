@@ -28,9 +28,9 @@ func match(c *Config, domain string, es []Entry) (Rule, bool) {
 
 func TestTheDocumentedExamplesLoad(t *testing.T) {
 	c := loadGood(t)
-	assert.Equal(t, []string{"edge_proxy_per_ip", "example10", "example4", "example6", "example7", "example8",
+	assert.Equal(t, []string{"edge_proxy_per_ip", "example10", "example11", "example4", "example6", "example7", "example8",
 		"example9", "internal", "messaging", "mongo_cps", "units"}, c.Domains())
-	assert.Len(t, c.Files(), 11)
+	assert.Len(t, c.Files(), 12)
 }
 
 func TestMatch(t *testing.T) {
@@ -133,4 +133,26 @@ func TestGlobMatch(t *testing.T) {
 			assert.Equal(t, tc.want, globMatch(splitStar(tc.pattern), tc.value))
 		})
 	}
+}
+
+func TestShareThresholdNamesThePatternForTheSharedLevels(t *testing.T) {
+	c := loadGood(t)
+	for _, tc := range []struct {
+		name    string
+		entries []Entry
+		want    []string
+	}{
+		{"a shared wildcard stands for the value", entries("files", "files/a.pdf"), []string{"files/*"}},
+		{"a wildcard without share_threshold shares nothing", entries("files_no_share", "files_no_share/a.pdf"), nil},
+		{"a shared parent level stands for its value under a child's limit", entries("route", "api/v1", "method", "GET"), []string{"api/*", ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, ok := match(c, "example11", tc.entries)
+			require.True(t, ok)
+			require.NotNil(t, r.Limit)
+			assert.Equal(t, tc.want, r.Shared)
+		})
+	}
+	es := entries("route", "api/v1", "method", "GET")
+	assert.Equal(t, "example11.route_api/*.method", c.MetricName("example11", len(es), func(i int) Entry { return es[i] }))
 }

@@ -58,7 +58,7 @@ func (p *parser) descriptor(n *yaml.Node, path, parentPath string, depth int, v2
 	}
 	d := &node{}
 	var e Entry
-	var rl, children *yaml.Node
+	var rl, children, shareNode *yaml.Node
 	err := p.fields(n, path, descriptorFields, func(k string, v *yaml.Node, fp string) (err error) {
 		switch k {
 		case "key":
@@ -75,7 +75,10 @@ func (p *parser) descriptor(n *yaml.Node, path, parentPath string, depth int, v2
 			d.rule.DetailedMetric, err = p.boolean(v, fp)
 		case "value_to_metric":
 			d.v2m, err = p.boolean(v, fp)
-		case "quota_mode", "share_threshold":
+		case "share_threshold":
+			shareNode = v
+			d.share, err = p.boolean(v, fp)
+		case "quota_mode":
 			var on bool
 			if on, err = p.boolean(v, fp); err == nil && on {
 				err = p.errAt(v, fp, "not supported by meshlimit (remove it, or set it to false)")
@@ -92,6 +95,9 @@ func (p *parser) descriptor(n *yaml.Node, path, parentPath string, depth int, v2
 	}
 	if e.Key == "" {
 		return nil, Entry{}, p.errAt(n, path+".key", "required, and must not be empty")
+	}
+	if d.share && !strings.Contains(e.Value, "*") {
+		return nil, Entry{}, p.errAt(shareNode, path+".share_threshold", "only for a wildcard value (one with '*'), got %q", e.Value)
 	}
 	d.rule.Path = parentPath + "." + e.Key
 	if e.Value != "" {

@@ -32,8 +32,9 @@
 // rate_limit.algorithm (a meshlimit extension) selects one of meshlimit's five algorithms
 // (token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window) for a descriptor;
 // without it the descriptor counts as envoyproxy/ratelimit does (see package rls).
-// quota_mode and share_threshold are refused when true: they change what is counted and
-// answered, and meshlimit does not implement them. value_to_metric and metadata are accepted:
-// value_to_metric names the descriptor's metrics by the values sent, and metadata (returned by
+// share_threshold makes every value a wildcard matches count together (Rule.Shared).
+// quota_mode is refused when true: it changes which descriptors decide the answer, and
+// meshlimit does not implement it. value_to_metric and metadata are accepted: value_to_metric
+// names the descriptor's metrics by the values sent, and metadata (returned by
 // envoyproxy/ratelimit only as dynamic metadata, off by default) is checked and ignored.
 package rlsconfig
