@@ -8,12 +8,20 @@ import (
 )
 
 // DefaultMaxAttempts is the number of read-compute-write rounds an update may take before it gives up
-// with ErrContention. An attempt fails only when another worker wrote the same key between this one's
-// read and write, and every round has a winner. Under the worst interleaving (every worker yielding
-// between read and write; see TestEightWorkersOnOneKeyAdmitExactlyTheCapacity) one request of 8
-// contending workers was seen to need 58 rounds; 64 bounds the work of one request (a few host calls a
-// round) while leaving exhaustion to pathological contention, where the rule's failure mode decides.
-const DefaultMaxAttempts = 64
+// with ErrContention, which the filter leaves to the rule's failure mode (allow by default): every
+// exhausted update of a limit is an admission that charged nothing. An attempt fails only when another
+// worker wrote the same key between this one's read and write, so a request loses at most one round per
+// write the others make meanwhile, and a limit's writes are its admissions (a denial writes nothing).
+// That is not bounded by the number of workers: under a convoy, where the winner of a round reaches its
+// next read and write before the losers do (a first-in-first-out scheduler; the e2e host yielding on
+// every shared-data call), one worker can win round after round, and a loser loses one round per
+// admission of the others until the bucket runs dry. With 8 VMs on a bucket of 100, requests were seen
+// losing 90 rounds, and the former bound of 64 let about one run in ten admit 101 or more (see
+// TestARequestStarvedWhileAnotherWorkerDrainsTheBucketIsDeniedNotWavedThrough). The bound must therefore
+// exceed the admissions the others can make while one request retries: 1024 keeps decisions exact under
+// any interleaving for a burst below 1024 (refill aside), and still bounds the work of one request (two
+// host calls a round, a few milliseconds at most) should a store break its contract.
+const DefaultMaxAttempts = 1024
 
 // Updater performs bounded compare-and-swap updates on a Store.
 //
