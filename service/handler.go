@@ -101,27 +101,40 @@ func NewHandler(cfg Config) (*Handler, error) {
 // ServeHTTP implements http.Handler. It routes by exact path and answers a wrong method with
 // 405 and an Allow header, an unknown path with 404, both in JSON.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var serve http.HandlerFunc
-	allow := "GET, HEAD"
 	switch r.URL.Path {
 	case wire.Path:
-		serve, allow = h.check, "POST"
+		if h.method(w, r, http.MethodPost) {
+			h.check(w, r)
+		}
 	case "/healthz":
-		serve = func(w http.ResponseWriter, _ *http.Request) { writeText(w, "ok\n") }
+		if h.method(w, r, http.MethodGet) {
+			writeText(w, "ok\n")
+		}
 	case "/readyz":
-		serve = h.ready
+		if h.method(w, r, http.MethodGet) {
+			h.ready(w, r)
+		}
 	case "/metrics":
-		serve = h.serveMetrics
+		if h.method(w, r, http.MethodGet) {
+			h.serveMetrics(w, r)
+		}
 	default:
 		h.writeError(w, http.StatusNotFound, "no such path: the API serves "+wire.Path+", /healthz, /readyz and /metrics")
-		return
 	}
-	if r.Method != allow && !(allow == "GET, HEAD" && (r.Method == http.MethodGet || r.Method == http.MethodHead)) {
-		w.Header().Set("Allow", allow)
-		h.writeError(w, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": method not allowed (want "+allow+")")
-		return
+}
+
+// method reports whether r's method is want (GET admits HEAD too); otherwise it answers 405.
+func (h *Handler) method(w http.ResponseWriter, r *http.Request, want string) bool {
+	if r.Method == want || want == http.MethodGet && r.Method == http.MethodHead {
+		return true
 	}
-	serve(w, r)
+	allow := want
+	if want == http.MethodGet {
+		allow = "GET, HEAD"
+	}
+	w.Header().Set("Allow", allow)
+	h.writeError(w, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": method not allowed (want "+allow+")")
+	return false
 }
 
 func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
