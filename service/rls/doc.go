@@ -21,7 +21,8 @@
 //   - unlimited: OK with limit_remaining 4294967295 and nothing counted. shadow_mode: OK, with
 //     limit_remaining 0 once over. A matched limit's replaces drops, across the request, every
 //     limit of that name (OK, not counted).
-//   - overall_code is OVER_LIMIT when any descriptor is.
+//   - overall_code is OVER_LIMIT when a descriptor not in quota_mode is, or when every
+//     quota_mode descriptor of the request is.
 //
 // With rate_limit.algorithm (a meshlimit extension) a descriptor is decided by that algorithm
 // with requests_per_unit per unit instead: a denied request is then not counted, as everywhere

@@ -44,23 +44,26 @@ func ParseHeaderMode(s string) (HeaderMode, error) {
 func (m HeaderMode) headers(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core.HeaderValue {
 	switch m {
 	case HeadersDraft03:
-		return draft03(sts)
+		return draft03(sts, plans)
 	case HeadersIETF:
 		return ietf(sts, plans)
 	}
 	return nil
 }
 
-// draft03 describes the descriptor chosen as envoyproxy/ratelimit chooses it.
-func draft03(sts []*pb.RateLimitResponse_DescriptorStatus) []*core.HeaderValue {
+// draft03 describes the descriptor chosen as envoyproxy/ratelimit chooses it: the last one
+// over its limit (a quota-mode one only competes on remaining), else the first with the
+// fewest remaining.
+func draft03(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core.HeaderValue {
 	var pick *pb.RateLimitResponse_DescriptorStatus
-	for _, st := range sts {
+	pickOver := false
+	for i, st := range sts {
 		if st.GetCurrentLimit() == nil {
 			continue
 		}
-		if st.GetCode() == pb.RateLimitResponse_OVER_LIMIT || pick == nil ||
-			(pick.GetCode() != pb.RateLimitResponse_OVER_LIMIT && st.GetLimitRemaining() < pick.GetLimitRemaining()) {
-			pick = st
+		over := st.GetCode() == pb.RateLimitResponse_OVER_LIMIT && !plans[i].rule.QuotaMode
+		if over || pick == nil || (!pickOver && st.GetLimitRemaining() < pick.GetLimitRemaining()) {
+			pick, pickOver = st, over || pickOver
 		}
 	}
 	if pick == nil {

@@ -102,12 +102,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rate
 	if err != nil {
 		return nil, s.storeError(ctx, err)
 	}
-	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: sts}
-	for _, st := range sts {
-		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
-		}
-	}
+	resp := &pb.RateLimitResponse{OverallCode: overallCode(sts, plans), Statuses: sts}
 	s.cfg.Metrics.decisions(rules, req, plans)
 	resp.ResponseHeadersToAdd = s.cfg.Headers.headers(resp.Statuses, plans)
 	return resp, nil
@@ -167,6 +162,28 @@ func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Ti
 		}
 	}
 	return st, nil
+}
+
+// overallCode is OVER_LIMIT when a descriptor not in quota mode is over its limit, or when
+// the request has quota-mode descriptors and every one of them is.
+func overallCode(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) pb.RateLimitResponse_Code {
+	quota, quotaOver := 0, 0
+	for i, st := range sts {
+		over := st.GetCode() == pb.RateLimitResponse_OVER_LIMIT
+		switch {
+		case plans[i].kind == planLimit && plans[i].rule.QuotaMode:
+			quota++
+			if over {
+				quotaOver++
+			}
+		case over:
+			return pb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if quota > 0 && quota == quotaOver {
+		return pb.RateLimitResponse_OVER_LIMIT
+	}
+	return pb.RateLimitResponse_OK
 }
 
 // storeError maps a store failure to a gRPC status and logs it.

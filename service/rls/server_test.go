@@ -219,6 +219,12 @@ func TestProtocolOverGRPC(t *testing.T) {
 		{"a parent level's share_threshold shares the counter of its child's limit",
 			[]*pb.RateLimitRequest{req("example11", withHits(desc("route", "api/v1", "method", "GET"), 60)), req("example11", desc("route", "api/v2", "method", "GET"))},
 			[]st{{over, 60, 0, 60}}, over},
+		{"a quota-mode descriptor over its limit does not deny while another quota one is within",
+			[]*pb.RateLimitRequest{req("quota", withHits(desc("plan", "small"), 2)), req("quota", desc("plan", "small"), desc("plan", "large"))},
+			[]st{{over, 2, 0, 3600 - minuteStart.Unix()%3600}, {ok, 100, 99, 3600 - minuteStart.Unix()%3600}}, ok},
+		{"a request whose quota-mode descriptors are all over is denied",
+			[]*pb.RateLimitRequest{req("quota", withHits(desc("plan", "small"), 2)), req("quota", desc("plan", "small"), desc("user", "u"))},
+			[]st{{over, 2, 0, 3600 - minuteStart.Unix()%3600}, {ok, 50, 49, 3600 - minuteStart.Unix()%3600}}, over},
 		{"meshlimit's algorithm extension does not count a denied request",
 			[]*pb.RateLimitRequest{
 				req("units", withHits(desc("algo", "sliding"), 3)), req("units", desc("algo", "sliding")), req("units", desc("algo", "sliding"))},

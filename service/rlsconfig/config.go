@@ -29,6 +29,9 @@ type Rule struct {
 	Limit *RateLimit
 	// ShadowMode answers OK even over the limit (the counts still go on).
 	ShadowMode bool
+	// QuotaMode makes the descriptor's OVER_LIMIT count for the request only when every
+	// quota-mode descriptor of the request is over its limit.
+	QuotaMode bool
 	// DetailedMetric asks for metrics labelled by the values sent.
 	DetailedMetric bool
 	// ValueToMetric reports that a level of the rule's path sets value_to_metric: its metric

@@ -29,8 +29,8 @@ func match(c *Config, domain string, es []Entry) (Rule, bool) {
 func TestTheDocumentedExamplesLoad(t *testing.T) {
 	c := loadGood(t)
 	assert.Equal(t, []string{"edge_proxy_per_ip", "example10", "example11", "example4", "example6", "example7", "example8",
-		"example9", "internal", "messaging", "mongo_cps", "units"}, c.Domains())
-	assert.Len(t, c.Files(), 12)
+		"example9", "internal", "messaging", "mongo_cps", "quota", "units"}, c.Domains())
+	assert.Len(t, c.Files(), 13)
 }
 
 func TestMatch(t *testing.T) {

@@ -79,10 +79,7 @@ func (p *parser) descriptor(n *yaml.Node, path, parentPath string, depth int, v2
 			shareNode = v
 			d.share, err = p.boolean(v, fp)
 		case "quota_mode":
-			var on bool
-			if on, err = p.boolean(v, fp); err == nil && on {
-				err = p.errAt(v, fp, "not supported by meshlimit (remove it, or set it to false)")
-			}
+			d.rule.QuotaMode, err = p.boolean(v, fp)
 		case "metadata":
 			if !isNull(v) && v.Kind != yaml.MappingNode {
 				err = p.errAt(v, fp, "want a mapping, got %s", kindName(v))

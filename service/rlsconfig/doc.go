@@ -32,9 +32,9 @@
 // rate_limit.algorithm (a meshlimit extension) selects one of meshlimit's five algorithms
 // (token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window) for a descriptor;
 // without it the descriptor counts as envoyproxy/ratelimit does (see package rls).
-// share_threshold makes every value a wildcard matches count together (Rule.Shared).
-// quota_mode is refused when true: it changes which descriptors decide the answer, and
-// meshlimit does not implement it. value_to_metric and metadata are accepted: value_to_metric
-// names the descriptor's metrics by the values sent, and metadata (returned by
-// envoyproxy/ratelimit only as dynamic metadata, off by default) is checked and ignored.
+// share_threshold makes every value a wildcard matches count together (Rule.Shared), and
+// quota_mode makes a descriptor deny the request only with every other quota-mode descriptor
+// (Rule.QuotaMode). value_to_metric names the descriptor's metrics by the values sent.
+// metadata (returned by envoyproxy/ratelimit only as dynamic metadata, off by default) is
+// checked and ignored.
 package rlsconfig
