@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -41,7 +42,8 @@ type Config struct {
 type Server struct {
 	pb.UnimplementedRateLimitServiceServer
 	cfg     Config
-	scratch sync.Pool // *scratch
+	scratch sync.Pool    // *scratch
+	lastLog atomic.Int64 // unix ns of the last store error logged
 }
 
 type scratch struct {
@@ -186,9 +188,13 @@ func overallCode(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) pb.
 	return pb.RateLimitResponse_OK
 }
 
-// storeError maps a store failure to a gRPC status and logs it.
+// storeError maps a store failure to a gRPC status and logs it, at most once a second so
+// that an outage does not flood the log (the request metrics count every one).
 func (s *Server) storeError(ctx context.Context, err error) error {
-	s.cfg.Logger.Warn("rls: store unavailable", "err", err)
+	now := time.Now().UnixNano()
+	if last := s.lastLog.Load(); now-last >= int64(time.Second) && s.lastLog.CompareAndSwap(last, now) {
+		s.cfg.Logger.Warn("rls: store unavailable", "err", err)
+	}
 	if ctx.Err() != nil {
 		return status.Error(codes.DeadlineExceeded, "store did not answer in time")
 	}
