@@ -1,0 +1,96 @@
+package algorithms
+
+import "fmt"
+
+// Settles: a request reserves an estimate of its cost through Decide, and once its real cost is
+// known the difference is applied with Adjust, without a decision. A refund (delta < 0) gives back
+// what the reservation took and was not used; an over-run (delta > 0) is charged even when it does
+// not fit, so the key may end in debt and its next requests wait until the debt is repaid.
+
+// Settles reports whether Adjust supports limits of kind k: the two buckets and the fixed window.
+// The sliding log and the sliding window counter keep no state a refund could be applied to
+// exactly, so a configuration that settles costs must not use them.
+func (k Kind) Settles() bool { return k.bucket() || k == FixedWindow }
+
+// Adjust applies delta cost units to the encoded state at now (unix nanoseconds), for a reservation
+// that Decide admitted at reservedAt, and appends the next state to dst[:0] (as Decide does; dst may
+// be state itself).
+//
+// A negative delta refunds -delta units, never beyond a fresh state (a bucket cannot be fuller than
+// full, a window count not below 0). A fixed window refunds only when reservedAt lies in the current
+// window: the window that held the reservation is gone, and refunding into its successor would
+// admit more than the limit. A positive delta is charged unconditionally, up to a debt of one
+// Capacity: a bucket's TAT may reach now + 2τ (the key waits up to one extra refill time), a
+// window's count may reach 2×Quota. A delta of 0, or any delta on an empty state that would only
+// refund, leaves the state as it is.
+//
+// err is non-nil for an invalid Limit, a kind that does not settle (see Kind.Settles), or malformed
+// state bytes (wrapping ErrMalformedState); then next is nil.
+func (l Limit) Adjust(state []byte, now, reservedAt, delta int64, dst []byte) (next []byte, err error) {
+	g, err := l.check()
+	if err != nil {
+		return nil, err
+	}
+	n := quantize(now)
+	switch l.Kind {
+	case TokenBucket, LeakyBucket:
+		return l.adjustBucket(&g, state, n, delta, dst)
+	case FixedWindow:
+		return l.adjustFixed(state, n, quantize(reservedAt), delta, dst)
+	}
+	return nil, fmt.Errorf("algorithms: %v does not support settling a cost", l.Kind)
+}
+
+func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []byte) ([]byte, error) {
+	now := rat{n, 0}
+	tat := now
+	if len(state) > 0 {
+		var err error
+		if tat, err = g.decode(state, l.Kind); err != nil {
+			return nil, err
+		}
+	}
+	if tat.less(now) {
+		tat = now
+	}
+	switch {
+	case delta > 0:
+		ceiling := g.add(now, g.add(g.tau, g.tau)) // a debt of one Capacity at most
+		tat = g.add(tat, g.times(min(delta, g.c)))
+		if ceiling.less(tat) {
+			tat = ceiling
+		}
+	case delta < 0:
+		back := g.times(min(-delta, g.c))
+		if tat = g.sub(tat, back); tat.less(now) {
+			tat = now
+		}
+	}
+	dst = append(dst[:0], header(l.Kind))
+	dst = appendField(dst, tat.i)
+	return appendField(dst, tat.f), nil
+}
+
+func (l Limit) adjustFixed(state []byte, n, reservedAt, delta int64, dst []byte) ([]byte, error) {
+	w, q := l.windowUs(), l.Quota
+	s, k := n, int64(0)
+	if len(state) > 0 {
+		var err error
+		if s, k, err = decodeFixed(state); err != nil {
+			return nil, err
+		}
+	}
+	s, _, shift := roll(s, n, w)
+	if shift > 0 {
+		k = 0
+	}
+	switch {
+	case delta > 0:
+		k = min(k+min(delta, q), 2*q, MaxQuota)
+	case delta < 0 && reservedAt-reservedAt%w == s:
+		k = max(k+max(delta, -q), 0)
+	}
+	dst = append(dst[:0], header(FixedWindow))
+	dst = appendField(dst, s)
+	return appendField(dst, k), nil
+}

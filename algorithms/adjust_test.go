@@ -1,0 +1,119 @@
+package algorithms
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// settleCase reserves `reserve` at t0, adjusts by delta at t0, then reports what a cost-1 request
+// finds at t0 (Remaining after Peek).
+func remainingAfterSettle(t *testing.T, l Limit, reserve, delta int64) int64 {
+	t.Helper()
+	t0 := int64(1_700_000_000_000_000_000)
+	state, d, err := l.Decide(nil, t0, reserve, nil)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	state, err = l.Adjust(state, t0, t0, delta, nil)
+	require.NoError(t, err)
+	p, err := l.Peek(state, t0)
+	require.NoError(t, err)
+	return p.Remaining
+}
+
+func TestAdjustSettlesAReservationToItsRealCost(t *testing.T) {
+	for _, l := range []Limit{
+		{Kind: TokenBucket, Quota: 100, Window: time.Minute},
+		{Kind: LeakyBucket, Quota: 100, Window: time.Minute},
+		{Kind: FixedWindow, Quota: 100, Window: time.Minute},
+	} {
+		t.Run(l.Kind.String(), func(t *testing.T) {
+			tests := []struct {
+				name           string
+				reserve, delta int64
+				remaining      int64
+			}{
+				{"an unused part of the reservation is refunded", 40, -30, 90},
+				{"the whole reservation is refunded on request", 40, -40, 100},
+				{"a refund never makes the key fuller than fresh", 40, -1000, 100},
+				{"an exact estimate changes nothing", 40, 0, 60},
+				{"an over-run within the quota is charged", 40, 20, 40},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					assert.Equal(t, tt.remaining, remainingAfterSettle(t, l, tt.reserve, tt.delta))
+				})
+			}
+		})
+	}
+}
+
+func TestAnOverRunPutsTheKeyInDebtAndItsNextRequestWaits(t *testing.T) {
+	t0 := int64(1_700_000_000_000_000_000)
+	l := Limit{Kind: TokenBucket, Quota: 100, Window: 100 * time.Second} // one unit per second
+	state, _, err := l.Decide(nil, t0, 100, nil)
+	require.NoError(t, err)
+	state, err = l.Adjust(state, t0, t0, 50, nil) // used 150 of a bucket of 100
+	require.NoError(t, err)
+	_, d, err := l.Decide(state, t0+int64(49*time.Second), 1, nil)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "the debt of 50 takes 50 s to repay before one unit refills")
+	_, d, err = l.Decide(state, t0+int64(51*time.Second), 1, nil)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+}
+
+func TestAnOverRunIsCappedAtOneCapacityOfDebt(t *testing.T) {
+	t0 := int64(1_700_000_000_000_000_000)
+	l := Limit{Kind: TokenBucket, Quota: 10, Window: 10 * time.Second}
+	state, _, err := l.Decide(nil, t0, 10, nil)
+	require.NoError(t, err)
+	state, err = l.Adjust(state, t0, t0, 1_000_000, nil)
+	require.NoError(t, err)
+	assert.False(t, l.IdleAt(state, t0+int64(19*time.Second)))
+	assert.True(t, l.IdleAt(state, t0+int64(20*time.Second)), "two refill times at most")
+
+	f := Limit{Kind: FixedWindow, Quota: 10, Window: time.Minute}
+	w0 := int64(1_700_000_040_000_000_000) // a window start
+	fs, _, err := f.Decide(nil, w0, 10, nil)
+	require.NoError(t, err)
+	fs, err = f.Adjust(fs, w0, w0, 1_000_000, nil)
+	require.NoError(t, err)
+	_, count, err := decodeFixed(fs)
+	require.NoError(t, err)
+	assert.Equal(t, int64(20), count)
+}
+
+func TestAFixedWindowRefundsNothingIntoTheWindowAfterTheReservation(t *testing.T) {
+	l := Limit{Kind: FixedWindow, Quota: 10, Window: time.Minute}
+	w0 := int64(1_700_000_040_000_000_000)
+	state, _, err := l.Decide(nil, w0, 10, nil)
+	require.NoError(t, err)
+	later := w0 + int64(time.Minute) // the next window
+	state, _, err = l.Decide(state, later, 10, nil)
+	require.NoError(t, err)
+	state, err = l.Adjust(state, later, w0, -10, nil)
+	require.NoError(t, err)
+	p, err := l.Peek(state, later)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), p.Remaining, "the refund of the old window's reservation is dropped")
+}
+
+func TestAdjustRefusesKindsThatDoNotSettle(t *testing.T) {
+	for _, l := range []Limit{
+		{Kind: SlidingLog, Quota: 10, Window: time.Minute},
+		{Kind: SlidingWindow, Quota: 10, Window: time.Minute},
+	} {
+		assert.False(t, l.Kind.Settles())
+		_, err := l.Adjust(nil, 1, 1, -1, nil)
+		assert.ErrorContains(t, err, "does not support settling")
+	}
+}
+
+func TestAdjustRejectsMalformedState(t *testing.T) {
+	l := Limit{Kind: TokenBucket, Quota: 10, Window: time.Minute}
+	_, err := l.Adjust([]byte{0x11, 1, 2}, 1, 1, -1, nil)
+	assert.ErrorIs(t, err, ErrMalformedState)
+}

@@ -1,0 +1,84 @@
+package sharedstate
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+// Settler settles reservations against Tables through an Updater. It reuses its buffers, so one
+// Settler serves one goroutine (one VM) at a time.
+type Settler struct {
+	c *Cursor
+	e adjustEditor
+}
+
+// NewSettler returns a Settler that updates through u.
+func NewSettler(u *Updater) *Settler { return &Settler{c: NewCursor(u)} }
+
+// Adjust settles a reservation that Take admitted for key at reservedAt: it applies delta cost units
+// to every limit of t without a decision (algorithms.Limit.Adjust: a negative delta refunds, a positive
+// one is charged even past the limit, up to one Capacity of debt). placement is the Outcome.Placement of
+// that Take: a reservation taken from the overflow state is settled there. A refund for a key that no
+// longer owns a record (its state went idle and was evicted) has nothing left to refund and writes
+// nothing; a charge for such a key claims a record as Take would, or is dropped when there is no room
+// (reported as NoRoom). Every limit of t must settle (algorithms.Kind.Settles).
+func (s *Settler) Adjust(t *Table, key []byte, placement Placement, now, reservedAt, delta int64) (Result, error) {
+	e := &s.e
+	e.limits, e.now, e.at, e.delta = t.limits, now, reservedAt, delta
+	if cap(e.states) < len(t.limits) {
+		e.states = make([][]byte, len(t.limits))
+	}
+	e.states = e.states[:len(t.limits)]
+	if placement == Overflow {
+		e.limits = t.overflow
+		e.states = e.states[:len(t.overflow)]
+		return s.c.UpdateShared(t.overflowKey, e)
+	}
+	return s.c.Update(t.records, key, e)
+}
+
+// adjustEditor is the Editor of one Adjust.
+type adjustEditor struct {
+	limits         []algorithms.Limit
+	now, at, delta int64
+	states         [][]byte
+	scratch        []byte
+}
+
+// Vacant implements Editor as Take does: every state of the payload is idle.
+func (e *adjustEditor) Vacant(payload []byte) bool {
+	if !parseStates(payload, e.states) {
+		return true
+	}
+	for i, l := range e.limits {
+		if !l.IdleAt(e.states[i], e.now) {
+			return false
+		}
+	}
+	return true
+}
+
+// Edit implements Editor: each limit's state is adjusted; a refund on a fresh record writes nothing.
+func (e *adjustEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
+	fresh := !parseStates(cur, e.states)
+	if fresh && e.delta <= 0 {
+		return dst, false, nil
+	}
+	dst = append(dst, byte(len(e.limits)))
+	for i, lim := range e.limits {
+		var st []byte
+		if !fresh {
+			st = e.states[i]
+		}
+		next, err := lim.Adjust(st, e.now, e.at, e.delta, e.scratch[:0])
+		if err != nil {
+			return dst, false, fmt.Errorf("sharedstate: limit %d: %w", i, err)
+		}
+		e.scratch = next
+		dst = binary.AppendUvarint(dst, uint64(len(next)))
+		dst = append(dst, next...)
+	}
+	return dst, true, nil
+}

@@ -1,0 +1,82 @@
+package sharedstate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func newSettler(t testing.TB, l *Limiter) *Settler {
+	t.Helper()
+	return NewSettler(l.Updater())
+}
+
+func TestAdjustRefundsTheUnusedReservationOfTheKeyOnly(t *testing.T) {
+	l := newLimiter(t, NewMemStore())
+	s := newSettler(t, l)
+	tab := newTable(t, 16, tokenBucket(100, time.Hour))
+	out, err := l.Take(tab, []byte("a"), t0, 80)
+	require.NoError(t, err)
+	require.True(t, out.Allowed)
+	_, err = l.Take(tab, []byte("b"), t0, 80)
+	require.NoError(t, err)
+	_, err = s.Adjust(tab, []byte("a"), out.Placement, t0, t0, -70)
+	require.NoError(t, err)
+	out, err = l.Take(tab, []byte("a"), t0, 90)
+	require.NoError(t, err)
+	assert.True(t, out.Allowed, "a used 10, 90 remain")
+	out, err = l.Take(tab, []byte("b"), t0, 21)
+	require.NoError(t, err)
+	assert.False(t, out.Allowed, "b's reservation is untouched")
+}
+
+func TestAdjustChargesAnOverRunAndTheKeyWaits(t *testing.T) {
+	l := newLimiter(t, NewMemStore())
+	s := newSettler(t, l)
+	tab := newTable(t, 16, tokenBucket(100, time.Hour))
+	out, err := l.Take(tab, []byte("a"), t0, 10)
+	require.NoError(t, err)
+	_, err = s.Adjust(tab, []byte("a"), out.Placement, t0, t0, 140)
+	require.NoError(t, err)
+	out, err = l.Take(tab, []byte("a"), t0, 1)
+	require.NoError(t, err)
+	assert.False(t, out.Allowed)
+}
+
+func TestARefundForAKeyWithoutARecordWritesNothing(t *testing.T) {
+	st := NewMemStore()
+	l := newLimiter(t, st)
+	s := newSettler(t, l)
+	tab := newTable(t, 16, tokenBucket(100, time.Hour))
+	res, err := s.Adjust(tab, []byte("ghost"), Owned, t0, t0, -50)
+	require.NoError(t, err)
+	assert.False(t, res.Written)
+	out, err := l.Take(tab, []byte("ghost"), t0, 100)
+	require.NoError(t, err)
+	assert.True(t, out.Allowed, "a fresh key, not a fuller one")
+	out, err = l.Take(tab, []byte("ghost"), t0, 1)
+	require.NoError(t, err)
+	assert.False(t, out.Allowed)
+}
+
+func TestAReservationTakenFromTheOverflowIsSettledThere(t *testing.T) {
+	l := newLimiter(t, NewMemStore())
+	s := newSettler(t, l)
+	tab := newTable(t, 1, tokenBucket(100, time.Hour))
+	_, err := l.Take(tab, []byte("owner"), t0, 1)
+	require.NoError(t, err)
+	var out Outcome
+	for _, k := range []string{"x", "y", "z", "w", "v", "u"} {
+		if out, err = l.Take(tab, []byte(k), t0, 90); err == nil && out.Placement == Overflow {
+			_, err = s.Adjust(tab, []byte(k), out.Placement, t0, t0, -90)
+			require.NoError(t, err)
+			out, err = l.Take(tab, []byte(k), t0, 100)
+			require.NoError(t, err)
+			assert.True(t, out.Allowed, "the overflow state got its 90 back")
+			return
+		}
+	}
+	t.Fatal("no key went to the overflow state")
+}
