@@ -137,6 +137,7 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 	}
 	r.FailureMode = v.failureMode(path+".failure_mode", rj.FailureMode)
 	v.ruleScope(path, rj, r, c)
+	v.checkSettle(path, r)
 	if len(rj.Overflow) > maxLimits {
 		v.failf(path+".overflow", "%d limits: at most %d are allowed", len(rj.Overflow), maxLimits)
 	} else if len(rj.Overflow) > 0 {
@@ -491,9 +492,7 @@ func (v *validator) cost(path string, cj *costJSON) costSpec {
 	default:
 		o := cj.object
 		c.constant = 0
-		if o.Header == "" {
-			v.failf(path+".header", "required")
-		} else if !isToken(o.Header) {
+		if o.Header != "" && !isToken(o.Header) {
 			v.failf(path+".header", "%q is not a valid header name", o.Header)
 		}
 		c.header = strings.ToLower(o.Header)
@@ -505,6 +504,7 @@ func (v *validator) cost(path string, cj *costJSON) costSpec {
 		if c.def > c.max {
 			v.failf(path+".default", "%d is above max %d", c.def, c.max)
 		}
+		v.costSource(path, o, &c) // settle.go: the body and settle forms
 	}
 	return c
 }

@@ -135,6 +135,7 @@ type costSpec struct {
 	constant int64
 	header   string // lower-case; "" for a constant
 	def, max int64
+	reserve  *reserveSpec // a cost that is reserved, then settled (settle.go); nil when final
 }
 
 // Scope is where a rule counts.

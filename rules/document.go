@@ -205,6 +205,11 @@ type costObjectJSON struct {
 	Header  string `json:"header"`  // required
 	Default optInt `json:"default"` // cost when the header is missing or invalid; default 1
 	Max     optInt `json:"max"`     // larger values are charged max; default DefaultMaxCost
+	// RequestJSON, RequestBytes, MaxBody and Settle reserve a cost and settle it (settle.go).
+	RequestJSON  string      `json:"request_json"`  // dotted path of a request body field
+	RequestBytes bool        `json:"request_bytes"` // the request body bytes
+	MaxBody      optInt      `json:"max_body"`      // bytes of a body read; default DefaultMaxBody
+	Settle       *settleJSON `json:"settle"`
 }
 
 // overrideJSON is one element of rules[].overrides; it sets limits or unlimited.

@@ -1,0 +1,173 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+)
+
+// Errors of a body a settling rule reads. The filter counts them; each leaves the reservation as it
+// is (a request reserves its default).
+var (
+	errBodyTooLarge = errors.New("the body is larger than max_body")
+	errNotPositive  = errors.New("the field is not a positive integer")
+	errNotJSON      = errors.New("the body is not JSON")
+	// ErrNoField is returned by JSONInt when the document lacks the field.
+	ErrNoField = errors.New("the JSON field is missing")
+	// ErrNotInteger is returned by JSONInt when the field is not a non-negative integer.
+	ErrNotInteger = errors.New("the JSON field is not a non-negative integer")
+)
+
+// JSONInt returns the non-negative integer at path (object member names, outermost first) in the
+// JSON document doc. It reads doc token by token and skips every value off the path without
+// building it, so its work is linear in len(doc). The whole document must be valid JSON. It returns ErrNoField when the path is absent,
+// ErrNotInteger when the value there is anything but an integer from 0 to 10^18 (a fraction, a
+// sign, a string, an object), and another error for a document that is not JSON.
+func JSONInt(doc []byte, path []string) (int64, error) {
+	if !json.Valid(doc) {
+		return 0, errNotJSON
+	}
+	d := json.NewDecoder(bytes.NewReader(doc))
+	d.UseNumber()
+	for _, name := range path {
+		if err := enterMember(d, name); err != nil {
+			return 0, err
+		}
+	}
+	tok, err := d.Token()
+	if err != nil {
+		return 0, err
+	}
+	num, ok := tok.(json.Number)
+	if !ok {
+		return 0, ErrNotInteger
+	}
+	n, ok := parseCost(string(num))
+	if !ok && string(num) != "0" {
+		return 0, ErrNotInteger
+	}
+	return n, nil
+}
+
+// enterMember reads an object and stops right before the value of its member name.
+func enterMember(d *json.Decoder, name string) error {
+	tok, err := d.Token()
+	if err != nil {
+		return err
+	}
+	if tok != json.Delim('{') {
+		return ErrNoField
+	}
+	for d.More() {
+		key, err := d.Token()
+		if err != nil {
+			return err
+		}
+		if key == name {
+			return nil
+		}
+		if err := skipValue(d); err != nil {
+			return err
+		}
+	}
+	return ErrNoField
+}
+
+// skipValue reads one whole value.
+func skipValue(d *json.Decoder) error {
+	depth := 0
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			return io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+		if depth == 0 {
+			return nil
+		}
+	}
+}
+
+// SSE splits a text/event-stream body into events, holding at most max bytes of the event in
+// progress: an event longer than that is dropped whole (Dropped counts it). Feed it the body chunk
+// by chunk; for each complete event, it passes the event's data (its data lines joined with "\n")
+// to the callback.
+type SSE struct {
+	Max     int
+	Dropped int
+	buf     []byte
+	skip    bool // the event in progress passed Max: drop it up to its end
+	data    []byte
+}
+
+// Write feeds a chunk of the body.
+func (s *SSE) Write(chunk []byte, event func(data []byte)) {
+	for len(chunk) > 0 {
+		i := bytes.IndexByte(chunk, '\n')
+		if i < 0 {
+			s.add(chunk)
+			return
+		}
+		s.add(chunk[:i])
+		chunk = chunk[i+1:]
+		s.line(event)
+	}
+}
+
+// add appends part of a line, or drops the event when it grows past Max.
+func (s *SSE) add(b []byte) {
+	if s.skip {
+		return
+	}
+	if len(s.buf)+len(b) > s.Max {
+		s.skip, s.buf, s.data = true, s.buf[:0], s.data[:0]
+		s.Dropped++
+		return
+	}
+	s.buf = append(s.buf, b...)
+}
+
+// line ends the line in buf: a data line adds to the event, an empty line ends it.
+func (s *SSE) line(event func([]byte)) {
+	l := bytes.TrimSuffix(s.buf, []byte{'\r'})
+	s.buf = s.buf[:0]
+	if len(l) == 0 {
+		if !s.skip && len(s.data) > 0 {
+			event(s.data)
+		}
+		s.skip, s.data = false, s.data[:0]
+		return
+	}
+	if s.skip {
+		return
+	}
+	if v, ok := bytes.CutPrefix(l, []byte("data:")); ok {
+		v = bytes.TrimPrefix(v, []byte{' '})
+		if len(s.data)+len(v)+1 > s.Max {
+			s.skip, s.data = true, s.data[:0]
+			s.Dropped++
+			return
+		}
+		if len(s.data) > 0 {
+			s.data = append(s.data, '\n')
+		}
+		s.data = append(s.data, v...)
+	}
+}
+
+// Close ends the body: an event that was not followed by an empty line is still passed.
+func (s *SSE) Close(event func([]byte)) {
+	if len(s.buf) > 0 {
+		s.line(event)
+	}
+	s.line(event)
+}

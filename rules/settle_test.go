@@ -1,0 +1,158 @@
+package rules
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const tokenRule = `{"name": "tokens", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/m"}],
+	"cost": {"request_json": "max_tokens", "default": 500, "max": 4000, "settle": {"response_json": "usage.total_tokens"}}}`
+
+func TestASettlingCostCompilesItsReservationAndSettlement(t *testing.T) {
+	r := ruleOf(t, tokenRule)
+	require.NotNil(t, r.Settle())
+	assert.True(t, r.ReservesFromBody())
+	assert.Equal(t, SettleResponseJSON, r.Settle().Source)
+	assert.Equal(t, []string{"usage", "total_tokens"}, r.Settle().Path)
+	assert.False(t, r.Settle().KeepOnError)
+	assert.Equal(t, DefaultMaxBody, r.MaxBody())
+	cost, err := r.Cost(&fakeRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(500), cost, "before the body arrives the default is the reservation")
+
+	b := ruleOf(t, `{"name": "b", "limits": [{"rate": "1000000/m"}], "cost": {"request_bytes": true, "max": 100000}}`)
+	assert.True(t, b.CountsBytes())
+	assert.Equal(t, BytesRequest, b.Settle().Bytes, "request bytes settle to the bytes that passed")
+	cost, err = b.Cost(&fakeRequest{headers: map[string]string{"content-length": "2048"}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2048), cost, "content-length is the reservation")
+}
+
+func TestTheReservationFromARequestBodyIsBoundedAndNeverVanishes(t *testing.T) {
+	r := ruleOf(t, tokenRule)
+	tests := []struct {
+		name     string
+		body     string
+		complete bool
+		want     int64
+		err      bool
+	}{
+		{"max_tokens is reserved", `{"model": "m", "messages": [{"x": {"max_tokens": 9}}], "max_tokens": 300}`, true, 300, false},
+		{"max_tokens above max reserves max", `{"max_tokens": 999999}`, true, 4000, false},
+		{"max_tokens 0 reserves the default", `{"max_tokens": 0}`, true, 500, true},
+		{"a negative max_tokens reserves the default", `{"max_tokens": -5}`, true, 500, true},
+		{"a fractional max_tokens reserves the default", `{"max_tokens": 1.5}`, true, 500, true},
+		{"a string max_tokens reserves the default", `{"max_tokens": "300"}`, true, 500, true},
+		{"a body without max_tokens reserves the default", `{"model": "m"}`, true, 500, true},
+		{"a malformed body reserves the default", `{"max_tokens": 3`, true, 500, true},
+		{"a body that is not an object reserves the default", `[1, 2]`, true, 500, true},
+		{"a body past max_body reserves the default", `{"max_tokens": 1}`, false, 500, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := r.BodyCost([]byte(tt.body), tt.complete)
+			assert.Equal(t, tt.want, got)
+			assert.Equal(t, tt.err, err != nil, "%v", err)
+		})
+	}
+}
+
+func TestSettleConfigErrorsNameTheirField(t *testing.T) {
+	tests := []struct {
+		name, rule, path, msg string
+	}{
+		{"two reservation sources", `"cost": {"header": "x", "request_bytes": true}`, "rules[0].cost", "exclude each other"},
+		{"a settle without a source", `"cost": {"settle": {}}`, "rules[0].cost.settle", "exactly one"},
+		{"a settle with two sources", `"cost": {"settle": {"response_header": "x", "body_bytes": "both"}}`, "rules[0].cost.settle", "exactly one"},
+		{"an unknown body_bytes", `"cost": {"settle": {"body_bytes": "all"}}`, "rules[0].cost.settle.body_bytes", "unknown value"},
+		{"an unknown on_error", `"cost": {"settle": {"body_bytes": "both", "on_error": "charge"}}`, "rules[0].cost.settle.on_error", "unknown value"},
+		{"an empty path segment", `"cost": {"request_json": "a..b"}`, "rules[0].cost.request_json", "dotted path"},
+		{"max_body too large", `"cost": {"request_json": "a", "max_body": 2000000}`, "rules[0].cost.max_body", "out of range"},
+		{"a sliding window cannot settle", `"limits": [{"rate": "10/s", "algorithm": "sliding_window"}], "cost": {"settle": {"body_bytes": "both"}}`, "rules[0].cost", "sliding_window"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rule := `{"name": "r", ` + tt.rule + `}`
+			if !strings.Contains(tt.rule, `"limits"`) {
+				rule = `{"name": "r", "limits": [{"rate": "10/s"}], ` + tt.rule + `}`
+			}
+			_, err := ParseConfig([]byte(`{"rules": [` + rule + `]}`))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.path)
+			assert.Contains(t, err.Error(), tt.msg)
+		})
+	}
+}
+
+func TestAGlobalRuleCannotSettleYet(t *testing.T) {
+	_, err := ParseConfig([]byte(`{"global": {"cluster": "rl"}, "rules": [{"name": "r", "scope": "global", "limits": [{"rate": "10/s"}],
+		"cost": {"settle": {"body_bytes": "response"}}}]}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "scope local only")
+}
+
+func TestJSONIntFindsTheFieldAndRejectsTheRest(t *testing.T) {
+	path := []string{"usage", "total_tokens"}
+	tests := []struct {
+		name, doc string
+		want      int64
+		err       error
+	}{
+		{"the field after others", `{"id": "x", "choices": [{"usage": {"total_tokens": 1}}], "usage": {"prompt_tokens": 3, "total_tokens": 42}}`, 42, nil},
+		{"zero is a valid usage", `{"usage": {"total_tokens": 0}}`, 0, nil},
+		{"a missing field", `{"usage": {"prompt_tokens": 3}}`, 0, ErrNoField},
+		{"a field that is an object", `{"usage": {"total_tokens": {}}}`, 0, ErrNotInteger},
+		{"a negative number", `{"usage": {"total_tokens": -1}}`, 0, ErrNotInteger},
+		{"usage is not an object", `{"usage": 5}`, 0, ErrNoField},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := JSONInt([]byte(tt.doc), path)
+			assert.Equal(t, tt.want, got)
+			assert.ErrorIs(t, err, tt.err)
+		})
+	}
+	_, err := JSONInt([]byte(`{"usage": {"total_tokens"`), path)
+	assert.Error(t, err, "a truncated document")
+}
+
+func TestSSEPassesEachEventsDataAndDropsEventsOverTheBound(t *testing.T) {
+	var got []string
+	s := SSE{Max: 64}
+	collect := func(d []byte) { got = append(got, string(d)) }
+	body := "event: x\ndata: {\"a\": 1}\n\n: comment\r\ndata: line1\r\ndata: line2\r\n\r\ndata: " + strings.Repeat("z", 100) + "\n\ndata: [DONE]\n\ndata: tail"
+	for i := 0; i < len(body); i += 7 { // split mid-line, mid-CRLF
+		s.Write([]byte(body[i:min(i+7, len(body))]), collect)
+	}
+	s.Close(collect)
+	assert.Equal(t, []string{`{"a": 1}`, "line1\nline2", "[DONE]", "tail"}, got)
+	assert.Equal(t, 1, s.Dropped)
+}
+
+func FuzzJSONInt(f *testing.F) {
+	f.Add([]byte(`{"usage": {"total_tokens": 42}}`))
+	f.Add([]byte(`{"usage": [`))
+	f.Add([]byte(`{"a": {"b": [1, {"c": 2}]}, "usage": {"total_tokens": 1e3}}`))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		n, err := JSONInt(doc, []string{"usage", "total_tokens"})
+		if err == nil {
+			assert.GreaterOrEqual(t, n, int64(0))
+		}
+	})
+}
+
+func FuzzSSE(f *testing.F) {
+	f.Add([]byte("data: {\"usage\": 1}\n\n"), uint8(3))
+	f.Fuzz(func(t *testing.T, body []byte, step uint8) {
+		s := SSE{Max: 32}
+		n := int(step%16) + 1
+		for i := 0; i < len(body); i += n {
+			s.Write(body[i:min(i+n, len(body))], func(d []byte) { assert.LessOrEqual(t, len(d), 32) })
+		}
+		s.Close(func(d []byte) { assert.LessOrEqual(t, len(d), 32) })
+		assert.LessOrEqual(t, cap(s.buf), 64, "what an SSE holds stays bounded")
+	})
+}
