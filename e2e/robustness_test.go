@@ -391,7 +391,9 @@ func TestALeaseTheServiceRefusesIsNotAnOutageEither(t *testing.T) {
 	for i := range 6 {
 		assert.Equal(t, 200, status(roundTrip(t, p.VM(i%2), get("a.example", "/", "192.0.2.83"))), "failure_mode allow")
 		clock.Advance(25 * time.Millisecond) // a tick: the workers ask for a lease
-		require.Eventually(t, func() bool { return counter(p, "meshlimit.global.lease_calls") == counter(p, "meshlimit.global.rejected")-int64(i+1) },
+		require.Eventually(t, func() bool {
+			return counter(p, "meshlimit.global.lease_calls") == counter(p, "meshlimit.global.rejected")-int64(i+1)
+		},
 			5*time.Second, time.Millisecond, "every lease call was answered")
 	}
 	assert.Positive(t, counter(p, "meshlimit.global.lease_calls"))
