@@ -45,11 +45,15 @@ func checkOf(req *wire.Request) Check {
 	return c
 }
 
-// appendCheckResponse appends the JSON answer to a decided check (see API.md).
-func appendCheckResponse(b []byte, o Outcome) []byte {
+// appendCheckResponse appends the JSON answer to a decided check (see API.md), with the
+// permits renewed and released when the check had a renew or release list.
+func appendCheckResponse(b []byte, o Outcome, lists bool, renewed, released int) []byte {
 	b = wire.AppendAnswerStart(b, o.Allowed)
 	for i, d := range o.Decisions {
 		b = wire.AppendDecision(b, i, wire.FromAlgorithms(d.Decision, d.Skipped))
+	}
+	if lists {
+		return wire.AppendAnswerEndPermits(b, renewed, released)
 	}
 	return wire.AppendAnswerEnd(b)
 }
@@ -99,6 +103,8 @@ func (s *checkScratch) reset() {
 	if cap(s.out) > maxKeptBody {
 		s.out = nil
 	}
+	clear(s.req.Renew)
+	clear(s.req.Release)
 	if cap(s.req.Descriptors) > wire.MaxDescriptors {
 		s.req.Descriptors = nil
 	}

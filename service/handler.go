@@ -168,7 +168,15 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
-	o, err := h.limiter.check(ctx, c.Descriptors, c.Now, s.decs)
+	renewed, released, err := 0, 0, error(nil)
+	lists := len(s.req.Renew)+len(s.req.Release) > 0
+	if lists { // releases first: they free what the descriptors may acquire
+		renewed, released, err = h.limiter.permits(ctx, s.req.Renew, s.req.Release, c.Now)
+	}
+	o := Outcome{Allowed: true}
+	if err == nil && len(c.Descriptors) > 0 {
+		o, err = h.limiter.check(ctx, c.Descriptors, c.Now, s.decs)
+	}
 	if err != nil {
 		kind := errStore
 		switch {
@@ -187,7 +195,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.decs = o.Decisions
-	s.out = appendCheckResponse(s.out[:0], o)
+	s.out = appendCheckResponse(s.out[:0], o, lists, renewed, released)
 	w.Header()["Content-Type"] = jsonContentType
 	_, _ = w.Write(s.out)
 }

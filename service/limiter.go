@@ -45,6 +45,8 @@ func NewLimiter(store Store, m *Metrics) *Limiter {
 
 // Check decides descs at now (the zero Time: the store's clock). It returns an error, and no
 // Outcome, if the store fails or ctx ends; descriptors decided before the failure stay charged.
+// A permit descriptor (Descriptor.Permit set) acquires its permit from the store, which must
+// be a PermitStore; a denied check gives back the permits it acquired.
 func (l *Limiter) Check(ctx context.Context, descs []Descriptor, now time.Time) (Outcome, error) {
 	return l.check(ctx, descs, now, nil)
 }
@@ -53,14 +55,23 @@ func (l *Limiter) Check(ctx context.Context, descs []Descriptor, now time.Time) 
 func (l *Limiter) check(ctx context.Context, descs []Descriptor, now time.Time, dst []DescriptorDecision) (Outcome, error) {
 	o := Outcome{Allowed: true, Decisions: slices.Grow(dst[:0], len(descs))[:len(descs)]}
 	clear(o.Decisions)
-	for i, d := range descs {
+	acquired := false
+	for i := range descs {
+		d := &descs[i]
 		if !o.Allowed {
 			o.Decisions[i] = DescriptorDecision{Decision: algorithms.Decision{Limit: d.Limit.Quota}, Skipped: true}
 			l.metrics.decision(d.Limit.Kind, outSkipped)
 			continue
 		}
 		start := time.Now()
-		dec, err := l.store.Decide(ctx, Request{Key: d.Key, Limit: d.Limit, Cost: d.Cost, Now: now})
+		var dec algorithms.Decision
+		var err error
+		if d.Permit != "" {
+			dec, err = l.acquire(ctx, d, now)
+			acquired = acquired || dec.Allowed
+		} else {
+			dec, err = l.store.Decide(ctx, Request{Key: d.Key, Limit: d.Limit, Cost: d.Cost, Now: now})
+		}
 		l.metrics.observe(time.Since(start))
 		if err != nil {
 			return Outcome{}, err
@@ -72,6 +83,9 @@ func (l *Limiter) check(ctx context.Context, descs []Descriptor, now time.Time, 
 			l.metrics.decision(d.Limit.Kind, outDenied)
 			o.Allowed = false
 		}
+	}
+	if acquired && !o.Allowed {
+		l.releaseAcquired(ctx, descs, &o, now)
 	}
 	l.metrics.check(o.Allowed)
 	return o, nil

@@ -37,6 +37,7 @@ const (
 // its counts are not shared with other service replicas.
 type MemoryStore struct {
 	shards  [memShards]memShard
+	permits [memShards]permitShard
 	seed    maphash.Seed
 	perCap  int
 	clock   func() time.Time
@@ -169,9 +170,9 @@ func (s *MemoryStore) Close() error {
 	return nil
 }
 
-// Len returns the number of keys held.
+// Len returns the number of keys held (rate counters and permit sets).
 func (s *MemoryStore) Len() int {
-	n := 0
+	n := s.permitKeys()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -190,7 +191,9 @@ func (s *MemoryStore) sweepLoop(every time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.sweep(s.clock().UnixNano())
+			now := s.clock().UnixNano()
+			s.sweep(now)
+			s.sweepPermits(now)
 		}
 	}
 }

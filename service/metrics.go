@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 // Error kinds counted by meshlimit_errors_total.
@@ -52,6 +53,7 @@ type Metrics struct {
 	decisions [len(algorithms.Kinds) + 1][numOutcomes]prometheus.Counter
 	errors    [numErrKinds]prometheus.Counter
 	latency   prometheus.Histogram
+	permits   [2]prometheus.Counter    // reclaimed at the end of their lease, lost (a renewal came too late)
 	requests  *prometheus.CounterVec   // front, code
 	durations *prometheus.HistogramVec // front
 }
@@ -81,6 +83,14 @@ func (m *Metrics) build() {
 			m.decisions[k][o] = decisions.WithLabelValues(k.String(), outcomeNames[o])
 		}
 	}
+	for o := range numOutcomes { // Kind 0: a concurrency permit (wire.Concurrency)
+		m.decisions[0][o] = decisions.WithLabelValues(wire.Concurrency, outcomeNames[o])
+	}
+	permits := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshlimit_permits_total",
+		Help: "Concurrency permits that ended without a release: reclaimed (an acquire found their lease over), lost (a renewal came after it).",
+	}, []string{"result"})
+	m.permits[0], m.permits[1] = permits.WithLabelValues("reclaimed"), permits.WithLabelValues("lost")
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "meshlimit_errors_total", Help: "Requests answered with an error, by kind.",
 	}, []string{"kind"})
@@ -101,7 +111,7 @@ func (m *Metrics) build() {
 		Help:    "Time to answer one decision request, by front.",
 		Buckets: latencyBuckets,
 	}, []string{"front"})
-	m.reg.MustRegister(checks, decisions, errs, m.latency, m.requests, m.durations)
+	m.reg.MustRegister(checks, decisions, errs, permits, m.latency, m.requests, m.durations)
 }
 
 // Registry returns the registry the metrics are on, for other parts of the service (the
@@ -123,6 +133,20 @@ func (m *Metrics) check(allowed bool) {
 func (m *Metrics) decision(k algorithms.Kind, outcome int) {
 	m.init()
 	m.decisions[k][outcome].Inc()
+}
+
+// reclaimed counts permits reclaimed at the end of their lease.
+func (m *Metrics) reclaimed(n int64) {
+	if n > 0 {
+		m.init()
+		m.permits[0].Add(float64(n))
+	}
+}
+
+// lost counts a renewal of a permit that was no longer held.
+func (m *Metrics) lost() {
+	m.init()
+	m.permits[1].Inc()
 }
 
 func (m *Metrics) error(kind int) {

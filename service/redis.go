@@ -56,7 +56,8 @@ type RedisStore struct {
 	client  rueidis.Client
 	prefix  string
 	scripts [len(algorithms.Kinds) + 1]*rueidis.Lua // indexed by Kind
-	sources [len(algorithms.Kinds) + 1]string       // the scripts' Lua, for SCRIPT LOAD
+	permit  [numPermitOps]*rueidis.Lua              // acquire, renew, release
+	sources []string                                // every script's Lua from index 1, for SCRIPT LOAD
 	health  redisHealth
 }
 
@@ -75,13 +76,16 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = time.Second
 	}
-	s := &RedisStore{prefix: cfg.KeyPrefix}
+	s := &RedisStore{prefix: cfg.KeyPrefix, sources: make([]string, len(algorithms.Kinds)+1)}
 	for _, k := range algorithms.Kinds {
 		src, err := Script(k)
 		if err != nil {
 			return nil, err
 		}
 		s.scripts[k], s.sources[k] = rueidis.NewLuaScript(src), src
+	}
+	if err := s.loadPermitScripts(); err != nil {
+		return nil, err
 	}
 	c, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress:   cfg.Addrs,
@@ -129,20 +133,22 @@ func Script(kind algorithms.Kind) (string, error) {
 }
 
 // Key returns the Redis key that holds the state of req (see RedisConfig.KeyPrefix).
-func (s *RedisStore) Key(req Request) string {
-	kind := req.Limit.Kind.String()
+func (s *RedisStore) Key(req Request) string { return s.key(req.Limit.Kind.String(), req.Key) }
+
+// key returns the Redis key of key under kind (an algorithm, or wire.Concurrency).
+func (s *RedisStore) key(kind, key string) string {
 	var b strings.Builder // one allocation
-	b.Grow(len(s.prefix) + 20 + len(kind) + len(req.Key))
+	b.Grow(len(s.prefix) + 20 + len(kind) + len(key))
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
-	h := fnv.String(req.Key)
+	h := fnv.String(key)
 	for shift := 60; shift >= 0; shift -= 4 {
 		b.WriteByte("0123456789abcdef"[h>>uint(shift)&0xf])
 	}
 	b.WriteString("}:")
 	b.WriteString(kind)
 	b.WriteByte(':')
-	b.WriteString(req.Key)
+	b.WriteString(key)
 	return b.String()
 }
 
@@ -172,11 +178,7 @@ func (s *RedisStore) decide(ctx context.Context, req Request, ttlMs int64) (algo
 	}
 	v, err := s.scripts[l.Kind].Exec(ctx, s.client, []string{s.Key(req)}, args).AsIntSlice()
 	if err != nil {
-		if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "OOM ") {
-			s.health.oom.Add(1)
-			return algorithms.Decision{}, fmt.Errorf("%w: %v", ErrStoreFull, err)
-		}
-		return algorithms.Decision{}, fmt.Errorf("service: redis: %w", err)
+		return algorithms.Decision{}, s.redisErr(err)
 	}
 	if len(v) != 5 {
 		return algorithms.Decision{}, fmt.Errorf("service: redis: script returned %d values, want 5", len(v))
@@ -193,6 +195,16 @@ func (s *RedisStore) decide(ctx context.Context, req Request, ttlMs int64) (algo
 		d.RetryAfter = algorithms.RetryNever
 	}
 	return d, nil
+}
+
+// redisErr wraps an error of a script call: ErrStoreFull for a write refused for lack of
+// memory (counted for Ping).
+func (s *RedisStore) redisErr(err error) error {
+	if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "OOM ") {
+		s.health.oom.Add(1)
+		return fmt.Errorf("%w: %v", ErrStoreFull, err)
+	}
+	return fmt.Errorf("service: redis: %w", err)
 }
 
 // Close implements Store.

@@ -114,6 +114,30 @@ func AppendError(b []byte, msg string) []byte {
 // members); known members of the wrong type, a member given twice, and a number of decisions
 // other than n are errors. It does not allocate unless it fails or dst is too small.
 func DecodeAnswer(body []byte, n int, dst []Decision) (allowed bool, decisions []Decision, err error) {
+	var a Answer
+	a, err = DecodeFullAnswer(body, n, dst)
+	return a.Allowed, a.Decisions, err
+}
+
+// Answer is a decoded answer: DecodeAnswer's results and the counts of a request with a renew
+// or release list (zero when the answer has none).
+type Answer struct {
+	Allowed           bool
+	Decisions         []Decision
+	Renewed, Released int64
+}
+
+// DecodeFullAnswer is DecodeAnswer that also reads the permits renewed and released.
+func DecodeFullAnswer(body []byte, n int, dst []Decision) (a Answer, err error) {
+	allowed, decisions, err := decodeAnswer(body, n, dst, &a)
+	a.Allowed, a.Decisions = allowed, decisions
+	if err != nil {
+		return Answer{}, err
+	}
+	return a, nil
+}
+
+func decodeAnswer(body []byte, n int, dst []Decision, a *Answer) (allowed bool, decisions []Decision, err error) {
 	s := scanner{b: body}
 	decisions = dst[:0]
 	top := loc{desc: -1}
@@ -140,6 +164,8 @@ func DecodeAnswer(body []byte, n int, dst []Decision) (allowed bool, decisions [
 			if ferr == nil {
 				decisions, ferr = s.decisions(decisions)
 			}
+		case "renewed", "released":
+			ferr = s.count(name, &seen, a)
 		default:
 			ferr = s.skip(top, 32) // an optional member of a later v1
 		}
@@ -151,7 +177,7 @@ func DecodeAnswer(body []byte, n int, dst []Decision) (allowed bool, decisions [
 		return false, nil, answerErr(&FieldError{Field: "body", Reason: "trailing data after the JSON object"})
 	}
 	switch {
-	case seen != 3:
+	case seen&3 != 3:
 		return false, nil, answerErr(&FieldError{Field: "body", Reason: "want allowed and decisions"})
 	case len(decisions) != n:
 		return false, nil, answerErr(&FieldError{Field: "decisions", Reason: strconv.Itoa(len(decisions)) + " decisions for " + strconv.Itoa(n) + " descriptors"})
@@ -268,5 +294,22 @@ func (s *scanner) decisionValue(bit int, at loc, d *Decision) (err *FieldError) 
 	case dDelay:
 		d.DelayMs, err = s.integer(at)
 	}
+	return err
+}
+
+// count reads the answer's renewed or released count into a.
+func (s *scanner) count(name []byte, seen *int, a *Answer) *FieldError {
+	at, bit, dst := loc{desc: -1, field: "renewed"}, 4, &a.Renewed
+	if string(name) == "released" {
+		at, bit, dst = loc{desc: -1, field: "released"}, 8, &a.Released
+	}
+	if err := once(seen, bit, at); err != nil {
+		return err
+	}
+	v, err := s.integer(at)
+	if err == nil && v < 0 {
+		err = at.err(false, "negative")
+	}
+	*dst = v
 	return err
 }

@@ -17,7 +17,10 @@ import (
 func DecodeRequest(body []byte, opts DecodeOptions, req *Request) error {
 	opts = opts.withDefaults()
 	clear(req.Descriptors)
+	clear(req.Renew)
+	clear(req.Release)
 	req.Descriptors, req.NowUs, req.HasNow = req.Descriptors[:0], 0, false
+	req.Renew, req.Release = req.Renew[:0], req.Release[:0]
 	d := requestDecoder{scanner: scanner{b: body}, opts: opts}
 	if err := d.request(req); err != nil {
 		return err
@@ -40,7 +43,7 @@ func (d *requestDecoder) request(req *Request) *FieldError {
 	default:
 		return d.wrongType(top, "a JSON object")
 	}
-	var seenDescriptors bool
+	var seenDescriptors, seenRenew, seenRelease bool
 	for first := true; ; first = false {
 		name, ok, err := d.member(first, top)
 		if err != nil {
@@ -56,6 +59,18 @@ func (d *requestDecoder) request(req *Request) *FieldError {
 			}
 			seenDescriptors = true
 			if err := d.descriptors(req); err != nil {
+				return err
+			}
+		case "renew", "release":
+			seen, list := &seenRenew, &req.Renew
+			if name[2] == 'l' {
+				seen, list = &seenRelease, &req.Release
+			}
+			if *seen {
+				return &FieldError{Field: string(name), Reason: "given twice"}
+			}
+			*seen = true
+			if err := d.permitList(string(name), list); err != nil {
 				return err
 			}
 		case "now_us":
@@ -74,11 +89,11 @@ func (d *requestDecoder) request(req *Request) *FieldError {
 	if d.space(); d.i != len(d.b) {
 		return &FieldError{Field: "body", Reason: "trailing data after the JSON object"}
 	}
-	return d.check(req, seenDescriptors)
+	return d.check(req)
 }
 
 // check validates what the request holds besides each descriptor.
-func (d *requestDecoder) check(req *Request, seenDescriptors bool) *FieldError {
+func (d *requestDecoder) check(req *Request) *FieldError {
 	if req.HasNow {
 		if !d.opts.AllowClientTime {
 			return &FieldError{Field: "now_us", Reason: "not accepted: the service uses its store's clock (client time is for tests)"}
@@ -87,8 +102,8 @@ func (d *requestDecoder) check(req *Request, seenDescriptors bool) *FieldError {
 			return &FieldError{Field: "now_us", Reason: "must be between 0 and " + strconv.FormatInt(MaxTimeUs, 10)}
 		}
 	}
-	if !seenDescriptors || len(req.Descriptors) == 0 {
-		return &FieldError{Field: "descriptors", Reason: "at least one descriptor is required"}
+	if len(req.Descriptors) == 0 && len(req.Renew) == 0 && len(req.Release) == 0 {
+		return &FieldError{Field: "descriptors", Reason: "at least one descriptor is required (or a renew or release entry)"}
 	}
 	return nil
 }
@@ -127,6 +142,8 @@ const (
 	fWindow
 	fBurst
 	fCost
+	fPermit
+	fLease
 )
 
 // descriptor decodes and validates descriptor i into out.
@@ -136,7 +153,7 @@ func (d *requestDecoder) descriptor(i int, out *Descriptor) *FieldError {
 	}
 	d.i++
 	var seen int
-	var windowMs int64
+	var x extras
 	out.Cost = 1
 	for first := true; ; first = false {
 		name, ok, err := d.member(first, loc{desc: i})
@@ -155,11 +172,21 @@ func (d *requestDecoder) descriptor(i int, out *Descriptor) *FieldError {
 			return at.err(false, "given twice")
 		}
 		seen |= bit
-		if err := d.descriptorValue(bit, at, out, &windowMs); err != nil {
+		if err := d.descriptorValue(bit, at, out, &x); err != nil {
 			return err
 		}
 	}
-	return validate(i, seen, out, windowMs, d.opts.MaxKeyBytes)
+	if x.concurrency {
+		return validatePermit(i, seen, out, x.leaseMs, d.opts.MaxKeyBytes)
+	}
+	if seen&(fPermit|fLease) != 0 {
+		f := "permit"
+		if seen&fPermit == 0 {
+			f = "lease_ms"
+		}
+		return loc{desc: i, field: f}.err(false, "only for algorithm concurrency")
+	}
+	return validate(i, seen, out, x.windowMs, d.opts.MaxKeyBytes)
 }
 
 // descriptorField returns the seen bit and the name of a descriptor member, or 0.
@@ -177,14 +204,30 @@ func descriptorField(name []byte) (int, string) {
 		return fBurst, "burst"
 	case "cost":
 		return fCost, "cost"
+	case "permit":
+		return fPermit, "permit"
+	case "lease_ms":
+		return fLease, "lease_ms"
 	}
 	return 0, ""
 }
 
-// descriptorValue decodes the value of member bit into out (window_ms into windowMs).
-func (d *requestDecoder) descriptorValue(bit int, at loc, out *Descriptor, windowMs *int64) *FieldError {
+// extras are the members of a descriptor decoded apart from it: the window and the lease in
+// milliseconds, and whether the algorithm is concurrency.
+type extras struct {
+	windowMs, leaseMs int64
+	concurrency       bool
+}
+
+// descriptorValue decodes the value of member bit into out (window_ms, lease_ms and a
+// concurrency algorithm into x).
+func (d *requestDecoder) descriptorValue(bit int, at loc, out *Descriptor, x *extras) *FieldError {
 	var err *FieldError
 	switch bit {
+	case fPermit:
+		out.Permit, err = d.permitID(at)
+	case fLease:
+		x.leaseMs, err = d.integer(at)
 	case fKey, fAlgorithm:
 		if d.peek() != '"' {
 			return d.wrongType(at, "a string")
@@ -198,18 +241,21 @@ func (d *requestDecoder) descriptorValue(bit int, at loc, out *Descriptor, windo
 			return nil
 		}
 		out.Limit.Kind = 0
+		if x.concurrency = string(v) == Concurrency; x.concurrency {
+			return nil
+		}
 		for _, k := range algorithms.Kinds { // not ParseKind: comparing does not allocate
 			if k.String() == string(v) {
 				out.Limit.Kind = k
 			}
 		}
 		if out.Limit.Kind == 0 {
-			return at.err(false, "unknown algorithm "+strconv.Quote(string(v))+" (want token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)")
+			return at.err(false, "unknown algorithm "+strconv.Quote(string(v))+" (want token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window or concurrency)")
 		}
 	case fQuota:
 		out.Limit.Quota, err = d.integer(at)
 	case fWindow:
-		*windowMs, err = d.integer(at)
+		x.windowMs, err = d.integer(at)
 	case fBurst:
 		out.Limit.Burst, err = d.integer(at)
 	case fCost:
@@ -229,7 +275,7 @@ func validate(i, seen int, out *Descriptor, windowMs int64, maxKeyBytes int) *Fi
 		return at("key").err(false, err.Error())
 	}
 	if seen&fAlgorithm == 0 {
-		return at("algorithm").err(false, "required (token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)")
+		return at("algorithm").err(false, "required (token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window or concurrency)")
 	}
 	l := &out.Limit
 	if maxQuota := l.Kind.MaxQuota(); l.Quota < 1 || l.Quota > maxQuota {

@@ -17,6 +17,9 @@
 //
 //	{"allowed":false,"decisions":[{"allowed":true,"limit":100,"remaining":42,"reset_ms":580,
 //	  "retry_after_ms":0}, {"allowed":false,...,"skipped":true}]}
+//
+// Concurrency permits (permit.go) are descriptors with the algorithm "concurrency" and the
+// request's optional "renew" and "release" lists; their answer adds "renewed" and "released".
 package wire
 
 import "time"

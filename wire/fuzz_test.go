@@ -22,7 +22,14 @@ type jsonRequest struct {
 		WindowMs  int64  `json:"window_ms"`
 		Burst     int64  `json:"burst"`
 		Cost      *int64 `json:"cost"`
+		Permit    string `json:"permit"`
+		LeaseMs   int64  `json:"lease_ms"`
 	} `json:"descriptors"`
+	Renew, Release []struct {
+		Key     string `json:"key"`
+		Permit  string `json:"permit"`
+		LeaseMs int64  `json:"lease_ms"`
+	}
 	NowUs *int64 `json:"now_us"`
 }
 
@@ -40,6 +47,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"descriptors":[{"Key":"k","key":"k","algorithm":"token_bucket","quota":1,"window_ms":1}]}`,
 		`{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":1.0,"window_ms":1e3}]}`,
 		`{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":-0,"window_ms":-9223372036854775808}]}`,
+		`{"descriptors":[{"key":"k","algorithm":"concurrency","quota":20,"permit":"a/1","lease_ms":10000}],"release":[{"key":"k","permit":"b"}]}`,
+		`{"renew":[{"key":"k","permit":"a","lease_ms":100}]}`,
 		`{"descriptors":[]}`, `{}`, `[]`, `null`, ``, `{`, `{"descriptors":[{}]} `, "\t{\"descriptors\" :[ ]}\n",
 	} {
 		f.Add([]byte(seed), true)
@@ -62,21 +71,27 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 func checkAccepted(t *testing.T, body []byte, req *Request, allowTime bool) {
-	if n := len(req.Descriptors); n < 1 || n > MaxDescriptors || req.HasNow && !allowTime {
-		t.Fatalf("accepted %d descriptors, client time %v", n, req.HasNow)
+	if n := len(req.Descriptors) + len(req.Renew) + len(req.Release); n < 1 || len(req.Descriptors) > MaxDescriptors || req.HasNow && !allowTime {
+		t.Fatalf("accepted %d descriptors and permits, client time %v", n, req.HasNow)
 	}
 	var j jsonRequest
 	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&j); err != nil {
 		t.Fatalf("accepted %q, which encoding/json refuses: %v", body, err)
 	}
-	if len(j.Descriptors) != len(req.Descriptors) || (j.NowUs != nil) != req.HasNow || req.HasNow && *j.NowUs != req.NowUs {
+	if len(j.Descriptors) != len(req.Descriptors) || (j.NowUs != nil) != req.HasNow || req.HasNow && *j.NowUs != req.NowUs ||
+		len(j.Renew) != len(req.Renew) || len(j.Release) != len(req.Release) {
 		t.Fatalf("%q: decoded %+v, encoding/json %+v", body, req, j)
 	}
+	checkPermitRefs(t, body, req, &j)
 	for i, d := range req.Descriptors {
 		jd := j.Descriptors[i]
 		cost := int64(1)
 		if jd.Cost != nil {
 			cost = *jd.Cost
+		}
+		if d.Permit != "" {
+			checkPermit(t, body, d, jd.Key, jd.Algorithm, jd.Quota, jd.Permit, jd.LeaseMs, cost)
+			continue
 		}
 		if d.Limit.Validate() != nil || CheckKey(d.Key, MaxKeyBytes) != nil || !utf8.ValidString(d.Key) || d.Cost < 1 || d.Cost > algorithms.MaxQuota {
 			t.Fatalf("descriptor %d: accepted %+v", i, d)
@@ -84,6 +99,31 @@ func checkAccepted(t *testing.T, body []byte, req *Request, allowTime bool) {
 		if d.Key != jd.Key || d.Limit.Kind.String() != jd.Algorithm || d.Limit.Quota != jd.Quota ||
 			d.Limit.Window != time.Duration(jd.WindowMs)*time.Millisecond || d.Limit.Burst != jd.Burst || d.Cost != cost {
 			t.Fatalf("%q: descriptor %d decoded %+v, encoding/json %+v", body, i, d, jd)
+		}
+	}
+}
+
+// checkPermit checks an accepted permit descriptor against encoding/json's reading.
+func checkPermit(t *testing.T, body []byte, d Descriptor, key, algorithm string, quota int64, permit string, leaseMs, cost int64) {
+	if CheckKey(d.Key, MaxKeyBytes) != nil || CheckKey(d.Permit, MaxPermitBytes) != nil || d.Cost != 1 || d.Limit.Kind != 0 ||
+		d.Limit.Quota < 1 || d.Limit.Quota > MaxConcurrency || d.Lease < MinLeaseMs*time.Millisecond || d.Lease > MaxLeaseMs*time.Millisecond {
+		t.Fatalf("%q: accepted permit %+v", body, d)
+	}
+	if d.Key != key || algorithm != Concurrency || d.Limit.Quota != quota || d.Permit != permit || d.Lease != time.Duration(leaseMs)*time.Millisecond || cost != 1 {
+		t.Fatalf("%q: permit decoded %+v, encoding/json %q %q %d %q %d", body, d, key, algorithm, quota, permit, leaseMs)
+	}
+}
+
+// checkPermitRefs checks accepted renew and release lists against encoding/json's reading.
+func checkPermitRefs(t *testing.T, body []byte, req *Request, j *jsonRequest) {
+	for i, r := range req.Renew {
+		if r.Key != j.Renew[i].Key || r.Permit != j.Renew[i].Permit || r.Lease != time.Duration(j.Renew[i].LeaseMs)*time.Millisecond || r.Lease < MinLeaseMs*time.Millisecond {
+			t.Fatalf("%q: renew %d decoded %+v, encoding/json %+v", body, i, r, j.Renew[i])
+		}
+	}
+	for i, r := range req.Release {
+		if r.Key != j.Release[i].Key || r.Permit != j.Release[i].Permit || r.Lease != 0 || CheckKey(r.Permit, MaxPermitBytes) != nil {
+			t.Fatalf("%q: release %d decoded %+v, encoding/json %+v", body, i, r, j.Release[i])
 		}
 	}
 }

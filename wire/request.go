@@ -7,16 +7,22 @@ import (
 	"github.com/meshlimit/meshlimit/algorithms"
 )
 
-// Descriptor is one limit of a check: charge Cost units to Key under Limit.
+// Descriptor is one limit of a check: charge Cost units to Key under Limit; or, when Permit
+// is set (algorithm "concurrency"), acquire the permit Permit of Key, of which at most
+// Limit.Quota may be held at once, for Lease (Limit.Kind is then 0 and Cost 1).
 type Descriptor struct {
-	Key   string
-	Limit algorithms.Limit
-	Cost  int64
+	Key    string
+	Limit  algorithms.Limit
+	Cost   int64
+	Permit string
+	Lease  time.Duration
 }
 
 // Request is a decoded, validated check request.
 type Request struct {
 	Descriptors []Descriptor
+	// Renew lists held permits whose lease to extend; Release, permits to give back.
+	Renew, Release []PermitRef
 	// NowUs is the decision time in unix microseconds when HasNow is set: accepted only from
 	// callers allowed to give the time (tests and replays); production uses the store's clock.
 	NowUs  int64

@@ -1,0 +1,121 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/wire"
+)
+
+// PermitStore holds concurrency permits: at most Limit permits of a key at once, each held
+// until it is released or its lease ends (so that a holder that dies, or loses the end of a
+// stream, cannot keep one longer). RedisStore and MemoryStore implement it. Each operation
+// is atomic on its key.
+type PermitStore interface {
+	// Acquire admits req.Permit when fewer than req.Limit permits of req.Key are held after
+	// the expired ones are reclaimed, or when it is held already (a retried acquire: its lease
+	// is renewed and it is counted once).
+	Acquire(ctx context.Context, req PermitRequest) (PermitResult, error)
+	// Renew extends the lease of a held permit to req.Lease from now and reports whether it
+	// was still held (false: released, or reclaimed at the end of its lease).
+	Renew(ctx context.Context, req PermitRequest) (bool, error)
+	// Release gives a permit back and reports whether it was held.
+	Release(ctx context.Context, req PermitRequest) (bool, error)
+}
+
+// PermitRequest names a permit of a key. Limit is used by Acquire, Lease by Acquire and
+// Renew. The zero Now means the store's clock (Redis TIME), as for Request.
+type PermitRequest struct {
+	Key, Permit string
+	Limit       int64
+	Lease       time.Duration
+	Now         time.Time
+}
+
+// PermitResult is the result of an Acquire.
+type PermitResult struct {
+	Allowed bool
+	// Held is the number of permits of the key held afterwards.
+	Held int64
+	// Reclaimed is the number of expired permits the acquire removed.
+	Reclaimed int64
+}
+
+// errNoPermits is the error of a permit operation on a store that holds no permits.
+var errNoPermits = errors.New("service: the store holds no concurrency permits")
+
+func (r PermitRequest) validate(needLease bool) error {
+	switch {
+	case r.Key == "" || r.Permit == "":
+		return errors.New("service: a permit needs a key and an id")
+	case needLease && r.Lease <= 0:
+		return errors.New("service: a permit needs a lease")
+	}
+	return nil
+}
+
+// acquire decides permit descriptor d as a descriptor decision: never a Retry-After (the
+// time a permit frees is not known: a release may come at any moment), and the permits
+// still free as Remaining.
+func (l *Limiter) acquire(ctx context.Context, d *Descriptor, now time.Time) (algorithms.Decision, error) {
+	ps, ok := l.store.(PermitStore)
+	if !ok {
+		return algorithms.Decision{}, errNoPermits
+	}
+	r, err := ps.Acquire(ctx, PermitRequest{Key: d.Key, Permit: d.Permit, Limit: d.Limit.Quota, Lease: d.Lease, Now: now})
+	if err != nil {
+		return algorithms.Decision{}, err
+	}
+	l.metrics.reclaimed(r.Reclaimed)
+	dec := algorithms.Decision{Allowed: r.Allowed, Limit: d.Limit.Quota, Remaining: max(d.Limit.Quota-r.Held, 0)}
+	if !r.Allowed {
+		dec.RetryAfter = algorithms.RetryNever
+	}
+	return dec, nil
+}
+
+// releaseAcquired gives back the permits a denied check acquired before its denial: a denied
+// request holds nothing. A failure is left to the leases.
+func (l *Limiter) releaseAcquired(ctx context.Context, descs []Descriptor, o *Outcome, now time.Time) {
+	ps, ok := l.store.(PermitStore)
+	if !ok {
+		return
+	}
+	for i := range descs {
+		if d := &descs[i]; d.Permit != "" && o.Decisions[i].Allowed {
+			_, _ = ps.Release(ctx, PermitRequest{Key: d.Key, Permit: d.Permit, Now: now})
+		}
+	}
+}
+
+// permits releases, then renews, the permits a check lists, and returns how many of each
+// were held.
+func (l *Limiter) permits(ctx context.Context, renew, release []wire.PermitRef, now time.Time) (renewed, released int, err error) {
+	ps, ok := l.store.(PermitStore)
+	if !ok {
+		return 0, 0, errNoPermits
+	}
+	for _, r := range release {
+		held, err := ps.Release(ctx, PermitRequest{Key: r.Key, Permit: r.Permit, Now: now})
+		if err != nil {
+			return 0, 0, err
+		}
+		if held {
+			released++
+		}
+	}
+	for _, r := range renew {
+		held, err := ps.Renew(ctx, PermitRequest{Key: r.Key, Permit: r.Permit, Lease: r.Lease, Now: now})
+		if err != nil {
+			return 0, 0, err
+		}
+		if held {
+			renewed++
+		} else {
+			l.metrics.lost()
+		}
+	}
+	return renewed, released, nil
+}
