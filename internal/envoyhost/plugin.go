@@ -65,6 +65,9 @@ type Config struct {
 	Clusters map[string]string
 	// FailOpen makes streams on a failed VM pass through instead of getting a 503.
 	FailOpen bool
+	// BufferLimit bounds the body a filter may have buffered (StopIterationAndBuffer) in each
+	// direction of a stream; 0 means DefaultBufferLimit (see body.go).
+	BufferLimit int
 	// NoCallTimeouts makes proxy_http_call ignore its timeout argument, as hosts where the
 	// callout timeout never fired did (Kuadrant wasm-shim #425): a call to an upstream that
 	// never answers then never completes. For tests of a guest's own deadline.

@@ -75,6 +75,9 @@ type direction struct {
 	pendEOS         bool
 	pendTrailers    Headers
 	pendTrailersSet bool
+	// buffering: the last body callback returned StopIterationAndBuffer (1), so Envoy buffers
+	// the body and calls again with each new chunk, passing the whole buffered size.
+	buffering bool
 }
 
 // ErrStreamOrder is returned when a Stream method is called out of HTTP order: headers
@@ -242,6 +245,9 @@ func (s *Stream) deliverBody(dir int, body []byte, eos bool) Action {
 	if s.ended {
 		return ActionStop
 	}
+	if d.paused && d.buffering {
+		return s.deliverBuffered(dir, body, eos)
+	}
 	if d.paused || !d.headersPassed {
 		d.pendBody = append(d.pendBody, body...)
 		d.pendBodySet, d.pendEOS = true, eos
@@ -253,11 +259,11 @@ func (s *Stream) deliverBody(dir int, body []byte, eos bool) Action {
 	if dir == dirRequest {
 		s.reqBody = append(s.reqBody, body...)
 		s.reqBodyOpen = true
-		return s.callback(dir, phaseBody, v.ex.onRequestBody, "proxy_on_request_body", uint64(len(body)), b2u(eos))
+		return s.callback(dir, phaseBody, v.ex.onRequestBody, "proxy_on_request_body", uint64(len(s.reqBody)), b2u(eos))
 	}
 	s.respBody = append(s.respBody, body...)
 	s.respBodyOpen = true
-	return s.callback(dir, phaseBody, v.ex.onResponseBody, "proxy_on_response_body", uint64(len(body)), b2u(eos))
+	return s.callback(dir, phaseBody, v.ex.onResponseBody, "proxy_on_response_body", uint64(len(s.respBody)), b2u(eos))
 }
 
 // deliverTrailers calls the trailers callback of dir, or buffers the trailers while
@@ -300,6 +306,7 @@ func (s *Stream) callback(dir int, ph phase, fn api.Function, name string, args 
 	if !ok {
 		return s.failedVM(dir, ph)
 	}
+	s.dirs[dir].buffering = ph == phaseBody && uint32(res) == 1 && !v.stopNext
 	if uint32(res) == 0 && !v.stopNext {
 		s.passed(dir, ph)
 	} else {
@@ -360,7 +367,7 @@ func (s *Stream) resume(dir int) {
 	if s.ended || !d.paused {
 		return
 	}
-	d.paused = false
+	d.paused, d.buffering = false, false
 	s.passed(dir, d.pausedAt)
 	if d.pendBodySet {
 		body, eos := d.pendBody, d.pendEOS

@@ -285,6 +285,9 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 	case "":
 		addHeader(0, "x-guest", itoa(id))
 		return 0
+	case "buffer":
+		buffering[id] = true
+		return 0
 	case "get":
 		ptr, size, cas := uint32(0xdeadbeef), uint32(0xdeadbeef), uint32(0xdeadbeef)
 		key := get("x-key")
@@ -423,9 +426,22 @@ func onHTTPCallResponse(root, token, nh, bs, nt uint32) {
 	reply(200, string(body), results...)
 }
 
+// buffering holds the streams whose request body the guest buffers (x-op: buffer).
+var buffering = map[uint32]bool{}
+
 //go:wasmexport proxy_on_request_body
 func onRequestBody(id, size, eos uint32) uint32 {
 	incMetric("body_bytes", int64(size))
+	if !buffering[id] {
+		return 0
+	}
+	incMetric("body_calls", 1)
+	if eos == 0 {
+		return 1 // StopIterationAndBuffer
+	}
+	delete(buffering, id)
+	_, b := buffer(0, size)
+	incMetric("buffered_read", int64(len(b)))
 	return 0
 }
 
