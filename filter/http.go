@@ -24,6 +24,7 @@ type scratch struct {
 	fields   []rules.Field
 	buf      []byte
 	local    rules.LocalResponse
+	acquired []heldPermit // the permits taken for the current request (concurrency.go)
 	pairs    [][2]string
 	deciding int // the index of the rule being decided, or -1: whose failure_mode a panic applies
 }
@@ -40,6 +41,12 @@ type httpContext struct {
 	localOutcomes []rules.Outcome // and the outcomes of the local rules already decided
 	delay         int64           // and the shaping delay they asked for
 	deadline      int64           // and when to stop waiting (unix ns); 0 when not waiting
+
+	permits   []heldPermit // the concurrency permits the stream holds, released when it ends
+	shedClass int          // the shedder's class of the slot the stream holds, if shedHeld
+	shedHeld  bool
+	admitted  int64 // when the shedder admitted the stream (unix ns)
+	responded int64 // when the upstream's response headers arrived (unix ns), or 0
 }
 
 // OnHttpRequestHeaders implements types.HttpContext. It runs the matching rules in order, each against
@@ -63,6 +70,8 @@ func (h *httpContext) requestHeaders() types.Action {
 	s.globals = s.globals[:0]
 	s.delay = 0
 	s.deciding = -1
+	s.acquired = s.acquired[:0]
+	defer h.adoptPermits() // also after a panic: a permit taken is always released
 	now := abi.UnixNano()
 	denied := false
 	for i := range p.rules {
@@ -73,7 +82,11 @@ func (h *httpContext) requestHeaders() types.Action {
 	}
 	s.deciding = -1
 	if denied {
+		s.acquired = p.releasePermits(s.acquired, now)
 		h.deny()
+		return types.ActionPause
+	}
+	if p.shed.cfg != nil && h.admitShed(now) {
 		return types.ActionPause
 	}
 	if len(s.globals) > 0 {
@@ -128,7 +141,10 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 			return false
 		}
 	}
-	enforced := p.cfg.Enforce && !r.Shadow
+	enforced := p.cfg.Enforce && !r.Shadow && r.EnforcedFor(key)
+	if rs.permits != nil {
+		return p.acquirePermit(rs, key, now, enforced)
+	}
 	out, err := p.limiter.Take(rs.tables[set.Index], key, now, cost)
 	if out.Attempts > 1 {
 		rs.metrics.casRetries.Increment(uint64(out.Attempts - 1))
@@ -178,6 +194,9 @@ func (h *httpContext) deny() {
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	defer h.plugin.recoverPanic("the response headers")
 	testPanic(panicResponseHeaders)
+	if h.shedHeld && h.responded == 0 && h.plugin.shed.cfg.Adaptive != nil {
+		h.responded = abi.UnixNano()
+	}
 	if h.quota == nil {
 		return types.ActionContinue
 	}
@@ -194,6 +213,7 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 // client left) is forgotten.
 func (h *httpContext) OnHttpStreamDone() {
 	defer h.plugin.recoverPanic("the end of a stream")
+	h.endStream()
 	if h.deadline != 0 {
 		h.plugin.global.unwait(h)
 	}

@@ -26,12 +26,13 @@ import (
 //	meshlimit.rule.<rule>.leased                 quota units leased from the service
 //	meshlimit.rule.<rule>.lease_spent            requests admitted from leased units, without a call
 //	meshlimit.rule.<rule>.lease_expired          leased units dropped unspent at the end of their ttl
+//	meshlimit.rule.<rule>.permits_reclaimed      concurrency permits reclaimed from owners whose lease ended
 type pluginMetrics struct {
 	configErrors, panics proxywasm.MetricCounter
 }
 
 type ruleMetrics struct {
-	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, overflow, evictions, fallback, cachedDenials, leased, leaseSpent, leaseExpired proxywasm.MetricCounter
+	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, overflow, evictions, fallback, cachedDenials, leased, leaseSpent, leaseExpired, permitsReclaimed proxywasm.MetricCounter
 }
 
 func definePluginMetrics() pluginMetrics {
@@ -44,19 +45,20 @@ func definePluginMetrics() pluginMetrics {
 func defineRuleMetrics(rule string) ruleMetrics {
 	p := "meshlimit.rule." + rule + "."
 	return ruleMetrics{
-		allowed:       proxywasm.DefineCounterMetric(p + "allowed"),
-		limited:       proxywasm.DefineCounterMetric(p + "limited"),
-		shadowLimited: proxywasm.DefineCounterMetric(p + "shadow_limited"),
-		casRetries:    proxywasm.DefineCounterMetric(p + "cas_retries"),
-		casExhausted:  proxywasm.DefineCounterMetric(p + "cas_exhausted"),
-		failureDenied: proxywasm.DefineCounterMetric(p + "failure_denied"),
-		overflow:      proxywasm.DefineCounterMetric(p + "overflow"),
-		evictions:     proxywasm.DefineCounterMetric(p + "evictions"),
-		fallback:      proxywasm.DefineCounterMetric(p + "fallback"),
-		cachedDenials: proxywasm.DefineCounterMetric(p + "cached_denials"),
-		leased:        proxywasm.DefineCounterMetric(p + "leased"),
-		leaseSpent:    proxywasm.DefineCounterMetric(p + "lease_spent"),
-		leaseExpired:  proxywasm.DefineCounterMetric(p + "lease_expired"),
+		allowed:          proxywasm.DefineCounterMetric(p + "allowed"),
+		limited:          proxywasm.DefineCounterMetric(p + "limited"),
+		shadowLimited:    proxywasm.DefineCounterMetric(p + "shadow_limited"),
+		casRetries:       proxywasm.DefineCounterMetric(p + "cas_retries"),
+		casExhausted:     proxywasm.DefineCounterMetric(p + "cas_exhausted"),
+		failureDenied:    proxywasm.DefineCounterMetric(p + "failure_denied"),
+		overflow:         proxywasm.DefineCounterMetric(p + "overflow"),
+		evictions:        proxywasm.DefineCounterMetric(p + "evictions"),
+		fallback:         proxywasm.DefineCounterMetric(p + "fallback"),
+		cachedDenials:    proxywasm.DefineCounterMetric(p + "cached_denials"),
+		leased:           proxywasm.DefineCounterMetric(p + "leased"),
+		leaseSpent:       proxywasm.DefineCounterMetric(p + "lease_spent"),
+		leaseExpired:     proxywasm.DefineCounterMetric(p + "lease_expired"),
+		permitsReclaimed: proxywasm.DefineCounterMetric(p + "permits_reclaimed"),
 	}
 }
 

@@ -42,6 +42,8 @@ type pluginContext struct {
 	leases  leaseState
 	blockEd blockEditor // the editors of the over-limit cache and lease records, reused
 	leaseEd leaseEditor
+	conc    concurrencyState // concurrency permits (concurrency.go)
+	shed    shedState        // the load shedder (shed.go); cfg nil without one
 
 	panicLogged bool // a recovered panic was logged (once per VM: see recover.go)
 }
@@ -53,6 +55,7 @@ type ruleState struct {
 	fallback *sharedstate.Table   // the fallback limits of a global rule, or nil
 	blocked  *sharedstate.Records // the over-limit cache of a global rule
 	leases   *sharedstate.Records // the leased units of a rule with a lease
+	permits  *sharedstate.Records // the permits of a rule with a local concurrency limit
 	overflow []rules.LimitSpec    // what keys without room are decided against in tables[0]
 	metrics  ruleMetrics
 }
@@ -107,6 +110,7 @@ func (p *pluginContext) start(store sharedstate.Store) error {
 		return err
 	}
 	p.cfg, p.limiter, p.records, p.name = cfg, sharedstate.NewLimiter(u), sharedstate.NewCursor(u), name
+	p.conc.owner = newOwner()
 	if cfg.Global != nil {
 		p.global = newGlobalClient(cfg.Global)
 	}
@@ -117,6 +121,9 @@ func (p *pluginContext) start(store sharedstate.Store) error {
 			return fmt.Errorf("rules[%d]: %w", i, err)
 		}
 		p.rules = append(p.rules, rs)
+	}
+	if cfg.Shed != nil {
+		p.startShed(cfg.Shed, keyPrefix+name+"/shed/")
 	}
 	return nil
 }
@@ -129,6 +136,9 @@ func newRuleState(base string, r *rules.Rule) (ruleState, error) {
 	fp := strconv.FormatUint(r.Fingerprint(), 36)
 	if err := rs.globalRecords(base, fp); err != nil {
 		return rs, err
+	}
+	if r.Concurrency() != nil {
+		return rs, rs.newPermits(base, fp)
 	}
 	var overflow []algorithms.Limit // nil: the rule's own limits
 	if o := r.Overflow(); o != nil {
@@ -193,6 +203,9 @@ const leaseTickMillis = 20
 // tickPeriod is the timer period the plugin needs: the shaper's if any limit shapes, the lease
 // renewal's (which also checks the deadlines of calls to the service) with a global service, else none.
 func (p *pluginContext) tickPeriod() uint32 {
+	if t := p.permitTickMillis(); t > 0 && !p.shapes() && p.global == nil {
+		return t // else the shorter period of shaping or leases serves the permits too
+	}
 	if p.shapes() {
 		return shapeTickMillis
 	}
@@ -226,4 +239,5 @@ func (p *pluginContext) OnTick() {
 	testPanic(panicTick)
 	p.shaper.release(now)
 	p.refillLeases(now)
+	p.tickOwned(now)
 }

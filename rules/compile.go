@@ -62,6 +62,9 @@ func (v *validator) config(doc *configJSON) *Config {
 		c.Global = v.global(doc.Global)
 	}
 	c.Response = v.response(&doc.Response)
+	if doc.Shed != nil {
+		c.Shed = v.shed(doc.Shed)
+	}
 
 	switch n := len(doc.Rules); {
 	case n == 0:
@@ -144,6 +147,7 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 		o := newLimitSet(0, v.limits(path+".overflow", rj.Overflow, rj.Name+"-overflow"), 1, "")
 		r.overflow = &o
 	}
+	v.checkConcurrencyRule(path, rj, r)
 	r.fingerprint = ruleFingerprint(r)
 	return r
 }
@@ -441,6 +445,11 @@ func (v *validator) limits(path string, ljs []limitJSON, rule string) []LimitSpe
 			v.failf(lp+".name", "policy name %q is already used by %s[%d]", s.Name, path, j)
 		}
 		seen[s.Name] = i
+		if lj.Concurrency.Set {
+			v.concurrencyLimit(lp, lj, &s)
+			out = append(out, s)
+			continue
+		}
 
 		ok := true
 		if lj.Rate == "" {

@@ -19,6 +19,8 @@ type Config struct {
 	Response *Response
 	// Global is the global service, or nil when none is configured.
 	Global *Global
+	// Shed is the priority load shedder, or nil when none is configured.
+	Shed *Shed
 
 	rules   []*Rule
 	summary string
@@ -51,6 +53,8 @@ type Rule struct {
 	FailureMode FailureMode
 	// MissingKey says what a request lacking a key part does.
 	MissingKey MissingKey
+	// EnforcePercent is the share of key values, 0 to 100, the rule enforces (EnforcedFor).
+	EnforcePercent int
 
 	match       match
 	key         []keyPart
@@ -123,6 +127,9 @@ type LimitSpec struct {
 	Name string
 	// Limit is the algorithm and its parameters (Burst 0 means the quota).
 	Limit algorithms.Limit
+	// Concurrency is the most requests of a key in flight at once for a concurrency limit,
+	// whose Limit is then zero; 0 for a rate limit.
+	Concurrency int64
 	// Index is the position in its list (the rule's limits or an override's).
 	Index int
 	// Fingerprint is a stable hash of Limit with its effective burst: state stored for a

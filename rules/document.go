@@ -66,6 +66,8 @@ type configJSON struct {
 	// Global configures the global limit service, required by rules whose scope is
 	// "global" or "both".
 	Global *globalJSON `json:"global"`
+	// Shed configures priority load shedding (see shed.go). Default: none.
+	Shed *shedJSON `json:"shed"`
 }
 
 // ruleJSON is one element of rules[].
@@ -111,6 +113,9 @@ type ruleJSON struct {
 	// Scope is where the rule counts: "local" (this proxy), "global" (the global service)
 	// or "both". Default "local".
 	Scope string `json:"scope"`
+	// EnforcePercent is the share of key values, 0 to 100, the rule enforces; the others
+	// are decided in shadow (see concurrency.go). Default 100.
+	EnforcePercent optInt `json:"enforce_percent"`
 }
 
 // matchJSON is rules[].match. Every condition that is present must hold.
@@ -185,8 +190,12 @@ type limitJSON struct {
 	// Name is the policy name in the RateLimit headers: 1 to 64 of [A-Za-z0-9_.-].
 	// Default: the rule's name when the list has one limit, else "<rule>-<index>".
 	Name string `json:"name"`
-	// Rate is "<quota>/<window>", e.g. "100/s", "1000/h", "5/30s". Required.
+	// Rate is "<quota>/<window>", e.g. "100/s", "1000/h", "5/30s". Required unless
+	// Concurrency is set.
 	Rate string `json:"rate"`
+	// Concurrency, instead of Rate, limits the requests of a key in flight at once, 1 to
+	// MaxConcurrency (see concurrency.go).
+	Concurrency optInt `json:"concurrency"`
 	// Algorithm is "token_bucket", "leaky_bucket", "fixed_window", "sliding_log" or
 	// "sliding_window". Default "token_bucket".
 	Algorithm string `json:"algorithm"`

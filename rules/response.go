@@ -245,6 +245,12 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 			}
 			l := &outcomes[i].Limit.Limit
 			buf = appendSFString(buf, outcomes[i].Limit.Name)
+			if c := outcomes[i].Limit.Concurrency; c > 0 { // no window: a permit lasts as long as its request
+				buf = append(buf, ";q="...)
+				buf = strconv.AppendInt(buf, clampSF(c), 10)
+				buf = append(buf, `;qu="concurrent-requests"`...)
+				continue
+			}
 			buf = append(buf, ";q="...)
 			buf = strconv.AppendInt(buf, clampSF(l.Quota), 10)
 			buf = append(buf, ";w="...)
@@ -260,6 +266,9 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 			buf = appendSFString(buf, outcomes[i].Limit.Name)
 			buf = append(buf, ";r="...)
 			buf = strconv.AppendInt(buf, clampSF(d.Remaining), 10)
+			if outcomes[i].Limit.Concurrency > 0 {
+				continue // no t: when a permit comes back depends on requests in flight, not on a clock
+			}
 			buf = append(buf, ";t="...)
 			buf = strconv.AppendInt(buf, resetSeconds(&outcomes[i]), 10)
 		}

@@ -1,0 +1,229 @@
+package e2e
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
+)
+
+// concConfig is one local rule with a concurrency limit of n per tenant.
+func concConfig(n string, extra ...string) string {
+	rules := `{"name":"gpu","key":[{"header":"x-tenant"}],"limits":[{"concurrency":` + n + `,"name":"gpu-slots"}]}`
+	for _, e := range extra {
+		rules += "," + e
+	}
+	return `{"rules":[` + rules + `]}`
+}
+
+// openStream sends a request's headers on a new stream of vm and leaves the stream open; it
+// reports whether the filter let the request through (no local reply).
+func openStream(t testing.TB, vm *envoyhost.VM, req *envoyhost.Request) (*envoyhost.Stream, bool) {
+	t.Helper()
+	s := vm.NewStream(req.Info)
+	_, err := s.SendRequestHeaders(req.Headers, true)
+	require.NoError(t, err)
+	return s, s.LocalReply() == nil
+}
+
+func tenant(name string) *envoyhost.Request {
+	return get("api.example", "/v1/generate", "192.0.2.7", [2]string{"x-tenant", name})
+}
+
+func TestEightWorkersAdmitExactlyTheConcurrencyLimitOf400HeldStreams(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), concConfig("50"), 8)
+	p.Process().YieldOnSharedData() // interleave the workers' CAS rounds as much as possible
+	vms := p.VMs()[:8]
+	var admitted atomic.Int64
+	var mu sync.Mutex
+	var streams []*envoyhost.Stream
+	var wg sync.WaitGroup
+	for i := range 400 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, ok := openStream(t, vms[i%8], tenant("acme"))
+			if ok {
+				admitted.Add(1)
+			}
+			mu.Lock()
+			streams = append(streams, s)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(50), admitted.Load(), "exactly the limit is admitted while every stream is held")
+	assert.Equal(t, int64(50), counter(p, "meshlimit.rule.gpu.allowed"))
+	assert.Equal(t, int64(350), counter(p, "meshlimit.rule.gpu.limited"))
+	for _, s := range streams {
+		require.NoError(t, s.Close())
+	}
+	for _, vm := range vms { // every permit came back: a fresh burst gets the whole limit again
+		_, ok := openStream(t, vm, tenant("acme"))
+		assert.True(t, ok)
+	}
+}
+
+func TestChurningStreamsOnEightWorkersNeverExceedTheLimitInFlight(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), concConfig("50"), 8)
+	p.Process().YieldOnSharedData()
+	vms := p.VMs()[:8]
+	var inFlight, peak, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 400 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				s, ok := openStream(t, vms[g%8], tenant("acme"))
+				if ok {
+					admitted.Add(1)
+					n := inFlight.Add(1)
+					for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
+					}
+					_, _ = s.SendResponseHeaders(envoyhost.Headers{{":status", "200"}}, true)
+					inFlight.Add(-1) // before the release: the test's count never exceeds the filter's
+				}
+				require.NoError(t, s.Close())
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, peak.Load(), int64(50), "never more than the limit in flight at once")
+	assert.Greater(t, admitted.Load(), int64(50), "permits were released and taken again")
+	assert.Equal(t, int64(2000), counter(p, "meshlimit.rule.gpu.allowed")+counter(p, "meshlimit.rule.gpu.limited"))
+}
+
+func TestAConcurrencyDenialIs429WithTheConcurrentRequestsQuotaUnitAndNoRetryAfter(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), concConfig("2"), 1)
+	vm := p.VM(0)
+	for range 2 {
+		_, ok := openStream(t, vm, tenant("acme"))
+		require.True(t, ok)
+	}
+	s, ok := openStream(t, vm, tenant("acme"))
+	require.False(t, ok)
+	lr := s.LocalReply()
+	assert.Equal(t, 429, lr.Status)
+	policy, _ := lr.Headers.Get("ratelimit-policy")
+	rl, _ := lr.Headers.Get("ratelimit")
+	assert.Equal(t, `"gpu-slots";q=2;qu="concurrent-requests"`, policy)
+	assert.Equal(t, `"gpu-slots";r=0`, rl)
+	_, retry := lr.Headers.Get("retry-after")
+	assert.False(t, retry, "no Retry-After: when a permit comes back cannot be promised")
+	_, other := openStream(t, vm, tenant("globex"))
+	assert.True(t, other, "another key has its own permits")
+}
+
+func TestEveryWayAStreamEndsReleasesItsPermit(t *testing.T) {
+	deny := `{"name":"blocked","match":{"headers":[{"name":"x-block","present":true}]},"limits":[{"rate":"1/h"}]}`
+	tests := []struct {
+		name string
+		end  func(t *testing.T, vm *envoyhost.VM, s *envoyhost.Stream)
+	}{
+		{"a normal end releases", func(t *testing.T, _ *envoyhost.VM, s *envoyhost.Stream) {
+			_, err := s.SendResponseHeaders(envoyhost.Headers{{":status", "200"}}, false)
+			require.NoError(t, err)
+			_, err = s.SendResponseBody([]byte("done"), true)
+			require.NoError(t, err)
+			require.NoError(t, s.Close())
+		}},
+		{"a client reset before the response releases", func(t *testing.T, _ *envoyhost.VM, s *envoyhost.Stream) {
+			require.NoError(t, s.Close())
+		}},
+		{"an upstream failure (a 503 from the proxy) releases", func(t *testing.T, _ *envoyhost.VM, s *envoyhost.Stream) {
+			_, err := s.SendResponseHeaders(envoyhost.Headers{{":status", "503"}, {"x-envoy-overloaded", "true"}}, true)
+			require.NoError(t, err)
+			require.NoError(t, s.Close())
+		}},
+		{"a timeout in the middle of the response releases", func(t *testing.T, _ *envoyhost.VM, s *envoyhost.Stream) {
+			_, err := s.SendResponseHeaders(envoyhost.Headers{{":status", "200"}}, false)
+			require.NoError(t, err)
+			_, err = s.SendResponseBody([]byte("partial"), false)
+			require.NoError(t, err)
+			require.NoError(t, s.Close())
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := load(t, module(t, "meshlimit"), concConfig("1", deny), 1)
+			vm := p.VM(0)
+			s, ok := openStream(t, vm, tenant("acme"))
+			require.True(t, ok)
+			_, ok = openStream(t, vm, tenant("acme"))
+			require.False(t, ok, "the permit is held")
+			tt.end(t, vm, s)
+			_, ok = openStream(t, vm, tenant("acme"))
+			assert.True(t, ok, "the permit came back")
+		})
+	}
+	t.Run("a local reply by a later rule gives the permit back at once", func(t *testing.T) {
+		p := load(t, module(t, "meshlimit"), concConfig("1", deny), 1)
+		vm := p.VM(0)
+		blocked := tenant("acme")
+		blocked.Headers = append(blocked.Headers, [2]string{"x-block", "1"})
+		s, ok := openStream(t, vm, blocked) // admitted by gpu, charged by blocked (1/h: allowed)
+		require.True(t, ok)
+		require.NoError(t, s.Close())
+		s, ok = openStream(t, vm, blocked) // gpu takes the permit, blocked denies: 429
+		require.False(t, ok)
+		assert.Equal(t, 429, s.LocalReply().Status)
+		_, ok = openStream(t, vm, tenant("acme")) // the denied stream is not even closed yet
+		assert.True(t, ok, "the permit taken before the denial was given back")
+	})
+}
+
+func TestAKilledPluginsPermitsAreReclaimedAfterTheLease(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	proc := envoyhost.NewProcess()
+	shared := func(c *envoyhost.Config) { c.Clock, c.Process = clock, proc }
+	wasm := module(t, "meshlimit")
+	doomed := load(t, wasm, concConfig("50"), 4, shared)
+	survivor := load(t, wasm, concConfig("50"), 4, shared)
+	for i := range 30 {
+		_, ok := openStream(t, doomed.VM(i%4), tenant("acme"))
+		require.True(t, ok)
+	}
+	var held []*envoyhost.Stream
+	for i := range 20 {
+		s, ok := openStream(t, survivor.VM(i%4), tenant("acme"))
+		require.True(t, ok)
+		held = append(held, s)
+	}
+	require.NoError(t, doomed.Close()) // its VMs die mid-stream: no stream end is ever seen
+	_, ok := openStream(t, survivor.VM(0), tenant("acme"))
+	require.False(t, ok, "the dead plugin's 30 permits still count before their lease ends")
+
+	clock.Advance(9 * time.Second) // renewals keep the survivor's 20; the lease is 10 s
+	_, ok = openStream(t, survivor.VM(1), tenant("acme"))
+	require.False(t, ok, "within the lease nothing is reclaimed")
+	clock.Advance(2 * time.Second)
+	admitted := 0
+	for i := range 40 {
+		if _, ok := openStream(t, survivor.VM(i%4), tenant("acme")); ok {
+			admitted++
+		}
+	}
+	assert.Equal(t, 30, admitted, "after the lease the dead plugin's permits are free; the survivor's 20 stay held")
+	assert.Equal(t, int64(30), counter(survivor, "meshlimit.rule.gpu.permits_reclaimed"))
+	for _, s := range held {
+		require.NoError(t, s.Close())
+	}
+}
+
+func TestALiveWorkersPermitsOutliveTheLeaseThroughRenewals(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), concConfig("3"), 2)
+	for i := range 3 {
+		_, ok := openStream(t, p.VM(i%2), tenant("acme"))
+		require.True(t, ok)
+	}
+	p.Clock().Advance(time.Minute) // six leases: only renewals keep the permits
+	_, ok := openStream(t, p.VM(0), tenant("acme"))
+	assert.False(t, ok, "streams still open keep their permits")
+	assert.Zero(t, counter(p, "meshlimit.rule.gpu.permits_reclaimed"))
+}

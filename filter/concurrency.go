@@ -1,0 +1,262 @@
+package filter
+
+import (
+	"errors"
+	"math/rand/v2"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/meshlimit/meshlimit/abi"
+
+	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/sharedstate"
+)
+
+// Concurrency limits ({"concurrency": N} in a local rule's limits): a request takes a permit of
+// its key in OnHttpRequestHeaders and gives it back in OnHttpStreamDone, which Envoy calls once
+// for every stream context it created, whatever ended the stream (a normal end, a reset by
+// either side, a local reply by this or any filter, an upstream failure or timeout). A permit
+// taken by a rule that was followed by a denial (a later rule, the shedder) is given back at
+// once.
+//
+// The permits of a key are one owned record (owned.go) in a sharedstate.Records set of
+// max_keys slots; a key that finds no room shares the set's overflow record with the other
+// keys without room (one pool of N permits for all of them). Every worker VM admits against
+// the sum of the live entries, with compare-and-swap, so the total in flight never exceeds N
+// however the workers interleave. Each VM also counts, per key, the permits its own streams
+// hold; its timer rewrites its entries with those counts every permitRenew, which renews
+// their lease and repairs a release that could not be written (CAS contention). What a dead
+// or replaced VM held is reclaimed permitLease after its last renewal at most, and counted in
+// meshlimit.rule.<rule>.permits_reclaimed.
+
+// vmInstance is the random id of this VM, drawn at its first plugin start; pluginEpoch counts
+// the plugin starts in the VM. Together they make the owner id of a plugin context.
+var (
+	vmInstance  uint32
+	pluginEpoch uint32
+)
+
+// newOwner returns a fresh owner id for a starting plugin context.
+func newOwner() uint64 {
+	if vmInstance == 0 {
+		vmInstance = rand.Uint32() | 1
+	}
+	pluginEpoch++
+	return uint64(vmInstance)<<32 | uint64(pluginEpoch)
+}
+
+// heldPermit is a permit (or a shedding slot, rule -1) a stream holds.
+type heldPermit struct {
+	rule     int
+	key      string
+	overflow bool
+}
+
+// permitKey names the permits of one key of one rule in the plugin's own bookkeeping.
+type permitKey = heldPermit
+
+// concurrencyState is what a plugin keeps for its concurrency rules.
+type concurrencyState struct {
+	owner     uint64
+	held      map[permitKey]int64 // the permits this plugin's streams hold, per key
+	lastRenew int64
+	ed        ownedEditor
+}
+
+// newPermits creates the permit records of a rule with a local concurrency limit.
+func (rs *ruleState) newPermits(base, fp string) (err error) {
+	if rs.rule.Scope == rules.ScopeGlobal {
+		return nil
+	}
+	rs.permits, err = sharedstate.NewRecords(base+"permits/"+fp, rs.rule.MaxKeys)
+	return err
+}
+
+// updateOwned applies e to key's owned record in rec, or to the overflow record when the key
+// finds no room.
+func (p *pluginContext) updateOwned(rec *sharedstate.Records, key []byte, e *ownedEditor) (sharedstate.Result, error) {
+	res, err := p.records.Update(rec, key, e)
+	if err == nil && res.Placement == sharedstate.NoRoom {
+		res, err = p.records.UpdateShared(rec.OverflowKey(), e)
+	}
+	return res, err
+}
+
+// acquirePermit decides a request against the rule's concurrency limit and reports whether it
+// is denied (enforced). An admitted request's permit is listed in the scratch for the stream.
+func (p *pluginContext) acquirePermit(rs *ruleState, key []byte, now int64, enforced bool) bool {
+	s, r, c := &p.scratch, rs.rule, &p.conc
+	spec := r.Concurrency()
+	e := &c.ed
+	e.op, e.k, e.class, e.owner, e.now, e.limit, e.policy, e.force = opAcquire, 1, 0, c.owner, now, spec.Concurrency, nil, !enforced
+	res, err := p.updateOwned(rs.permits, key, e)
+	if res.Attempts > 1 {
+		rs.metrics.casRetries.Increment(uint64(res.Attempts - 1))
+	}
+	if err != nil {
+		if errors.Is(err, sharedstate.ErrContention) {
+			rs.metrics.casExhausted.Increment(1)
+		} else {
+			proxywasm.LogWarnf("meshlimit: rule %s: %v", r.Name, err)
+		}
+		if r.FailureMode == rules.FailDeny && enforced {
+			rs.metrics.failureDenied.Increment(1)
+			return true
+		}
+		return false
+	}
+	p.countPlaced(rs, res.Placement)
+	if e.reclaimed > 0 {
+		rs.metrics.permitsReclaimed.Increment(uint64(e.reclaimed))
+	}
+	if e.admitted {
+		h := heldPermit{rule: r.Index, key: string(key), overflow: res.Placement == sharedstate.Overflow}
+		s.acquired = append(s.acquired, h)
+		if c.held == nil {
+			c.held = map[permitKey]int64{}
+		}
+		c.held[h]++
+	}
+	p.count(rs, e.allowed, enforced)
+	if enforced {
+		d := rules.ConcurrencyDecision(spec.Concurrency, e.total, e.allowed)
+		s.outcomes = append(s.outcomes, rules.Outcome{Limit: spec, Decision: d})
+	}
+	return enforced && !e.allowed
+}
+
+// countPlaced counts overflow and evictions of an owned update.
+func (p *pluginContext) countPlaced(rs *ruleState, pl sharedstate.Placement) {
+	switch pl {
+	case sharedstate.Overflow:
+		rs.metrics.overflow.Increment(1)
+	case sharedstate.Evicted:
+		rs.metrics.evictions.Increment(1)
+	}
+}
+
+// releasePermits gives back the permits in held (the stream's, or those taken by a request that
+// was then denied) and empties it.
+func (p *pluginContext) releasePermits(held []heldPermit, now int64) []heldPermit {
+	c := &p.conc
+	for _, h := range held {
+		if n := c.held[h] - 1; n > 0 {
+			c.held[h] = n
+		} else {
+			c.held[h] = 0 // renewed (with 0: removed) on the next renewal, then forgotten
+		}
+		p.writeOwned(h, opRelease, 0, now)
+	}
+	return held[:0]
+}
+
+// writeOwned writes one release or renewal of h's entry; a failure is repaired by the next
+// renewal, or by the lease.
+func (p *pluginContext) writeOwned(h heldPermit, op int, count int64, now int64) {
+	c := &p.conc
+	rs := &p.rules[h.rule]
+	e := &c.ed
+	e.op, e.k, e.class, e.owner, e.now, e.set[0] = op, 1, 0, c.owner, now, count
+	var err error
+	if h.overflow {
+		_, err = p.records.UpdateShared(rs.permits.OverflowKey(), e)
+	} else {
+		_, err = p.records.Update(rs.permits, []byte(h.key), e)
+	}
+	if err != nil {
+		if errors.Is(err, sharedstate.ErrContention) {
+			rs.metrics.casExhausted.Increment(1)
+		}
+		return
+	}
+	if e.reclaimed > 0 {
+		rs.metrics.permitsReclaimed.Increment(uint64(e.reclaimed))
+	}
+}
+
+// renewPermits, on a tick, rewrites this plugin's entries with the counts its streams hold
+// (renewing their lease) every permitRenew, and forgets the keys that hold nothing any more.
+func (p *pluginContext) renewPermits(now int64) {
+	c := &p.conc
+	if now-c.lastRenew < permitRenew {
+		return
+	}
+	c.lastRenew = now
+	for h, n := range c.held {
+		p.writeOwned(h, opRenew, n, now)
+		if n == 0 {
+			delete(c.held, h)
+		}
+	}
+	p.renewShed(now)
+}
+
+// adoptPermits moves the permits taken for the current request to the stream, which releases
+// them when it ends. It runs deferred, so a panic after a permit was taken does not leak it.
+func (h *httpContext) adoptPermits() {
+	s := &h.plugin.scratch
+	if len(s.acquired) > 0 {
+		h.permits = append(h.permits, s.acquired...)
+		s.acquired = s.acquired[:0]
+	}
+}
+
+// admitShed runs the shedder on the current request and reports whether it was shed (the
+// response is then sent, and the rules' permits given back).
+func (h *httpContext) admitShed(now int64) bool {
+	p := h.plugin
+	class, shedIt := p.admitShed(now)
+	if class >= 0 {
+		h.shedClass, h.shedHeld, h.admitted = class, true, now
+	}
+	if !shedIt || p.shed.cfg.Shadow {
+		return false
+	}
+	p.scratch.acquired = p.releasePermits(p.scratch.acquired, now)
+	p.sendShed()
+	return true
+}
+
+// endStream gives back what the stream holds: its permits and its shedding slot (with the
+// upstream latency when a response came).
+func (h *httpContext) endStream() {
+	if len(h.permits) == 0 && !h.shedHeld {
+		return
+	}
+	p := h.plugin
+	now := abi.UnixNano()
+	h.permits = p.releasePermits(h.permits, now)
+	if h.shedHeld {
+		h.shedHeld = false
+		latency := int64(-1)
+		if h.responded > 0 {
+			latency = h.responded - h.admitted
+		}
+		p.releaseShed(h.shedClass, latency, now)
+	}
+}
+
+// permitTickMillis is the timer period the permits and the shedder need: the adaptive
+// controller's interval, else a second (renewals run every permitRenew); 0 without either.
+func (p *pluginContext) permitTickMillis() uint32 {
+	if p.shed.cfg != nil && p.shed.cfg.Adaptive != nil {
+		return uint32(max(p.shed.cfg.Adaptive.Interval.Milliseconds(), 1))
+	}
+	if p.shed.cfg != nil {
+		return 1000
+	}
+	for i := range p.rules {
+		if p.rules[i].permits != nil {
+			return 1000
+		}
+	}
+	return 0
+}
+
+// tickOwned renews the permits and shedding slots, and runs the adaptive controller.
+func (p *pluginContext) tickOwned(now int64) {
+	p.renewPermits(now)
+	if p.shed.cfg != nil {
+		p.tickShed(now)
+	}
+}

@@ -1,0 +1,181 @@
+package filter
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/sharedstate"
+	"github.com/meshlimit/meshlimit/shed"
+)
+
+// Priority load shedding (the top-level shed object; docs/shedding.md). After the rules, a
+// request gets a class (its route's, its class header's, or the default) and is admitted by
+// shed.Policy against the capacity: the configured one, or the adaptive controller's. The
+// requests in flight per class are one owned record (owned.go) shared by every worker, with
+// the same owners, leases and renewals as concurrency permits, so a dead VM's slots are
+// reclaimed. A shed request gets a 503 with the temporary-reduced-capacity problem type and a
+// jittered Retry-After. In shadow mode the shedder counts what it would shed and sheds nothing.
+//
+// With adaptive capacity, each worker records the upstream latency of its admitted requests
+// (request headers to response headers) in a local shed.Histogram, a memory write. Its timer
+// (period: the controller's interval) merges that histogram into the interval's shared one,
+// then runs Gradient.Update on the shared GradientState with the merged histogram and the
+// interval's peak in flight. Update changes nothing for a call within 9/10 of an interval of
+// the last run, so only the first worker's tick of an interval updates; the worker whose CAS of
+// the updated state wins also empties the shared histogram and starts the next interval's peak.
+// Samples merged by another worker between that worker's read and its reset are lost (a few at
+// most, of one interval). Every worker reads the capacity from the shared state on its tick, so
+// the request path uses a capacity at most one interval old and never reads the controller.
+//
+// Metrics (names with the class):
+//
+//	meshlimit.shed.<class>.admitted      requests admitted
+//	meshlimit.shed.<class>.shed          requests shed (503)
+//	meshlimit.shed.<class>.shadow_shed   requests the shedder would have shed (shadow mode)
+//	meshlimit.shed.<class>.in_flight     gauge: requests in flight (all workers), updated on ticks
+//	meshlimit.shed.capacity              gauge: the capacity in force
+//	meshlimit.shed.reclaimed             slots reclaimed from owners whose lease ended
+type shedState struct {
+	cfg      *rules.Shed
+	stateKey string // the owned record of in-flight counts
+	gradKey  string // the controller's state
+	histKey  string // the interval's merged histogram
+	capacity int64
+	held     [shed.MaxClasses]int64 // slots this plugin's streams hold
+	local    shed.Histogram
+	ed       ownedEditor
+	gradEd   gradientEditor
+	histEd   histogramEditor
+	metrics  shedMetrics
+	buf      []byte
+}
+
+type shedMetrics struct {
+	admitted, shed, shadowShed [shed.MaxClasses]proxywasm.MetricCounter
+	inFlight                   [shed.MaxClasses]proxywasm.MetricGauge
+	capacity                   proxywasm.MetricGauge
+	reclaimed                  proxywasm.MetricCounter
+}
+
+// startShed prepares the shedder of cfg under keys that start with base.
+func (p *pluginContext) startShed(cfg *rules.Shed, base string) {
+	st := &p.shed
+	st.cfg = cfg
+	n := strconv.Itoa(cfg.Policy.Classes())
+	st.stateKey, st.gradKey, st.histKey = base+"state/"+n, base+"gradient", base+"histogram"
+	st.capacity = cfg.Capacity
+	for i, c := range cfg.Classes {
+		pre := "meshlimit.shed." + c + "."
+		st.metrics.admitted[i] = proxywasm.DefineCounterMetric(pre + "admitted")
+		st.metrics.shed[i] = proxywasm.DefineCounterMetric(pre + "shed")
+		st.metrics.shadowShed[i] = proxywasm.DefineCounterMetric(pre + "shadow_shed")
+		st.metrics.inFlight[i] = proxywasm.DefineGaugeMetric(pre + "in_flight")
+	}
+	st.metrics.capacity = proxywasm.DefineGaugeMetric("meshlimit.shed.capacity")
+	st.metrics.reclaimed = proxywasm.DefineCounterMetric("meshlimit.shed.reclaimed")
+	if cfg.Adaptive != nil {
+		st.capacity = cfg.Adaptive.InitialLimit
+		p.tickShed(0) // read a state other workers may have made
+	}
+	setGauge(st.metrics.capacity, st.capacity)
+}
+
+// admitShed decides the current request; it returns the class when a slot was taken (to be
+// released at the end of the stream), -1 otherwise, and whether the request is shed.
+func (p *pluginContext) admitShed(now int64) (class int, shedIt bool) {
+	st := &p.shed
+	cfg := st.cfg
+	c := cfg.Class(&p.scratch.req)
+	e := &st.ed
+	k := cfg.Policy.Classes()
+	e.op, e.k, e.class, e.owner, e.now, e.policy, e.capacity, e.force = opAcquire, k, c, p.conc.owner, now, &cfg.Policy, st.capacity, cfg.Shadow
+	_, err := p.records.UpdateShared(st.stateKey, e)
+	if err != nil {
+		if !errors.Is(err, sharedstate.ErrContention) {
+			proxywasm.LogWarnf("meshlimit: shed: %v", err)
+		}
+		return -1, false // the shedder fails open: it protects the upstream, it is no limit
+	}
+	if e.reclaimed > 0 {
+		st.metrics.reclaimed.Increment(uint64(e.reclaimed))
+	}
+	switch {
+	case e.allowed:
+		st.metrics.admitted[c].Increment(1)
+	case cfg.Shadow:
+		st.metrics.shadowShed[c].Increment(1)
+	default:
+		st.metrics.shed[c].Increment(1)
+	}
+	if !e.admitted {
+		return -1, true
+	}
+	st.held[c]++
+	return c, false
+}
+
+// releaseShed ends a stream's slot of class; latency is its upstream latency (ns), or < 0 when
+// it got no upstream response.
+func (p *pluginContext) releaseShed(class int, latency, now int64) {
+	st := &p.shed
+	st.held[class] = max(st.held[class]-1, 0)
+	if latency >= 0 && st.cfg.Adaptive != nil {
+		st.local.Record(time.Duration(latency))
+	}
+	e := &st.ed
+	e.op, e.k, e.class, e.owner, e.now = opRelease, st.cfg.Policy.Classes(), class, p.conc.owner, now
+	if _, err := p.records.UpdateShared(st.stateKey, e); err == nil && e.reclaimed > 0 {
+		st.metrics.reclaimed.Increment(uint64(e.reclaimed))
+	}
+}
+
+// renewShed rewrites this plugin's entry of the shedder's record with the slots its streams
+// hold (see renewPermits).
+func (p *pluginContext) renewShed(now int64) {
+	st := &p.shed
+	if st.cfg == nil {
+		return
+	}
+	e := &st.ed
+	e.op, e.k, e.owner, e.now, e.set = opRenew, st.cfg.Policy.Classes(), p.conc.owner, now, st.held
+	if _, err := p.records.UpdateShared(st.stateKey, e); err == nil {
+		if e.reclaimed > 0 {
+			st.metrics.reclaimed.Increment(uint64(e.reclaimed))
+		}
+		s := e.rec.state()
+		for c := range e.k {
+			setGauge(st.metrics.inFlight[c], int64(s.InFlight[c]))
+		}
+	}
+}
+
+// sendShed answers a shed request: 503, the temporary-reduced-capacity problem, Retry-After
+// with jitter.
+func (p *pluginContext) sendShed() {
+	st := &p.shed
+	retry := st.cfg.RetryAfter
+	if j := st.cfg.RetryAfterJitter; j > 0 {
+		retry += time.Duration(rand.Int64N(int64(j) + 1))
+	}
+	secs := int64((retry + time.Second - 1) / time.Second)
+	st.buf = strconv.AppendInt(st.buf[:0], secs, 10)
+	hdrs := [][2]string{{"retry-after", string(st.buf)}, {"content-type", "application/problem+json"}}
+	if err := proxywasm.SendHttpResponse(503, hdrs, shedProblem, -1); err != nil {
+		proxywasm.LogErrorf("meshlimit: sending the shed response: %v", err)
+	}
+}
+
+// shedProblem is the RFC 9457 body of a shed request (the RateLimit draft's problem type).
+var shedProblem = []byte(`{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",` +
+	`"title":"Temporary Reduced Capacity","status":503}`)
+
+func setGauge(g proxywasm.MetricGauge, v int64) {
+	if d := v - g.Value(); d != 0 {
+		g.Add(d)
+	}
+}

@@ -1,0 +1,120 @@
+package rules
+
+import (
+	"strconv"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/internal/fnv"
+)
+
+// Concurrency limits and percent enforcement.
+//
+// A limit {"concurrency": N} (instead of "rate") bounds the requests of one key that are in
+// flight at once: a permit is taken when the request headers arrive and returned when the
+// stream ends, whatever ends it. Such a limit must be the rule's only limit, and the rule
+// takes no cost, overrides, overflow or lease: a permit is one request, and a key without
+// room in max_keys slots shares one overflow permit pool with the other keys without room.
+// The filter (filter/concurrency.go) holds the permits in shared data under a lease.
+//
+// enforce_percent on a rule enforces it for a deterministic share of key values: a key is
+// enforced when FNV-1a of the rule name and the key, modulo 100, is below the percentage, so
+// a key is enforced or shadowed the same way on every proxy and across restarts, and raising
+// the percentage only adds keys. Keys left out are decided in shadow: counted in
+// shadow_limited, never denied. It is a rollout tool, not a security boundary: a client that
+// chooses its key and knows the rule name can find a shadowed one while the rollout lasts.
+
+// MaxConcurrency is the largest concurrency limit accepted.
+const MaxConcurrency = 1_000_000
+
+// concurrencyLimit compiles a limit that sets concurrency into s; it reports problems at
+// the limit's fields.
+func (v *validator) concurrencyLimit(lp string, lj *limitJSON, s *LimitSpec) {
+	if lj.Rate != "" {
+		v.failf(lp+".rate", "a limit sets either rate or concurrency, not both")
+	}
+	if lj.Algorithm != "" {
+		v.failf(lp+".algorithm", "a concurrency limit takes no algorithm")
+	}
+	if lj.Burst.Set {
+		v.failf(lp+".burst", "a concurrency limit takes no burst")
+	}
+	if n := lj.Concurrency.Value; n < 1 || n > MaxConcurrency {
+		v.failf(lp+".concurrency", "%d out of range: want 1 to %d", n, MaxConcurrency)
+	} else {
+		s.Concurrency = n
+	}
+	s.Fingerprint = fnv.Mix(fnv.Offset64, uint64(s.Concurrency)|1<<63)
+}
+
+// checkConcurrencyRule reports what a rule with a concurrency limit may not have, and
+// compiles enforce_percent for every rule.
+func (v *validator) checkConcurrencyRule(path string, rj *ruleJSON, r *Rule) {
+	r.EnforcePercent = 100
+	if rj.EnforcePercent.Set {
+		r.EnforcePercent = int(v.intIn(path+".enforce_percent", rj.EnforcePercent, 0, 100))
+	}
+	conc := false
+	for _, lj := range rj.Limits {
+		conc = conc || lj.Concurrency.Set
+	}
+	if !conc {
+		for i, lj := range rj.Overrides {
+			for j, l := range lj.Limits {
+				if l.Concurrency.Set {
+					v.failf(path+".overrides["+strconv.Itoa(i)+"].limits["+strconv.Itoa(j)+"].concurrency", "only a rule whose limit is a concurrency limit may override it")
+				}
+			}
+		}
+		return
+	}
+	switch {
+	case len(rj.Limits) != 1:
+		v.failf(path+".limits", "a concurrency limit must be the rule's only limit")
+	case rj.Cost != nil:
+		v.failf(path+".cost", "a rule with a concurrency limit takes no cost: a permit is one request")
+	case len(rj.Overrides) > 0:
+		v.failf(path+".overrides", "a rule with a concurrency limit takes no overrides")
+	case len(rj.Overflow) > 0:
+		v.failf(path+".overflow", "a rule with a concurrency limit takes no overflow: keys without room share one permit pool")
+	case rj.Lease != nil:
+		v.failf(path+".lease", "a rule with a concurrency limit takes no lease")
+	case len(rj.Fallback) > 0:
+		v.failf(path+".fallback", "a rule with a concurrency limit takes no fallback")
+	}
+}
+
+// Concurrency returns the rule's concurrency limit, or nil when its limits are rates.
+func (r *Rule) Concurrency() *LimitSpec {
+	if l := &r.sets[0].Limits; len(*l) == 1 && (*l)[0].Concurrency > 0 {
+		return &(*l)[0]
+	}
+	return nil
+}
+
+// EnforcedFor reports whether the rule enforces key (see enforce_percent): always at 100,
+// never at 0, else for a fixed share of the key values. It does not allocate.
+func (r *Rule) EnforcedFor(key []byte) bool {
+	switch r.EnforcePercent {
+	case 100:
+		return true
+	case 0:
+		return false
+	}
+	h := fnv.AddBytes(fnv.AddString(fnv.Offset64, r.Name+"\x00"), key)
+	h = (h ^ h>>33) * 0xff51afd7ed558ccd // FNV's low bits mix poorly: finish them (MurmurHash3's fmix64)
+	h ^= h >> 33
+	return int(h%100) < r.EnforcePercent
+}
+
+// ConcurrencyDecision is the decision of a concurrency limit of limit permits that found
+// inFlight of them taken, as the response reports it: q is the limit, r the permits left
+// after this request, and a denial carries RetryNever, so that its response has no
+// Retry-After and its RateLimit no t: when a permit comes back depends on requests in
+// flight, and no wait can be promised.
+func ConcurrencyDecision(limit, inFlight int64, allowed bool) algorithms.Decision {
+	d := algorithms.Decision{Allowed: allowed, Limit: limit, Remaining: max(limit-inFlight-1, 0)}
+	if !allowed {
+		d.Remaining, d.RetryAfter = 0, algorithms.RetryNever
+	}
+	return d
+}
