@@ -26,7 +26,8 @@ type scratch struct {
 	local    rules.LocalResponse
 	acquired []heldPermit // the permits taken for the current request (concurrency.go)
 	pairs    [][2]string
-	deciding int // the index of the rule being decided, or -1: whose failure_mode a panic applies
+	deciding int           // the index of the rule being decided, or -1: whose failure_mode a panic applies
+	settle   settleScratch // the reservations of the current request (settle.go)
 }
 
 // httpContext implements types.HttpContext for one request.
@@ -41,6 +42,7 @@ type httpContext struct {
 	localOutcomes []rules.Outcome // and the outcomes of the local rules already decided
 	delay         int64           // and the shaping delay they asked for
 	deadline      int64           // and when to stop waiting (unix ns); 0 when not waiting
+	settle        *settling       // the reservations to settle when the stream ends (settle.go)
 
 	permits   []heldPermit // the concurrency permits the stream holds, released when it ends
 	shedClass int          // the shedder's class of the slot the stream holds, if shedHeld
@@ -53,12 +55,13 @@ type httpContext struct {
 // its shared-data table, and answers with the configured local response at the first enforced denial
 // (later rules are then not charged). Rules in shadow mode, and every rule when enforce is false, count
 // and tag but never deny. A panic is recovered: the failure_mode of the rule being decided applies.
-func (h *httpContext) OnHttpRequestHeaders(int, bool) (act types.Action) {
+func (h *httpContext) OnHttpRequestHeaders(_ int, eos bool) (act types.Action) {
 	defer func() {
 		if r := recover(); r != nil {
 			act = h.panicked("the request headers", r)
 		}
 	}()
+	h.plugin.scratch.settle.eos = eos // settle.go: no body will come
 	return h.requestHeaders()
 }
 
@@ -70,6 +73,7 @@ func (h *httpContext) requestHeaders() types.Action {
 	s.globals = s.globals[:0]
 	s.delay = 0
 	s.deciding = -1
+	s.settle.res, s.settle.pend = s.settle.res[:0], s.settle.pend[:0]
 	s.acquired = s.acquired[:0]
 	defer h.adoptPermits() // also after a panic: a permit taken is always released
 	now := abi.UnixNano()
@@ -81,6 +85,7 @@ func (h *httpContext) requestHeaders() types.Action {
 		}
 	}
 	s.deciding = -1
+	h.adoptSettles(denied, now)
 	if denied {
 		s.acquired = p.releasePermits(s.acquired, now)
 		h.deny()
@@ -120,6 +125,9 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	}
 	set, unlimited := r.Limits(key)
 	if unlimited {
+		return false
+	}
+	if p.deferToBody(rs, set.Index, key) { // settle.go: a reservation read from the body
 		return false
 	}
 	cost, err := r.Cost(&s.req)
@@ -166,6 +174,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 		proxywasm.LogDebugf("meshlimit: rule %s key %q cost %d: allowed=%t (%d attempts)", r.Name, key, cost, out.Allowed, out.Attempts)
 	}
 	p.count(rs, out.Allowed, enforced)
+	p.reserve(rs, set.Index, key, &out, cost, now)
 	if enforced {
 		for j := range specs {
 			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &specs[j], Decision: out.Decisions[j]})
@@ -191,9 +200,10 @@ func (h *httpContext) deny() {
 
 // OnHttpResponseHeaders implements types.HttpContext: an admitted request's quota fields are added to
 // the upstream's response. A panic is recovered: the response goes on without them.
-func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 	defer h.plugin.recoverPanic("the response headers")
 	testPanic(panicResponseHeaders)
+	h.settleHeaders(eos)
 	if h.shedHeld && h.responded == 0 && h.plugin.shed.cfg.Adaptive != nil {
 		h.responded = abi.UnixNano()
 	}
@@ -213,6 +223,7 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 // client left) is forgotten.
 func (h *httpContext) OnHttpStreamDone() {
 	defer h.plugin.recoverPanic("the end of a stream")
+	h.settleDone()
 	h.endStream()
 	if h.deadline != 0 {
 		h.plugin.global.unwait(h)

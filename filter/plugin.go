@@ -57,6 +57,7 @@ type ruleState struct {
 	leases   *sharedstate.Records // the leased units of a rule with a lease
 	permits  *sharedstate.Records // the permits of a rule with a local concurrency limit
 	overflow []rules.LimitSpec    // what keys without room are decided against in tables[0]
+	settle   *settleRule          // the counters of a rule whose cost settles (settle.go), once used
 	metrics  ruleMetrics
 }
 

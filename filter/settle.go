@@ -1,0 +1,272 @@
+package filter
+
+import (
+	"strconv"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/meshlimit/meshlimit/abi"
+	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/sharedstate"
+)
+
+// Reserve, then settle (rules/settle.go). A settling rule is decided like any other, with its
+// reservation as the cost: the requests in flight together are admitted only while their
+// reservations fit, so they overshoot a limit by at most what they use beyond their reservations,
+// and that over-run is charged when they settle (the key goes into debt, up to one capacity, and
+// waits). When the stream ends, each reservation is settled from what the answer said:
+//
+//   - the cost read (a response header, the body bytes, a JSON field of the response body, or of the
+//     last event of a text/event-stream that carries it) replaces the reservation: the unused part is
+//     refunded, an over-run is charged;
+//   - a 5xx response refunds the whole reservation, or keeps it with on_error "keep";
+//   - an answer without a usable cost (the field missing or not an integer, a body that is not JSON or
+//     is larger than max_body, a response cut short, no response at all) keeps the reservation, and is
+//     counted (settle_kept): a client that never reads its answer, or an upstream that never reports
+//     usage, pays what it reserved and no less;
+//   - a request denied by any rule refunds what its earlier rules reserved: it never reached upstream.
+//
+// A rule that reserves from the request body (request_json) decides when the body has arrived:
+// the filter holds at most max_body bytes of it (StopIterationAndBuffer); a body that is larger,
+// not JSON, or lacks a positive integer at the path reserves the rule's default (bad_body). A request
+// whose body never ends is charged its default when the stream ends. The filter never holds a
+// response: it copies at most max_body bytes of a JSON response, and at most one SSE event of
+// max_body bytes, while the body passes on.
+//
+// Metrics (per settling rule):
+//
+//	meshlimit.rule.<rule>.settled        reservations settled to a cost read from the answer
+//	meshlimit.rule.<rule>.settle_kept    reservations kept: no usable cost in the answer
+//	meshlimit.rule.<rule>.settle_refund  units refunded (unused reservations and 5xx responses)
+//	meshlimit.rule.<rule>.settle_overrun units charged beyond reservations
+//	meshlimit.rule.<rule>.bad_body       request bodies that reserved the default (malformed, missing field, past max_body)
+
+// settleRule is what a settling rule keeps: its counters, defined on first use.
+type settleRule struct {
+	settled, kept, refund, overrun, badBody proxywasm.MetricCounter
+}
+
+func newSettleRule(rule string) *settleRule {
+	p := "meshlimit.rule." + rule + "."
+	return &settleRule{
+		settled: proxywasm.DefineCounterMetric(p + "settled"),
+		kept:    proxywasm.DefineCounterMetric(p + "settle_kept"),
+		refund:  proxywasm.DefineCounterMetric(p + "settle_refund"),
+		overrun: proxywasm.DefineCounterMetric(p + "settle_overrun"),
+		badBody: proxywasm.DefineCounterMetric(p + "bad_body"),
+	}
+}
+
+// settleMetrics returns the rule's settle counters.
+func (rs *ruleState) settleMetrics() *settleRule {
+	if rs.settle == nil {
+		rs.settle = newSettleRule(rs.rule.Name)
+	}
+	return rs.settle
+}
+
+// reservation is one admitted cost waiting for its settlement.
+type reservation struct {
+	rs        *ruleState
+	set       int // the index of the limit set in rs.tables
+	key       string
+	placement sharedstate.Placement
+	at        int64 // when it was admitted (unix ns)
+	reserved  int64
+	value     int64 // the cost read from the answer, when found
+	found     bool
+}
+
+// pendingBody is a rule whose reservation waits for the request body.
+type pendingBody struct {
+	rs  *ruleState
+	set int
+	key string
+}
+
+// settleScratch collects the reservations of the request being decided.
+type settleScratch struct {
+	settler *sharedstate.Settler
+	eos     bool // the request headers ended the request: no body will come
+	res     []reservation
+	pend    []pendingBody
+}
+
+// settling is what a stream with reservations keeps until it ends.
+type settling struct {
+	res       []reservation
+	pend      []pendingBody
+	buffering bool // the request body is held until it ends, for a pending reservation
+	reqBytes  int64
+	respBytes int64
+	status    int  // the response status, 0 before one
+	respEnded bool // the response body (or headers) ended the stream
+	readJSON  bool // a reservation settles from a JSON field of the response body
+	sse       bool // the response is a text/event-stream
+	maxBody   int
+	body      []byte // the response body copied so far, at most maxBody
+	cut       bool   // the response body passed maxBody
+	events    rules.SSE
+}
+
+// deferToBody records a rule that reserves from the request body, instead of deciding it now, and
+// reports whether it did.
+func (p *pluginContext) deferToBody(rs *ruleState, set int, key []byte) bool {
+	if !rs.rule.ReservesFromBody() || p.scratch.settle.eos {
+		return false
+	}
+	s := &p.scratch.settle
+	s.pend = append(s.pend, pendingBody{rs: rs, set: set, key: string(key)})
+	return true
+}
+
+// reserve records an admitted cost of a settling rule.
+func (p *pluginContext) reserve(rs *ruleState, set int, key []byte, out *sharedstate.Outcome, cost, now int64) {
+	if !out.Allowed || rs.rule.Settle() == nil {
+		return
+	}
+	s := &p.scratch.settle
+	s.res = append(s.res, reservation{rs: rs, set: set, key: string(key), placement: out.Placement, at: now, reserved: cost})
+}
+
+// adoptSettles hands the current request's reservations to its stream; a denied request refunds
+// them at once.
+func (h *httpContext) adoptSettles(denied bool, now int64) {
+	s := &h.plugin.scratch.settle
+	defer func() { s.res, s.pend, s.eos = s.res[:0], s.pend[:0], false }()
+	if len(s.res) == 0 && len(s.pend) == 0 {
+		return
+	}
+	if denied {
+		for i := range s.res {
+			h.plugin.adjust(&s.res[i], -s.res[i].reserved, now)
+		}
+		return
+	}
+	st := &settling{maxBody: rules.DefaultMaxBody}
+	st.res = append(st.res, s.res...)
+	st.pend = append(st.pend, s.pend...)
+	h.settle = st
+}
+
+// settleHeaders reads what the response headers say for the reservations: the status, the cost
+// headers, and whether the body is an event stream.
+func (h *httpContext) settleHeaders(eos bool) {
+	st := h.settle
+	if st == nil {
+		return
+	}
+	v, _ := proxywasm.GetHttpResponseHeader(":status")
+	st.status, _ = strconv.Atoi(v)
+	st.respEnded = eos
+	ct, _ := proxywasm.GetHttpResponseHeader("content-type")
+	st.sse = len(ct) >= 17 && asciiLower(ct[:17]) == "text/event-stream"
+	for i := range st.res {
+		r := &st.res[i]
+		s := r.rs.rule.Settle()
+		switch s.Source {
+		case rules.SettleResponseHeader:
+			if hv, err := proxywasm.GetHttpResponseHeader(s.Header); err == nil {
+				r.value, r.found = r.rs.rule.SettledHeader(hv)
+			}
+		case rules.SettleResponseJSON:
+			st.readJSON = true
+			st.maxBody = max(st.maxBody, r.rs.rule.MaxBody())
+		}
+	}
+	st.events.Max = st.maxBody
+}
+
+// settleDone settles every reservation of the stream, which has ended.
+func (h *httpContext) settleDone() {
+	st := h.settle
+	if st == nil {
+		return
+	}
+	h.settle = nil
+	p, now := h.plugin, abi.UnixNano()
+	for _, pb := range st.pend { // the body never ended: the default is charged
+		def, _ := pb.rs.rule.Cost(&p.scratch.req)
+		r := reservation{rs: pb.rs, set: pb.set, key: pb.key, at: now}
+		pb.rs.settleMetrics().kept.Increment(1)
+		p.adjust(&r, def, now)
+	}
+	if st.readJSON && !st.sse && st.respEnded && !st.cut {
+		for i := range st.res {
+			r := &st.res[i]
+			if s := r.rs.rule.Settle(); s.Source == rules.SettleResponseJSON {
+				if n, err := rules.JSONInt(st.body, s.Path); err == nil {
+					r.value, r.found = r.rs.rule.SettledValue(n), true
+				}
+			}
+		}
+	}
+	for i := range st.res {
+		p.settleOne(st, &st.res[i], now)
+	}
+}
+
+// settleOne settles one reservation (see the comment at the top of the file).
+func (p *pluginContext) settleOne(st *settling, r *reservation, now int64) {
+	s, m := r.rs.rule.Settle(), r.rs.settleMetrics()
+	switch {
+	case st.status >= 500:
+		if !s.KeepOnError {
+			m.refund.Increment(uint64(r.reserved))
+			p.adjust(r, -r.reserved, now)
+		}
+		return
+	case s.Source == rules.SettleBodyBytes && (st.status != 0 || s.Bytes == rules.BytesRequest):
+		r.found = true
+		if s.Bytes&rules.BytesRequest != 0 {
+			r.value += st.reqBytes
+		}
+		if s.Bytes&rules.BytesResponse != 0 {
+			r.value += st.respBytes
+		}
+		r.value = r.rs.rule.SettledValue(r.value)
+	}
+	if !r.found {
+		m.kept.Increment(1)
+		return
+	}
+	m.settled.Increment(1)
+	delta := r.value - r.reserved
+	if delta < 0 {
+		m.refund.Increment(uint64(-delta))
+	} else {
+		m.overrun.Increment(uint64(delta))
+	}
+	p.adjust(r, delta, now)
+}
+
+// adjust applies delta units to a reservation's state.
+func (p *pluginContext) adjust(r *reservation, delta, now int64) {
+	if delta == 0 {
+		return
+	}
+	s := &p.scratch.settle
+	if s.settler == nil {
+		s.settler = sharedstate.NewSettler(p.limiter.Updater())
+	}
+	t := r.rs.tables[r.set]
+	if _, err := s.settler.Adjust(t, []byte(r.key), r.placement, now, r.at, delta); err != nil {
+		proxywasm.LogWarnf("meshlimit: rule %s: settling %d units: %v", r.rs.rule.Name, delta, err)
+	}
+}
+
+// asciiLower lower-cases ASCII letters.
+func asciiLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; c >= 'A' && c <= 'Z' {
+					b[j] = c + 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
