@@ -227,3 +227,192 @@ func TestALiveWorkersPermitsOutliveTheLeaseThroughRenewals(t *testing.T) {
 	assert.False(t, ok, "streams still open keep their permits")
 	assert.Zero(t, counter(p, "meshlimit.rule.gpu.permits_reclaimed"))
 }
+
+// shedConfig is a pass-through rule and a shedder of capacity 10 whose class comes from
+// x-priority (defaults: critical keeps 10%, default 20% more, sheddable the rest).
+func shedConfig(extra string) string {
+	return `{"rules":[{"name":"all","limits":[{"rate":"1000000/s"}]}],
+		"shed":{"class_header":"x-priority","capacity":10` + extra + `}}`
+}
+
+func classed(class string) *envoyhost.Request {
+	return get("api.example", "/", "192.0.2.9", [2]string{"x-priority", class})
+}
+
+func TestUnderLoadSheddableIsShedFirstAndCriticalKeepsItsReserve(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), shedConfig(""), 4)
+	admit := func(class string, n int) (admitted int, last *envoyhost.Stream) {
+		for i := range n {
+			s, ok := openStream(t, p.VM(i%4), classed(class))
+			if ok {
+				admitted++
+			}
+			last = s
+		}
+		return admitted, last
+	}
+	n, shedStream := admit("sheddable", 20)
+	assert.Equal(t, 7, n, "sheddable stops at 70% of the capacity")
+	n, _ = admit("default", 20)
+	assert.Equal(t, 2, n, "default takes the next 20%")
+	n, _ = admit("", 5)
+	assert.Equal(t, 0, n, "a request without a class is default")
+	n, _ = admit("critical", 5)
+	assert.Equal(t, 1, n, "critical keeps the last 10% for itself")
+
+	lr := shedStream.LocalReply()
+	require.NotNil(t, lr)
+	assert.Equal(t, 503, lr.Status)
+	assert.Contains(t, string(lr.Body), `"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"`)
+	ct, _ := lr.Headers.Get("content-type")
+	assert.Equal(t, "application/problem+json", ct)
+	retry, _ := lr.Headers.Get("retry-after")
+	assert.Contains(t, []string{"1", "2", "3"}, retry, "retry_after 1s plus up to 2s of jitter")
+
+	m := p.Process().Metrics()
+	assert.Equal(t, int64(7), m["meshlimit.shed.sheddable.admitted"].Value)
+	assert.Equal(t, int64(13), m["meshlimit.shed.sheddable.shed"].Value)
+	assert.Equal(t, int64(2), m["meshlimit.shed.default.admitted"].Value)
+	assert.Equal(t, int64(1), m["meshlimit.shed.critical.admitted"].Value)
+	assert.Equal(t, int64(4), m["meshlimit.shed.critical.shed"].Value)
+	p.Clock().Advance(2 * time.Second) // a renewal publishes the in-flight gauges
+	assert.Equal(t, int64(7), p.Process().Metrics()["meshlimit.shed.sheddable.in_flight"].Value)
+	assert.Equal(t, int64(10), p.Process().Metrics()["meshlimit.shed.capacity"].Value)
+}
+
+func TestCriticalTrafficAloneMayUseTheWholeCapacity(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), shedConfig(""), 2)
+	admitted := 0
+	for i := range 15 {
+		if _, ok := openStream(t, p.VM(i%2), classed("critical")); ok {
+			admitted++
+		}
+	}
+	assert.Equal(t, 10, admitted)
+}
+
+func TestAShedSlotIsReleasedWhenItsStreamEnds(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), shedConfig(`,"classes":[{"name":"only"}],"default_class":"only"`), 1)
+	var held []*envoyhost.Stream
+	for range 10 {
+		s, ok := openStream(t, p.VM(0), classed("only"))
+		require.True(t, ok)
+		held = append(held, s)
+	}
+	_, ok := openStream(t, p.VM(0), classed("only"))
+	require.False(t, ok)
+	_, err := held[0].SendResponseHeaders(envoyhost.Headers{{":status", "200"}}, true)
+	require.NoError(t, err)
+	require.NoError(t, held[0].Close())
+	require.NoError(t, held[1].Close()) // a reset
+	for range 2 {
+		_, ok = openStream(t, p.VM(0), classed("only"))
+		assert.True(t, ok)
+	}
+}
+
+func TestAShadowShedderShedsNothingAndCountsWhatItWouldHaveShed(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), shedConfig(`,"shadow":true`), 1)
+	for range 12 {
+		_, ok := openStream(t, p.VM(0), classed("sheddable"))
+		require.True(t, ok)
+	}
+	assert.Equal(t, int64(7), counter(p, "meshlimit.shed.sheddable.admitted"))
+	assert.Equal(t, int64(5), counter(p, "meshlimit.shed.sheddable.shadow_shed"))
+	assert.Zero(t, counter(p, "meshlimit.shed.sheddable.shed"))
+}
+
+func TestAShedDecisionGivesBackTheConcurrencyPermitsTakenBeforeIt(t *testing.T) {
+	cfg := `{"rules":[{"name":"gpu","key":[{"header":"x-priority"}],"limits":[{"concurrency":100}]}],
+		"shed":{"class_header":"x-priority","capacity":1,"classes":[{"name":"only"}],"default_class":"only"}}`
+	p := load(t, module(t, "meshlimit"), cfg, 1)
+	_, ok := openStream(t, p.VM(0), classed("only"))
+	require.True(t, ok)
+	for range 5 {
+		_, ok = openStream(t, p.VM(0), classed("only"))
+		require.False(t, ok, "shed")
+	}
+	p.Clock().Advance(3 * time.Second) // renewals rewrite the entries from the plugin's own counts
+	assert.Equal(t, int64(6), counter(p, "meshlimit.rule.gpu.allowed"))
+	// 99 permits remain: a larger shedder would admit them all (checked by the permit count).
+	p2 := load(t, module(t, "meshlimit"), `{"rules":[{"name":"gpu","key":[{"header":"x-priority"}],"limits":[{"concurrency":100}]}]}`, 1,
+		func(c *envoyhost.Config) { c.Process, c.Clock = p.Process(), p.Clock() })
+	admitted := 0
+	for range 120 {
+		if _, ok := openStream(t, p2.VM(0), classed("only")); ok {
+			admitted++
+		}
+	}
+	assert.Equal(t, 99, admitted, "the shed requests hold no permit")
+}
+
+// TestAdaptiveCapacityFollowsASlowUpstreamAndShedsTheLowestClassFirst drives 2 workers in
+// virtual time against a synthetic upstream that serves a request in 20 ms while at most K =
+// 20 are in flight and slows down in proportion above that (a queue), offering twice what it
+// can serve: sheddable 1 request per ms, default 0.8, critical 0.05.
+func TestAdaptiveCapacityFollowsASlowUpstreamAndShedsTheLowestClassFirst(t *testing.T) {
+	const K, base = 20, 20 * time.Millisecond
+	cfg := `{"rules":[{"name":"all","limits":[{"rate":"1000000/s"}]}],
+		"shed":{"class_header":"x-priority","adaptive":{"interval":"100ms","probe_samples":30}}}`
+	p := load(t, module(t, "meshlimit"), cfg, 2)
+	clock := p.Clock()
+	type pending struct {
+		s    *envoyhost.Stream
+		done time.Time
+	}
+	var open []pending
+	offered, shed := map[string]int{}, map[string]int{}
+	lateShed := map[string]int{}
+	var caps []int64
+	const steps = 5000
+	for ms := range steps {
+		now := clock.Now()
+		kept := open[:0]
+		for _, o := range open {
+			if o.done.After(now) {
+				kept = append(kept, o)
+				continue
+			}
+			_, err := o.s.SendResponseHeaders(envoyhost.Headers{{":status", "200"}}, true)
+			require.NoError(t, err)
+			require.NoError(t, o.s.Close())
+		}
+		open = kept
+		var classes []string
+		classes = append(classes, "sheddable")
+		if ms%5 != 0 {
+			classes = append(classes, "default")
+		}
+		if ms%20 == 0 {
+			classes = append(classes, "critical")
+		}
+		for i, c := range classes {
+			offered[c]++
+			s, ok := openStream(t, p.VM((ms+i)%2), classed(c))
+			if !ok {
+				shed[c]++
+				if ms >= steps/2 {
+					lateShed[c]++
+				}
+				require.NoError(t, s.Close())
+				continue
+			}
+			lat := base * time.Duration(max(len(open)+1, K)) / K
+			open = append(open, pending{s, now.Add(lat)})
+		}
+		clock.Advance(time.Millisecond)
+		if ms%100 == 99 {
+			caps = append(caps, counter(p, "meshlimit.shed.capacity"))
+		}
+	}
+	t.Logf("capacity every 100 ms: %v", caps)
+	t.Logf("offered %v, shed %v, shed in the second half %v", offered, shed, lateShed)
+	late := caps[len(caps)/2:]
+	for _, c := range late {
+		assert.GreaterOrEqual(t, c, int64(K*7/10), "the capacity stays near the upstream's knee")
+		assert.LessOrEqual(t, c, int64(K*2))
+	}
+	assert.Zero(t, lateShed["critical"], "critical is never shed once the capacity has settled")
+	assert.Greater(t, float64(shed["sheddable"])/float64(offered["sheddable"]),
+		float64(shed["default"])/float64(offered["default"]), "sheddable is shed more than default")
+}
