@@ -125,6 +125,7 @@ func (h *httpContext) checkGlobal(now int64) types.Action {
 		if idx, until, ok := p.blocked(it, now); ok && !it.rs.rule.Shadow {
 			it.rs.metrics.cachedDenials.Increment(1)
 			it.rs.metrics.limited.Increment(1)
+			s.resp.denier = it.rs
 			d := cachedDenial(&it.spec[idx], until-now)
 			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &it.spec[idx], Decision: d})
 			h.deny()
@@ -194,6 +195,9 @@ func (p *pluginContext) expireCalls(now int64) {
 
 // expire decides a request whose call passed its deadline, as for a failed call.
 func (h *httpContext) expire(now int64) {
+	if h.chargeExpired() {
+		return
+	}
 	defer h.recoverPaused("the call deadline")
 	h.restoreScratch()
 	h.globalFailed(errors.New("no answer by the deadline"), now)
@@ -365,6 +369,7 @@ func (p *pluginContext) count(rs *ruleState, allowed, enforced bool) (denied boo
 		rs.metrics.allowed.Increment(1)
 	case enforced:
 		rs.metrics.limited.Increment(1)
+		p.scratch.resp.denier = rs
 		return true
 	default:
 		rs.metrics.shadowLimited.Increment(1)

@@ -28,6 +28,7 @@ type scratch struct {
 	pairs    [][2]string
 	deciding int           // the index of the rule being decided, or -1: whose failure_mode a panic applies
 	settle   settleScratch // the reservations of the current request (settle.go)
+	resp     respondState  // counted rules' charges and the denying rule (respond.go)
 }
 
 // httpContext implements types.HttpContext for one request.
@@ -49,6 +50,9 @@ type httpContext struct {
 	shedHeld  bool
 	admitted  int64 // when the shedder admitted the stream (unix ns)
 	responded int64 // when the upstream's response headers arrived (unix ns), or 0
+
+	charges  []charge // the counted rules' charges, decided by the response (respond.go)
+	charging bool     // the response waits for the service's answer to a charge
 }
 
 // OnHttpRequestHeaders implements types.HttpContext. It runs the matching rules in order, each against
@@ -73,6 +77,7 @@ func (h *httpContext) requestHeaders() types.Action {
 	s.globals = s.globals[:0]
 	s.delay = 0
 	s.deciding = -1
+	s.resp.charges, s.resp.denier = s.resp.charges[:0], nil
 	s.settle.res, s.settle.pend = s.settle.res[:0], s.settle.pend[:0]
 	s.acquired = s.acquired[:0]
 	defer h.adoptPermits() // also after a panic: a permit taken is always released
@@ -91,6 +96,7 @@ func (h *httpContext) requestHeaders() types.Action {
 		h.deny()
 		return types.ActionPause
 	}
+	h.keepCharges()
 	if p.shed.cfg != nil && h.admitShed(now) {
 		return types.ActionPause
 	}
@@ -134,6 +140,9 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if err != nil && p.cfg.LogLevel <= rules.LogDebug {
 		proxywasm.LogDebugf("meshlimit: rule %s: %v; charging %d", r.Name, err, cost)
 	}
+	if r.CountOn != nil {
+		return p.checkCounted(rs, set, key, cost, now)
+	}
 	if r.Scope != rules.ScopeLocal {
 		it := globalItem{rs: rs, spec: set.Limits, key: string(key), cost: cost}
 		if r.Lease() != nil && p.spendLease(&it, now) {
@@ -174,6 +183,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 		proxywasm.LogDebugf("meshlimit: rule %s key %q cost %d: allowed=%t (%d attempts)", r.Name, key, cost, out.Allowed, out.Attempts)
 	}
 	p.count(rs, out.Allowed, enforced)
+	p.nearLimit(rs, out.Decisions, specs)
 	p.reserve(rs, set.Index, key, &out, cost, now)
 	if enforced {
 		for j := range specs {
@@ -192,7 +202,8 @@ func (h *httpContext) deny() {
 	s := &p.scratch
 	ct, _ := s.req.Header("content-type")
 	s.buf = p.cfg.Response.Deny(&s.local, s.buf[:0], s.outcomes, rules.IsGRPC(ct), rand.Uint64())
-	s.pairs = rules.Pairs(s.pairs[:0], s.local.Headers)
+	s.pairs = h.explain(rules.Pairs(s.pairs[:0], s.local.Headers))
+	h.charges = h.charges[:0] // the local reply is not a response to charge
 	if err := proxywasm.SendHttpResponse(s.local.Status, s.pairs, s.local.Body, s.local.GRPCStatus); err != nil {
 		proxywasm.LogErrorf("meshlimit: sending the local response: %v", err)
 	}
@@ -203,12 +214,13 @@ func (h *httpContext) deny() {
 func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 	defer h.plugin.recoverPanic("the response headers")
 	testPanic(panicResponseHeaders)
+	paused := h.chargeCounted()
 	h.settleHeaders(eos)
 	if h.shedHeld && h.responded == 0 && h.plugin.shed.cfg.Adaptive != nil {
 		h.responded = abi.UnixNano()
 	}
 	if h.quota == nil {
-		return types.ActionContinue
+		return respondAction(paused)
 	}
 	s := &h.plugin.scratch
 	s.fields, s.buf = h.plugin.cfg.Response.AppendAllowed(s.fields[:0], s.buf[:0], h.quota)
@@ -216,13 +228,14 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 		// The host copies the value during the call, so a string view of the buffer is enough.
 		_ = proxywasm.AddHttpResponseHeader(f.Name, unsafe.String(unsafe.SliceData(f.Value), len(f.Value)))
 	}
-	return types.ActionContinue
+	return respondAction(paused)
 }
 
 // OnHttpStreamDone implements types.HttpContext: a request that was still waiting for the service (the
 // client left) is forgotten.
 func (h *httpContext) OnHttpStreamDone() {
 	defer h.plugin.recoverPanic("the end of a stream")
+	h.chargeUnanswered()
 	h.settleDone()
 	h.endStream()
 	if h.deadline != 0 {

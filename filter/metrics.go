@@ -26,6 +26,11 @@ import (
 //	meshlimit.rule.<rule>.leased                 quota units leased from the service
 //	meshlimit.rule.<rule>.lease_spent            requests admitted from leased units, without a call
 //	meshlimit.rule.<rule>.lease_expired          leased units dropped unspent at the end of their ttl
+//	meshlimit.rule.<rule>.near_limit             admitted decisions that left a limit with less than a tenth of its quota
+//	meshlimit.rule.<rule>.counted                responses a count_on rule charged (unanswered ones included)
+//	meshlimit.rule.<rule>.unanswered             requests of a count_on rule charged because no response came
+//	meshlimit.rule.<rule>.penalties              keys a count_on rule put in its penalty box
+//	meshlimit.rule.<rule>.penalty_denied         requests denied from the penalty box
 //	meshlimit.rule.<rule>.permits_reclaimed      concurrency permits reclaimed from owners whose lease ended
 type pluginMetrics struct {
 	configErrors, panics proxywasm.MetricCounter
@@ -33,6 +38,7 @@ type pluginMetrics struct {
 
 type ruleMetrics struct {
 	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, overflow, evictions, fallback, cachedDenials, leased, leaseSpent, leaseExpired, permitsReclaimed proxywasm.MetricCounter
+	nearLimit, counted, unanswered, penalties, penaltyDenied                                                                                                                   proxywasm.MetricCounter
 }
 
 func definePluginMetrics() pluginMetrics {
@@ -58,6 +64,11 @@ func defineRuleMetrics(rule string) ruleMetrics {
 		leased:           proxywasm.DefineCounterMetric(p + "leased"),
 		leaseSpent:       proxywasm.DefineCounterMetric(p + "lease_spent"),
 		leaseExpired:     proxywasm.DefineCounterMetric(p + "lease_expired"),
+		nearLimit:        proxywasm.DefineCounterMetric(p + "near_limit"),
+		counted:          proxywasm.DefineCounterMetric(p + "counted"),
+		unanswered:       proxywasm.DefineCounterMetric(p + "unanswered"),
+		penalties:        proxywasm.DefineCounterMetric(p + "penalties"),
+		penaltyDenied:    proxywasm.DefineCounterMetric(p + "penalty_denied"),
 		permitsReclaimed: proxywasm.DefineCounterMetric(p + "permits_reclaimed"),
 	}
 }

@@ -138,6 +138,9 @@ func newRuleState(base string, r *rules.Rule) (ruleState, error) {
 	if err := rs.globalRecords(base, fp); err != nil {
 		return rs, err
 	}
+	if err := rs.penaltyRecords(base, fp); err != nil {
+		return rs, err
+	}
 	if r.Concurrency() != nil {
 		return rs, rs.newPermits(base, fp)
 	}

@@ -26,6 +26,12 @@ func (v *validator) response(rj *responseJSON) *Response {
 	v.jitter(rj.RetryAfterJitter, r)
 	v.body(rj, r)
 	r.extra = v.extraHeaders(rj.Headers)
+	if h := rj.ExplainHeader; h != "" {
+		if !isToken(h) {
+			v.failf("response.explain_header", "%q is not a valid header name", h)
+		}
+		r.ExplainHeader = strings.ToLower(h)
+	}
 	return r
 }
 

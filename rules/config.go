@@ -53,6 +53,8 @@ type Rule struct {
 	FailureMode FailureMode
 	// MissingKey says what a request lacking a key part does.
 	MissingKey MissingKey
+	// CountOn is non-nil when the rule charges only the responses that match it.
+	CountOn *CountOn
 	// EnforcePercent is the share of key values, 0 to 100, the rule enforces (EnforcedFor).
 	EnforcePercent int
 

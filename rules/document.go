@@ -113,6 +113,9 @@ type ruleJSON struct {
 	// Scope is where the rule counts: "local" (this proxy), "global" (the global service)
 	// or "both". Default "local".
 	Scope string `json:"scope"`
+	// CountOn charges the rule only for responses that match (see count_on.go). Default:
+	// every admitted request is charged when it arrives.
+	CountOn *countOnJSON `json:"count_on"`
 	// EnforcePercent is the share of key values, 0 to 100, the rule enforces; the others
 	// are decided in shadow (see concurrency.go). Default 100.
 	EnforcePercent optInt `json:"enforce_percent"`
@@ -251,6 +254,9 @@ type responseJSON struct {
 	QuotaHeadersOnAllowed *bool `json:"quota_headers_on_allowed"`
 	// RetryAfterJitter is the most Retry-After is randomly lengthened by. Default 0.
 	RetryAfterJitter string `json:"retry_after_jitter"`
+	// ExplainHeader, when set, names a header added to every denied response with the
+	// name of the rule that denied it. Default: none.
+	ExplainHeader string `json:"explain_header"`
 }
 
 // globalJSON is the top-level global object. The global path is not implemented yet; the

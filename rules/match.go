@@ -117,7 +117,7 @@ type headerMatch struct {
 // that makes a rule apply behind one that does not: "exact: premium" holds when any value is
 // premium, and "exact: premium, invert: true" holds unless every value is premium. A value too
 // long for a regex makes the condition hold.
-func (h *headerMatch) matches(req Request) bool {
+func (h *headerMatch) matches(req HeaderSource) bool {
 	if h.cond.kind == matchPresent {
 		_, ok := req.HeaderValue(h.name, 0)
 		return (ok != h.absent) != h.invert

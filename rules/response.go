@@ -90,6 +90,8 @@ type Response struct {
 	QuotaHeadersOnAllowed bool
 	// RetryAfterJitter is the most Retry-After is lengthened by.
 	RetryAfterJitter time.Duration
+	// ExplainHeader is the lower-case name of the header that names the denying rule, or "".
+	ExplainHeader string
 
 	sets         headerSet
 	problem      bool

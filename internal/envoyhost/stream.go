@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tetratelabs/wazero/api"
@@ -620,7 +621,27 @@ func (s *Stream) roundTrip(ctx context.Context, req *Request, resp *Response) (R
 	}
 	v := s.vm
 	v.mu.Lock()
-	res = Result{LocalReply: s.local, Upstream: s.upstream, Downstream: s.downstream, Reset: s.reset}
+	res = Result{LocalReply: s.local, Upstream: s.upstream, Downstream: s.downstream, Reset: s.reset, FilterState: s.filterStateView()}
 	v.mu.Unlock()
 	return res, nil
+}
+
+// FilterState returns what the filter set with proxy_set_property on the stream so far,
+// keyed "wasm.<path>" as Envoy names the filter state (see Result.FilterState).
+func (s *Stream) FilterState() map[string]string {
+	s.vm.mu.Lock()
+	defer s.vm.mu.Unlock()
+	return s.filterStateView()
+}
+
+// filterStateView copies the stream's filter state; the caller holds the VM's lock.
+func (s *Stream) filterStateView() map[string]string {
+	if len(s.filterState) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(s.filterState))
+	for k, v := range s.filterState {
+		m["wasm."+strings.ReplaceAll(k, "\x00", ".")] = string(v)
+	}
+	return m
 }

@@ -195,6 +195,13 @@ func TestPropertiesUseEnvoysPathsAndEncodings(t *testing.T) {
 		assert.Equal(t, "0", replyHeader(t, res, "x-status"))
 		assert.Equal(t, "v", replyHeader(t, res, "x-value"))
 	})
+	t.Run("shows a property the stream set as Envoy's filter state wasm.<name>", func(t *testing.T) {
+		res := roundTrip(t, p.VM(0), op("setprop", "x-path", "meshlimit.rule", "x-value", "login"))
+		assert.Equal(t, map[string]string{"wasm.meshlimit.rule": "login"}, res.FilterState)
+		other := roundTrip(t, p.VM(0), op("prop", "x-path", "meshlimit.rule"))
+		assert.Nil(t, other.FilterState, "filter state belongs to the stream that set it")
+		assert.Equal(t, "1", replyHeader(t, other, "x-status"), "another stream reads NotFound")
+	})
 }
 
 func TestPausedStreamsHoldTheirBodyAndRespectDeadlines(t *testing.T) {

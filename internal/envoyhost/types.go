@@ -250,4 +250,8 @@ type Result struct {
 	Downstream Headers
 	// Reset reports that the filter reset the stream with proxy_close_stream.
 	Reset bool
+	// FilterState holds what the filter set with proxy_set_property on this stream, keyed
+	// as Envoy names the filter state an access log reads: "wasm.<path>" (path segments
+	// joined with "."; a one-segment path is the name the guest passed).
+	FilterState map[string]string
 }

@@ -1,0 +1,232 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/redistest"
+)
+
+// loginRule counts failed logins (401) per client address: 5 a minute, then 15 minutes in the
+// penalty box.
+const loginRule = `{"name":"login","match":{"path":{"exact":"/login"}},"key":["client_ip"],
+	"limits":[{"name":"failed-logins","rate":"5/m"}],
+	"count_on":{"status":["401","403"],"penalty":"15m"}%s}`
+
+func loginConfig(extra string) string {
+	return `{"response":{"explain_header":"x-meshlimit-rule"},"rules":[` + fmt.Sprintf(loginRule, extra) + `]}`
+}
+
+// answer is an upstream response of status with the given extra headers.
+func answer(status int, headers ...[2]string) *envoyhost.Response {
+	h := envoyhost.Headers{{":status", strconv.Itoa(status)}, {"content-type", "text/plain"}}
+	return &envoyhost.Response{Headers: append(h, headers...), Body: []byte("upstream")}
+}
+
+// login sends POST /login from ip through vm, which the upstream answers with resp.
+func login(t testing.TB, vm *envoyhost.VM, ip string, resp *envoyhost.Response, extra ...[2]string) envoyhost.Result {
+	t.Helper()
+	req := get("app.example", "/login", ip, extra...)
+	req.Headers[0][1] = "POST"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := vm.RoundTrip(ctx, req, resp)
+	require.NoError(t, err)
+	return res
+}
+
+func TestFiveFailedLoginsThenTheClientWaitsOutThePenaltyWhileOtherUsersLogIn(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	p := load(t, module(t, "meshlimit"), loginConfig(""), 2, func(c *envoyhost.Config) { c.Clock = clock })
+	const attacker = "203.0.113.9"
+	for i := range 5 {
+		res := login(t, p.VM(i%2), attacker, answer(401))
+		require.Nil(t, res.LocalReply, "failed login %d reaches the upstream", i+1)
+	}
+	blocked := login(t, p.VM(0), attacker, answer(200))
+	require.NotNil(t, blocked.LocalReply, "the sixth attempt is answered by the proxy")
+	assert.Equal(t, 429, blocked.LocalReply.Status)
+	assert.Nil(t, blocked.Upstream, "and never reaches the upstream")
+	retry, _ := blocked.LocalReply.Headers.Get("retry-after")
+	assert.Equal(t, "900", retry, "the client is told to wait out the penalty")
+	rule, _ := blocked.LocalReply.Headers.Get("x-meshlimit-rule")
+	assert.Equal(t, "login", rule, "the explain header names the rule")
+	assert.Equal(t, "login", blocked.FilterState["wasm.meshlimit.rule"])
+	assert.Equal(t, "failed-logins", blocked.FilterState["wasm.meshlimit.limit"])
+	assert.Len(t, blocked.FilterState["wasm.meshlimit.key_hash"], 16)
+	assert.NotContains(t, blocked.FilterState["wasm.meshlimit.key_hash"], attacker)
+
+	for i := range 20 {
+		user := fmt.Sprintf("198.51.100.%d", i+1)
+		res := login(t, p.VM(i%2), user, answer(200))
+		assert.Nil(t, res.LocalReply, "%s logs in", user)
+		assert.Nil(t, res.FilterState, "an admitted request carries no explanation")
+	}
+	assert.Nil(t, login(t, p.VM(1), "198.51.100.1", answer(401)).LocalReply, "another user's failure is theirs alone")
+
+	clock.Advance(14 * time.Minute) // the limit itself refilled long ago
+	assert.Equal(t, 429, status(login(t, p.VM(1), attacker, answer(200))), "the penalty outlasts the limit")
+	clock.Advance(time.Minute + time.Second)
+	assert.Nil(t, login(t, p.VM(1), attacker, answer(200)).LocalReply, "after the penalty the client may try again")
+
+	assert.Equal(t, int64(6), counter(p, "meshlimit.rule.login.counted"))
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.login.penalties"))
+	assert.Equal(t, int64(2), counter(p, "meshlimit.rule.login.penalty_denied"))
+	assert.Zero(t, p.PollOneoffCalls())
+}
+
+func TestSuccessfulResponsesAreNeverCharged(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), loginConfig(""), 1)
+	for range 50 {
+		require.Nil(t, login(t, p.VM(0), "192.0.2.1", answer(200)).LocalReply)
+	}
+	for i := range 5 {
+		require.Nil(t, login(t, p.VM(0), "192.0.2.1", answer(403)).LocalReply, "failure %d still has its quota", i+1)
+	}
+	assert.Equal(t, 429, status(login(t, p.VM(0), "192.0.2.1", answer(200))))
+}
+
+func TestAClientThatLeavesBeforeTheResponseIsChargedAsAFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name, extra string
+		wantStatus  int
+	}{
+		{"by default", "", 429},
+		{"unless count_unanswered is false", `,"count_on":{"status":["401"],"penalty":"15m","count_unanswered":false}`, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := loginConfig("")
+			if tc.extra != "" {
+				cfg = `{"rules":[{"name":"login","match":{"path":{"exact":"/login"}},"key":["client_ip"],
+					"limits":[{"name":"failed-logins","rate":"5/m"}]` + tc.extra + `}]}`
+			}
+			p := load(t, module(t, "meshlimit"), cfg, 1)
+			for range 5 {
+				s := p.VM(0).NewStream(envoyhost.StreamInfo{SourceAddress: "192.0.2.7:40000"})
+				act, err := s.SendRequestHeaders(envoyhost.Headers{{":method", "POST"}, {":path", "/login"}, {":authority", "app.example"}}, true)
+				require.NoError(t, err)
+				require.Equal(t, envoyhost.ActionContinue, act)
+				require.NoError(t, s.Close(), "the client resets the stream before any response")
+			}
+			assert.Equal(t, tc.wantStatus, status(login(t, p.VM(0), "192.0.2.7", answer(200))))
+		})
+	}
+}
+
+func TestAnAttackerForgingTheVictimsAddressBlocksOnlyItself(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), loginConfig(""), 1)
+	const victim = "198.51.100.20"
+	for range 10 {
+		login(t, p.VM(0), "203.0.113.9", answer(401), [2]string{"x-forwarded-for", victim}, [2]string{"x-real-ip", victim})
+	}
+	assert.Equal(t, 429, status(login(t, p.VM(0), "203.0.113.9", answer(200))))
+	assert.Nil(t, login(t, p.VM(0), victim, answer(200)).LocalReply, "the key is the connection's address: the victim is untouched")
+}
+
+func TestTheProxysOwnDenialIsNotChargedAgain(t *testing.T) {
+	// A request another rule denies gets the proxy's 429, which passes through the filter's response
+	// path: counting it would let a volume limit feed the failed-login count.
+	cfg := `{"rules":[{"name":"login","key":["client_ip"],"limits":[{"rate":"5/m"}],"count_on":{"status":["4xx"]}},
+		{"name":"volume","key":["client_ip"],"limits":[{"rate":"2/h"}]}]}`
+	p := load(t, module(t, "meshlimit"), cfg, 1)
+	for range 6 {
+		login(t, p.VM(0), "192.0.2.3", answer(200))
+	}
+	assert.Equal(t, int64(0), counter(p, "meshlimit.rule.login.counted"), "four 429s of the volume rule, none charged")
+}
+
+func TestResponseHeaderConditionsDecideWhatCounts(t *testing.T) {
+	cfg := `{"rules":[{"name":"upstream-says","key":["client_ip"],"limits":[{"rate":"2/m"}],
+		"count_on":{"headers":[{"name":"x-auth-result","exact":"fail"}]}}]}`
+	p := load(t, module(t, "meshlimit"), cfg, 1)
+	ip := "192.0.2.4"
+	for range 5 {
+		require.Nil(t, login(t, p.VM(0), ip, answer(401, [2]string{"x-auth-result", "ok"})).LocalReply, "the header does not match")
+	}
+	for range 2 {
+		require.Nil(t, login(t, p.VM(0), ip, answer(200, [2]string{"x-auth-result", "fail"})).LocalReply)
+	}
+	res := login(t, p.VM(0), ip, answer(200))
+	assert.Equal(t, 429, status(res), "two matching responses exhaust the limit: without a penalty it blocks until it refills")
+	r, _ := res.LocalReply.Headers.Get("retry-after")
+	assert.Equal(t, "30", r)
+}
+
+func TestANearLimitDecisionIsCountedPerRule(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), `{"rules":[{"name":"api","key":["client_ip"],"limits":[{"rate":"20/m"}]}]}`, 1)
+	for range 17 {
+		roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.5"))
+	}
+	assert.Zero(t, counter(p, "meshlimit.rule.api.near_limit"), "3 of 20 left is not below a tenth")
+	roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.5"))
+	roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.5"))
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.api.near_limit"), "1 of 20 left is")
+}
+
+func TestADeniedRequestIsExplainedInTheDebugLog(t *testing.T) {
+	cfg := `{"log_level":"debug","rules":[{"name":"api","key":["client_ip"],"limits":[{"name":"per-ip","rate":"1/m"}]}]}`
+	p := load(t, module(t, "meshlimit"), cfg, 1, func(c *envoyhost.Config) { c.LogLevel = envoyhost.LogDebug })
+	roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.6"))
+	res := roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.6"))
+	require.Equal(t, 429, status(res))
+	_, has := res.LocalReply.Headers.Get("x-meshlimit-rule")
+	assert.False(t, has, "no explain header unless configured")
+	hash := res.FilterState["wasm.meshlimit.key_hash"]
+	assert.True(t, logsContain(p, envoyhost.LogDebug, "denied by rule api, limit per-ip, key hash "+hash), "the log says what the filter state says")
+}
+
+func TestFailedLoginsAcrossProxiesAreCountedInRedisAndEachProxyKeepsThePenalty(t *testing.T) {
+	r := redistest.Start(t)
+	addr := startRedisService(t, r.Addr())
+	cfg := `{"global":{"cluster":"` + serviceCluster + `","timeout":"500ms"},"response":{"explain_header":"x-meshlimit-rule"},
+		"rules":[` + fmt.Sprintf(loginRule, `,"scope":"global"`) + `]}`
+	var proxies []*envoyhost.Plugin
+	for range 2 {
+		proxies = append(proxies, load(t, module(t, "meshlimit"), cfg, 1, toReplica(addr)))
+	}
+	const attacker = "203.0.113.50"
+	reached := 0
+	for i := range 5 {
+		res := login(t, proxies[i%2].VM(0), attacker, answer(401))
+		require.Nil(t, res.LocalReply, "failed login %d reaches the upstream", i+1)
+		reached++
+	}
+	// The fifth charge exhausted the key in Redis on proxy 0: that proxy blocks it at once. Proxy 1
+	// learns it at its next counted response, whose charge the service denies.
+	assert.Equal(t, 429, status(login(t, proxies[0].VM(0), attacker, answer(200))))
+	if login(t, proxies[1].VM(0), attacker, answer(401)).LocalReply == nil {
+		reached++
+	}
+	assert.Equal(t, 6, reached, "at most limit + (proxies - 1) failures reach the upstream")
+	for i, p := range proxies {
+		res := login(t, p.VM(0), attacker, answer(200))
+		require.Equal(t, 429, status(res), "proxy %d holds the penalty", i)
+		rule, _ := res.LocalReply.Headers.Get("x-meshlimit-rule")
+		assert.Equal(t, "login", rule)
+		assert.Equal(t, "login", res.FilterState["wasm.meshlimit.rule"])
+		assert.Nil(t, login(t, p.VM(0), "198.51.100.77", answer(200)).LocalReply, "other users log in on proxy %d", i)
+		assert.Zero(t, counter(p, "meshlimit.global.failures"))
+	}
+}
+
+func TestARequestTheServiceDeniesIsNotChargedByACountedRule(t *testing.T) {
+	// The counted rule admits the request before the global rule's call: the service's denial must
+	// drop the charge, or the proxy's own 429 would count as a failure.
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	p := load(t, module(t, "meshlimit"), globalConfig(`{"name":"login","key":["client_ip"],"limits":[{"rate":"5/m"}],"count_on":{"status":["4xx"]}},
+		{"name":"volume","scope":"global","key":["client_ip"],"limits":[{"rate":"2/h"}]}`),
+		1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	for range 6 {
+		login(t, p.VM(0), "192.0.2.8", answer(200))
+	}
+	assert.Equal(t, int64(4), counter(p, "meshlimit.rule.volume.limited"))
+	assert.Zero(t, counter(p, "meshlimit.rule.login.counted"), "none of the four 429s was charged")
+}
