@@ -19,6 +19,11 @@ func BenchmarkRequestLifecycle(b *testing.B) {
 		{"meshlimit/allowed-no-quota-headers", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}],
 			"response":{"quota_headers_on_allowed":false}}`},
 		{"meshlimit/denied", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1/h"}]}]}`},
+		// A concurrency permit taken in the request headers and given back at the end of the stream.
+		{"meshlimit/concurrency", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"concurrency":1000}]}]}`},
+		// The rate rule and a shedding slot, taken and given back the same way.
+		{"meshlimit/allowed-and-shed", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}],
+			"shed":{"capacity":1000}}`},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
