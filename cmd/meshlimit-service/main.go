@@ -10,6 +10,8 @@
 //	                    MESHLIMIT_REDIS_USERNAME     Redis ACL user
 //	                    MESHLIMIT_REDIS_PASSWORD     Redis password
 //	                    MESHLIMIT_SECRET             shared secret required in x-meshlimit-secret
+//	                    MESHLIMIT_ADMIN_TOKEN        bearer token of the admin API (/v1/admin/);
+//	                                                 default: the secret; neither: admin disabled
 //	-redis-flush-delay  MESHLIMIT_REDIS_FLUSH_DELAY  how long the Redis client may wait to batch
 //	                                                 concurrent scripts into one write (default
 //	                                                 100µs; 0: write at once)
@@ -36,6 +38,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -64,6 +67,7 @@ func main() {
 // options are the parsed flags and environment.
 type options struct {
 	listen, redis, redisUser, redisPass, secret, logLevel string
+	adminToken                                            string
 	timeout, grace, flushDelay, idleTimeout               time.Duration
 	maxKeys, maxConns                                     int
 	allowClientTime                                       bool
@@ -137,6 +141,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	}
 	o.redisUser, o.redisPass = getenv("MESHLIMIT_REDIS_USERNAME"), getenv("MESHLIMIT_REDIS_PASSWORD")
 	o.secret = getenv("MESHLIMIT_SECRET")
+	o.adminToken = cmp.Or(getenv("MESHLIMIT_ADMIN_TOKEN"), o.secret)
 	return o, nil
 }
 
@@ -194,7 +199,11 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		o.maxConns = n
 	}
 	ln := service.NewConnLimiter(tcp, o.maxConns)
-	srv := newServer(front.handler, ln, o.idleTimeout, log)
+	admin, err := service.NewAdmin(service.AdminConfig{Store: store, Token: o.adminToken})
+	if err != nil {
+		return err
+	}
+	srv := newServer(withAdmin(front.handler, admin), ln, o.idleTimeout, log)
 	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout, "max_conns", o.maxConns)
 
 	served := make(chan error, 2)

@@ -73,6 +73,7 @@ Flags:
 	fmt.Fprint(w, `
 Environment only:
   MESHLIMIT_SECRET          shared secret required in the x-meshlimit-secret header
+  MESHLIMIT_ADMIN_TOKEN     bearer token of the admin API under /v1/admin/ (default: the secret)
   MESHLIMIT_REDIS_USERNAME  Redis ACL user
   MESHLIMIT_REDIS_PASSWORD  Redis password
 `)

@@ -1,0 +1,132 @@
+// Command meshlimit-admin inspects or resets one key of a global rule in meshlimit's decision
+// service, through its admin API (service/API.md, "Admin API"):
+//
+//	meshlimit-admin -config plugin.json -plugin istio-system.meshlimit -rule login -value alice inspect
+//	meshlimit-admin -config plugin.json -plugin istio-system.meshlimit -rule login -value alice reset
+//
+// It reads the plugin configuration the filter runs with, so that it names the key exactly as the
+// filter does: the plugin name, the rule, the fingerprint of each limit, and the key value in its
+// human form (the form overrides use: the key parts joined by "|"). The bearer token is read from
+// MESHLIMIT_ADMIN_TOKEN (the service's admin token, or its secret when it has no admin token).
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/wire"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr, http.DefaultClient))
+}
+
+// run is the command; it returns the exit code: 0 done, 1 the call failed, 2 bad usage.
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer, client *http.Client) int {
+	fs := flag.NewFlagSet("meshlimit-admin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", "http://127.0.0.1:8080", "base URL of the decision service")
+	config := fs.String("config", "", "the plugin configuration (JSON) the filter runs with")
+	plugin := fs.String("plugin", "default", "the plugin_name the filter runs as (Istio: <namespace>.<name>)")
+	rule := fs.String("rule", "", "the rule's name")
+	value := fs.String("value", "", "the key value in its human form (key parts joined by |)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 || (fs.Arg(0) != "inspect" && fs.Arg(0) != "reset") {
+		fmt.Fprintln(stderr, "usage: meshlimit-admin -config FILE -plugin NAME -rule NAME -value KEY inspect|reset")
+		return 2
+	}
+	body, err := descriptors(*config, *plugin, *rule, *value)
+	if err != nil {
+		fmt.Fprintln(stderr, "meshlimit-admin:", err)
+		return 2
+	}
+	out, err := call(client, strings.TrimSuffix(*url, "/")+"/v1/admin/"+fs.Arg(0), getenv("MESHLIMIT_ADMIN_TOKEN"), body)
+	if err != nil {
+		fmt.Fprintln(stderr, "meshlimit-admin:", err)
+		return 1
+	}
+	_, _ = stdout.Write(out)
+	return 0
+}
+
+// descriptors builds the check body the filter would send for the key: one descriptor per rate
+// limit of the set that applies to the key value (an override's, or the rule's own).
+func descriptors(config, plugin, rule, value string) ([]byte, error) {
+	if config == "" || rule == "" {
+		return nil, errors.New("-config and -rule are required")
+	}
+	data, err := os.ReadFile(config)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := rules.ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", config, err)
+	}
+	var r *rules.Rule
+	for _, c := range cfg.Rules() {
+		if c.Name == rule {
+			r = c
+		}
+	}
+	switch {
+	case r == nil:
+		return nil, fmt.Errorf("%s has no rule %q", config, rule)
+	case r.Scope == rules.ScopeLocal:
+		return nil, fmt.Errorf("rule %q is local: its state lives in each proxy's shared data, not in the service", rule)
+	}
+	set, unlimited := r.Limits([]byte(value))
+	if unlimited {
+		return nil, fmt.Errorf("rule %q: the key %q is unlimited (an override): the service holds nothing for it", rule, value)
+	}
+	b, n := wire.AppendRequestStart(nil), 0
+	for _, spec := range set.Limits {
+		if spec.Concurrency > 0 {
+			continue // permits are not inspected by the admin API
+		}
+		b = wire.AppendDescriptor(b, n, wire.Key{Plugin: plugin, Rule: r.Name, Fingerprint: spec.Fingerprint, Value: value}, spec.Limit, 1)
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("rule %q has no rate limit", rule)
+	}
+	return wire.AppendRequestEnd(b), nil
+}
+
+// call posts body to url with the bearer token and returns the answer, or an error naming the
+// status and the service's message.
+func call(client *http.Client, url, token string, body []byte) ([]byte, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	c := *client
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(out)))
+	}
+	return out, nil
+}

@@ -1,0 +1,166 @@
+package service
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/meshlimit/meshlimit/wire"
+)
+
+// The admin API (API.md, "Admin API"): an operator inspects the state of one key of a
+// descriptor, or resets it (after a successful login, say), without charging it.
+//
+//	POST /v1/admin/inspect  {"descriptors": [...]}  what each descriptor's key has left
+//	POST /v1/admin/reset    {"descriptors": [...]}  forget each descriptor's key: it starts fresh
+//
+// The body is a check request (descriptors as the filter sends them; cost is ignored). Every
+// call needs "Authorization: Bearer <token>", compared in constant time; without a token the
+// admin API answers 403 to everything, so it is never open by accident.
+
+// AdminPrefix is the path prefix of the admin API.
+const AdminPrefix = "/v1/admin/"
+
+// KeyStore is what a Store offers the admin API. MemoryStore and RedisStore implement it.
+type KeyStore interface {
+	// Inspect reports the state of req's key under req's limit at req.Now (zero: now), without
+	// changing it. Cost is ignored.
+	Inspect(ctx context.Context, req Request) (KeyState, error)
+	// Reset deletes the state of req's key under req's limit and reports whether there was one.
+	Reset(ctx context.Context, req Request) (bool, error)
+}
+
+// KeyState is what Inspect reports.
+type KeyState struct {
+	// Found reports that the store holds state for the key.
+	Found bool
+	// Remaining and Reset are what a request would find: the units available now, and the time
+	// until the full capacity is back (algorithms.Limit.Peek). A fresh key has the capacity.
+	Remaining int64
+	Reset     time.Duration
+}
+
+// AdminConfig configures an Admin.
+type AdminConfig struct {
+	// Store holds the keys; it must implement KeyStore.
+	Store Store
+	// Token authenticates the operator. Empty disables the admin API (403).
+	Token string
+	// Timeout bounds the store work of one call (default 1s).
+	Timeout time.Duration
+}
+
+// Admin serves the admin API.
+type Admin struct {
+	keys    KeyStore
+	token   []byte
+	timeout time.Duration
+}
+
+// NewAdmin returns the admin API over cfg.Store.
+func NewAdmin(cfg AdminConfig) (*Admin, error) {
+	ks, ok := cfg.Store.(KeyStore)
+	if !ok {
+		return nil, errors.New("service: the store does not support the admin API")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Second
+	}
+	return &Admin{keys: ks, token: []byte(cfg.Token), timeout: cfg.Timeout}, nil
+}
+
+// adminKey is one element of an admin answer.
+type adminKey struct {
+	Key       string `json:"key"`
+	Algorithm string `json:"algorithm"`
+	Found     *bool  `json:"found,omitempty"`
+	Limit     int64  `json:"limit,omitempty"`
+	Remaining *int64 `json:"remaining,omitempty"`
+	ResetMs   *int64 `json:"reset_ms,omitempty"`
+	Deleted   *bool  `json:"deleted,omitempty"`
+}
+
+// ServeHTTP implements http.Handler.
+func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	op := strings.TrimPrefix(r.URL.Path, AdminPrefix)
+	if op != "inspect" && op != "reset" {
+		adminError(w, http.StatusNotFound, "no such path: the admin API serves "+AdminPrefix+"inspect and "+AdminPrefix+"reset")
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		adminError(w, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": method not allowed (want POST)")
+		return
+	}
+	if len(a.token) == 0 {
+		adminError(w, http.StatusForbidden, "the admin API is disabled: the service has no admin token")
+		return
+	}
+	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if subtle.ConstantTimeCompare([]byte(got), a.token) != 1 {
+		adminError(w, http.StatusUnauthorized, "Authorization: missing or wrong bearer token")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxBodyBytes))
+	if err != nil {
+		adminError(w, http.StatusRequestEntityTooLarge, "body: "+err.Error())
+		return
+	}
+	var req wire.Request
+	if err := wire.DecodeRequest(body, wire.DecodeOptions{AllowClientTime: true}, &req); err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	out, err := a.run(ctx, op, &req)
+	if err != nil {
+		adminError(w, http.StatusServiceUnavailable, "store: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string][]adminKey{"keys": out})
+}
+
+// run applies op to every descriptor of req.
+func (a *Admin) run(ctx context.Context, op string, req *wire.Request) ([]adminKey, error) {
+	var now time.Time
+	if req.HasNow {
+		now = time.UnixMicro(req.NowUs)
+	}
+	out := make([]adminKey, 0, len(req.Descriptors))
+	for _, d := range req.Descriptors {
+		if d.Permit != "" {
+			return nil, errors.New("concurrency descriptors are not supported by the admin API")
+		}
+		sr := Request{Key: d.Key, Limit: d.Limit, Cost: 1, Now: now}
+		k := adminKey{Key: d.Key, Algorithm: d.Limit.Kind.String()}
+		if op == "reset" {
+			deleted, err := a.keys.Reset(ctx, sr)
+			if err != nil {
+				return nil, err
+			}
+			k.Deleted = &deleted
+		} else {
+			st, err := a.keys.Inspect(ctx, sr)
+			if err != nil {
+				return nil, err
+			}
+			ms := st.Reset.Milliseconds()
+			k.Found, k.Limit, k.Remaining, k.ResetMs = &st.Found, d.Limit.Quota, &st.Remaining, &ms
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func adminError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
