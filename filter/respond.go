@@ -57,7 +57,7 @@ func (rs *ruleState) penaltyRecords(base, fp string) (err error) {
 // whether the request is denied. An admitted request's charge is kept for its response.
 func (p *pluginContext) checkCounted(rs *ruleState, set *rules.LimitSet, key []byte, cost, now int64) (denied bool) {
 	s, r := &p.scratch, rs.rule
-	enforced := p.cfg.Enforce && !r.Shadow
+	enforced := p.cfg.Enforce && !r.Shadow && r.EnforcedFor(key)
 	if idx, until, ok := p.penalized(rs, key, len(set.Limits), now); ok {
 		rs.metrics.penaltyDenied.Increment(1)
 		if enforced {

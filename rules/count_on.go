@@ -115,14 +115,21 @@ func (v *validator) countOn(path string, cj *countOnJSON, r *Rule) {
 }
 
 // countOnFits refuses what a counted rule cannot do: decide at request time from the service
-// alone (both, lease), or delay a request (a leaky bucket shapes at request time, but the
-// charge comes after the response).
+// alone (both, lease), charge elsewhere than its own limits (fallback, a settled cost, a
+// concurrency limit), or delay a request (a leaky bucket shapes at request time, but the charge
+// comes after the response).
 func (v *validator) countOnFits(path string, r *Rule) {
 	switch {
 	case r.Scope == ScopeBoth:
 		v.failf(path, `works with scope "local" or "global", not "both"`)
 	case r.lease != nil:
 		v.failf(path, "cannot be combined with lease: a counted rule charges after the response")
+	case r.fallback != nil:
+		v.failf(path, "cannot be combined with fallback: a counted response the service cannot charge is not charged")
+	case r.cost.reserve != nil:
+		v.failf(path, "cannot be combined with a cost that reserves and settles: the charge already waits for the response")
+	case r.Concurrency() != nil:
+		v.failf(path, "cannot be combined with a concurrency limit")
 	}
 	for _, set := range r.sets {
 		for _, s := range set.Limits {

@@ -71,6 +71,9 @@ func TestCountOnRejectsEachBadValueNamingItsField(t *testing.T) {
 		{"an unknown field", countOnConfig(`{"status":["401"],"statuses":["401"]}`), "rules[0].count_on.statuses", "unknown field"},
 		{"scope both", countOnConfig(`{"status":["401"]}`, `"scope":"both"`), "rules[0].count_on", `not "both"`},
 		{"a lease", countOnConfig(`{"status":["401"]}`, `"scope":"global"`, `"lease":{"batch":2}`), "rules[0].count_on", "cannot be combined with lease"},
+		{"a fallback", countOnConfig(`{"status":["401"]}`, `"scope":"global"`, `"fallback":[{"rate":"5/m"}]`), "rules[0].count_on", "cannot be combined with fallback"},
+		{"a concurrency limit", `{"rules":[{"name":"l","limits":[{"concurrency":5}],"count_on":{"status":["401"]}}]}`, "rules[0].count_on", "concurrency"},
+		{"a settled cost", `{"rules":[{"name":"l","limits":[{"rate":"5/m"}],"cost":{"header":"x-max","settle":{"response_header":"x-used"}},"count_on":{"status":["401"]}}]}`, "rules[0].count_on", "reserves and settles"},
 		{"a leaky bucket", `{"rules":[{"name":"l","limits":[{"rate":"5/m","algorithm":"leaky_bucket"}],"count_on":{"status":["401"]}}]}`, "rules[0].count_on", "leaky_bucket"},
 		{"a bad explain header", `{"response":{"explain_header":"x why"},"rules":[{"name":"l","limits":[{"rate":"5/m"}]}]}`, "response.explain_header", "not a valid header name"},
 	} {
