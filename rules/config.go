@@ -132,6 +132,9 @@ type LimitSpec struct {
 	// Concurrency is the most requests of a key in flight at once for a concurrency limit,
 	// whose Limit is then zero; 0 for a rate limit.
 	Concurrency int64
+	// ContentBytes is true when the rule's cost is body bytes (rules[].cost request_bytes or
+	// settle body_bytes): RateLimit-Policy then says qu="content-bytes".
+	ContentBytes bool
 	// Index is the position in its list (the rule's limits or an override's).
 	Index int
 	// Fingerprint is a stable hash of Limit with its effective burst: state stored for a

@@ -257,6 +257,9 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 			buf = strconv.AppendInt(buf, clampSF(l.Quota), 10)
 			buf = append(buf, ";w="...)
 			buf = strconv.AppendInt(buf, windowSeconds(l.Window), 10)
+			if outcomes[i].Limit.ContentBytes {
+				buf = append(buf, `;qu="content-bytes"`...)
+			}
 		}
 		dst = append(dst, Field{HeaderRateLimitPolicy, buf[start:]})
 		start = len(buf)

@@ -244,6 +244,9 @@ func (v *validator) checkSettle(path string, r *Rule) {
 		v.failf(path+".cost", "a cost that reserves and settles works with scope local only, not %q", r.Scope.String())
 	}
 	for _, set := range r.sets {
+		for j := range set.Limits {
+			set.Limits[j].ContentBytes = r.CountsBytes()
+		}
 		for j, l := range set.Limits {
 			if !l.Limit.Kind.Settles() {
 				v.failf(path+".cost", "a cost that settles needs token_bucket, leaky_bucket or fixed_window limits: limit %q (%d of its set) is %s", l.Name, j, l.Limit.Kind)

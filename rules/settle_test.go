@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/algorithms"
 )
 
 const tokenRule = `{"name": "tokens", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/m"}],
@@ -155,4 +157,22 @@ func FuzzSSE(f *testing.F) {
 		s.Close(func(d []byte) { assert.LessOrEqual(t, len(d), 32) })
 		assert.LessOrEqual(t, cap(s.buf), 64, "what an SSE holds stays bounded")
 	})
+}
+
+func TestAByteCostAdvertisesItsQuotaUnitAsContentBytes(t *testing.T) {
+	c := mustParse(t, `{"rules": [{"name": "up", "limits": [{"rate": "1000/s"}], "cost": {"request_bytes": true}},
+		{"name": "calls", "limits": [{"rate": "10/s"}]}]}`)
+	var outcomes []Outcome
+	for _, r := range c.Rules() {
+		l := &r.LimitSets()[0].Limits[0]
+		outcomes = append(outcomes, Outcome{Limit: l, Decision: algorithms.Decision{Allowed: true, Limit: l.Limit.Quota, Remaining: 1}})
+	}
+	fields, _ := c.Response.AppendAllowed(nil, nil, outcomes)
+	var policy string
+	for _, f := range fields {
+		if f.Name == HeaderRateLimitPolicy {
+			policy = string(f.Value)
+		}
+	}
+	assert.Equal(t, `"up";q=1000;w=1;qu="content-bytes", "calls";q=10;w=1`, policy)
 }
