@@ -230,3 +230,16 @@ func TestARequestTheServiceDeniesIsNotChargedByACountedRule(t *testing.T) {
 	assert.Equal(t, int64(4), counter(p, "meshlimit.rule.volume.limited"))
 	assert.Zero(t, counter(p, "meshlimit.rule.login.counted"), "none of the four 429s was charged")
 }
+
+func TestANearLimitGlobalDecisionIsCountedToo(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	p := load(t, module(t, "meshlimit"), globalConfig(`{"name":"api","scope":"global","key":["client_ip"],"limits":[{"rate":"20/m"}]}`),
+		1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	for range 18 {
+		roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.9"))
+	}
+	assert.Zero(t, counter(p, "meshlimit.rule.api.near_limit"), "2 of 20 left is not below a tenth")
+	roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.9"))
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.api.near_limit"), "1 of 20 left is")
+}

@@ -292,6 +292,7 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 				p.block(it, k, now+d.RetryAfterMs*int64(time.Millisecond))
 			}
 		}
+		p.nearLimitWire(it.rs, decisions[j-len(it.spec):j], it.spec)
 		if p.count(it.rs, allowed, enforced) { // every rule is counted, even after a denial
 			denied = true
 		}

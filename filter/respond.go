@@ -13,6 +13,7 @@ import (
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/sharedstate"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 // Response-conditioned counting (rules[].count_on). The request path only checks the key: it is
@@ -209,6 +210,16 @@ func (p *pluginContext) nearLimit(rs *ruleState, ds []algorithms.Decision, specs
 	}
 }
 
+// nearLimitWire is nearLimit for the service's decisions of one global item.
+func (p *pluginContext) nearLimitWire(rs *ruleState, ds []wire.Decision, specs []rules.LimitSpec) {
+	for j := range ds {
+		if ds[j].Allowed && !ds[j].Skipped && j < len(specs) && ds[j].Remaining*10 < specs[j].Limit.Quota {
+			rs.metrics.nearLimit.Increment(1)
+			return
+		}
+	}
+}
+
 // chargeGlobal sends a counted response's charge to the service and pauses the response until the
 // answer (bounded by global.timeout): a denied charge puts the key in the penalty box before the
 // client sees the response. Without the service (breaker open, dispatch failed) the charge is lost
@@ -258,6 +269,7 @@ func (h *httpContext) onChargeAnswer(numHeaders, bodySize, _ int) {
 	}
 	g.breaker.success()
 	it := &h.globals[0]
+	p.nearLimitWire(it.rs, ds, it.spec)
 	pen := it.rs.rule.CountOn.Penalty
 	for k := range ds {
 		d := &ds[k]
