@@ -243,3 +243,23 @@ func TestANearLimitGlobalDecisionIsCountedToo(t *testing.T) {
 	roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.9"))
 	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.api.near_limit"), "1 of 20 left is")
 }
+
+func TestAGlobalClientThatLeavesBeforeTheResponseIsStillChargedInTheService(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	p := load(t, module(t, "meshlimit"), globalConfig(fmt.Sprintf(loginRule, `,"scope":"global"`)),
+		1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	for range 5 {
+		s := p.VM(0).NewStream(envoyhost.StreamInfo{SourceAddress: "192.0.2.10:40000"})
+		_, err := s.SendRequestHeaders(envoyhost.Headers{{":method", "POST"}, {":path", "/login"}, {":authority", "app.example"}}, true)
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+	}
+	require.Eventually(t, func() bool { return svc.calls.Load() == 5 }, 5*time.Second, 5*time.Millisecond,
+		"each reset stream's charge reaches the service")
+	assert.Equal(t, int64(5), counter(p, "meshlimit.rule.login.unanswered"))
+	// This proxy never saw the answers (their streams were gone): the next counted response is
+	// charged, denied, and starts the penalty.
+	assert.Nil(t, login(t, p.VM(0), "192.0.2.10", answer(401)).LocalReply)
+	assert.Equal(t, 429, status(login(t, p.VM(0), "192.0.2.10", answer(200))))
+}
