@@ -116,6 +116,12 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	for _, d := range req.Descriptors {
+		if d.Permit != "" {
+			adminError(w, http.StatusBadRequest, "descriptors: concurrency permits are not inspected or reset by the admin API")
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
 	out, err := a.run(ctx, op, &req)
@@ -135,9 +141,6 @@ func (a *Admin) run(ctx context.Context, op string, req *wire.Request) ([]adminK
 	}
 	out := make([]adminKey, 0, len(req.Descriptors))
 	for _, d := range req.Descriptors {
-		if d.Permit != "" {
-			return nil, errors.New("concurrency descriptors are not supported by the admin API")
-		}
 		sr := Request{Key: d.Key, Limit: d.Limit, Cost: 1, Now: now}
 		k := adminKey{Key: d.Key, Algorithm: d.Limit.Kind.String()}
 		if op == "reset" {

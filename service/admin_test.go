@@ -141,4 +141,8 @@ func TestTheAdminAPIRefusesCallersWithoutTheToken(t *testing.T) {
 	code, out := adminCall(t, a, "inspect", adminToken, `{"descriptors": [{"key": ""}]}`)
 	assert.Equal(t, http.StatusBadRequest, code)
 	assert.NotEmpty(t, out["error"])
+	permit := wire.AppendPermitDescriptor(wire.AppendRequestStart(nil), 0, wire.Key{Plugin: "p", Rule: "gpu", Value: "a"}, 2, "s1", time.Minute)
+	code, out = adminCall(t, a, "reset", adminToken, string(wire.AppendRequestEnd(permit)))
+	assert.Equal(t, http.StatusBadRequest, code, "permits are not the admin API's")
+	assert.Contains(t, out["error"], "concurrency permits")
 }
