@@ -41,6 +41,8 @@ type globalItem struct {
 	spec []rules.LimitSpec // the rule's limits for this key (an override's, or the rule's own)
 	key  string            // the rule's key value
 	cost int64
+	// permit is the id of the permit a global concurrency limit acquires (global_concurrency.go).
+	permit string
 }
 
 // globalClient is a plugin's connection to the decision service: the prepared call headers and the
@@ -55,6 +57,7 @@ type globalClient struct {
 
 	waiting   []*httpContext // paused requests whose call is not answered yet, checked every tick
 	nextLogAt int64          // when a refused check may be logged again
+	permits   globalPermits  // the permits this worker's streams hold (global_concurrency.go)
 }
 
 // deadlineSlack is how long after global.timeout the filter gives up on a call itself: the host's
@@ -137,6 +140,7 @@ func (h *httpContext) checkGlobal(now int64) types.Action {
 		g.metrics.shortCircuited.Increment(1)
 		return h.finishGlobal(h.fallback(s.globals, now), false, now)
 	}
+	p.assignPermits(s.globals, h.id)
 	g.body = appendCheckBody(g.body[:0], p.name, s.globals)
 	if _, err := proxywasm.DispatchHttpCall(g.cfg.Cluster, g.headers, g.body, nil, g.timeout, h.onGlobalResponse); err != nil {
 		// BadArgument: the cluster is unknown to this proxy (Istio: outside the sidecar's egress).
@@ -178,6 +182,7 @@ func (p *pluginContext) expireCalls(now int64) {
 	if g == nil {
 		return
 	}
+	g.renewPermits(p.name, now)
 	for i := 0; i < len(g.waiting); {
 		h := g.waiting[i]
 		if h.deadline > now {
@@ -215,6 +220,7 @@ func (h *httpContext) restoreScratch() {
 // failure_mode, anything else (an outage) by the fallback, counting towards the breaker.
 func (h *httpContext) globalFailed(err error, now int64) {
 	p, g := h.plugin, h.plugin.global
+	defer g.releaseItems(p.name, h.globals) // what the call may have acquired before it failed
 	var se *statusError
 	if errors.As(err, &se) && se.rejected() {
 		g.metrics.rejected.Increment(1)
@@ -297,6 +303,7 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 			denied = true
 		}
 	}
+	g.holdPermits(h.id, h.globals, decisions)
 	h.finishGlobal(denied, true, now)
 }
 
@@ -391,9 +398,14 @@ func (p *pluginContext) count(rs *ruleState, allowed, enforced bool) (denied boo
 //	meshlimit.global.breaker_opened   times the circuit breaker opened
 //	meshlimit.global.short_circuited  requests decided by the fallback because the breaker was open
 //	meshlimit.global.lease_calls      calls made to lease quota (not counted in calls)
+//	meshlimit.global.permit_calls     calls that renew or release concurrency permits (not counted in calls)
+//	meshlimit.global.permit_failures  those of them that failed (the permits' leases cover them)
+//	meshlimit.global.permits_lost     renewals that found their permit gone (its lease had ended, or Redis restarted): counted at
+//	                                  every renewal until the stream ends
 type globalMetrics struct {
 	calls, failures, breakerOpened, shortCircuited, leaseCalls proxywasm.MetricCounter
 	rejected, deadlineExpired, lateAnswers                     proxywasm.MetricCounter
+	permitCalls, permitFailures, permitsLost                   proxywasm.MetricCounter
 }
 
 func defineGlobalMetrics() globalMetrics {
@@ -407,5 +419,9 @@ func defineGlobalMetrics() globalMetrics {
 		rejected:        proxywasm.DefineCounterMetric("meshlimit.global.rejected"),
 		deadlineExpired: proxywasm.DefineCounterMetric("meshlimit.global.deadline_expired"),
 		lateAnswers:     proxywasm.DefineCounterMetric("meshlimit.global.late_answers"),
+
+		permitCalls:    proxywasm.DefineCounterMetric("meshlimit.global.permit_calls"),
+		permitFailures: proxywasm.DefineCounterMetric("meshlimit.global.permit_failures"),
+		permitsLost:    proxywasm.DefineCounterMetric("meshlimit.global.permits_lost"),
 	}
 }

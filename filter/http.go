@@ -238,6 +238,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	h.chargeUnanswered()
 	h.settleDone()
 	h.endStream()
+	h.endGlobalPermits() // global_concurrency.go: before unwait, which forgets the call
 	if h.deadline != 0 {
 		h.plugin.global.unwait(h)
 	}

@@ -98,7 +98,7 @@ func descriptorCount(items []globalItem) int {
 
 // appendCheckBody appends the /v1/check request for items: one descriptor per limit, keyed by plugin,
 // rule, limit fingerprint and key value (wire.Key), so that different plugins, rules and limit
-// definitions never share a counter in the service.
+// definitions never share a counter in the service; a concurrency limit acquires its item's permit.
 func appendCheckBody(b []byte, plugin string, items []globalItem) []byte {
 	b = wire.AppendRequestStart(b)
 	n := 0
@@ -107,7 +107,11 @@ func appendCheckBody(b []byte, plugin string, items []globalItem) []byte {
 		for k := range it.spec {
 			spec := &it.spec[k]
 			key := wire.Key{Plugin: plugin, Rule: it.rs.rule.Name, Fingerprint: spec.Fingerprint, Value: it.key}
-			b = wire.AppendDescriptor(b, n, key, spec.Limit, it.cost)
+			if spec.Concurrency > 0 {
+				b = wire.AppendPermitDescriptor(b, n, key, spec.Concurrency, it.permit, globalPermitLease)
+			} else {
+				b = wire.AppendDescriptor(b, n, key, spec.Limit, it.cost)
+			}
 			n++
 		}
 	}

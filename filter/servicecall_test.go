@@ -52,3 +52,23 @@ func TestTheFiltersCheckBodyIsWhatTheServiceDecodes(t *testing.T) {
 func TestTheDefaultGlobalPathIsTheContractsPath(t *testing.T) {
 	assert.Equal(t, wire.Path, rules.DefaultGlobalPath)
 }
+
+// A global concurrency limit is sent as a permit descriptor with its item's permit id and the
+// permit lease, next to the rate descriptors of the same check.
+func TestAGlobalConcurrencyLimitIsSentAsAPermit(t *testing.T) {
+	rate := &ruleState{rule: &rules.Rule{Name: "per-tenant"}}
+	gpu := &ruleState{rule: &rules.Rule{Name: "gpu"}}
+	items := []globalItem{
+		{rs: rate, key: "acme", cost: 1, spec: []rules.LimitSpec{{Limit: algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 5, Window: time.Minute}, Fingerprint: 9}}},
+		{rs: gpu, key: "acme", cost: 1, permit: "k3/7/abc", spec: []rules.LimitSpec{{Concurrency: 20, Fingerprint: 10}}},
+	}
+	require.False(t, isConcurrency(items[0].spec))
+	require.True(t, isConcurrency(items[1].spec))
+	body := appendCheckBody(nil, "ns.meshlimit", items)
+	var req wire.Request
+	require.NoError(t, wire.DecodeRequest(body, wire.DecodeOptions{}, &req), "%s", body)
+	require.Len(t, req.Descriptors, 2)
+	assert.Empty(t, req.Descriptors[0].Permit)
+	assert.Equal(t, wire.Descriptor{Key: "ns.meshlimit/gpu/a/acme", Limit: algorithms.Limit{Quota: 20}, Cost: 1,
+		Permit: "k3/7/abc", Lease: globalPermitLease}, req.Descriptors[1])
+}

@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/redistest"
+)
+
+// The global concurrency path on the compiled module: permits held by the real decision
+// service in a real Redis, acquired in the check, renewed on the tick, released at the end of
+// the stream.
+
+// globalConcConfig is one global rule with a concurrency limit of n per tenant.
+func globalConcConfig(n int, failureMode string) string {
+	return globalConfig(`{"name":"gpu","scope":"global","key":[{"header":"x-tenant"}],"failure_mode":"` + failureMode + `",
+		"limits":[{"concurrency":` + strconv.Itoa(n) + `,"name":"gpu-slots"}]}`)
+}
+
+// openGlobal sends a request's headers on a new stream of vm, waits for the filter's decision
+// (the service's answer) and leaves the stream open; it reports whether the request was let
+// through.
+func openGlobal(t testing.TB, vm *envoyhost.VM, req *envoyhost.Request) (*envoyhost.Stream, bool) {
+	t.Helper()
+	s := vm.NewStream(req.Info)
+	_, err := s.SendRequestHeaders(req.Headers, true)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = s.Wait(ctx)
+	require.NoError(t, err, "the filter decides within its timeout")
+	return s, s.LocalReply() == nil
+}
+
+// heldInRedis returns the permits of the rule's one key held in Redis (0 when none).
+func heldInRedis(t testing.TB, addr string) int {
+	t.Helper()
+	key, err := redistest.Do(addr, "RANDOMKEY")
+	require.NoError(t, err)
+	if !strings.Contains(key, ":concurrency:") {
+		return 0
+	}
+	n, err := redistest.Do(addr, "ZCARD", key)
+	require.NoError(t, err)
+	c, err := strconv.Atoi(n)
+	require.NoError(t, err)
+	return c
+}
+
+// openMany opens n streams at once, spread over the VMs of proxies, and returns the admitted
+// and the denied ones.
+func openMany(t *testing.T, proxies []*envoyhost.Plugin, n int) (admitted, denied []*envoyhost.Stream) {
+	var vms []*envoyhost.VM
+	for _, p := range proxies {
+		vms = append(vms, p.VMs()...)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, ok := openGlobal(t, vms[i%len(vms)], tenant("acme"))
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				admitted = append(admitted, s)
+			} else {
+				denied = append(denied, s)
+			}
+		}()
+	}
+	wg.Wait()
+	return admitted, denied
+}
+
+func TestTwoProxiesOnTwoServiceReplicasHoldExactlyTheGlobalConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	cfg := globalConcConfig(5, "allow")
+	proxies := []*envoyhost.Plugin{
+		load(t, module(t, "meshlimit"), cfg, 2, toReplica(startRedisService(t, redis.Addr()))),
+		load(t, module(t, "meshlimit"), cfg, 2, toReplica(startRedisService(t, redis.Addr()))),
+	}
+	admitted, denied := openMany(t, proxies, 24)
+	require.Len(t, admitted, 5, "24 streams held open on 6 VMs of 2 proxies share 5 permits")
+	assert.Equal(t, 5, heldInRedis(t, redis.Addr()))
+
+	lr := denied[0].LocalReply()
+	assert.Equal(t, 429, lr.Status)
+	policy, _ := lr.Headers.Get("ratelimit-policy")
+	rl, _ := lr.Headers.Get("ratelimit")
+	assert.Equal(t, `"gpu-slots";q=5;qu="concurrent-requests"`, policy)
+	assert.Equal(t, `"gpu-slots";r=0`, rl)
+	_, retry := lr.Headers.Get("retry-after")
+	assert.False(t, retry, "no Retry-After: when a request in flight ends is not known")
+
+	// Two streams end: one answered, one reset by the client before any response.
+	_, err := admitted[0].SendResponseHeaders(envoyhost.Headers{{":status", "200"}}, true)
+	require.NoError(t, err)
+	require.NoError(t, admitted[0].Close())
+	require.NoError(t, admitted[1].Close())
+	redistest.WaitFor(t, 5*time.Second, "the two releases reach Redis", func() bool { return heldInRedis(t, redis.Addr()) == 3 })
+	more, _ := openMany(t, proxies, 6)
+	assert.Len(t, more, 2, "the two released permits, and no more, are taken again")
+	for _, s := range append(append(admitted, more...), denied...) {
+		require.NoError(t, s.Close())
+	}
+	redistest.WaitFor(t, 5*time.Second, "every permit is released", func() bool { return heldInRedis(t, redis.Addr()) == 0 })
+	for _, p := range proxies {
+		assert.Zero(t, counter(p, "meshlimit.global.failures"))
+		assert.Zero(t, counter(p, "meshlimit.global.permit_failures"))
+	}
+}
+
+func TestAPermitWhoseReleaseIsLostIsReclaimedAtTheEndOfItsLease(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	cfg := globalConcConfig(2, "allow")
+	dropped := load(t, module(t, "meshlimit"), cfg, 1, toReplica(startRedisService(t, redis.Addr())))
+	other := load(t, module(t, "meshlimit"), cfg, 1, toReplica(startRedisService(t, redis.Addr())))
+	for range 2 {
+		_, ok := openGlobal(t, dropped.VM(0), tenant("acme"))
+		require.True(t, ok)
+	}
+	require.NoError(t, dropped.Close()) // the proxy goes away: its streams never end, no release is sent
+	start := time.Now()
+	_, ok := openGlobal(t, other.VM(0), tenant("acme"))
+	assert.False(t, ok, "the dropped proxy's permits are still held")
+	redistest.WaitFor(t, 10*time.Second, "the leases end and the other proxy is admitted", func() bool {
+		s, ok := openGlobal(t, other.VM(0), tenant("acme"))
+		require.NoError(t, s.Close())
+		return ok
+	})
+	t.Logf("admitted %v after the proxy was dropped (lease 5s)", time.Since(start).Round(100*time.Millisecond))
+}
+
+func TestLiveStreamsKeepTheirPermitsBeyondTheLeaseByRenewingThem(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	cfg := globalConcConfig(2, "allow")
+	holder := load(t, module(t, "meshlimit"), cfg, 2, toReplica(startRedisService(t, redis.Addr())))
+	other := load(t, module(t, "meshlimit"), cfg, 1, toReplica(startRedisService(t, redis.Addr())))
+	var held []*envoyhost.Stream
+	for _, vm := range holder.VMs()[:2] {
+		s, ok := openGlobal(t, vm, tenant("acme"))
+		require.True(t, ok)
+		held = append(held, s)
+	}
+	// 7 s of real time (past the 5 s lease in Redis TIME), with the proxy's clock ticking a
+	// second every half second of it: its renewals go out on the ticks.
+	for deadline := time.Now().Add(7 * time.Second); time.Now().Before(deadline); {
+		holder.Clock().Advance(time.Second)
+		time.Sleep(500 * time.Millisecond)
+	}
+	assert.Equal(t, 2, heldInRedis(t, redis.Addr()))
+	_, ok := openGlobal(t, other.VM(0), tenant("acme"))
+	assert.False(t, ok, "the renewed permits are still held")
+	assert.Positive(t, counter(holder, "meshlimit.global.permit_calls"))
+	assert.Zero(t, counter(holder, "meshlimit.global.permits_lost"))
+	assert.Zero(t, counter(holder, "meshlimit.global.permit_failures"))
+	for _, s := range held {
+		require.NoError(t, s.Close())
+	}
+	redistest.WaitFor(t, 5*time.Second, "the releases reach Redis", func() bool { return heldInRedis(t, redis.Addr()) == 0 })
+}
+
+func TestARedisRestartLosesTheGlobalPermitsAndTheFilterCountsThemLost(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	svc := startRedisService(t, redis.Addr())
+	open := load(t, module(t, "meshlimit"), globalConcConfig(2, "allow"), 1, toReplica(svc))
+	for range 2 {
+		_, ok := openGlobal(t, open.VM(0), tenant("acme"))
+		require.True(t, ok)
+	}
+	redis.Stop()
+	_, ok := openGlobal(t, open.VM(0), tenant("acme"))
+	assert.True(t, ok, "failure_mode allow: the request goes on without a permit while Redis is down")
+	assert.Equal(t, int64(1), counter(open, "meshlimit.global.failures"))
+	redis.Start()
+	redistest.WaitFor(t, 5*time.Second, "the service is ready again", func() bool {
+		res, err := http.Get("http://" + svc + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+	// The service's client may still meet a broken connection once (a failure: admitted without
+	// a permit); every request is admitted until 2 permits are held again.
+	redistest.WaitFor(t, 5*time.Second, "the restart forgot the 2 permits in flight: 2 more are taken (API.md)", func() bool {
+		_, ok := openGlobal(t, open.VM(0), tenant("acme"))
+		require.True(t, ok)
+		return heldInRedis(t, redis.Addr()) == 2
+	})
+	redistest.WaitFor(t, 5*time.Second, "then the limit holds again", func() bool {
+		failures := counter(open, "meshlimit.global.failures")
+		_, ok := openGlobal(t, open.VM(0), tenant("acme"))
+		if ok {
+			require.Greater(t, counter(open, "meshlimit.global.failures"), failures, "admitted only by failure_mode allow")
+		}
+		return !ok
+	})
+	// Each renewal round (a second of the proxy's clock) renews the 4 streams' permits: the 2
+	// forgotten ones come back not renewed. (A round whose call meets the service's last broken
+	// connection counts in permit_failures instead.)
+	redistest.WaitFor(t, 5*time.Second, "the renewals of the forgotten permits come back not renewed", func() bool {
+		open.Clock().Advance(time.Second)
+		time.Sleep(50 * time.Millisecond)
+		return counter(open, "meshlimit.global.permits_lost") >= 2
+	})
+	time.Sleep(100 * time.Millisecond) // let the last round's answer in
+	assert.Zero(t, counter(open, "meshlimit.global.permits_lost")%2, "2 lost per round, never the 2 renewed")
+	assert.Equal(t, 2, heldInRedis(t, redis.Addr()), "the renewals keep the 2 live permits")
+}
+
+func TestAGlobalConcurrencyLimitOnARedisClusterOfThreeMasters(t *testing.T) {
+	t.Parallel()
+	nodes := redistest.StartCluster(t)
+	p := load(t, module(t, "meshlimit"), globalConcConfig(2, "allow"), 2, toReplica(startRedisService(t, nodes[0].Addr())))
+	var streams []*envoyhost.Stream
+	for i := range 24 { // over the slots: 24 tenants miss one of 3 masters with odds 3 × (2/3)^24, 2 in 10,000
+		name := "tenant-" + strconv.Itoa(i)
+		for j, want := range []bool{true, true, false} {
+			s, ok := openGlobal(t, p.VM(j%2), tenant(name))
+			assert.Equal(t, want, ok, "%s request %d", name, j)
+			streams = append(streams, s)
+		}
+	}
+	assert.Zero(t, counter(p, "meshlimit.global.failures"))
+	used := 0
+	for _, n := range nodes {
+		if k, err := n.Do("DBSIZE"); err == nil && k != "0" {
+			used++
+		}
+	}
+	assert.Equal(t, len(nodes), used, "the tenants' permits spread over every master")
+	for _, s := range streams {
+		require.NoError(t, s.Close())
+	}
+	redistest.WaitFor(t, 5*time.Second, "every permit is released", func() bool {
+		for _, n := range nodes {
+			if k, err := n.Do("DBSIZE"); err != nil || k != "0" {
+				return false
+			}
+		}
+		return true
+	})
+}

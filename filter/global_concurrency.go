@@ -1,0 +1,203 @@
+package filter
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/wire"
+)
+
+// Global concurrency limits: a rule with scope "global" whose limit is {"concurrency": N} holds
+// its permits in the decision service (service/API.md, "Concurrency permits"). The request's
+// /v1/check carries the permit with the rule's other global descriptors, under an id unique to
+// the request (this plugin context's owner id, the stream id and a random number). An admitted
+// stream's permits are kept per stream in the worker's globalClient; every globalPermitRenew
+// the tick renews them all (batched, up to wire.MaxDescriptors per call), and the stream's end
+// (OnHttpStreamDone) releases them with a call whose answer is not awaited. A permit whose
+// release is lost (a call that fails, a VM that dies, a proxy that goes away) ends with its
+// lease, globalPermitLease after its last renewal, in the service.
+//
+// A call that fails or passes its deadline may have acquired permits before failing: they are
+// released too. A request the service denies holds nothing (the service gives back what the
+// check acquired). Failures follow the rate path: the breaker, then the rule's failure_mode
+// (a concurrency rule has no fallback; scope "both" adds the local permits of concurrency.go).
+// While the breaker is open, no renewal or release is sent: the leases cover them.
+
+const (
+	// globalPermitLease is the lease of a global permit: how long a permit whose release was
+	// lost stays held at most after its last renewal.
+	globalPermitLease = 5 * time.Second
+	// globalPermitRenew is how often the tick renews the permits of live streams: a permit
+	// survives four lost renewals in a row.
+	globalPermitRenew = time.Second
+)
+
+// globalPermit is a permit the decision service holds for a stream of this worker.
+type globalPermit struct {
+	rule   string
+	fp     uint64 // the concurrency limit's fingerprint (wire.Key)
+	key    string
+	permit string
+}
+
+// globalPermits are the permits this worker's streams hold in the service.
+type globalPermits struct {
+	held      map[uint32][]globalPermit // by stream id
+	nextRenew int64
+	body      []byte
+	refs      []globalPermit // the scratch list of one renewal
+}
+
+// assignPermits gives each global concurrency item of a request a permit id.
+func (p *pluginContext) assignPermits(items []globalItem, stream uint32) {
+	for i := range items {
+		if it := &items[i]; isConcurrency(it.spec) {
+			b := strconv.AppendUint(make([]byte, 0, 48), p.conc.owner, 36)
+			b = append(b, '/')
+			b = strconv.AppendUint(b, uint64(stream), 36)
+			b = append(b, '/')
+			it.permit = string(strconv.AppendUint(b, rand.Uint64(), 36))
+		}
+	}
+}
+
+// isConcurrency reports whether a rule's limits are one concurrency limit.
+func isConcurrency(spec []rules.LimitSpec) bool { return len(spec) == 1 && spec[0].Concurrency > 0 }
+
+// holdPermits keeps, for the stream, the permits of an answer that admitted every descriptor
+// (an answer with any denial was released by the service).
+func (g *globalClient) holdPermits(stream uint32, items []globalItem, decisions []wire.Decision) {
+	for _, d := range decisions {
+		if !d.Allowed || d.Skipped {
+			return
+		}
+	}
+	for i := range items {
+		if it := &items[i]; it.permit != "" {
+			if g.permits.held == nil {
+				g.permits.held = map[uint32][]globalPermit{}
+			}
+			g.permits.held[stream] = append(g.permits.held[stream],
+				globalPermit{rule: it.rs.rule.Name, fp: it.spec[0].Fingerprint, key: it.key, permit: it.permit})
+		}
+	}
+}
+
+// endGlobalPermits, at the end of a stream, releases the permits it holds in the service, and
+// those a call still unanswered may have acquired.
+func (h *httpContext) endGlobalPermits() {
+	g := h.plugin.global
+	if g == nil {
+		return
+	}
+	if h.deadline != 0 {
+		g.releaseItems(h.plugin.name, h.globals)
+	}
+	if held, ok := g.permits.held[h.id]; ok {
+		delete(g.permits.held, h.id)
+		g.release(h.plugin.name, held)
+	}
+}
+
+// releaseItems releases the permits of items, sent in a call that failed or was given up.
+func (g *globalClient) releaseItems(plugin string, items []globalItem) {
+	refs := g.permits.refs[:0]
+	for i := range items {
+		if it := &items[i]; it.permit != "" {
+			refs = append(refs, globalPermit{rule: it.rs.rule.Name, fp: it.spec[0].Fingerprint, key: it.key, permit: it.permit})
+		}
+	}
+	g.permits.refs = refs
+	if len(refs) > 0 {
+		g.release(plugin, refs)
+	}
+}
+
+// release sends one call that releases permits (at most wire.MaxDescriptors of them; a stream
+// holds one per global concurrency rule), not awaiting its answer beyond counting a failure.
+func (g *globalClient) release(plugin string, permits []globalPermit) {
+	g.permitCall(plugin, wire.Release, permits[:min(len(permits), wire.MaxDescriptors)])
+}
+
+// renewPermits, on a tick, renews the permits of every live stream every globalPermitRenew.
+func (g *globalClient) renewPermits(plugin string, now int64) {
+	if len(g.permits.held) == 0 || now < g.permits.nextRenew {
+		return
+	}
+	g.permits.nextRenew = now + int64(globalPermitRenew)
+	refs := g.permits.refs[:0]
+	for _, held := range g.permits.held {
+		refs = append(refs, held...)
+	}
+	g.permits.refs = refs
+	for len(refs) > 0 {
+		n := min(len(refs), wire.MaxDescriptors)
+		g.permitCall(plugin, wire.Renew, refs[:n])
+		refs = refs[n:]
+	}
+}
+
+// permitCall sends a renew or release call for permits, unless the breaker is open (the
+// leases then cover them). Its answer counts renewals that found their permit gone.
+func (g *globalClient) permitCall(plugin string, list wire.PermitList, permits []globalPermit) {
+	if g.breaker.failures >= g.breaker.threshold {
+		return
+	}
+	lease := time.Duration(0)
+	if list == wire.Renew {
+		lease = globalPermitLease
+	}
+	b := wire.AppendPermitListStart(g.permits.body[:0], list, false)
+	for i, gp := range permits {
+		b = wire.AppendPermitRef(b, i, wire.Key{Plugin: plugin, Rule: gp.rule, Fingerprint: gp.fp, Value: gp.key}, gp.permit, lease)
+	}
+	g.permits.body = wire.AppendRequestEnd(b)
+	sent := int64(len(permits))
+	_, err := proxywasm.DispatchHttpCall(g.cfg.Cluster, g.headers, g.permits.body, nil, g.timeout, func(numHeaders, bodySize, _ int) {
+		g.onPermitAnswer(list, sent, numHeaders, bodySize)
+	})
+	g.metrics.permitCalls.Increment(1)
+	if err != nil {
+		g.metrics.permitFailures.Increment(1)
+	}
+}
+
+// onPermitAnswer reads the answer to a renew or release call.
+func (g *globalClient) onPermitAnswer(list wire.PermitList, sent int64, numHeaders, bodySize int) {
+	a, err := readPermitAnswer(numHeaders, bodySize)
+	switch {
+	case err != nil:
+		g.metrics.permitFailures.Increment(1)
+	case list == wire.Renew && a.Renewed < sent:
+		g.metrics.permitsLost.Increment(uint64(sent - a.Renewed))
+	}
+}
+
+// readPermitAnswer reads the answer to a renew or release call: a 200 with the counts.
+func readPermitAnswer(numHeaders, bodySize int) (wire.Answer, error) {
+	if numHeaders == 0 {
+		return wire.Answer{}, errors.New("the call failed (reset)")
+	}
+	headers, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		return wire.Answer{}, err
+	}
+	for _, h := range headers {
+		if h[0] == ":status" && h[1] != "200" {
+			return wire.Answer{}, errors.New("status " + h[1])
+		}
+	}
+	if bodySize == 0 || bodySize > wire.MaxAnswerBytes {
+		return wire.Answer{}, errors.New("body of " + strconv.Itoa(bodySize) + " bytes")
+	}
+	body, err := proxywasm.GetHttpCallResponseBody(0, bodySize)
+	if err != nil {
+		return wire.Answer{}, err
+	}
+	return wire.DecodeFullAnswer(body, 0, answerScratch)
+}
