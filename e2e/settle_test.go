@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,12 +72,23 @@ func maxTokens(n int) string { return fmt.Sprintf(`{"model": "m", "max_tokens": 
 // openReserving opens n streams of user, alternating between two workers, each reserving reserve,
 // and returns those admitted, still open.
 func openReserving(t *testing.T, p *envoyhost.Plugin, user string, n, reserve int) []*envoyhost.Stream {
+	var mu sync.Mutex
 	var open []*envoyhost.Stream
-	for i := range n {
-		if s, ok := postJSON(t, p.VM(i%2), user, maxTokens(reserve)); ok {
-			open = append(open, s)
-		}
+	var wg sync.WaitGroup
+	for w := range 2 { // the two workers decide at the same time, through shared data
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n / 2 {
+				if s, ok := postJSON(t, p.VM(w), user, maxTokens(reserve)); ok {
+					mu.Lock()
+					open = append(open, s)
+					mu.Unlock()
+				}
+			}
+		}()
 	}
+	wg.Wait()
 	return open
 }
 
@@ -224,6 +236,8 @@ func TestByteLimitsChargeTheBodyBytesThatPassed(t *testing.T) {
 	s, ok := postJSON(t, p.VM(0), "alice", body)
 	require.True(t, ok)
 	settleAnswer(t, s, 200, "text/plain", "ok")
+	policy, _ := s.DownstreamHeaders().Get("ratelimit-policy")
+	assert.Contains(t, policy, `"bytes";q=1000;w=86400;qu="content-bytes"`)
 	_, ok = postJSON(t, p.VM(0), "alice", body)
 	assert.False(t, ok, "600 + 600 bytes of a 1000-byte budget")
 
@@ -238,4 +252,43 @@ func TestByteLimitsChargeTheBodyBytesThatPassed(t *testing.T) {
 	_, ok = postJSON(t, p.VM(0), "bob", strings.Repeat("c", 101))
 	assert.False(t, ok, "bob's 900 bytes were charged despite the content-length of 10")
 	assert.Equal(t, int64(699), counter(p, "meshlimit.rule.down.settle_overrun"), "700 response bytes for a reservation of 1")
+}
+
+// TestARequestDeniedByALaterRuleRefundsWhatEarlierRulesReserved: the request never reached the
+// upstream, so it used nothing. Also: a cost settled from a response header.
+func TestARequestDeniedByALaterRuleRefundsWhatEarlierRulesReserved(t *testing.T) {
+	cfg := `{"rules": [
+		{"name": "tokens", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/d"}],
+		 "cost": {"default": 600, "settle": {"response_header": "x-tokens-used"}}},
+		{"name": "second", "match": {"headers": [{"name": "x-second", "present": true}]}, "key": [{"header": "x-user"}],
+		 "limits": [{"rate": "1/d", "name": "second"}]}]}`
+	p := load(t, module(t, "meshlimit"), cfg, 1)
+	send := func(second bool) (*envoyhost.Stream, bool) {
+		s := p.VM(0).NewStream(envoyhost.StreamInfo{})
+		h := envoyhost.Headers{{":method", "GET"}, {":path", "/"}, {":authority", "a.test"}, {"x-user", "alice"}}
+		if second {
+			h = append(h, [2]string{"x-second", "1"})
+		}
+		act, err := s.SendRequestHeaders(h, true)
+		require.NoError(t, err)
+		if act != envoyhost.ActionContinue {
+			require.NoError(t, s.Close())
+			return nil, false
+		}
+		return s, true
+	}
+	s, ok := send(true)
+	require.True(t, ok)
+	_, err := s.SendResponseHeaders(envoyhost.Headers{{":status", "200"}, {"x-tokens-used", "100"}}, true)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	assert.Equal(t, int64(500), counter(p, "meshlimit.rule.tokens.settle_refund"), "600 reserved, 100 used")
+
+	_, ok = send(true)
+	require.False(t, ok, "the second rule denies; the 600 the first reserved come back")
+	s, ok = send(false)
+	require.True(t, ok, "100 used of 1000: a reservation of 600 fits")
+	require.NoError(t, s.Close()) // no response: the reservation is kept
+	_, ok = send(false)
+	assert.False(t, ok, "700 used: 600 more do not fit")
 }
