@@ -65,7 +65,9 @@ func settleAnswer(t *testing.T, s *envoyhost.Stream, status int, contentType str
 	require.NoError(t, s.Close())
 }
 
-func usageOf(n int) string { return fmt.Sprintf(`{"id": "c1", "usage": {"prompt_tokens": 1, "total_tokens": %d}}`, n) }
+func usageOf(n int) string {
+	return fmt.Sprintf(`{"id": "c1", "usage": {"prompt_tokens": 1, "total_tokens": %d}}`, n)
+}
 
 func maxTokens(n int) string { return fmt.Sprintf(`{"model": "m", "max_tokens": %d}`, n) }
 
