@@ -89,6 +89,9 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 	// The upstream.
 	upAddr, stopUp, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("content-type", "application/json")
+		if r.URL.Path == "/signin" && r.Header.Get("x-password") != "hunter2" {
+			w.WriteHeader(http.StatusUnauthorized) // a failed sign-in: what count_on counts
+		}
 		fmt.Fprintf(w, `{"path":%q,"shadow":%q}`, r.URL.Path, r.Header.Get("x-meshlimit-shadow"))
 	}))
 	if err != nil {
@@ -152,6 +155,14 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 		} else {
 			t.allowed++
 		}
+		if strings.HasPrefix(label, "POST /signin") {
+			why := "" // the rule that denied, named by response.explain_header
+			if v := resp.Header.Get("x-meshlimit-rule"); v != "" {
+				why = "  x-meshlimit-rule: " + v
+			}
+			fmt.Fprintf(out, "  %-34s %d%s%s\n", label, resp.StatusCode, why, retryAfter(resp))
+			return nil
+		}
 		if strings.HasPrefix(label, "POST /login") {
 			fmt.Fprintf(out, "  %-34s %d  upstream got: %s\n", label, resp.StatusCode, body)
 			return nil
@@ -164,6 +175,15 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 	fmt.Fprintln(out, "(x-forwarded-for: 203.0.113.7, then the proxy appends the balancer: trusted_hops 2), shared by all workers:")
 	for range 12 {
 		if err := send("GET /api/orders (203.0.113.7)", "GET", "/api/orders", "x-forwarded-for", "203.0.113.7"); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(out, "\nRule signin counts failed sign-ins only (count_on 401, 3/m), then a 10-minute penalty box:")
+	for _, s := range []struct{ ip, password string }{
+		{"198.51.100.50", "guess1"}, {"198.51.100.50", "guess2"}, {"198.51.100.50", "guess3"},
+		{"198.51.100.50", "hunter2"}, {"198.51.100.51", "hunter2"},
+	} {
+		if err := send("POST /signin ("+s.ip+")", "POST", "/signin", "x-forwarded-for", s.ip, "x-password", s.password); err != nil {
 			return err
 		}
 	}
