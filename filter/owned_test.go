@@ -1,0 +1,215 @@
+package filter
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/shed"
+)
+
+// apply runs one round of e on payload p, as a CAS round would, and returns the payload after
+// it (p itself when the editor did not write).
+func apply(t *testing.T, e *ownedEditor, p []byte) []byte {
+	t.Helper()
+	next, write, err := e.Edit(nil, p)
+	require.NoError(t, err)
+	if !write {
+		return p
+	}
+	return next
+}
+
+func acquire(owner uint64, now, limit int64) *ownedEditor {
+	return &ownedEditor{op: opAcquire, k: 1, owner: owner, now: now, limit: limit}
+}
+
+func TestOwnersTogetherNeverHoldMoreThanTheLimit(t *testing.T) {
+	var p []byte
+	admitted := 0
+	for i := range 40 {
+		e := acquire(uint64(i%4+1), 1, 25)
+		p = apply(t, e, p)
+		if e.admitted {
+			admitted++
+		}
+	}
+	assert.Equal(t, 25, admitted)
+	var r ownedRecord
+	r.decode(p, 1)
+	assert.Equal(t, 4, r.n, "one entry per owner")
+	assert.Equal(t, int64(25), total(&r))
+}
+
+func TestAReleaseEndsOneOfTheOwnersPermitsAndNeverUnderflows(t *testing.T) {
+	var p []byte
+	for range 2 {
+		p = apply(t, acquire(7, 1, 5), p)
+	}
+	rel := &ownedEditor{op: opRelease, k: 1, owner: 7, now: 2}
+	p = apply(t, rel, p)
+	assert.Equal(t, int64(2), rel.total, "the total before the release")
+	p = apply(t, rel, p)
+	var r ownedRecord
+	r.decode(p, 1)
+	assert.Zero(t, r.n, "an owner holding nothing has no entry")
+	p2 := apply(t, rel, p)
+	assert.Equal(t, p, p2, "a release with nothing held writes nothing")
+	other := &ownedEditor{op: opRelease, k: 1, owner: 8, now: 2}
+	p = apply(t, acquire(7, 3, 5), p)
+	p = apply(t, other, p)
+	r.decode(p, 1)
+	assert.Equal(t, int64(1), total(&r), "another owner cannot release this one's permit")
+}
+
+func TestAnOwnerThatStopsRenewingLosesItsPermitsAfterTheLease(t *testing.T) {
+	var p []byte
+	for range 3 {
+		p = apply(t, acquire(1, 0, 4), p) // owner 1 dies after this
+	}
+	p = apply(t, acquire(2, 0, 4), p)
+	renew := &ownedEditor{op: opRenew, k: 1, owner: 2, now: permitLease - 1}
+	renew.set[0] = 1
+	p = apply(t, renew, p)
+	assert.Zero(t, renew.reclaimed, "within the lease nothing is reclaimed")
+	e := acquire(2, permitLease, 4)
+	p = apply(t, e, p)
+	assert.Equal(t, int64(3), e.reclaimed, "owner 1's three permits come back at its lease's end")
+	assert.True(t, e.admitted)
+	assert.Equal(t, int64(1), e.total, "owner 2's renewed permit still counts")
+	var r ownedRecord
+	r.decode(p, 1)
+	assert.Equal(t, 1, r.n)
+	assert.Equal(t, int64(2), total(&r))
+}
+
+func TestARenewalWritesTheOwnersOwnCount(t *testing.T) {
+	var p []byte
+	for range 3 {
+		p = apply(t, acquire(5, 0, 10), p)
+	}
+	renew := &ownedEditor{op: opRenew, k: 1, owner: 5, now: 1}
+	renew.set[0] = 1 // two releases were lost: the owner knows of one stream
+	p = apply(t, renew, p)
+	var r ownedRecord
+	r.decode(p, 1)
+	assert.Equal(t, int64(1), total(&r))
+	assert.Equal(t, int64(1)+permitLease, r.expiry[0])
+	renew.set[0] = 0
+	p = apply(t, renew, p)
+	r.decode(p, 1)
+	assert.Zero(t, r.n, "a renewal with nothing held removes the entry")
+}
+
+func TestAFullRecordRefusesANewOwnerButNotAnExistingOne(t *testing.T) {
+	var p []byte
+	for i := range maxOwners {
+		p = apply(t, acquire(uint64(i+1), 0, 1000), p)
+	}
+	_, _, err := acquire(999, 0, 1000).Edit(nil, p)
+	assert.ErrorIs(t, err, errOwnersFull)
+	e := acquire(1, 0, 1000)
+	p = apply(t, e, p)
+	assert.True(t, e.admitted)
+}
+
+func TestAMalformedOrForeignPayloadReadsAsEmpty(t *testing.T) {
+	tests := []struct {
+		name    string
+		payload []byte
+	}{
+		{"a truncated header", []byte{1, 0}},
+		{"a partial entry", append([]byte{1, 0, 0, 0, 0}, make([]byte, 7)...)},
+		{"another shape (the shedder's three classes)", append([]byte{3, 0, 0, 0, 0}, make([]byte, 28)...)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r ownedRecord
+			r.decode(tt.payload, 1)
+			assert.Zero(t, r.n)
+			e := acquire(1, 0, 1)
+			_ = apply(t, e, tt.payload)
+			assert.True(t, e.admitted)
+		})
+	}
+}
+
+func TestTheShedderEditorAdmitsByClassAndKeepsThePeak(t *testing.T) {
+	pol := shed.DefaultPolicy()
+	var p []byte
+	admitted := [3]int{}
+	for i := range 30 {
+		c := i % 3
+		e := &ownedEditor{op: opAcquire, k: 3, class: c, owner: 1, now: 0, policy: &pol, capacity: 10}
+		p = apply(t, e, p)
+		if e.admitted {
+			admitted[c]++
+		}
+	}
+	var r ownedRecord
+	r.decode(p, 3)
+	assert.Equal(t, int64(10), total(&r), "the capacity is reached")
+	assert.Equal(t, uint32(10), r.peak)
+	assert.GreaterOrEqual(t, admitted[0], 1, "critical keeps its reserve")
+	rel := &ownedEditor{op: opRelease, k: 3, class: 2, owner: 1, now: 0}
+	p = apply(t, rel, p)
+	iv := &ownedEditor{op: opInterval, k: 3, owner: 1, now: 0}
+	p = apply(t, iv, p)
+	assert.Equal(t, int64(10), iv.peak, "the ended interval's peak")
+	r.decode(p, 3)
+	assert.Equal(t, uint32(9), r.peak, "the next interval starts at the current total")
+}
+
+func TestAShadowAcquireCountsTheRequestItWouldHaveRefused(t *testing.T) {
+	var p []byte
+	p = apply(t, acquire(1, 0, 1), p)
+	e := acquire(1, 0, 1)
+	e.force = true
+	p = apply(t, e, p)
+	assert.False(t, e.allowed)
+	assert.True(t, e.admitted, "counted, so that it is released like the others")
+	var r ownedRecord
+	r.decode(p, 1)
+	assert.Equal(t, int64(2), total(&r))
+}
+
+func FuzzOwnedRecordNeverExceedsTheLimit(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 0, 1, 2, 3}, uint8(5))
+	f.Add([]byte{1, 1, 1, 9, 9, 9, 200, 200}, uint8(1))
+	f.Fuzz(func(t *testing.T, ops []byte, limit uint8) {
+		if len(ops) > 512 {
+			ops = ops[:512]
+		}
+		lim := int64(limit%20) + 1
+		var p []byte
+		now := int64(0)
+		for _, op := range ops {
+			owner := uint64(op%4) + 1
+			var e *ownedEditor
+			switch op >> 6 {
+			case 0, 1:
+				e = acquire(owner, now, lim)
+			case 2:
+				e = &ownedEditor{op: opRelease, k: 1, owner: owner, now: now}
+			default:
+				now += permitLease / 4
+				continue
+			}
+			next, write, err := e.Edit(nil, p)
+			require.NoError(t, err)
+			if write {
+				p = next
+			}
+			var r ownedRecord
+			r.decode(p, 1)
+			r.expire(now)
+			require.LessOrEqual(t, total(&r), lim)
+		}
+	})
+}
+
+func total(r *ownedRecord) int64 {
+	s := r.state()
+	return s.Total()
+}
