@@ -290,3 +290,25 @@ func BenchmarkCountedResponses(b *testing.B) {
 		})
 	}
 }
+
+// TestACountedResponseNeverWaitsOnAServiceThatNeverAnswers: a global charge pauses the response; on a
+// host whose callout timeout never fires, the filter's own deadline (timeout + 5ms, checked every
+// 20ms tick) resumes it, uncharged.
+func TestACountedResponseNeverWaitsOnAServiceThatNeverAnswers(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	p := load(t, module(t, "meshlimit"), globalConfig(fmt.Sprintf(loginRule, `,"scope":"global"`)), 1,
+		toCluster(neverAnswers(t), clock), noCallTimeouts)
+	req := get("app.example", "/login", "192.0.2.11")
+	req.Headers[0][1] = "POST"
+	s, act := send(t, p.VM(0), req)
+	require.Equal(t, envoyhost.ActionContinue, act, "the request path only reads this proxy's penalty box")
+	act, err := s.SendResponseHeaders(answer(401).Headers, true)
+	require.NoError(t, err)
+	require.Equal(t, envoyhost.ActionPause, act, "the counted response waits for its charge")
+	clock.Advance(200 * time.Millisecond)
+	assert.Equal(t, envoyhost.ActionPause, state(t, s), "the host's timeout never fires")
+	clock.Advance(25 * time.Millisecond)
+	assert.Equal(t, envoyhost.ActionContinue, wait(t, s), "the filter gives up and the response goes on")
+	assert.Equal(t, int64(1), counter(p, "meshlimit.global.deadline_expired"))
+	assert.NoError(t, p.VM(0).Failed())
+}
