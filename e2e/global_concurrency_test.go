@@ -257,3 +257,28 @@ func TestAGlobalConcurrencyLimitOnARedisClusterOfThreeMasters(t *testing.T) {
 		return true
 	})
 }
+
+func TestAStreamThatEndsBeforeItsCheckIsAnsweredLeavesNoPermitBehind(t *testing.T) {
+	t.Parallel()
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	p := load(t, module(t, "meshlimit"), globalConcConfig(1, "allow"), 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	svc.slow.Store(int64(100 * time.Millisecond))
+	req := tenant("acme")
+	s := p.VM(0).NewStream(req.Info)
+	_, err := s.SendRequestHeaders(req.Headers, true) // paused on the check
+	require.NoError(t, err)
+	require.NoError(t, s.Close()) // the client leaves before the answer; the service still acquires
+	time.Sleep(300 * time.Millisecond)
+	svc.slow.Store(0)
+	other, ok := openGlobal(t, p.VM(0), tenant("acme"))
+	require.NoError(t, other.Close())
+	assert.False(t, ok, "the gone stream's permit is held until its release is due")
+	clock.Advance(500 * time.Millisecond) // two call timeouts: the tick sends the release
+	redistest.WaitFor(t, 5*time.Second, "the release frees the permit", func() bool {
+		s, ok := openGlobal(t, p.VM(0), tenant("acme"))
+		require.NoError(t, s.Close())
+		return ok
+	})
+	assert.Positive(t, counter(p, "meshlimit.global.permit_calls"))
+}

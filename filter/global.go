@@ -183,6 +183,7 @@ func (p *pluginContext) expireCalls(now int64) {
 		return
 	}
 	g.renewPermits(p.name, now)
+	g.releaseDeferred(p.name, now)
 	for i := 0; i < len(g.waiting); {
 		h := g.waiting[i]
 		if h.deadline > now {
@@ -220,7 +221,7 @@ func (h *httpContext) restoreScratch() {
 // failure_mode, anything else (an outage) by the fallback, counting towards the breaker.
 func (h *httpContext) globalFailed(err error, now int64) {
 	p, g := h.plugin, h.plugin.global
-	defer g.releaseItems(p.name, h.globals) // what the call may have acquired before it failed
+	defer g.releaseItems(h.globals, now) // what the call may have acquired before it failed
 	var se *statusError
 	if errors.As(err, &se) && se.rejected() {
 		g.metrics.rejected.Increment(1)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 
+	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/wire"
 )
@@ -22,9 +23,12 @@ import (
 // release is lost (a call that fails, a VM that dies, a proxy that goes away) ends with its
 // lease, globalPermitLease after its last renewal, in the service.
 //
-// A call that fails or passes its deadline may have acquired permits before failing: they are
-// released too. A request the service denies holds nothing (the service gives back what the
-// check acquired). Failures follow the rate path: the breaker, then the rule's failure_mode
+// A call that fails or passes its deadline, or whose stream ends before its answer, may have
+// acquired permits (or may still acquire them: a script Redis runs after the service gave up):
+// they are released too, two call timeouts later, by the tick, so that the release does not
+// overtake the acquire. A request the service denies holds nothing (the service gives back
+// what the check acquired); so does one admitted while a rule in shadow was denied (the
+// service's answer is a denial): it goes on without a permit. Failures follow the rate path: the breaker, then the rule's failure_mode
 // (a concurrency rule has no fallback; scope "both" adds the local permits of concurrency.go).
 // While the breaker is open, no renewal or release is sent: the leases cover them.
 
@@ -50,7 +54,14 @@ type globalPermits struct {
 	held      map[uint32][]globalPermit // by stream id
 	nextRenew int64
 	body      []byte
-	refs      []globalPermit // the scratch list of one renewal
+	refs      []globalPermit    // the scratch list of one renewal or release
+	deferred  []deferredRelease // permits an unanswered or failed call may hold, to release when due
+}
+
+// deferredRelease is a permit to release at due (unix ns).
+type deferredRelease struct {
+	due int64
+	gp  globalPermit
 }
 
 // assignPermits gives each global concurrency item of a request a permit id.
@@ -96,7 +107,7 @@ func (h *httpContext) endGlobalPermits() {
 		return
 	}
 	if h.deadline != 0 {
-		g.releaseItems(h.plugin.name, h.globals)
+		g.releaseItems(h.globals, abi.UnixNano())
 	}
 	if held, ok := g.permits.held[h.id]; ok {
 		delete(g.permits.held, h.id)
@@ -104,17 +115,35 @@ func (h *httpContext) endGlobalPermits() {
 	}
 }
 
-// releaseItems releases the permits of items, sent in a call that failed or was given up.
-func (g *globalClient) releaseItems(plugin string, items []globalItem) {
-	refs := g.permits.refs[:0]
+// releaseItems releases, when two call timeouts have passed, the permits of items, sent in a
+// call that failed, was given up or lost its stream.
+func (g *globalClient) releaseItems(items []globalItem, now int64) {
+	due := now + 2*int64(g.cfg.Timeout)
 	for i := range items {
 		if it := &items[i]; it.permit != "" {
-			refs = append(refs, globalPermit{rule: it.rs.rule.Name, fp: it.spec[0].Fingerprint, key: it.key, permit: it.permit})
+			gp := globalPermit{rule: it.rs.rule.Name, fp: it.spec[0].Fingerprint, key: it.key, permit: it.permit}
+			g.permits.deferred = append(g.permits.deferred, deferredRelease{due: due, gp: gp})
 		}
 	}
+}
+
+// releaseDeferred, on a tick, releases the deferred permits that are due.
+func (g *globalClient) releaseDeferred(plugin string, now int64) {
+	d := g.permits.deferred
+	if len(d) == 0 || d[0].due > now { // appended in due order
+		return
+	}
+	refs, n := g.permits.refs[:0], 0
+	for n < len(d) && d[n].due <= now {
+		refs = append(refs, d[n].gp)
+		n++
+	}
 	g.permits.refs = refs
-	if len(refs) > 0 {
-		g.release(plugin, refs)
+	g.permits.deferred = append(d[:0], d[n:]...)
+	for len(refs) > 0 {
+		k := min(len(refs), wire.MaxDescriptors)
+		g.permitCall(plugin, wire.Release, refs[:k])
+		refs = refs[k:]
 	}
 }
 
