@@ -312,3 +312,24 @@ func TestACountedResponseNeverWaitsOnAServiceThatNeverAnswers(t *testing.T) {
 	assert.Equal(t, int64(1), counter(p, "meshlimit.global.deadline_expired"))
 	assert.NoError(t, p.VM(0).Failed())
 }
+
+// TestConcurrentFailedAttemptsGetPastTheCheckButAreAllCharged states the bound of counting after the
+// fact: n attempts checked before any is answered all reach the upstream (here 8 with a quota of 5),
+// every one is charged, and the penalty starts with them.
+func TestConcurrentFailedAttemptsGetPastTheCheckButAreAllCharged(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), loginConfig(""), 2)
+	req := get("app.example", "/login", "203.0.113.60")
+	req.Headers[0][1] = "POST"
+	var streams []*envoyhost.Stream
+	for i := range 8 {
+		s, act := send(t, p.VM(i%2), req)
+		require.Equal(t, envoyhost.ActionContinue, act, "attempt %d is checked before any is answered", i+1)
+		streams = append(streams, s)
+	}
+	for _, s := range streams {
+		_, err := s.SendResponseHeaders(answer(401).Headers, true)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int64(8), counter(p, "meshlimit.rule.login.counted"))
+	assert.Equal(t, 429, status(login(t, p.VM(0), "203.0.113.60", answer(200))))
+}
