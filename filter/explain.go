@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"unsafe"
+
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 
 	"github.com/meshlimit/meshlimit/internal/fnv"
@@ -17,10 +19,10 @@ import (
 //     metadata, so %DYNAMIC_METADATA(meshlimit:...)% stays empty (see docs/configuration.md).
 //   - response.explain_header, when set: a header with the rule's name on the local reply.
 //   - at log_level debug, one line with the same three values.
-const (
-	propRule    = "meshlimit.rule"
-	propLimit   = "meshlimit.limit"
-	propKeyHash = "meshlimit.key_hash"
+var (
+	propRule    = []string{"meshlimit.rule"}
+	propLimit   = []string{"meshlimit.limit"}
+	propKeyHash = []string{"meshlimit.key_hash"}
 )
 
 // explain records why the current request is denied and returns pairs with the explain header
@@ -39,11 +41,12 @@ func (h *httpContext) explain(pairs [][2]string) [][2]string {
 			break
 		}
 	}
-	var hash [16]byte
-	kh := keyHash(hash[:0], p.name, h.denierKey(rs))
-	_ = proxywasm.SetProperty([]string{propRule}, []byte(rs.rule.Name))
-	_ = proxywasm.SetProperty([]string{propLimit}, []byte(limit))
-	_ = proxywasm.SetProperty([]string{propKeyHash}, kh)
+	s.resp.hash = keyHash(s.resp.hash[:0], p.name, h.denierKey(rs))
+	kh := s.resp.hash
+	// The host copies the values during the calls: views of the strings are enough.
+	_ = proxywasm.SetProperty(propRule, bytesOf(rs.rule.Name))
+	_ = proxywasm.SetProperty(propLimit, bytesOf(limit))
+	_ = proxywasm.SetProperty(propKeyHash, kh)
 	if p.cfg.LogLevel <= rules.LogDebug {
 		proxywasm.LogDebugf("meshlimit: denied by rule %s, limit %s, key hash %s", rs.rule.Name, limit, kh)
 	}
@@ -63,8 +66,12 @@ func (h *httpContext) denierKey(rs *ruleState) string {
 			}
 		}
 	}
-	return string(h.plugin.scratch.key)
+	k := h.plugin.scratch.key
+	return unsafe.String(unsafe.SliceData(k), len(k))
 }
+
+// bytesOf views s as bytes, for a host call that copies them and never writes.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // keyHash appends the 16 hex digits of the FNV-1a hash of the plugin name and key to dst.
 func keyHash(dst []byte, plugin, key string) []byte {

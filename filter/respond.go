@@ -42,6 +42,7 @@ type charge struct {
 type respondState struct {
 	charges []charge
 	denier  *ruleState // the enforced rule that denied the current request, or nil
+	hash    []byte     // the denier's key hash, rendered (explain.go)
 }
 
 // penaltyRecords creates the blocked records of a counted local rule (a global rule has them as its
