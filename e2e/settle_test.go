@@ -294,3 +294,31 @@ func TestARequestDeniedByALaterRuleRefundsWhatEarlierRulesReserved(t *testing.T)
 	_, ok = send(false)
 	assert.False(t, ok, "700 used: 600 more do not fit")
 }
+
+// TestARequestTheGlobalServiceDeniesRefundsWhatLocalRulesReserved: the local reservation is taken
+// before the service answers; the service's denial gives it back.
+func TestARequestTheGlobalServiceDeniesRefundsWhatLocalRulesReserved(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	cfg := globalConfig(`{"name": "tokens", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/d"}],
+		 "cost": {"default": 600, "settle": {"response_header": "x-tokens-used"}}},
+		{"name": "second", "scope": "global", "match": {"headers": [{"name": "x-second", "present": true}]},
+		 "key": [{"header": "x-user"}], "limits": [{"rate": "1/d", "name": "second"}]}`)
+	p := load(t, module(t, "meshlimit"), cfg, 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	send := func(second bool) envoyhost.Result {
+		r := get("a.test", "/", "192.0.2.9", [2]string{"x-user", "alice"})
+		if second {
+			r.Headers = append(r.Headers, [2]string{"x-second", "1"})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		res, err := p.VM(0).RoundTrip(ctx, r, &envoyhost.Response{Headers: envoyhost.Headers{{":status", "200"}, {"x-tokens-used", "100"}}})
+		require.NoError(t, err)
+		return res
+	}
+	require.Nil(t, send(true).LocalReply, "600 reserved, settled at 100")
+	denied := send(true)
+	require.NotNil(t, denied.LocalReply, "the service denies the second")
+	require.Nil(t, send(false).LocalReply, "100 + 600 fit: the denied request's 600 came back (700 + 600 would not)")
+	assert.Equal(t, int64(2), counter(p, "meshlimit.rule.tokens.settled"))
+}

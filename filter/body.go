@@ -1,8 +1,6 @@
 package filter
 
 import (
-	"math/rand/v2"
-
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
@@ -78,17 +76,8 @@ func (h *httpContext) decideBodies(body []byte, complete bool) (denied bool) {
 	if !denied {
 		return false
 	}
-	for i := range st.res {
-		p.adjust(&st.res[i], -st.res[i].reserved, now)
-	}
-	h.settle = nil
-	s.req.reset()
-	ct, _ := s.req.Header("content-type")
-	s.buf = p.cfg.Response.Deny(&s.local, s.buf[:0], s.outcomes, rules.IsGRPC(ct), rand.Uint64())
-	s.pairs = rules.Pairs(s.pairs[:0], s.local.Headers)
-	if err := proxywasm.SendHttpResponse(s.local.Status, s.pairs, s.local.Body, s.local.GRPCStatus); err != nil {
-		proxywasm.LogErrorf("meshlimit: sending the local response: %v", err)
-	}
+	s.req.reset() // deny reads this request's headers
+	h.deny()      // refunds the request's reservations (refundSettles)
 	return true
 }
 

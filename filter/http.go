@@ -198,6 +198,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 
 // deny sends the configured local response. The host sends it after this callback returns.
 func (h *httpContext) deny() {
+	h.refundSettles() // settle.go: a denied request used nothing
 	p := h.plugin
 	s := &p.scratch
 	ct, _ := s.req.Header("content-type")

@@ -149,6 +149,20 @@ func (h *httpContext) adoptSettles(denied bool, now int64) {
 	h.settle = st
 }
 
+// refundSettles refunds every reservation of a stream the filter denies (a later rule, the global
+// service): it never reached the upstream.
+func (h *httpContext) refundSettles() {
+	st := h.settle
+	if st == nil {
+		return
+	}
+	h.settle = nil
+	now := abi.UnixNano()
+	for i := range st.res {
+		h.plugin.adjust(&st.res[i], -st.res[i].reserved, now)
+	}
+}
+
 // settleHeaders reads what the response headers say for the reservations: the status, the cost
 // headers, and whether the body is an event stream.
 func (h *httpContext) settleHeaders(eos bool) {
