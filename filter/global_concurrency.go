@@ -25,11 +25,12 @@ import (
 //
 // A call that fails or passes its deadline, or whose stream ends before its answer, may have
 // acquired permits (or may still acquire them: a script Redis runs after the service gave up):
-// they are released too, two call timeouts later, by the tick, so that the release does not
-// overtake the acquire. A request the service denies holds nothing (the service gives back
-// what the check acquired); so does one admitted while a rule in shadow was denied (the
-// service's answer is a denial): it goes on without a permit. Failures follow the rate path: the breaker, then the rule's failure_mode
-// (a concurrency rule has no fallback; scope "both" adds the local permits of concurrency.go).
+// they are released too, two call timeouts later, by the tick, so that the release rarely
+// overtakes the acquire (one that does leaves the permit to its lease). A request the service
+// denies holds nothing (the service gives back what the check acquired); so does one admitted
+// while a rule in shadow was denied (the service's answer is a denial): it goes on without a
+// permit. Failures follow the rate path: the breaker, then the rule's failure_mode (a
+// concurrency rule has no fallback; scope "both" adds the local permits of concurrency.go).
 // While the breaker is open, no renewal or release is sent: the leases cover them.
 
 const (

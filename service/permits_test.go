@@ -283,3 +283,23 @@ func TestMemoryStorePermitsAreSweptAndBounded(t *testing.T) {
 	assert.Equal(t, s.Len(), s.sweepPermits(t0.Add(time.Second).UnixNano()))
 	assert.Zero(t, s.Len())
 }
+
+// BenchmarkRedisPermitAcquireRelease measures one permit's life in the service's store: the
+// acquire and the release, two script calls to a loopback redis-server, as a check's permit and
+// its stream's end cost.
+func BenchmarkRedisPermitAcquireRelease(b *testing.B) {
+	rs := startRedis(b)
+	s := newRedisStore(b, rs.Addr())
+	ctx := context.Background()
+	req := PermitRequest{Key: "bench", Limit: 1000, Lease: 5 * time.Second}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		req.Permit = strconv.Itoa(i)
+		if r, err := s.Acquire(ctx, req); err != nil || !r.Allowed {
+			b.Fatal(err, r)
+		}
+		if held, err := s.Release(ctx, req); err != nil || !held {
+			b.Fatal(err, held)
+		}
+	}
+}
