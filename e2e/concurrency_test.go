@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -415,4 +416,25 @@ func TestAdaptiveCapacityFollowsASlowUpstreamAndShedsTheLowestClassFirst(t *test
 	assert.Zero(t, lateShed["critical"], "critical is never shed once the capacity has settled")
 	assert.Greater(t, float64(shed["sheddable"])/float64(offered["sheddable"]),
 		float64(shed["default"])/float64(offered["default"]), "sheddable is shed more than default")
+}
+
+func TestEnforcePercentEnforcesAStableShareOfKeysAndShadowsTheRest(t *testing.T) {
+	cfg := `{"rules":[{"name":"tenant","key":[{"header":"x-tenant"}],"limits":[{"rate":"1/h"}],"enforce_percent":40}]}`
+	p := load(t, module(t, "meshlimit"), cfg, 2)
+	denied := map[string]bool{}
+	for i := range 300 {
+		name := "t" + strconv.Itoa(i)
+		for j := range 3 {
+			res := roundTrip(t, p.VM(j%2), tenant(name))
+			if status(res) == 429 {
+				denied[name] = true
+			}
+		}
+	}
+	assert.InDelta(t, 120, len(denied), 30, "about 40%% of 300 tenants are enforced")
+	assert.Equal(t, int64(2*len(denied)), counter(p, "meshlimit.rule.tenant.limited"))
+	assert.Equal(t, int64(2*(300-len(denied))), counter(p, "meshlimit.rule.tenant.shadow_limited"))
+	for name := range denied { // the same tenants stay enforced
+		assert.Equal(t, 429, status(roundTrip(t, p.VM(0), tenant(name))))
+	}
 }

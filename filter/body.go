@@ -85,7 +85,7 @@ func (h *httpContext) decideBodies(body []byte, complete bool) (denied bool) {
 // denies the request (enforced).
 func (p *pluginContext) decideReserved(st *settling, pb pendingBody, cost, now int64) bool {
 	rs, r := pb.rs, pb.rs.rule
-	enforced := p.cfg.Enforce && !r.Shadow
+	enforced := p.cfg.Enforce && !r.Shadow && r.EnforcedForString(pb.key)
 	out, err := p.limiter.Take(rs.tables[pb.set], []byte(pb.key), now, cost)
 	if err != nil {
 		if err != sharedstate.ErrContention {

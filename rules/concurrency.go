@@ -52,6 +52,9 @@ func (v *validator) checkConcurrencyRule(path string, rj *ruleJSON, r *Rule) {
 	r.EnforcePercent = 100
 	if rj.EnforcePercent.Set {
 		r.EnforcePercent = int(v.intIn(path+".enforce_percent", rj.EnforcePercent, 0, 100))
+		if r.EnforcePercent != 100 && r.Scope != ScopeLocal {
+			v.failf(path+".enforce_percent", "only rules with scope local take enforce_percent (for now)")
+		}
 	}
 	conc := false
 	for _, lj := range rj.Limits {
@@ -100,7 +103,21 @@ func (r *Rule) EnforcedFor(key []byte) bool {
 	case 0:
 		return false
 	}
-	h := fnv.AddBytes(fnv.AddString(fnv.Offset64, r.Name+"\x00"), key)
+	return r.enforcedHash(fnv.AddBytes(fnv.AddString(fnv.Offset64, r.Name+"\x00"), key))
+}
+
+// EnforcedForString is EnforcedFor of a key held as a string.
+func (r *Rule) EnforcedForString(key string) bool {
+	if r.EnforcePercent == 100 {
+		return true
+	}
+	return r.enforcedHash(fnv.AddString(fnv.AddString(fnv.Offset64, r.Name+"\x00"), key))
+}
+
+func (r *Rule) enforcedHash(h uint64) bool {
+	if r.EnforcePercent <= 0 {
+		return false
+	}
 	h = (h ^ h>>33) * 0xff51afd7ed558ccd // FNV's low bits mix poorly: finish them (MurmurHash3's fmix64)
 	h ^= h >> 33
 	return int(h%100) < r.EnforcePercent

@@ -37,6 +37,7 @@ func TestConcurrencyConfigErrorsNameTheirField(t *testing.T) {
 		{"a rate rule cannot override with a concurrency limit", `"key":["client_ip"],"limits":[{"rate":"5/s"}],"overrides":[{"value":"192.0.2.1","limits":[{"concurrency":2}]}]`, "rules[0].overrides[0].limits[0].concurrency"},
 		{"enforce_percent above 100 is refused", `"limits":[{"concurrency":5}],"enforce_percent":101`, "rules[0].enforce_percent"},
 		{"a negative enforce_percent is refused", `"limits":[{"rate":"5/s"}],"enforce_percent":-1`, "rules[0].enforce_percent"},
+		{"a global rule takes no enforce_percent yet", `"limits":[{"rate":"5/s"}],"scope":"global","enforce_percent":50`, "rules[0].enforce_percent"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,6 +60,7 @@ func TestEnforcePercentPicksAStableShareOfKeys(t *testing.T) {
 		key := []byte("client-" + strconv.Itoa(i))
 		e := r.EnforcedFor(key)
 		assert.Equal(t, e, r.EnforcedFor(key), "the same key is always decided the same way")
+		assert.Equal(t, e, r.EnforcedForString(string(key)), "a key held as a string is decided the same way")
 		if e {
 			n++
 		}
