@@ -322,3 +322,18 @@ func TestARequestTheGlobalServiceDeniesRefundsWhatLocalRulesReserved(t *testing.
 	require.Nil(t, send(false).LocalReply, "100 + 600 fit: the denied request's 600 came back (700 + 600 would not)")
 	assert.Equal(t, int64(2), counter(p, "meshlimit.rule.tokens.settled"))
 }
+
+// TestAResponseLargerThanMaxBodyKeepsItsReservationAndPassesWhole: the filter copies at most
+// max_body bytes of a JSON response; a larger one is not read for usage (counted as kept) and
+// reaches the client untouched.
+func TestAResponseLargerThanMaxBodyKeepsItsReservationAndPassesWhole(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), budgetConfig("", ""), 1)
+	s, ok := postJSON(t, p.VM(0), "alice", maxTokens(400))
+	require.True(t, ok)
+	big := `{"pad": "` + strings.Repeat("p", 300) + `", "usage": {"total_tokens": 5}}`
+	settleAnswer(t, s, 200, "application/json", big[:100], big[100:])
+	assert.Equal(t, []byte(big), s.DownstreamBody())
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.tokens.settle_kept"))
+	_, ok = postJSON(t, p.VM(0), "alice", maxTokens(601))
+	assert.False(t, ok, "400 stay reserved")
+}

@@ -103,7 +103,7 @@ type settling struct {
 	respEnded bool // the response body (or headers) ended the stream
 	readJSON  bool // a reservation settles from a JSON field of the response body
 	sse       bool // the response is a text/event-stream
-	maxBody   int
+	maxBody   int // the largest max_body of the reservations that read a JSON field
 	body      []byte // the response body copied so far, at most maxBody
 	cut       bool   // the response body passed maxBody
 	events    rules.SSE
@@ -143,7 +143,7 @@ func (h *httpContext) adoptSettles(denied bool, now int64) {
 		}
 		return
 	}
-	st := &settling{maxBody: rules.DefaultMaxBody}
+	st := &settling{}
 	st.res = append(st.res, s.res...)
 	st.pend = append(st.pend, s.pend...)
 	h.settle = st
