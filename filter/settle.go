@@ -99,11 +99,11 @@ type settling struct {
 	buffering bool // the request body is held until it ends, for a pending reservation
 	reqBytes  int64
 	respBytes int64
-	status    int  // the response status, 0 before one
-	respEnded bool // the response body (or headers) ended the stream
-	readJSON  bool // a reservation settles from a JSON field of the response body
-	sse       bool // the response is a text/event-stream
-	maxBody   int // the largest max_body of the reservations that read a JSON field
+	status    int    // the response status, 0 before one
+	respEnded bool   // the response body (or headers) ended the stream
+	readJSON  bool   // a reservation settles from a JSON field of the response body
+	sse       bool   // the response is a text/event-stream
+	maxBody   int    // the largest max_body of the reservations that read a JSON field
 	body      []byte // the response body copied so far, at most maxBody
 	cut       bool   // the response body passed maxBody
 	events    rules.SSE
