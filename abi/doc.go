@@ -23,8 +23,14 @@
 // (-tags tinygo selects the SDK's bodyless declarations; -complete=false lets that package compile
 // without bodies). The binding compiles only for wasip1 builds by the standard compiler: real TinyGo
 // sets the build tag tinygo.wasm, and there the SDK's own //export directives do the job, so the files
-// are excluded. Natively the package holds only UnixNano, which reads the host's clock with one call
-// in a wasm build and falls back to time.Now elsewhere.
+// are excluded. Natively the package holds UnixNano, which reads the host's clock with one call in a
+// wasm build and falls back to time.Now elsewhere, and the allocation-free reads (GetProperty,
+// GetSharedData, SetSharedData, AddHeader), which call the host directly in a wasm build and go
+// through the SDK's own functions elsewhere (so that native tests run them on the SDK's emulator).
+//
+// The allocation-free reads receive what the host returns into a buffer the caller reuses: the
+// exported allocator (proxy_on_memory_allocate) hands the host that buffer when a read asked for it
+// and the value fits, and fresh memory from the SDK's allocator otherwise.
 //
 // Contract with the host, relied upon for memory safety: the host re-enters the guest's allocator
 // (proxy_on_memory_allocate) at most once per host call, and only to return that call's result, so the

@@ -27,8 +27,15 @@ func proxyABIVersion() { sdkABIVersion() }
 //go:linkname sdkOnMemoryAllocate github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.proxyOnMemoryAllocate
 func sdkOnMemoryAllocate(size uint) *byte
 
+// proxyOnMemoryAllocate is where the host puts what a host call returns: into the caller's reused
+// buffer when the call asked for it and the value fits (see GetProperty), else into fresh memory from
+// the SDK's allocator.
+//
 //go:wasmexport proxy_on_memory_allocate
 func proxyOnMemoryAllocate(size uint32) unsafe.Pointer {
+	if p := receive(size); p != nil {
+		return p
+	}
 	return unsafe.Pointer(sdkOnMemoryAllocate(uint(size)))
 }
 

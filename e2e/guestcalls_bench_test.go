@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"sort"
 	"strings"
@@ -51,9 +52,13 @@ func (c *callCounter) snapshot() []int64 {
 	return out
 }
 
+// guestCallsTop is how many of the functions called most BenchmarkGuestFunctionCalls logs per case.
+var guestCallsTop = flag.Int("guestcalls.top", 15, "functions listed per case by BenchmarkGuestFunctionCalls")
+
 // BenchmarkGuestFunctionCalls counts the guest's own function calls per request (the whole
 // lifecycle, warm) with wazero's function listeners, for the floor and for meshlimit, and logs the
-// functions called most. The counts are deterministic; the time per operation is not meaningful
+// functions called most. It also reports the guest's heap allocations per request (calls of the Go
+// runtime's allocator, runtime.mallocgc), whatever asked for them. The counts are deterministic; the time per operation is not meaningful
 // (every call goes through a listener). Run it with -v to see the table:
 //
 //	go test -run='^$' -bench='^BenchmarkGuestFunctionCalls$' -benchtime=2000x -v ./e2e/
@@ -93,7 +98,8 @@ func BenchmarkGuestFunctionCalls(b *testing.B) {
 			}
 			after := counter.snapshot()
 			b.ReportMetric(float64(sumCounts(after)-sumCounts(before))/float64(n), "guestfuncs/req")
-			b.Log(topCalls(counter.names, before, after, n, 15))
+			b.ReportMetric(float64(countOf(counter.names, "runtime.mallocgc", before, after))/float64(n), "mallocs/req")
+			b.Log(topCalls(counter.names, before, after, n, *guestCallsTop))
 		})
 	}
 }
@@ -103,6 +109,17 @@ func sumCounts(xs []int64) (s int64) {
 		s += x
 	}
 	return s
+}
+
+// countOf is how often the function named name (as wazero names it, without the leading dot) was
+// called between the two snapshots.
+func countOf(names []string, name string, before, after []int64) (n int64) {
+	for i := range names {
+		if strings.TrimPrefix(names[i], ".") == name {
+			n += after[i] - before[i]
+		}
+	}
+	return n
 }
 
 func topCalls(names []string, before, after []int64, n, top int) string {

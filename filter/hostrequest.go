@@ -5,6 +5,7 @@ import (
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 
+	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
 )
 
@@ -13,11 +14,17 @@ import (
 // only when a rule asks for it. The first header lookup reads every request header with one pairs call
 // (proxy_get_header_map_pairs), because proxy_get_header_map_value returns only the first value of a
 // repeated header and rules must see them all; later lookups, pseudo-headers included, scan that list.
+//
+// The two properties every request may need (route name, source address) are received into buffers
+// kept across requests, so reading them allocates nothing; their string views are valid for the
+// request being decided only.
 type hostRequest struct {
 	read                              uint8 // bit set of the values already read
 	method, path, host, route, source string
 	headers                           [][2]string // every request header, in the host's order
 	norm                              []byte      // the normalized path; its buffer is kept across requests
+	routeBuf, sourceBuf               []byte      // what route and source view
+	propPath                          []byte      // Property's encoded path, reused
 }
 
 const (
@@ -81,11 +88,12 @@ func (r *hostRequest) pseudo(bit uint8, dst *string, name string) string {
 	return *dst
 }
 
-func (r *hostRequest) property(bit uint8, dst *string, path []string) string {
+// property reads a fixed property (path encoded by abi.PropertyPath) into buf once per request.
+func (r *hostRequest) property(bit uint8, dst *string, buf *[]byte, path []byte) string {
 	if r.read&bit == 0 {
-		v, err := proxywasm.GetProperty(path)
-		*dst = ""
-		if err == nil {
+		v, st := abi.GetProperty(path, *buf)
+		*buf, *dst = v, ""
+		if st == abi.StatusOK {
 			*dst = bytesString(v)
 		}
 		r.read |= bit
@@ -94,8 +102,8 @@ func (r *hostRequest) property(bit uint8, dst *string, path []string) string {
 }
 
 var (
-	routeNamePath     = []string{"xds", "route_name"}
-	sourceAddressPath = []string{"source", "address"}
+	routeNamePath     = abi.PropertyPath("xds", "route_name")
+	sourceAddressPath = abi.PropertyPath("source", "address")
 )
 
 // Method implements Request.
@@ -108,22 +116,34 @@ func (r *hostRequest) Path() string { return r.pseudo(readPath, &r.path, ":path"
 func (r *hostRequest) Host() string { return r.pseudo(readHost, &r.host, ":authority") }
 
 // RouteName implements Request.
-func (r *hostRequest) RouteName() string { return r.property(readRoute, &r.route, routeNamePath) }
+func (r *hostRequest) RouteName() string {
+	return r.property(readRoute, &r.route, &r.routeBuf, routeNamePath)
+}
 
 // SourceAddress implements Request.
 func (r *hostRequest) SourceAddress() string {
-	return r.property(readSource, &r.source, sourceAddressPath)
+	return r.property(readSource, &r.source, &r.sourceBuf, sourceAddressPath)
 }
 
-// Property implements Request.
+// Property implements Request. The value is received into fresh memory: a request may hold several.
 func (r *hostRequest) Property(path []string) (string, bool) {
-	v, err := proxywasm.GetProperty(path)
-	if err != nil {
+	r.propPath = r.propPath[:0]
+	for i, seg := range path {
+		if i > 0 {
+			r.propPath = append(r.propPath, 0)
+		}
+		r.propPath = append(r.propPath, seg...)
+	}
+	if len(path) == 0 {
+		return "", false
+	}
+	v, st := abi.GetProperty(r.propPath, nil)
+	if st != abi.StatusOK {
 		return "", false
 	}
 	return bytesString(v), true
 }
 
-// bytesString views b as a string without copying. Only for bytes the host has just copied into
-// memory of their own, which nothing modifies afterwards.
+// bytesString views b as a string without copying. Only for bytes that nothing modifies while the
+// string is in use: the host's fresh copy, or a receive buffer within the request that filled it.
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

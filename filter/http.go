@@ -4,7 +4,6 @@ import (
 	"errors"
 	"github.com/meshlimit/meshlimit/rules"
 	"math/rand/v2"
-	"unsafe"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -26,9 +25,10 @@ type scratch struct {
 	local    rules.LocalResponse
 	acquired []heldPermit // the permits taken for the current request (concurrency.go)
 	pairs    [][2]string
-	deciding int           // the index of the rule being decided, or -1: whose failure_mode a panic applies
-	settle   settleScratch // the reservations of the current request (settle.go)
-	resp     respondState  // counted rules' charges and the denying rule (respond.go)
+	deciding int            // the index of the rule being decided, or -1: whose failure_mode a panic applies
+	settle   settleScratch  // the reservations of the current request (settle.go)
+	resp     respondState   // counted rules' charges and the denying rule (respond.go)
+	free     []*httpContext // contexts of finished streams, for the next streams (see recycle)
 }
 
 // httpContext implements types.HttpContext for one request.
@@ -226,15 +226,47 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 	s := &h.plugin.scratch
 	s.fields, s.buf = h.plugin.cfg.Response.AppendAllowed(s.fields[:0], s.buf[:0], h.quota)
 	for _, f := range s.fields {
-		// The host copies the value during the call, so a string view of the buffer is enough.
-		_ = proxywasm.AddHttpResponseHeader(f.Name, unsafe.String(unsafe.SliceData(f.Value), len(f.Value)))
+		_ = abi.AddHeader(abi.ResponseHeaders, f.Name, f.Value) // the host copies the value
 	}
 	return respondAction(paused)
 }
 
+// maxFreeContexts bounds the contexts a plugin keeps for reuse: more streams than that in flight at
+// once allocate the excess.
+const maxFreeContexts = 64
+
+// newHTTPContext returns the context of stream id: one a finished stream left (see recycle), or a new
+// one.
+func (p *pluginContext) newHTTPContext(id uint32) *httpContext {
+	s := &p.scratch
+	if n := len(s.free); n > 0 {
+		h := s.free[n-1]
+		s.free[n-1] = nil
+		s.free = s.free[:n-1]
+		h.plugin, h.id = p, id
+		return h
+	}
+	return &httpContext{plugin: p, id: id}
+}
+
+// recycle clears the context of a stream that has ended and keeps it for the next stream, so that a
+// request allocates nothing. Envoy calls nothing for the stream after OnHttpStreamDone. Only callouts
+// outlive a stream's callbacks holding its context (their callbacks are bound to it, see global.go),
+// and every callout goes to the global service, so a plugin without one recycles; one with a global
+// service never does.
+func (h *httpContext) recycle() {
+	p := h.plugin
+	if p.global != nil || len(p.scratch.free) >= maxFreeContexts {
+		return
+	}
+	*h = httpContext{}
+	p.scratch.free = append(p.scratch.free, h)
+}
+
 // OnHttpStreamDone implements types.HttpContext: a request that was still waiting for the service (the
-// client left) is forgotten.
+// client left) is forgotten, and the context is recycled once everything else is done with it.
 func (h *httpContext) OnHttpStreamDone() {
+	defer h.recycle() // runs last
 	defer h.plugin.recoverPanic("the end of a stream")
 	h.chargeUnanswered()
 	h.settleDone()

@@ -91,7 +91,7 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 }
 
 // HostStore returns the shared data of the proxy the plugin runs in.
-func HostStore() sharedstate.Store { return sharedstate.HostStore{} }
+func HostStore() sharedstate.Store { return &hostStore{} }
 
 func (p *pluginContext) start(store sharedstate.Store) error {
 	data, err := proxywasm.GetPluginConfiguration()
@@ -229,9 +229,7 @@ func pluginName() string {
 }
 
 // NewHttpContext implements types.PluginContext.
-func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
-	return &httpContext{plugin: p, id: id}
-}
+func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext { return p.newHTTPContext(id) }
 
 // OnTick implements types.PluginContext: requests held by a leaky bucket are released when due, and
 // leases are renewed for keys that run low.

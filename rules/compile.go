@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -95,21 +94,46 @@ func (v *validator) config(doc *configJSON) *Config {
 		c.rules = append(c.rules, r)
 	}
 	v.checkGlobalBounds(c)
+	c.renderPolicies()
 	c.summary = summarize(c)
 	return c
 }
 
-var (
-	ruleNameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	policyNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-)
+// validRuleName reports whether s is a rule name: 1 to 64 of [a-z0-9_-], starting with a letter or
+// digit. (A byte loop rather than a package-level regexp: compiling one at start-up costs every VM
+// its share of _initialize.)
+func validRuleName(s string) bool {
+	if len(s) == 0 || len(s) > 64 || s[0] == '_' || s[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validPolicyName reports whether s is a policy name: 1 to 64 of [A-Za-z0-9_.-], starting with a
+// letter or digit.
+func validPolicyName(s string) bool {
+	if len(s) == 0 || len(s) > 64 || s[0] == '_' || s[0] == '.' || s[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *Rule {
 	r := &Rule{Name: rj.Name, Shadow: rj.Shadow || !c.Enforce, MaxKeys: int(maxKeys)}
 	switch {
 	case rj.Name == "":
 		v.failf(path+".name", "required")
-	case !ruleNameRE.MatchString(rj.Name):
+	case !validRuleName(rj.Name):
 		v.failf(path+".name", "%q is not a valid rule name: want 1 to 64 of [a-z0-9_-], starting with a letter or digit", rj.Name)
 	}
 	r.match = v.match(path+".match", &rj.Match)
@@ -439,7 +463,7 @@ func (v *validator) limits(path string, ljs []limitJSON, rule string) []LimitSpe
 			if len(ljs) > 1 {
 				s.Name = rule + "-" + strconv.Itoa(i)
 			}
-		} else if !policyNameRE.MatchString(s.Name) {
+		} else if !validPolicyName(s.Name) {
 			v.failf(lp+".name", "%q is not a valid policy name: want 1 to 64 of [A-Za-z0-9_.-], starting with a letter or digit", s.Name)
 		}
 		if j, dup := seen[s.Name]; dup {

@@ -140,6 +140,11 @@ type LimitSpec struct {
 	// Fingerprint is a stable hash of Limit with its effective burst: state stored for a
 	// limit with another fingerprint is not valid for this one.
 	Fingerprint uint64
+
+	// policy is the limit's RateLimit-Policy member and sfName the length of its leading
+	// sf-string (the quoted Name), rendered once at the end of compilation (see Response).
+	policy []byte
+	sfName int
 }
 
 // costSpec is a compiled cost: a constant, or a header with default and max.

@@ -104,7 +104,8 @@ type Response struct {
 }
 
 // Field is one rendered response header. Name is lower-case. Value aliases the buffer
-// passed to the rendering method and stays valid until the caller reuses that buffer; to
+// passed to the rendering method, and stays valid until the caller reuses that buffer, or
+// the configuration's own immutable memory; either way the caller must not modify it. To
 // pass it to the host as a string without copying, the caller may use unsafe.String.
 type Field struct {
 	Name  string
@@ -240,35 +241,29 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 		return dst, buf
 	}
 	if r.sets&setIETF != 0 {
+		if l := outcomes[0].Limit; len(outcomes) == 1 && l.policy != nil {
+			dst = append(dst, Field{HeaderRateLimitPolicy, l.policy}) // rendered at compile: no copy
+		} else {
+			start := len(buf)
+			for i := range outcomes {
+				if i > 0 {
+					buf = append(buf, ", "...)
+				}
+				buf = outcomes[i].Limit.appendPolicy(buf)
+			}
+			dst = append(dst, Field{HeaderRateLimitPolicy, buf[start:]})
+		}
 		start := len(buf)
 		for i := range outcomes {
 			if i > 0 {
 				buf = append(buf, ", "...)
 			}
-			l := &outcomes[i].Limit.Limit
-			buf = appendSFString(buf, outcomes[i].Limit.Name)
-			if c := outcomes[i].Limit.Concurrency; c > 0 { // no window: a permit lasts as long as its request
-				buf = append(buf, ";q="...)
-				buf = strconv.AppendInt(buf, clampSF(c), 10)
-				buf = append(buf, `;qu="concurrent-requests"`...)
-				continue
-			}
-			buf = append(buf, ";q="...)
-			buf = strconv.AppendInt(buf, clampSF(l.Quota), 10)
-			buf = append(buf, ";w="...)
-			buf = strconv.AppendInt(buf, windowSeconds(l.Window), 10)
-			if outcomes[i].Limit.ContentBytes {
-				buf = append(buf, `;qu="content-bytes"`...)
-			}
-		}
-		dst = append(dst, Field{HeaderRateLimitPolicy, buf[start:]})
-		start = len(buf)
-		for i := range outcomes {
-			if i > 0 {
-				buf = append(buf, ", "...)
-			}
 			d := &outcomes[i].Decision
-			buf = appendSFString(buf, outcomes[i].Limit.Name)
+			if l := outcomes[i].Limit; l.policy != nil {
+				buf = append(buf, l.policy[:l.sfName]...)
+			} else {
+				buf = appendSFString(buf, l.Name)
+			}
 			buf = append(buf, ";r="...)
 			buf = strconv.AppendInt(buf, clampSF(d.Remaining), 10)
 			if outcomes[i].Limit.Concurrency > 0 {
@@ -300,6 +295,56 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 		dst = append(dst, Field{HeaderXRateLimitReset, buf[start:]})
 	}
 	return dst, buf
+}
+
+// renderPolicies renders the RateLimit-Policy member of every limit of the configuration once, at
+// the end of its compilation (nothing changes a LimitSpec afterwards), for appendQuota to copy.
+func (c *Config) renderPolicies() {
+	render := func(set *LimitSet) {
+		for i := range set.Limits {
+			l := &set.Limits[i]
+			l.policy = appendSFString(nil, l.Name)
+			l.sfName = len(l.policy)
+			l.policy = appendPolicyParams(l.policy, l)
+		}
+	}
+	for _, r := range c.rules {
+		for i := range r.sets {
+			render(&r.sets[i])
+		}
+		for _, set := range []*LimitSet{r.overflow, r.fallback} {
+			if set != nil {
+				render(set)
+			}
+		}
+	}
+}
+
+// appendPolicy appends the limit's RateLimit-Policy member: the one rendered with its configuration,
+// or (for a LimitSpec built by hand) a fresh rendering.
+func (l *LimitSpec) appendPolicy(buf []byte) []byte {
+	if l.policy != nil {
+		return append(buf, l.policy...)
+	}
+	return appendPolicyParams(appendSFString(buf, l.Name), l)
+}
+
+// appendPolicyParams appends the parameters of a RateLimit-Policy member: the quota, and the window
+// of a rate limit; the quota unit when it is not requests.
+func appendPolicyParams(buf []byte, l *LimitSpec) []byte {
+	if c := l.Concurrency; c > 0 { // no window: a permit lasts as long as its request
+		buf = append(buf, ";q="...)
+		buf = strconv.AppendInt(buf, clampSF(c), 10)
+		return append(buf, `;qu="concurrent-requests"`...)
+	}
+	buf = append(buf, ";q="...)
+	buf = strconv.AppendInt(buf, clampSF(l.Limit.Quota), 10)
+	buf = append(buf, ";w="...)
+	buf = strconv.AppendInt(buf, windowSeconds(l.Limit.Window), 10)
+	if l.ContentBytes {
+		buf = append(buf, `;qu="content-bytes"`...)
+	}
+	return buf
 }
 
 // sortOutcomes orders outcomes most restrictive first (see Response). It is an

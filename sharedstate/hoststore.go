@@ -10,6 +10,9 @@ import (
 // HostStore is the Store of the proxy the plugin runs in: proxy_get_shared_data and
 // proxy_set_shared_data, scoped by the host to the plugin's vm_id. It must only be used from proxy-wasm
 // callbacks (not during _initialize, where Envoy forbids these calls).
+//
+// It goes through the SDK's functions, which allocate on every call. The filter uses a store of its
+// own instead (filter/hoststore.go), which receives values into a reused buffer through package abi.
 type HostStore struct{}
 
 // Get implements Store. The value is a fresh copy made by the host.

@@ -1,0 +1,62 @@
+//go:build !wasip1 || tinygo.wasm
+
+package abi
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// Outside a wasip1 build by the standard compiler (native tests on the SDK's emulator, TinyGo) the
+// reads go through the SDK's own functions, which allocate; the results are the same.
+
+// GetProperty reads the property at path (encoded with PropertyPath), into buf when it fits.
+func GetProperty(path, buf []byte) ([]byte, Status) {
+	v, err := proxywasm.GetProperty(strings.Split(string(path), "\x00"))
+	if err != nil {
+		return buf[:0], statusOf(err)
+	}
+	return append(buf[:0], v...), StatusOK
+}
+
+// GetSharedData reads key's value and cas from the host's shared data, into buf when it fits.
+func GetSharedData(key string, buf []byte) ([]byte, uint32, Status) {
+	v, cas, err := proxywasm.GetSharedData(key)
+	if err != nil {
+		return buf[:0], 0, statusOf(err)
+	}
+	return append(buf[:0], v...), cas, StatusOK
+}
+
+// SetSharedData writes value under key with compare-and-swap cas (0: unconditional).
+func SetSharedData(key string, value []byte, cas uint32) Status {
+	return statusOf(proxywasm.SetSharedData(key, value, cas))
+}
+
+// AddHeader adds a header to the map m of the current stream.
+func AddHeader(m MapType, name string, value []byte) Status {
+	switch m {
+	case RequestHeaders:
+		return statusOf(proxywasm.AddHttpRequestHeader(name, string(value)))
+	case ResponseHeaders:
+		return statusOf(proxywasm.AddHttpResponseHeader(name, string(value)))
+	}
+	return StatusBadArgument
+}
+
+func statusOf(err error) Status {
+	switch {
+	case err == nil:
+		return StatusOK
+	case errors.Is(err, types.ErrorStatusNotFound):
+		return StatusNotFound
+	case errors.Is(err, types.ErrorStatusCasMismatch):
+		return StatusCasMismatch
+	case errors.Is(err, types.ErrorStatusBadArgument):
+		return StatusBadArgument
+	}
+	return 10 // InternalFailure
+}

@@ -1,0 +1,73 @@
+//go:build wasip1 && !tinygo.wasm
+
+package abi
+
+import "unsafe"
+
+// recv is where the host's next re-entry into the allocator puts its result when it fits: a host call
+// that returns data sets it just before the call and clears it after, so the value lands in the
+// caller's reused buffer instead of fresh memory (see the package contract: one allocation per host
+// call, only for that call's result).
+var recv []byte
+
+// receive is the allocator's side of recv: the start of recv when size fits, else nil (then the SDK's
+// allocator hands out fresh memory).
+func receive(size uint32) unsafe.Pointer {
+	b := recv
+	recv = nil
+	if cap(b) == 0 || int(size) > cap(b) {
+		return nil
+	}
+	return unsafe.Pointer(unsafe.SliceData(b))
+}
+
+// received turns what the host wrote back into a slice: buf[:size] when the host filled buf, else a
+// view of the fresh memory the allocator handed out.
+func received(buf []byte, data unsafe.Pointer, size uint32) []byte {
+	switch {
+	case data == nil || size == 0:
+		return buf[:0]
+	case cap(buf) > 0 && data == unsafe.Pointer(unsafe.SliceData(buf)):
+		return buf[:size]
+	}
+	return unsafe.Slice((*byte)(data), size)
+}
+
+// GetProperty reads the property at path (encoded with PropertyPath) into buf's memory when it fits,
+// else into fresh memory, and returns it. It allocates nothing when buf is large enough; pass the
+// returned slice back as buf next time. The value is overwritten by the next read into the same buf.
+func GetProperty(path, buf []byte) ([]byte, Status) {
+	var data unsafe.Pointer
+	var size uint32
+	recv = buf[:cap(buf)]
+	st := hostGetProperty(unsafe.Pointer(unsafe.SliceData(path)), int32(len(path)), unsafe.Pointer(&data), unsafe.Pointer(&size))
+	recv = nil
+	if st != 0 {
+		return buf[:0], Status(st)
+	}
+	return received(buf, data, size), StatusOK
+}
+
+// GetSharedData reads key's value and cas from the host's shared data, into buf's memory when it
+// fits (see GetProperty).
+func GetSharedData(key string, buf []byte) ([]byte, uint32, Status) {
+	var data unsafe.Pointer
+	var size, cas uint32
+	recv = buf[:cap(buf)]
+	st := hostGetSharedData(unsafe.Pointer(unsafe.StringData(key)), int32(len(key)), unsafe.Pointer(&data), unsafe.Pointer(&size), unsafe.Pointer(&cas))
+	recv = nil
+	if st != 0 {
+		return buf[:0], 0, Status(st)
+	}
+	return received(buf, data, size), cas, StatusOK
+}
+
+// SetSharedData writes value under key with compare-and-swap cas (0: unconditional).
+func SetSharedData(key string, value []byte, cas uint32) Status {
+	return Status(hostSetSharedData(unsafe.Pointer(unsafe.StringData(key)), int32(len(key)), unsafe.Pointer(unsafe.SliceData(value)), int32(len(value)), cas))
+}
+
+// AddHeader adds a header to the map m of the current stream; the host copies name and value.
+func AddHeader(m MapType, name string, value []byte) Status {
+	return Status(hostAddHeaderMapValue(uint32(m), unsafe.Pointer(unsafe.StringData(name)), int32(len(name)), unsafe.Pointer(unsafe.SliceData(value)), int32(len(value))))
+}
