@@ -401,8 +401,7 @@ func (p *pluginContext) count(rs *ruleState, allowed, enforced bool) (denied boo
 //	meshlimit.global.lease_calls      calls made to lease quota (not counted in calls)
 //	meshlimit.global.permit_calls     calls that renew or release concurrency permits (not counted in calls)
 //	meshlimit.global.permit_failures  those of them that failed (the permits' leases cover them)
-//	meshlimit.global.permits_lost     renewals that found their permit gone (its lease had ended, or Redis restarted): counted at
-//	                                  every renewal until the stream ends
+//	meshlimit.global.permits_lost     permits a renewal found gone (their lease had ended, or Redis restarted): no longer renewed
 type globalMetrics struct {
 	calls, failures, breakerOpened, shortCircuited, leaseCalls proxywasm.MetricCounter
 	rejected, deadlineExpired, lateAnswers                     proxywasm.MetricCounter

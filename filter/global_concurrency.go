@@ -44,6 +44,7 @@ const (
 
 // globalPermit is a permit the decision service holds for a stream of this worker.
 type globalPermit struct {
+	stream uint32
 	rule   string
 	fp     uint64 // the concurrency limit's fingerprint (wire.Key)
 	key    string
@@ -95,7 +96,7 @@ func (g *globalClient) holdPermits(stream uint32, items []globalItem, decisions 
 				g.permits.held = map[uint32][]globalPermit{}
 			}
 			g.permits.held[stream] = append(g.permits.held[stream],
-				globalPermit{rule: it.rs.rule.Name, fp: it.spec[0].Fingerprint, key: it.key, permit: it.permit})
+				globalPermit{stream: stream, rule: it.rs.rule.Name, fp: it.spec[0].Fingerprint, key: it.key, permit: it.permit})
 		}
 	}
 }
@@ -187,9 +188,12 @@ func (g *globalClient) permitCall(plugin string, list wire.PermitList, permits [
 		b = wire.AppendPermitRef(b, i, wire.Key{Plugin: plugin, Rule: gp.rule, Fingerprint: gp.fp, Value: gp.key}, gp.permit, lease)
 	}
 	g.permits.body = wire.AppendRequestEnd(b)
-	sent := int64(len(permits))
+	var batch []globalPermit // a renewal's answer names the entries it did not renew
+	if list == wire.Renew {
+		batch = append(batch, permits...)
+	}
 	_, err := proxywasm.DispatchHttpCall(g.cfg.Cluster, g.headers, g.permits.body, nil, g.timeout, func(numHeaders, bodySize, _ int) {
-		g.onPermitAnswer(list, sent, numHeaders, bodySize)
+		g.onPermitAnswer(batch, numHeaders, bodySize)
 	})
 	g.metrics.permitCalls.Increment(1)
 	if err != nil {
@@ -197,14 +201,36 @@ func (g *globalClient) permitCall(plugin string, list wire.PermitList, permits [
 	}
 }
 
-// onPermitAnswer reads the answer to a renew or release call.
-func (g *globalClient) onPermitAnswer(list wire.PermitList, sent int64, numHeaders, bodySize int) {
+// onPermitAnswer reads the answer to a renew (batch: its entries) or release call. A permit
+// the service did not renew is gone (its lease ended, or Redis restarted): it is counted once
+// and no longer renewed; its stream goes on without it.
+func (g *globalClient) onPermitAnswer(batch []globalPermit, numHeaders, bodySize int) {
 	a, err := readPermitAnswer(numHeaders, bodySize)
-	switch {
-	case err != nil:
+	if err != nil {
 		g.metrics.permitFailures.Increment(1)
-	case list == wire.Renew && a.Renewed < sent:
-		g.metrics.permitsLost.Increment(uint64(sent - a.Renewed))
+		return
+	}
+	for i := range batch {
+		if a.Lost&(1<<i) != 0 {
+			g.metrics.permitsLost.Increment(1)
+			g.forget(&batch[i])
+		}
+	}
+}
+
+// forget drops a permit from its stream's list.
+func (g *globalClient) forget(gp *globalPermit) {
+	held := g.permits.held[gp.stream]
+	for i := range held {
+		if held[i].permit == gp.permit {
+			held = append(held[:i], held[i+1:]...)
+			break
+		}
+	}
+	if len(held) == 0 {
+		delete(g.permits.held, gp.stream)
+	} else {
+		g.permits.held[gp.stream] = held
 	}
 }
 

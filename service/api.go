@@ -47,13 +47,13 @@ func checkOf(req *wire.Request) Check {
 
 // appendCheckResponse appends the JSON answer to a decided check (see API.md), with the
 // permits renewed and released when the check had a renew or release list.
-func appendCheckResponse(b []byte, o Outcome, lists bool, renewed, released int) []byte {
+func appendCheckResponse(b []byte, o Outcome, lists bool, pc permitCounts) []byte {
 	b = wire.AppendAnswerStart(b, o.Allowed)
 	for i, d := range o.Decisions {
 		b = wire.AppendDecision(b, i, wire.FromAlgorithms(d.Decision, d.Skipped))
 	}
 	if lists {
-		return wire.AppendAnswerEndPermits(b, renewed, released)
+		return wire.AppendAnswerEndPermits(b, pc.renewed, pc.released, pc.lost)
 	}
 	return wire.AppendAnswerEnd(b)
 }

@@ -168,10 +168,11 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
-	renewed, released, err := 0, 0, error(nil)
+	var pc permitCounts
+	var err error
 	lists := len(s.req.Renew)+len(s.req.Release) > 0
 	if lists { // releases first: they free what the descriptors may acquire
-		renewed, released, err = h.limiter.permits(ctx, s.req.Renew, s.req.Release, c.Now)
+		pc, err = h.limiter.permits(ctx, s.req.Renew, s.req.Release, c.Now)
 	}
 	o := Outcome{Allowed: true}
 	if err == nil && len(c.Descriptors) > 0 {
@@ -195,7 +196,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.decs = o.Decisions
-	s.out = appendCheckResponse(s.out[:0], o, lists, renewed, released)
+	s.out = appendCheckResponse(s.out[:0], o, lists, pc)
 	w.Header()["Content-Type"] = jsonContentType
 	_, _ = w.Write(s.out)
 }

@@ -90,32 +90,39 @@ func (l *Limiter) releaseAcquired(ctx context.Context, descs []Descriptor, o *Ou
 	}
 }
 
-// permits releases, then renews, the permits a check lists, and returns how many of each
-// were held.
-func (l *Limiter) permits(ctx context.Context, renew, release []wire.PermitRef, now time.Time) (renewed, released int, err error) {
+// permitCounts is what a check's renew and release lists did: the permits renewed and
+// released, and the renew entries not renewed (bit i: entry i).
+type permitCounts struct {
+	renewed, released int
+	lost              uint64
+}
+
+// permits releases, then renews, the permits a check lists.
+func (l *Limiter) permits(ctx context.Context, renew, release []wire.PermitRef, now time.Time) (c permitCounts, err error) {
 	ps, ok := l.store.(PermitStore)
 	if !ok {
-		return 0, 0, errNoPermits
+		return c, errNoPermits
 	}
 	for _, r := range release {
 		held, err := ps.Release(ctx, PermitRequest{Key: r.Key, Permit: r.Permit, Now: now})
 		if err != nil {
-			return 0, 0, err
+			return permitCounts{}, err
 		}
 		if held {
-			released++
+			c.released++
 		}
 	}
-	for _, r := range renew {
+	for i, r := range renew { // at most wire.MaxDescriptors: i fits the bit set
 		held, err := ps.Renew(ctx, PermitRequest{Key: r.Key, Permit: r.Permit, Lease: r.Lease, Now: now})
 		if err != nil {
-			return 0, 0, err
+			return permitCounts{}, err
 		}
 		if held {
-			renewed++
+			c.renewed++
 		} else {
+			c.lost |= 1 << i
 			l.metrics.lost()
 		}
 	}
-	return renewed, released, nil
+	return c, nil
 }

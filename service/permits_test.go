@@ -229,7 +229,7 @@ func TestADeniedCheckHoldsNoPermit(t *testing.T) {
 
 	code, resp := serve(h, "POST", "/v1/check", `{"renew":[{"key":"gpu","permit":"b","lease_ms":1000},{"key":"gpu","permit":"a","lease_ms":1000}],"release":[{"key":"gpu","permit":"b"}]}`)
 	require.Equal(t, http.StatusOK, code)
-	assert.Equal(t, `{"allowed":true,"decisions":[],"renewed":0,"released":1}`+"\n", resp, "b is released before the renewals: none is held")
+	assert.Equal(t, `{"allowed":true,"decisions":[],"renewed":0,"released":1,"lost":[0,1]}`+"\n", resp, "b is released before the renewals: none is held")
 	_, m := serve(h, "GET", "/metrics", "")
 	assert.Contains(t, m, `meshlimit_permits_total{result="lost"} 2`)
 	assert.Contains(t, m, `meshlimit_decisions_total{algorithm="concurrency",result="denied"} 1`)

@@ -125,6 +125,9 @@ type Answer struct {
 	Allowed           bool
 	Decisions         []Decision
 	Renewed, Released int64
+	// Lost has bit i set when entry i of the request's renew list was not renewed: the
+	// permit was no longer held.
+	Lost uint64
 }
 
 // DecodeFullAnswer is DecodeAnswer that also reads the permits renewed and released.
@@ -166,6 +169,11 @@ func decodeAnswer(body []byte, n int, dst []Decision, a *Answer) (allowed bool, 
 			}
 		case "renewed", "released":
 			ferr = s.count(name, &seen, a)
+		case "lost":
+			ferr = once(&seen, 16, loc{desc: -1, field: "lost"})
+			if ferr == nil {
+				a.Lost, ferr = s.lost()
+			}
 		default:
 			ferr = s.skip(top, 32) // an optional member of a later v1
 		}
@@ -312,4 +320,34 @@ func (s *scanner) count(name []byte, seen *int, a *Answer) *FieldError {
 	}
 	*dst = v
 	return err
+}
+
+// lost reads the answer's list of renew entries not renewed, as a bit set.
+func (s *scanner) lost() (uint64, *FieldError) {
+	at := loc{desc: -1, field: "lost"}
+	if !s.eat('[') {
+		return 0, s.wrongType(at, "an array")
+	}
+	var set uint64
+	if s.eat(']') {
+		return 0, nil
+	}
+	for {
+		i, err := s.integer(at)
+		switch {
+		case err != nil:
+			return 0, err
+		case i < 0 || i >= MaxDescriptors:
+			return 0, at.err(false, "index "+strconv.FormatInt(i, 10)+" out of range")
+		case set&(1<<i) != 0:
+			return 0, at.err(false, "index "+strconv.FormatInt(i, 10)+" given twice")
+		}
+		set |= 1 << i
+		if s.eat(']') {
+			return set, nil
+		}
+		if !s.eat(',') {
+			return 0, s.syntax("want , or ] after an array element")
+		}
+	}
 }

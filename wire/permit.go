@@ -16,7 +16,8 @@ import (
 // A permit that is neither renewed nor released expires at the end of its lease, so a proxy
 // that dies or loses the end of a stream cannot hold it longer. The answer to a request with
 // a renew or release list also carries "renewed" and "released": how many of its permits were
-// still held and got their lease extended, and how many were held and are given back.
+// still held and got their lease extended, and how many were held and are given back; and,
+// when some renewals found their permit gone, "lost": their indexes in the renew list.
 
 const (
 	// Concurrency is the algorithm name of a permit descriptor.
@@ -251,11 +252,25 @@ func validateRef(here loc, seen int, out *PermitRef, leaseMs int64, maxKeyBytes 
 }
 
 // AppendAnswerEndPermits appends the end of the answer to a request with a renew or release
-// list: the permits renewed and released, then the end, with a newline.
-func AppendAnswerEndPermits(b []byte, renewed, released int) []byte {
+// list: the permits renewed and released, the indexes of the renew entries not renewed (bit
+// i of lost: entry i; written only when there are some), then the end, with a newline.
+func AppendAnswerEndPermits(b []byte, renewed, released int, lost uint64) []byte {
 	b = append(b, `],"renewed":`...)
 	b = strconv.AppendInt(b, int64(renewed), 10)
 	b = append(b, `,"released":`...)
 	b = strconv.AppendInt(b, int64(released), 10)
+	if lost != 0 {
+		b = append(b, `,"lost":[`...)
+		for i, first := 0, true; i < MaxDescriptors; i++ {
+			if lost&(1<<i) != 0 {
+				if !first {
+					b = append(b, ',')
+				}
+				b = strconv.AppendInt(b, int64(i), 10)
+				first = false
+			}
+		}
+		b = append(b, ']')
+	}
 	return append(b, "}\n"...)
 }

@@ -68,12 +68,15 @@ func TestARenewOrReleaseOnlyRequestNeedsNoDescriptor(t *testing.T) {
 // without them (an older service, or a request without lists) reads as zero.
 func TestTheRenewedAndReleasedCountsCrossTheWire(t *testing.T) {
 	d := Decision{Allowed: false, Limit: 20, RetryAfterMs: -1}
-	b := AppendAnswerEndPermits(AppendDecision(AppendAnswerStart(nil, false), 0, d), 3, 2)
+	b := AppendAnswerEndPermits(AppendDecision(AppendAnswerStart(nil, false), 0, d), 3, 2, 1|1<<5|1<<63)
 	a, err := DecodeFullAnswer(b, 1, nil)
 	require.NoError(t, err, "%s", b)
-	assert.Equal(t, Answer{Allowed: false, Decisions: []Decision{d}, Renewed: 3, Released: 2}, a)
+	assert.Equal(t, Answer{Allowed: false, Decisions: []Decision{d}, Renewed: 3, Released: 2, Lost: 1 | 1<<5 | 1<<63}, a)
+	assert.Contains(t, string(b), `"lost":[0,5,63]`)
 
-	a, err = DecodeFullAnswer(AppendAnswerEndPermits(AppendAnswerStart(nil, true), 0, 1), 0, nil)
+	b = AppendAnswerEndPermits(AppendAnswerStart(nil, true), 0, 1, 0)
+	assert.NotContains(t, string(b), "lost", "written only when a renewal was lost")
+	a, err = DecodeFullAnswer(b, 0, nil)
 	require.NoError(t, err)
 	assert.Equal(t, Answer{Allowed: true, Released: 1}, a)
 
@@ -85,6 +88,11 @@ func TestTheRenewedAndReleasedCountsCrossTheWire(t *testing.T) {
 		`{"allowed":true,"decisions":[],"renewed":1,"renewed":2}`: "renewed: given twice",
 		`{"allowed":true,"decisions":[],"released":-1}`:           "released: negative",
 		`{"allowed":true,"decisions":[],"renewed":"1"}`:           "renewed: want an integer, got a string",
+		`{"allowed":true,"decisions":[],"lost":[64]}`:             "lost: index 64 out of range",
+		`{"allowed":true,"decisions":[],"lost":[-1]}`:             "lost: index -1 out of range",
+		`{"allowed":true,"decisions":[],"lost":[2,2]}`:            "lost: index 2 given twice",
+		`{"allowed":true,"decisions":[],"lost":[],"lost":[]}`:     "lost: given twice",
+		`{"allowed":true,"decisions":[],"lost":3}`:                "lost: want an array, got a number",
 	} {
 		_, err := DecodeFullAnswer([]byte(body), 0, nil)
 		assert.EqualError(t, err, want, body)
@@ -140,7 +148,7 @@ func TestEncodingPermitsDoesNotAllocate(t *testing.T) {
 		b = AppendPermitRef(b, 0, k, "p/1/2/2", 0)
 		_ = AppendRequestEnd(b)
 	}))
-	answer := []byte(`{"allowed":true,"decisions":[{"allowed":true,"limit":20,"remaining":19,"reset_ms":0,"retry_after_ms":0}],"renewed":0,"released":1}`)
+	answer := []byte(`{"allowed":true,"decisions":[{"allowed":true,"limit":20,"remaining":19,"reset_ms":0,"retry_after_ms":0}],"renewed":0,"released":1,"lost":[1,4]}`)
 	dst := make([]Decision, 0, 8)
 	assert.Zero(t, testing.AllocsPerRun(100, func() {
 		if _, err := DecodeFullAnswer(answer, 1, dst); err != nil {
