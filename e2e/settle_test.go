@@ -134,6 +134,8 @@ func TestAnEventStreamIsSettledFromItsLastEventThatCarriesUsage(t *testing.T) {
 	last := "data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 50, \"total_tokens\": 250}}\n\ndata: [DONE]\n\n"
 	chunks = append(chunks, last[:17], last[17:40], last[40:])
 	settleAnswer(t, s, 200, "text/event-stream; charset=utf-8", chunks...)
+	rl, _ := s.DownstreamHeaders().Get("ratelimit")
+	assert.Contains(t, rl, `"tokens";r=900;`, "the quota after the reservation of 100, as the response began")
 	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.tokens.settled"))
 	assert.Equal(t, int64(150), counter(p, "meshlimit.rule.tokens.settle_overrun"))
 	s, ok = postJSON(t, p.VM(0), "alice", maxTokens(750))

@@ -74,6 +74,9 @@ func (h *httpContext) decideBodies(body []byte, complete bool) (denied bool) {
 	}
 	st.pend = st.pend[:0]
 	if !denied {
+		if len(s.outcomes) > 0 && p.cfg.Response.QuotaHeadersOnAllowed {
+			h.quota = append(h.quota, s.outcomes...) // the response reports these limits too
+		}
 		return false
 	}
 	s.req.reset() // deny reads this request's headers
