@@ -243,9 +243,6 @@ func (v *validator) checkSettle(path string, r *Rule) {
 	if r.Scope != ScopeLocal {
 		v.failf(path+".cost", "a cost that reserves and settles works with scope local only, not %q", r.Scope.String())
 	}
-	if r.CountOn != nil {
-		v.failf(path+".cost", "a cost that reserves and settles and count_on exclude each other (count_on charges on the response already)")
-	}
 	for _, set := range r.sets {
 		for j := range set.Limits {
 			set.Limits[j].ContentBytes = r.CountsBytes()

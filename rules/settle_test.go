@@ -73,7 +73,7 @@ func TestSettleConfigErrorsNameTheirField(t *testing.T) {
 		{"an unknown on_error", `"cost": {"settle": {"body_bytes": "both", "on_error": "charge"}}`, "rules[0].cost.settle.on_error", "unknown value"},
 		{"an empty path segment", `"cost": {"request_json": "a..b"}`, "rules[0].cost.request_json", "dotted path"},
 		{"max_body too large", `"cost": {"request_json": "a", "max_body": 2000000}`, "rules[0].cost.max_body", "out of range"},
-		{"settle and count_on together", `"cost": {"settle": {"body_bytes": "both"}}, "count_on": {"status": ["401"]}`, "rules[0].cost", "count_on"},
+		{"settle and count_on together (count_on.go refuses it)", `"cost": {"settle": {"body_bytes": "both"}}, "count_on": {"status": ["401"]}`, "rules[0].count_on", "reserves and settles"},
 		{"a sliding window cannot settle", `"limits": [{"rate": "10/s", "algorithm": "sliding_window"}], "cost": {"settle": {"body_bytes": "both"}}`, "rules[0].cost", "sliding_window"},
 	}
 	for _, tt := range tests {
