@@ -339,3 +339,23 @@ func TestAResponseLargerThanMaxBodyKeepsItsReservationAndPassesWhole(t *testing.
 	_, ok = postJSON(t, p.VM(0), "alice", maxTokens(601))
 	assert.False(t, ok, "400 stay reserved")
 }
+
+// TestABodyReservationWaitsForTheGlobalServiceFirst: the request pauses for the service's answer
+// while its body arrives; the body is delivered after the resume and the reservation is decided then.
+func TestABodyReservationWaitsForTheGlobalServiceFirst(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	cfg := globalConfig(`{"name": "tokens", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/d"}],
+		 "cost": {"request_json": "max_tokens", "default": 500, "settle": {"response_json": "usage.total_tokens"}}},
+		{"name": "calls", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "100/d", "name": "calls"}]}`)
+	p := load(t, module(t, "meshlimit"), cfg, 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	for i, want := range []bool{true, true, false} {
+		s, ok := postJSON(t, p.VM(0), "alice", maxTokens(400))
+		require.Equal(t, want, ok, "request %d", i)
+		if ok {
+			settleAnswer(t, s, 200, "application/json", usageOf(400))
+		}
+	}
+	assert.Equal(t, int64(2), counter(p, "meshlimit.rule.tokens.settled"))
+	assert.Equal(t, int64(3), svc.calls.Load(), "each request asked the service first")
+}
