@@ -247,12 +247,16 @@ func TestCheckWhenRedisFails(t *testing.T) {
 		code, _ := serve(h, "POST", "/v1/check", body)
 		return code == http.StatusOK
 	}
-	checkWithin(http.StatusOK, time.Second)
+	// The first check may meet a loaded machine: what matters is that the service answers, then that
+	// a dead or frozen Redis gives 503 within the deadline (plus a slack for a loaded machine), never
+	// a hang.
+	waitFor(t, 5*time.Second, "a first check", recovered)
+	const slack = time.Second
 
 	t.Run("killed", func(t *testing.T) {
 		rs.Stop()
 		for range 5 {
-			checkWithin(http.StatusServiceUnavailable, timeout+100*time.Millisecond)
+			checkWithin(http.StatusServiceUnavailable, timeout+slack)
 		}
 		code, _ := serve(h, "GET", "/readyz", "")
 		assert.Equal(t, http.StatusServiceUnavailable, code)
@@ -264,7 +268,7 @@ func TestCheckWhenRedisFails(t *testing.T) {
 	t.Run("frozen", func(t *testing.T) {
 		rs.Signal(syscall.SIGSTOP)
 		for range 3 {
-			checkWithin(http.StatusServiceUnavailable, timeout+100*time.Millisecond)
+			checkWithin(http.StatusServiceUnavailable, timeout+slack)
 		}
 		rs.Signal(syscall.SIGCONT)
 		waitFor(t, 5*time.Second, "recovery after resume", recovered)
