@@ -31,6 +31,24 @@ func GetSharedData(key string, buf []byte) ([]byte, uint32, Status) {
 	return append(buf[:0], v...), cas, StatusOK
 }
 
+// GetHeader reads the first value of the header name in the map m of the current stream, into buf.
+func GetHeader(m MapType, name string, buf []byte) ([]byte, Status) {
+	var v string
+	var err error
+	switch m {
+	case RequestHeaders:
+		v, err = proxywasm.GetHttpRequestHeader(name)
+	case ResponseHeaders:
+		v, err = proxywasm.GetHttpResponseHeader(name)
+	default:
+		return buf[:0], StatusBadArgument
+	}
+	if err != nil {
+		return buf[:0], statusOf(err)
+	}
+	return append(buf[:0], v...), StatusOK
+}
+
 // SetSharedData writes value under key with compare-and-swap cas (0: unconditional).
 func SetSharedData(key string, value []byte, cas uint32) Status {
 	return statusOf(proxywasm.SetSharedData(key, value, cas))

@@ -62,6 +62,20 @@ func GetSharedData(key string, buf []byte) ([]byte, uint32, Status) {
 	return received(buf, data, size), cas, StatusOK
 }
 
+// GetHeader reads the first value of the header name in the map m of the current stream, into buf's
+// memory when it fits (see GetProperty).
+func GetHeader(m MapType, name string, buf []byte) ([]byte, Status) {
+	var data unsafe.Pointer
+	var size uint32
+	recv = buf[:cap(buf)]
+	st := hostGetHeaderMapValue(uint32(m), unsafe.Pointer(unsafe.StringData(name)), int32(len(name)), unsafe.Pointer(&data), unsafe.Pointer(&size))
+	recv = nil
+	if st != 0 {
+		return buf[:0], Status(st)
+	}
+	return received(buf, data, size), StatusOK
+}
+
 // SetSharedData writes value under key with compare-and-swap cas (0: unconditional).
 func SetSharedData(key string, value []byte, cas uint32) Status {
 	return Status(hostSetSharedData(unsafe.Pointer(unsafe.StringData(key)), int32(len(key)), unsafe.Pointer(unsafe.SliceData(value)), int32(len(value)), cas))

@@ -24,6 +24,8 @@ type hostRequest struct {
 	headers                           [][2]string // every request header, in the host's order
 	norm                              []byte      // the normalized path; its buffer is kept across requests
 	routeBuf, sourceBuf               []byte      // what route and source view
+	methodBuf, pathBuf, hostBuf       []byte      // and method, path and host when read one by one
+	headerBuf                         []byte      // what Header's last value read alone views
 	propPath                          []byte      // Property's encoded path, reused
 }
 
@@ -64,8 +66,16 @@ func (r *hostRequest) HeaderValue(name string, i int) (string, bool) {
 	return "", false
 }
 
-// Header returns the first value of the request header name, as proxy_get_header_map_value would.
-func (r *hostRequest) Header(name string) (string, bool) { return r.HeaderValue(name, 0) }
+// Header returns the first value of the request header name, as proxy_get_header_map_value would:
+// from the headers already read, else with that one call (the value is valid until the next Header).
+func (r *hostRequest) Header(name string) (string, bool) {
+	if r.read&readHeaders != 0 {
+		return r.HeaderValue(name, 0)
+	}
+	v, st := abi.GetHeader(abi.RequestHeaders, name, r.headerBuf)
+	r.headerBuf = v
+	return bytesString(v), st == abi.StatusOK
+}
 
 // NormalizedPath implements Request.
 func (r *hostRequest) NormalizedPath() string {
@@ -76,12 +86,18 @@ func (r *hostRequest) NormalizedPath() string {
 	return unsafe.String(unsafe.SliceData(r.norm), len(r.norm))
 }
 
-func (r *hostRequest) pseudo(bit uint8, dst *string, name string) string {
+// pseudo reads a pseudo-header once per request: from the headers already read, else with one call
+// into buf.
+func (r *hostRequest) pseudo(bit uint8, dst *string, buf *[]byte, name string) string {
 	if r.read&bit == 0 {
 		if r.read&readHeaders != 0 {
 			*dst, _ = r.HeaderValue(name, 0)
 		} else {
-			*dst, _ = proxywasm.GetHttpRequestHeader(name)
+			v, st := abi.GetHeader(abi.RequestHeaders, name, *buf)
+			*buf, *dst = v, ""
+			if st == abi.StatusOK {
+				*dst = bytesString(v)
+			}
 		}
 		r.read |= bit
 	}
@@ -107,13 +123,15 @@ var (
 )
 
 // Method implements Request.
-func (r *hostRequest) Method() string { return r.pseudo(readMethod, &r.method, ":method") }
+func (r *hostRequest) Method() string {
+	return r.pseudo(readMethod, &r.method, &r.methodBuf, ":method")
+}
 
 // Path implements Request.
-func (r *hostRequest) Path() string { return r.pseudo(readPath, &r.path, ":path") }
+func (r *hostRequest) Path() string { return r.pseudo(readPath, &r.path, &r.pathBuf, ":path") }
 
 // Host implements Request.
-func (r *hostRequest) Host() string { return r.pseudo(readHost, &r.host, ":authority") }
+func (r *hostRequest) Host() string { return r.pseudo(readHost, &r.host, &r.hostBuf, ":authority") }
 
 // RouteName implements Request.
 func (r *hostRequest) RouteName() string {
