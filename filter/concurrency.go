@@ -61,6 +61,7 @@ type concurrencyState struct {
 	held      map[permitKey]int64 // the permits this plugin's streams hold, per key
 	lastRenew int64
 	ed        ownedEditor
+	key       []byte // a key being released or renewed (not the scratch's: deny still reads that)
 }
 
 // newPermits creates the permit records of a rule with a local concurrency limit.
@@ -139,6 +140,9 @@ func (p *pluginContext) countPlaced(rs *ruleState, pl sharedstate.Placement) {
 // was then denied) and empties it.
 func (p *pluginContext) releasePermits(held []heldPermit, now int64) []heldPermit {
 	c := &p.conc
+	if c.held == nil {
+		c.held = map[permitKey]int64{}
+	}
 	for _, h := range held {
 		if n := c.held[h] - 1; n > 0 {
 			c.held[h] = n
@@ -161,7 +165,8 @@ func (p *pluginContext) writeOwned(h heldPermit, op int, count int64, now int64)
 	if h.overflow {
 		_, err = p.records.UpdateShared(rs.permits.OverflowKey(), e)
 	} else {
-		_, err = p.records.Update(rs.permits, []byte(h.key), e)
+		c.key = append(c.key[:0], h.key...)
+		_, err = p.records.Update(rs.permits, c.key, e)
 	}
 	if err != nil {
 		if errors.Is(err, sharedstate.ErrContention) {
