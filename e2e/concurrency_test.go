@@ -438,3 +438,28 @@ func TestEnforcePercentEnforcesAStableShareOfKeysAndShadowsTheRest(t *testing.T)
 		assert.Equal(t, 429, status(roundTrip(t, p.VM(0), tenant(name))))
 	}
 }
+
+func TestAKilledPluginsSheddingSlotsAreReclaimedAfterTheLease(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	proc := envoyhost.NewProcess()
+	shared := func(c *envoyhost.Config) { c.Clock, c.Process = clock, proc }
+	cfg := shedConfig(`,"classes":[{"name":"only"}],"default_class":"only"`)
+	doomed := load(t, module(t, "meshlimit"), cfg, 2, shared)
+	survivor := load(t, module(t, "meshlimit"), cfg, 2, shared)
+	for i := range 10 {
+		_, ok := openStream(t, doomed.VM(i%2), classed("only"))
+		require.True(t, ok)
+	}
+	require.NoError(t, doomed.Close())
+	_, ok := openStream(t, survivor.VM(0), classed("only"))
+	require.False(t, ok, "the dead plugin's slots still count within their lease")
+	clock.Advance(11 * time.Second)
+	admitted := 0
+	for i := range 15 {
+		if _, ok := openStream(t, survivor.VM(i%2), classed("only")); ok {
+			admitted++
+		}
+	}
+	assert.Equal(t, 10, admitted, "the whole capacity is back")
+	assert.Equal(t, int64(10), counter(survivor, "meshlimit.shed.reclaimed"))
+}
