@@ -111,7 +111,11 @@ func checkCompiled(t *testing.T, c *Config) {
 				t.Fatalf("rule %s: %d limits", r.Name, len(list))
 			}
 			for _, l := range list {
-				if err := l.Limit.Validate(); err != nil {
+				if l.Concurrency != 0 { // a concurrency limit has no algorithm
+					if l.Concurrency < 1 || l.Concurrency > MaxConcurrency || len(list) != 1 || r.Concurrency() == nil {
+						t.Fatalf("rule %s: concurrency %d among %d limits", r.Name, l.Concurrency, len(list))
+					}
+				} else if err := l.Limit.Validate(); err != nil {
 					t.Fatalf("rule %s: accepted an invalid limit: %v", r.Name, err)
 				}
 				if !policyNameRE.MatchString(l.Name) {
