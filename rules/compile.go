@@ -284,27 +284,8 @@ func (v *validator) match(path string, mj *matchJSON) match {
 		m.routeNames = append(m.routeNames, rn)
 	}
 	for i, h := range mj.Hosts {
-		hp := path + ".hosts[" + strconv.Itoa(i) + "]"
-		h = strings.ToLower(h)
-		if len(h) > 1 && h[len(h)-1] == '.' {
-			h = h[:len(h)-1] // hosts are compared without their trailing dot
-		}
-		switch {
-		case stripPort(h) != h:
-			v.failf(hp, "%q: hosts are compared without their port; write %q", h, stripPort(h))
-		case h == "":
-			v.failf(hp, "empty host")
-		case h == "*":
-			m.hosts = append(m.hosts, hostPattern{any: true})
-		case strings.HasPrefix(h, "*."):
-			if strings.IndexByte(h[1:], '*') >= 0 || len(h) == 2 {
-				v.failf(hp, "%q: a wildcard is only allowed as a leading \"*.\" followed by a domain", h)
-			}
-			m.hosts = append(m.hosts, hostPattern{value: h[1:], suffix: true})
-		case strings.IndexByte(h, '*') >= 0:
-			v.failf(hp, "%q: a wildcard is only allowed as a leading \"*.\" or alone", h)
-		default:
-			m.hosts = append(m.hosts, hostPattern{value: h})
+		if hp, ok := v.hostPattern(path+".hosts["+strconv.Itoa(i)+"]", h); ok {
+			m.hosts = append(m.hosts, hp)
 		}
 	}
 	for i, meth := range mj.Methods {
@@ -322,25 +303,55 @@ func (v *validator) match(path string, mj *matchJSON) match {
 		v.failf(path+".headers", "%d items: at most %d are allowed", len(mj.Headers), maxListItems)
 	}
 	for i := range mj.Headers {
-		hj := &mj.Headers[i]
-		hp := path + ".headers[" + strconv.Itoa(i) + "]"
-		h := headerMatch{name: strings.ToLower(hj.Name), invert: hj.Invert}
-		if hj.Name == "" {
-			v.failf(hp+".name", "required")
-		} else if !isToken(hj.Name) {
-			v.failf(hp+".name", "%q is not a valid header name", hj.Name)
-		}
-		if hj.Present != nil {
-			if hj.Exact != nil || hj.Prefix != nil || hj.Regex != nil {
-				v.failf(hp, "set exactly one of present, exact, prefix or regex")
-			}
-			h.cond.kind, h.absent = matchPresent, !*hj.Present
-		} else {
-			h.cond = v.stringMatch(hp, hj.Exact, hj.Prefix, hj.Regex, "present, exact, prefix or regex")
-		}
-		m.headers = append(m.headers, h)
+		m.headers = append(m.headers, v.headerMatch(path+".headers["+strconv.Itoa(i)+"]", &mj.Headers[i]))
 	}
 	return m
+}
+
+// hostPattern compiles one match.hosts entry: lower-case, without a trailing dot, and refused with
+// a port (hosts are compared without theirs).
+func (v *validator) hostPattern(path, h string) (hostPattern, bool) {
+	h = strings.ToLower(h)
+	if len(h) > 1 && h[len(h)-1] == '.' {
+		h = h[:len(h)-1] // hosts are compared without their trailing dot
+	}
+	switch {
+	case stripPort(h) != h:
+		v.failf(path, "%q: hosts are compared without their port; write %q", h, stripPort(h))
+	case h == "":
+		v.failf(path, "empty host")
+	case h == "*":
+		return hostPattern{any: true}, true
+	case strings.HasPrefix(h, "*."):
+		if strings.IndexByte(h[1:], '*') >= 0 || len(h) == 2 {
+			v.failf(path, "%q: a wildcard is only allowed as a leading \"*.\" followed by a domain", h)
+		}
+		return hostPattern{value: h[1:], suffix: true}, true
+	case strings.IndexByte(h, '*') >= 0:
+		v.failf(path, "%q: a wildcard is only allowed as a leading \"*.\" or alone", h)
+	default:
+		return hostPattern{value: h}, true
+	}
+	return hostPattern{}, false
+}
+
+// headerMatch compiles one match.headers entry.
+func (v *validator) headerMatch(path string, hj *headerMatchJSON) headerMatch {
+	h := headerMatch{name: strings.ToLower(hj.Name), invert: hj.Invert}
+	if hj.Name == "" {
+		v.failf(path+".name", "required")
+	} else if !isToken(hj.Name) {
+		v.failf(path+".name", "%q is not a valid header name", hj.Name)
+	}
+	if hj.Present != nil {
+		if hj.Exact != nil || hj.Prefix != nil || hj.Regex != nil {
+			v.failf(path, "set exactly one of present, exact, prefix or regex")
+		}
+		h.cond.kind, h.absent = matchPresent, !*hj.Present
+	} else {
+		h.cond = v.stringMatch(path, hj.Exact, hj.Prefix, hj.Regex, "present, exact, prefix or regex")
+	}
+	return h
 }
 
 // stringMatch compiles the one set field of exact, prefix and regex.
