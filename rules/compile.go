@@ -36,19 +36,7 @@ func (v *validator) config(doc *configJSON) *Config {
 	if doc.Enforce != nil {
 		c.Enforce = *doc.Enforce
 	}
-	switch doc.LogLevel {
-	case "":
-	default:
-		found := false
-		for i, n := range logLevelNames {
-			if n == doc.LogLevel {
-				c.LogLevel, found = LogLevel(i), true
-			}
-		}
-		if !found {
-			v.failf("log_level", "unknown level %q (want trace, debug, info, warn, error or critical)", doc.LogLevel)
-		}
-	}
+	c.LogLevel = v.logLevel(doc.LogLevel)
 	maxKeys := int64(DefaultMaxKeys)
 	if doc.MaxKeys.Set {
 		maxKeys = doc.MaxKeys.Value
@@ -72,11 +60,34 @@ func (v *validator) config(doc *configJSON) *Config {
 		v.failf("rules", "%d rules: at most %d are allowed", n, maxRules)
 		doc.Rules = doc.Rules[:maxRules]
 	}
+	v.rules(doc.Rules, maxKeys, c)
+	v.checkGlobalBounds(c)
+	c.renderPolicies()
+	c.summary = summarize(c)
+	return c
+}
+
+// logLevel compiles log_level ("" is info).
+func (v *validator) logLevel(name string) LogLevel {
+	if name == "" {
+		return LogInfo
+	}
+	for i, n := range logLevelNames {
+		if n == name {
+			return LogLevel(i)
+		}
+	}
+	v.failf("log_level", "unknown level %q (want trace, debug, info, warn, error or critical)", name)
+	return LogInfo
+}
+
+// rules compiles rules[] into c, refusing duplicate rule names and policy names.
+func (v *validator) rules(rjs []ruleJSON, maxKeys int64, c *Config) {
 	names := map[string]int{}
 	policies := map[string]string{}
-	for i := range doc.Rules {
+	for i := range rjs {
 		path := "rules[" + strconv.Itoa(i) + "]"
-		r := v.rule(path, &doc.Rules[i], maxKeys, c)
+		r := v.rule(path, &rjs[i], maxKeys, c)
 		r.Index = i
 		if r.Name != "" {
 			if j, dup := names[r.Name]; dup {
@@ -93,10 +104,6 @@ func (v *validator) config(doc *configJSON) *Config {
 		}
 		c.rules = append(c.rules, r)
 	}
-	v.checkGlobalBounds(c)
-	c.renderPolicies()
-	c.summary = summarize(c)
-	return c
 }
 
 // validRuleName reports whether s is a rule name: 1 to 64 of [a-z0-9_-], starting with a letter or
