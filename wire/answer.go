@@ -128,6 +128,8 @@ type Answer struct {
 	// Lost has bit i set when entry i of the request's renew list was not renewed: the
 	// permit was no longer held.
 	Lost uint64
+	// Settled is the number of settle entries applied (a request with a settle list).
+	Settled int64
 }
 
 // DecodeFullAnswer is DecodeAnswer that also reads the permits renewed and released.
@@ -167,7 +169,7 @@ func decodeAnswer(body []byte, n int, dst []Decision, a *Answer) (allowed bool, 
 			if ferr == nil {
 				decisions, ferr = s.decisions(decisions)
 			}
-		case "renewed", "released":
+		case "renewed", "released", "settled":
 			ferr = s.count(name, &seen, a)
 		case "lost":
 			ferr = once(&seen, 16, loc{desc: -1, field: "lost"})
@@ -305,11 +307,14 @@ func (s *scanner) decisionValue(bit int, at loc, d *Decision) (err *FieldError) 
 	return err
 }
 
-// count reads the answer's renewed or released count into a.
+// count reads the answer's renewed, released or settled count into a.
 func (s *scanner) count(name []byte, seen *int, a *Answer) *FieldError {
 	at, bit, dst := loc{desc: -1, field: "renewed"}, 4, &a.Renewed
-	if string(name) == "released" {
+	switch string(name) {
+	case "released":
 		at, bit, dst = loc{desc: -1, field: "released"}, 8, &a.Released
+	case "settled":
+		at, bit, dst = loc{desc: -1, field: "settled"}, 64, &a.Settled
 	}
 	if err := once(seen, bit, at); err != nil {
 		return err

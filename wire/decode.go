@@ -19,6 +19,8 @@ func DecodeRequest(body []byte, opts DecodeOptions, req *Request) error {
 	clear(req.Descriptors)
 	clear(req.Renew)
 	clear(req.Release)
+	clear(req.Settle)
+	req.Settle = req.Settle[:0]
 	req.Descriptors, req.NowUs, req.HasNow = req.Descriptors[:0], 0, false
 	req.Renew, req.Release = req.Renew[:0], req.Release[:0]
 	d := requestDecoder{scanner: scanner{b: body}, opts: opts}
@@ -43,7 +45,7 @@ func (d *requestDecoder) request(req *Request) *FieldError {
 	default:
 		return d.wrongType(top, "a JSON object")
 	}
-	var seenDescriptors, seenRenew, seenRelease bool
+	var seenDescriptors, seenRenew, seenRelease, seenSettle bool
 	for first := true; ; first = false {
 		name, ok, err := d.member(first, top)
 		if err != nil {
@@ -71,6 +73,14 @@ func (d *requestDecoder) request(req *Request) *FieldError {
 			}
 			*seen = true
 			if err := d.permitList(string(name), list); err != nil {
+				return err
+			}
+		case "settle":
+			if seenSettle {
+				return &FieldError{Field: "settle", Reason: "given twice"}
+			}
+			seenSettle = true
+			if err := d.settleList(req); err != nil {
 				return err
 			}
 		case "now_us":
@@ -102,8 +112,8 @@ func (d *requestDecoder) check(req *Request) *FieldError {
 			return &FieldError{Field: "now_us", Reason: "must be between 0 and " + strconv.FormatInt(MaxTimeUs, 10)}
 		}
 	}
-	if len(req.Descriptors) == 0 && len(req.Renew) == 0 && len(req.Release) == 0 {
-		return &FieldError{Field: "descriptors", Reason: "at least one descriptor is required (or a renew or release entry)"}
+	if len(req.Descriptors) == 0 && len(req.Renew) == 0 && len(req.Release) == 0 && len(req.Settle) == 0 {
+		return &FieldError{Field: "descriptors", Reason: "at least one descriptor is required (or a renew, release or settle entry)"}
 	}
 	return nil
 }
@@ -186,7 +196,7 @@ func (d *requestDecoder) descriptor(i int, out *Descriptor) *FieldError {
 		}
 		return loc{desc: i, field: f}.err(false, "only for algorithm concurrency")
 	}
-	return validate(i, seen, out, x.windowMs, d.opts.MaxKeyBytes)
+	return validate(loc{desc: i}, seen, out, x.windowMs, d.opts.MaxKeyBytes)
 }
 
 // descriptorField returns the seen bit and the name of a descriptor member, or 0.
@@ -264,10 +274,10 @@ func (d *requestDecoder) descriptorValue(bit int, at loc, out *Descriptor, x *ex
 	return err
 }
 
-// validate checks descriptor i against the bounds of service/API.md, which are those of
-// package algorithms, and sets its Window.
-func validate(i, seen int, out *Descriptor, windowMs int64, maxKeyBytes int) *FieldError {
-	at := func(field string) loc { return loc{desc: i, field: field} }
+// validate checks the descriptor at here (an element of descriptors, or of settle) against the
+// bounds of service/API.md, which are those of package algorithms, and sets its Window.
+func validate(here loc, seen int, out *Descriptor, windowMs int64, maxKeyBytes int) *FieldError {
+	at := func(field string) loc { here.field = field; return here }
 	if seen&fKey == 0 {
 		return at("key").err(false, "required")
 	}

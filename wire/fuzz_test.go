@@ -30,6 +30,15 @@ type jsonRequest struct {
 		Permit  string `json:"permit"`
 		LeaseMs int64  `json:"lease_ms"`
 	}
+	Settle []struct {
+		Key       string `json:"key"`
+		Algorithm string `json:"algorithm"`
+		Quota     int64  `json:"quota"`
+		WindowMs  int64  `json:"window_ms"`
+		Burst     int64  `json:"burst"`
+		Delta     int64  `json:"delta"`
+		AgeMs     int64  `json:"age_ms"`
+	} `json:"settle"`
 	NowUs *int64 `json:"now_us"`
 }
 
@@ -49,6 +58,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":-0,"window_ms":-9223372036854775808}]}`,
 		`{"descriptors":[{"key":"k","algorithm":"concurrency","quota":20,"permit":"a/1","lease_ms":10000}],"release":[{"key":"k","permit":"b"}]}`,
 		`{"renew":[{"key":"k","permit":"a","lease_ms":100}]}`,
+		`{"settle":[{"key":"k","algorithm":"token_bucket","quota":10,"window_ms":1000,"burst":20,"delta":-5,"age_ms":30}]}`,
+		`{"descriptors":[{"key":"k","algorithm":"fixed_window","quota":10,"window_ms":1000,"cost":4}],"settle":[{"key":"k","algorithm":"fixed_window","quota":10,"window_ms":1000,"delta":3}]}`,
 		`{"descriptors":[]}`, `{}`, `[]`, `null`, ``, `{`, `{"descriptors":[{}]} `, "\t{\"descriptors\" :[ ]}\n",
 	} {
 		f.Add([]byte(seed), true)
@@ -71,7 +82,7 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 func checkAccepted(t *testing.T, body []byte, req *Request, allowTime bool) {
-	if n := len(req.Descriptors) + len(req.Renew) + len(req.Release); n < 1 || len(req.Descriptors) > MaxDescriptors || req.HasNow && !allowTime {
+	if n := len(req.Descriptors) + len(req.Renew) + len(req.Release) + len(req.Settle); n < 1 || len(req.Descriptors) > MaxDescriptors || req.HasNow && !allowTime {
 		t.Fatalf("accepted %d descriptors and permits, client time %v", n, req.HasNow)
 	}
 	var j jsonRequest
@@ -79,10 +90,11 @@ func checkAccepted(t *testing.T, body []byte, req *Request, allowTime bool) {
 		t.Fatalf("accepted %q, which encoding/json refuses: %v", body, err)
 	}
 	if len(j.Descriptors) != len(req.Descriptors) || (j.NowUs != nil) != req.HasNow || req.HasNow && *j.NowUs != req.NowUs ||
-		len(j.Renew) != len(req.Renew) || len(j.Release) != len(req.Release) {
+		len(j.Renew) != len(req.Renew) || len(j.Release) != len(req.Release) || len(j.Settle) != len(req.Settle) {
 		t.Fatalf("%q: decoded %+v, encoding/json %+v", body, req, j)
 	}
 	checkPermitRefs(t, body, req, &j)
+	checkSettles(t, body, req, &j)
 	for i, d := range req.Descriptors {
 		jd := j.Descriptors[i]
 		cost := int64(1)
@@ -183,4 +195,19 @@ func FuzzDecodeAnswer(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkSettles checks an accepted settle list against encoding/json's reading.
+func checkSettles(t *testing.T, body []byte, req *Request, j *jsonRequest) {
+	for i, s := range req.Settle {
+		js := j.Settle[i]
+		if s.Limit.Validate() != nil || !s.Limit.Kind.Settles() || CheckKey(s.Key, MaxKeyBytes) != nil || s.Delta == 0 ||
+			s.Delta < -algorithms.MaxQuota || s.Delta > algorithms.MaxQuota || s.Age < 0 {
+			t.Fatalf("%q: accepted settle %+v", body, s)
+		}
+		if s.Key != js.Key || s.Limit.Kind.String() != js.Algorithm || s.Limit.Quota != js.Quota || s.Limit.Burst != js.Burst ||
+			s.Limit.Window != time.Duration(js.WindowMs)*time.Millisecond || s.Delta != js.Delta || s.Age != time.Duration(js.AgeMs)*time.Millisecond {
+			t.Fatalf("%q: settle %d decoded %+v, encoding/json %+v", body, i, s, js)
+		}
+	}
 }

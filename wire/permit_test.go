@@ -126,7 +126,7 @@ func TestAPermitDescriptorIsAsStrictAsTheAPISays(t *testing.T) {
 		{"a list given twice is refused", `{"release":[],"release":[]}`, "release: given twice"},
 		{"a list that is not an array is refused", `{"renew":{}}`, "renew: want an array, got an object"},
 		{"an entry that is not an object names its index", `{"release":[{"key":"k","permit":"a"},3]}`, "release[1]: want an object, got a number"},
-		{"empty lists are not a request", `{"renew":[],"release":[]}`, "descriptors: at least one descriptor is required (or a renew or release entry)"},
+		{"empty lists are not a request", `{"renew":[],"release":[]}`, "descriptors: at least one descriptor is required (or a renew, release or settle entry)"},
 		{"a 65th release is refused", `{"release":[` + strings.Repeat(`{"key":"k","permit":"a"},`, 64) + `{"key":"k","permit":"a"}]}`, "release: more than 64 entries"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,6 +23,9 @@ type Request struct {
 	Descriptors []Descriptor
 	// Renew lists held permits whose lease to extend; Release, permits to give back.
 	Renew, Release []PermitRef
+	// Settle lists costs to settle after the fact (settle.go): refunds and over-runs of
+	// earlier reservations, applied without a decision.
+	Settle []Settle
 	// NowUs is the decision time in unix microseconds when HasNow is set: accepted only from
 	// callers allowed to give the time (tests and replays); production uses the store's clock.
 	NowUs  int64

@@ -1,0 +1,192 @@
+package wire
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+// Settles: a request reserves an estimate of its cost through a descriptor; once its real cost
+// is known, the request's optional "settle" list applies the difference to the same counter,
+// without a decision (algorithms.Limit.Adjust):
+//
+//	{"settle":[{"key":"<key>","algorithm":"token_bucket","quota":1000,"window_ms":60000,
+//	  "delta":-350,"age_ms":1200}]}
+//
+// An entry names the counter as its descriptor did (key, algorithm, quota, window_ms, burst).
+// delta < 0 refunds -delta units of the reservation, delta > 0 charges an over-run even when it
+// does not fit (the key may go into debt, up to one capacity, and wait); age_ms (optional,
+// default 0) is how long ago the reservation was decided, so that a fixed window refunds only
+// into the window that held it. Only the algorithms that settle take part (token_bucket,
+// leaky_bucket, fixed_window; see algorithms.Kind.Settles). The answer to a request with a
+// settle list also carries "settled": how many entries were applied.
+
+// Settle is one entry of a settle list: apply Delta cost units to Key under Limit, for a
+// reservation decided Age ago.
+type Settle struct {
+	Key   string
+	Limit algorithms.Limit
+	Delta int64
+	Age   time.Duration
+}
+
+// MaxSettleAgeMs is the largest age_ms: a reservation older than the longest window settles
+// nothing a fixed window would refund, and a bucket ignores the age.
+const MaxSettleAgeMs = int64(algorithms.MaxWindow / time.Millisecond)
+
+// AppendSettleListStart appends the start of a settle list: as the request's first member when
+// afterDescriptors is false (b is empty), else after its descriptors (closing their array).
+// AppendSettle then appends each entry and AppendRequestEnd closes the request.
+func AppendSettleListStart(b []byte, afterDescriptors bool) []byte {
+	if afterDescriptors {
+		return append(b, `],"settle":[`...)
+	}
+	return append(b, `{"settle":[`...)
+}
+
+// AppendSettle appends entry i (0 for the first) of a settle list: delta units to key k under
+// l, for a reservation decided age ago (sent in whole milliseconds, rounded up: a reservation
+// looks older, never younger, so a fixed window never refunds into a window that did not hold
+// it). The caller keeps l valid, of a kind that settles, and delta non-zero within
+// ±algorithms.MaxQuota.
+func AppendSettle(b []byte, i int, k Key, l algorithms.Limit, delta int64, age time.Duration) []byte {
+	if i > 0 {
+		b = append(b, ',')
+	}
+	b = append(b, `{"key":"`...)
+	b = appendKey(b, k)
+	b = append(b, `","algorithm":"`...)
+	b = append(b, l.Kind.String()...)
+	b = append(b, `","quota":`...)
+	b = strconv.AppendInt(b, l.Quota, 10)
+	b = append(b, `,"window_ms":`...)
+	b = strconv.AppendInt(b, int64(l.Window/time.Millisecond), 10)
+	if l.Burst != 0 {
+		b = append(b, `,"burst":`...)
+		b = strconv.AppendInt(b, l.Burst, 10)
+	}
+	b = append(b, `,"delta":`...)
+	b = strconv.AppendInt(b, delta, 10)
+	if age > 0 {
+		b = append(b, `,"age_ms":`...)
+		b = strconv.AppendInt(b, min(ceilMs(age), MaxSettleAgeMs), 10)
+	}
+	return append(b, '}')
+}
+
+// AppendSettled adds the settled count n to an answer that b ends (with AppendAnswerEnd or
+// AppendAnswerEndPermits: b ends with "}\n").
+func AppendSettled(b []byte, n int) []byte {
+	b = append(b[:len(b)-2], `,"settled":`...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	return append(b, "}\n"...)
+}
+
+// settleList decodes the request's settle list into req.Settle.
+func (d *requestDecoder) settleList(req *Request) *FieldError {
+	at := loc{desc: -1, field: "settle"}
+	if d.peek() != '[' {
+		return d.wrongType(at, "an array")
+	}
+	d.i++
+	if d.eat(']') {
+		return nil
+	}
+	for i := 0; ; i++ {
+		if i == d.opts.MaxDescriptors {
+			return at.err(false, "more than "+strconv.Itoa(d.opts.MaxDescriptors)+" entries")
+		}
+		req.Settle = append(req.Settle, Settle{})
+		if err := d.settleEntry(i, &req.Settle[i]); err != nil {
+			return err
+		}
+		if d.eat(']') {
+			return nil
+		}
+		if !d.eat(',') {
+			return d.syntax("want , or ] after an array element")
+		}
+	}
+}
+
+// The members of a settle entry besides a descriptor's limit members.
+const (
+	fDelta = 1 << (iota + 16)
+	fAge
+)
+
+// settleEntry decodes and validates entry i of the settle list into out.
+func (d *requestDecoder) settleEntry(i int, out *Settle) *FieldError {
+	here := loc{desc: i, arr: "settle"}
+	if d.peek() != '{' {
+		return d.wrongType(here, "an object")
+	}
+	d.i++
+	var seen int
+	var x extras
+	var desc Descriptor
+	var ageMs int64
+	for first := true; ; first = false {
+		name, ok, err := d.member(first, here)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		bit, field := descriptorField(name)
+		switch string(name) {
+		case "delta":
+			bit, field = fDelta, "delta"
+		case "age_ms":
+			bit, field = fAge, "age_ms"
+		}
+		at := loc{desc: i, arr: "settle", field: field}
+		switch {
+		case bit == 0 || bit&(fCost|fPermit|fLease) != 0:
+			return loc{desc: i, arr: "settle", field: fieldName(name)}.err(false, "unknown field")
+		case seen&bit != 0:
+			return at.err(false, "given twice")
+		}
+		seen |= bit
+		switch bit {
+		case fDelta:
+			out.Delta, err = d.integer(at)
+		case fAge:
+			ageMs, err = d.integer(at)
+		default:
+			err = d.descriptorValue(bit, at, &desc, &x)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return validateSettle(here, seen, out, &desc, x, ageMs, d.opts.MaxKeyBytes)
+}
+
+// validateSettle checks a decoded settle entry and fills out from desc.
+func validateSettle(here loc, seen int, out *Settle, desc *Descriptor, x extras, ageMs int64, maxKeyBytes int) *FieldError {
+	at := func(field string) loc { here.field = field; return here }
+	if x.concurrency {
+		return at("algorithm").err(false, "concurrency does not settle (want token_bucket, leaky_bucket or fixed_window)")
+	}
+	desc.Cost = 1
+	if err := validate(here, seen, desc, x.windowMs, maxKeyBytes); err != nil {
+		return err
+	}
+	if !desc.Limit.Kind.Settles() {
+		return at("algorithm").err(false, desc.Limit.Kind.String()+" does not settle (want token_bucket, leaky_bucket or fixed_window)")
+	}
+	switch {
+	case seen&fDelta == 0:
+		return at("delta").err(false, "required")
+	case out.Delta == 0 || out.Delta < -algorithms.MaxQuota || out.Delta > algorithms.MaxQuota:
+		return at("delta").err(false, "must be between -"+strconv.FormatInt(algorithms.MaxQuota, 10)+" and "+
+			strconv.FormatInt(algorithms.MaxQuota, 10)+" and not 0, got "+strconv.FormatInt(out.Delta, 10))
+	case ageMs < 0 || ageMs > MaxSettleAgeMs:
+		return at("age_ms").err(false, between(0, MaxSettleAgeMs, ageMs))
+	}
+	out.Key, out.Limit, out.Age = desc.Key, desc.Limit, time.Duration(ageMs)*time.Millisecond
+	return nil
+}
