@@ -37,7 +37,7 @@ func TestABurstOnOneRouteGets200sThen429sWithTheIETFFields(t *testing.T) {
 		require.Nil(t, res.LocalReply, "request %d of 5 is within the burst", i+1)
 		policy, ok := res.Downstream.Get("ratelimit-policy")
 		require.True(t, ok, "the quota fields are added to the upstream's response")
-		assert.Equal(t, `"api-burst";q=5;w=60`, policy)
+		assert.Equal(t, `"api-burst";q=5;w=60;qu="requests"`, policy)
 		rl, _ := res.Downstream.Get("ratelimit")
 		ps, err := sfv.ParsePolicies(rl)
 		require.NoError(t, err)

@@ -47,7 +47,7 @@ func TestRealHTTPThroughTheFilterGets200sThen429s(t *testing.T) {
 	}
 	assert.Equal(t, []int{200, 200, 200, 429, 429}, codes, "one client, spread over two workers, one shared bucket")
 	assert.Equal(t, "20", last.Header.Get("Retry-After"))
-	assert.Equal(t, `"per-ip";q=3;w=60`, last.Header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"per-ip";q=3;w=60;qu="requests"`, last.Header.Get("RateLimit-Policy"))
 
 	cancel()
 	require.NoError(t, <-done)

@@ -50,7 +50,7 @@ const (
 // The quota headers follow draft-ietf-httpapi-ratelimit-headers-10, both Structured Field
 // Lists (RFC 9651) with one member per policy, the policy name as an sf-string:
 //
-//	RateLimit-Policy: "api-per-ip-0";q=10;w=1, "api-per-ip-1";q=1000;w=3600
+//	RateLimit-Policy: "api-per-ip-0";q=10;w=1;qu="requests", "api-per-ip-1";q=1000;w=3600;qu="requests"
 //	RateLimit: "api-per-ip-0";r=0;t=1, "api-per-ip-1";r=958;t=3550
 //
 // The parameters:
@@ -329,8 +329,9 @@ func (l *LimitSpec) appendPolicy(buf []byte) []byte {
 	return appendPolicyParams(appendSFString(buf, l.Name), l)
 }
 
-// appendPolicyParams appends the parameters of a RateLimit-Policy member: the quota, and the window
-// of a rate limit; the quota unit when it is not requests.
+// appendPolicyParams appends the parameters of a RateLimit-Policy member: the quota, the window of a
+// rate limit, and always the quota unit (requests, content-bytes or concurrent-requests), although
+// the draft makes "requests" the default, so that a client never has to know the default.
 func appendPolicyParams(buf []byte, l *LimitSpec) []byte {
 	if c := l.Concurrency; c > 0 { // no window: a permit lasts as long as its request
 		buf = append(buf, ";q="...)
@@ -342,9 +343,9 @@ func appendPolicyParams(buf []byte, l *LimitSpec) []byte {
 	buf = append(buf, ";w="...)
 	buf = strconv.AppendInt(buf, windowSeconds(l.Limit.Window), 10)
 	if l.ContentBytes {
-		buf = append(buf, `;qu="content-bytes"`...)
+		return append(buf, `;qu="content-bytes"`...)
 	}
-	return buf
+	return append(buf, `;qu="requests"`...)
 }
 
 // sortOutcomes orders outcomes most restrictive first (see Response). It is an

@@ -49,7 +49,7 @@ func TestQuotaHeadersAreTheSameWhetherPoliciesWereRenderedAtCompileOrPerRequest(
 		assert.Len(t, want, 5, "both header sets are rendered")
 	}
 	assert.Equal(t, []string{
-		`ratelimit-policy: "one";q=5;w=2`,
+		`ratelimit-policy: "one";q=5;w=2;qu="requests"`,
 		`ratelimit: "one";r=4;t=1`,
 		`x-ratelimit-limit: 5, 5;w=2;name="one"`,
 		`x-ratelimit-remaining: 4`,
@@ -70,5 +70,5 @@ func TestAPolicyRenderedAtCompileIsNeverWrittenByRendering(t *testing.T) {
 		fields[1].Value = append(fields[1].Value[:0], "overwritten by a careless caller"...)
 	}
 	assert.Equal(t, before, string(spec.policy))
-	assert.Equal(t, `"api";q=10;w=1`, before)
+	assert.Equal(t, `"api";q=10;w=1;qu="requests"`, before)
 }

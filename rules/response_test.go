@@ -63,6 +63,33 @@ func responseOf(t *testing.T, response string) *Response {
 	return mustParse(t, `{"response": `+response+`, "rules": [{"name": "r", "limits": [{"rate": "1/s"}]}]}`).Response
 }
 
+func TestEveryPolicyMemberNamesItsQuotaUnit(t *testing.T) {
+	bytes := spec("bytes", 1000, time.Second)
+	bytes.ContentBytes = true
+	slots := &LimitSpec{Name: "slots", Concurrency: 20}
+	compiledSet, _ := mustParse(t, `{"rules": [{"name": "r", "limits": [{"rate": "5/m", "name": "api"}]}]}`).Rules()[0].Limits([]byte("k"))
+	for _, tt := range []struct {
+		name  string
+		limit *LimitSpec
+		unit  string
+	}{
+		{"a request limit built by hand counts requests", spec("calls", 10, time.Second), "requests"},
+		{"a compiled request limit counts requests", &compiledSet.Limits[0], "requests"},
+		{"a limit charged in body bytes counts content bytes", bytes, "content-bytes"},
+		{"a concurrency limit counts concurrent requests", slots, "concurrent-requests"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fields, _ := responseOf(t, `{}`).AppendAllowed(nil, nil, []Outcome{{Limit: tt.limit, Decision: allowed(1, time.Second)}})
+			pol, ok := header(t, fields, HeaderRateLimitPolicy)
+			require.True(t, ok)
+			ps, err := sfv.ParsePolicies(pol)
+			require.NoError(t, err)
+			require.Len(t, ps, 1)
+			assert.Equal(t, tt.unit, ps[0].Unit, pol)
+		})
+	}
+}
+
 func TestAppendAllowedRendersIETFFieldsThatParse(t *testing.T) {
 	r := responseOf(t, `{}`)
 	outcomes := []Outcome{
@@ -75,7 +102,7 @@ func TestAppendAllowedRendersIETFFieldsThatParse(t *testing.T) {
 
 	pol, ok := header(t, fields, HeaderRateLimitPolicy)
 	require.True(t, ok)
-	assert.Equal(t, `"per-second";q=10;w=1, "per-hour";q=1000;w=3600`, pol, "fewest remaining first")
+	assert.Equal(t, `"per-second";q=10;w=1;qu="requests", "per-hour";q=1000;w=3600;qu="requests"`, pol, "fewest remaining first")
 	assert.Equal(t, []policy{
 		{"per-second", map[string]int64{"q": 10, "w": 1}},
 		{"per-hour", map[string]int64{"q": 1000, "w": 3600}},

@@ -175,5 +175,5 @@ func TestAByteCostAdvertisesItsQuotaUnitAsContentBytes(t *testing.T) {
 			policy = string(f.Value)
 		}
 	}
-	assert.Equal(t, `"up";q=1000;w=1;qu="content-bytes", "calls";q=10;w=1`, policy)
+	assert.Equal(t, `"up";q=1000;w=1;qu="content-bytes", "calls";q=10;w=1;qu="requests"`, policy)
 }

@@ -28,6 +28,6 @@ func TestTheDemoRunsAndReports(t *testing.T) {
 	assert.Contains(t, report, "429  x-meshlimit-rule: signin  Retry-After: 600")
 	assert.Contains(t, report, `"shadow":"login"`, "the shadow rule tags the upstream request")
 	assert.Contains(t, report, "HTTP/1.1 429 Too Many Requests")
-	assert.Contains(t, report, `Ratelimit-Policy: "search";q=4;w=60`)
+	assert.Contains(t, report, `Ratelimit-Policy: "search";q=4;w=60;qu="requests"`)
 	assert.Contains(t, report, `meshlimit_decisions_total{algorithm="token_bucket",result="denied"} 1`)
 }

@@ -222,15 +222,22 @@ func (p *parser) number() (any, error) {
 	return strconv.ParseFloat(text, 64)
 }
 
-// Policy is one member of a RateLimit-Policy or RateLimit field: a policy name and its integer
-// parameters.
+// Policy is one member of a RateLimit-Policy or RateLimit field: a policy name, its integer
+// parameters, its quota unit (the qu parameter, "" when absent) and its partition key (the pk
+// parameter, nil when absent).
 type Policy struct {
-	Name   string
-	Params map[string]int64
+	Name         string
+	Params       map[string]int64
+	Unit         string
+	PartitionKey []byte
 }
 
+// quotaUnits are the qu values of the draft's RateLimit Quota Units registry.
+var quotaUnits = map[String]bool{"requests": true, "content-bytes": true, "concurrent-requests": true}
+
 // ParsePolicies parses a RateLimit-Policy or RateLimit field strictly: every member must be an
-// sf-string with non-negative integer parameters only.
+// sf-string whose parameters are non-negative integers, except qu (an sf-string naming a registered
+// quota unit) and pk (a non-empty Byte Sequence).
 func ParsePolicies(field string) ([]Policy, error) {
 	members, err := ParseList(field)
 	if err != nil {
@@ -244,6 +251,22 @@ func ParsePolicies(field string) ([]Policy, error) {
 		}
 		p := Policy{Name: string(name), Params: map[string]int64{}}
 		for _, kv := range m.Params {
+			switch kv.Key {
+			case "qu":
+				u, ok := kv.Value.(String)
+				if !ok || !quotaUnits[u] {
+					return nil, fmt.Errorf("parameter qu of %q is not a registered quota unit", field)
+				}
+				p.Unit = string(u)
+				continue
+			case "pk":
+				b, ok := kv.Value.([]byte)
+				if !ok || len(b) == 0 {
+					return nil, fmt.Errorf("parameter pk of %q is not a non-empty Byte Sequence", field)
+				}
+				p.PartitionKey = b
+				continue
+			}
 			n, ok := kv.Value.(int64)
 			if !ok || n < 0 {
 				return nil, fmt.Errorf("parameter %s of %q is not a non-negative integer", kv.Key, field)

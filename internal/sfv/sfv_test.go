@@ -22,3 +22,15 @@ func TestParseListAcceptsValidListsAndRejectsMalformedOnes(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 }
+
+func TestParsePoliciesReadsTheQuotaUnitAndPartitionKeyAndRejectsBadOnes(t *testing.T) {
+	got, err := ParsePolicies(`"a";q=5;w=60;qu="requests";pk=:aGk=:, "b";q=3;qu="concurrent-requests"`)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, Policy{Name: "a", Params: map[string]int64{"q": 5, "w": 60}, Unit: "requests", PartitionKey: []byte("hi")}, got[0])
+	assert.Equal(t, "concurrent-requests", got[1].Unit)
+	for _, bad := range []string{`"a";qu=requests`, `"a";qu="tokens"`, `"a";pk="aGk="`, `"a";pk=::`, `"a";q="5"`, `"a";q=-1`} {
+		_, err := ParsePolicies(bad)
+		assert.Error(t, err, bad)
+	}
+}
