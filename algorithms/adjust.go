@@ -21,7 +21,8 @@ func (k Kind) Settles() bool { return k.bucket() || k == FixedWindow }
 // window: the window that held the reservation is gone, and refunding into its successor would
 // admit more than the limit. A positive delta is charged unconditionally, up to a debt of one
 // Capacity: a bucket's TAT may reach now + 2τ (the key waits up to one extra refill time), a
-// window's count may reach 2×Quota. A delta of 0, or any delta on an empty state that would only
+// window's count may reach 2×Quota (a TAT never passes 2^52 µs + MaxWindow, the latest a state
+// holds, which matters only at the end of representable time). A delta of 0, or any delta on an empty state that would only
 // refund, leaves the state as it is.
 //
 // err is non-nil for an invalid Limit, a kind that does not settle (see Kind.Settles), or malformed
@@ -56,6 +57,9 @@ func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []b
 	switch {
 	case delta > 0:
 		ceiling := g.add(now, g.add(g.tau, g.tau)) // a debt of one Capacity at most
+		if last := (rat{maxTimeUs + maxWindowUs, 0}); last.less(ceiling) {
+			ceiling = last // the latest TAT a state holds (near the end of time)
+		}
 		tat = g.add(tat, g.times(min(delta, g.c)))
 		if ceiling.less(tat) {
 			tat = ceiling

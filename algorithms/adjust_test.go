@@ -117,3 +117,18 @@ func TestAdjustRejectsMalformedState(t *testing.T) {
 	_, err := l.Adjust([]byte{0x11, 1, 2}, 1, 1, -1, nil)
 	assert.ErrorIs(t, err, ErrMalformedState)
 }
+
+// Near 2^52 µs a debt of one capacity would put the TAT past what a state holds: the over-run
+// stops there, and the state stays readable (an unreadable one would forgive the debt).
+func TestAnOverRunAtTheEndOfTimeLeavesAReadableState(t *testing.T) {
+	l := Limit{Kind: LeakyBucket, Quota: 1, Window: MaxWindow}
+	end := int64(maxTimeUs) * nsPerUs
+	state, d, err := l.Decide(nil, end, 1, nil)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	state, err = l.Adjust(state, end, end, 1, nil)
+	require.NoError(t, err)
+	_, d, err = l.Decide(state, end, 1, nil)
+	require.NoError(t, err, "the state Adjust wrote is readable")
+	assert.False(t, d.Allowed, "the debt is kept")
+}

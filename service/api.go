@@ -105,6 +105,10 @@ func (s *checkScratch) reset() {
 	}
 	clear(s.req.Renew)
 	clear(s.req.Release)
+	clear(s.req.Settle)
+	if cap(s.req.Settle) > wire.MaxDescriptors {
+		s.req.Settle = nil
+	}
 	if cap(s.req.Descriptors) > wire.MaxDescriptors {
 		s.req.Descriptors = nil
 	}

@@ -19,10 +19,14 @@ import (
 // The differential test: random traces (costs above 1 and above capacity, idle gaps, clock
 // steps back, times near 0 and past 2^52 µs) go through package algorithms and through the
 // Lua scripts on a real redis-server, and every decision must be identical to the
-// microsecond. MESHLIMIT_DIFF_TRACES (traces per algorithm, default 200) and
+// microsecond. The kinds that settle also draw settles (refunds and over-runs beyond a capacity,
+// reservations of this window and of earlier ones) between decisions, through Limit.Adjust and
+// the settle scripts: the decisions that follow must still be identical. MESHLIMIT_DIFF_TRACES (traces per algorithm, default 200) and
 // MESHLIMIT_DIFF_SEED make longer or other runs.
 
-type traceStep struct{ nowUs, cost int64 }
+// traceStep is a decision of cost at nowUs, or, when delta is not 0, a settle of delta units for
+// a reservation decided ageUs before.
+type traceStep struct{ nowUs, cost, delta, ageUs int64 }
 
 // randomLimit returns a valid limit of kind k, with quotas, windows and bursts drawn across
 // scales: tiny and huge quotas, windows that quota does not divide, bursts below and above
@@ -116,7 +120,14 @@ func randomTrace(r *rand.Rand, l algorithms.Limit, n int) []traceStep {
 		case p < 32:
 			cost = max(c-r.Int64N(3), 1)
 		}
-		steps[i] = traceStep{now, cost}
+		steps[i] = traceStep{nowUs: now, cost: cost}
+		if l.Kind.Settles() && r.IntN(100) < 15 {
+			steps[i].delta = 1 + r.Int64N(2*c)
+			if r.IntN(2) == 0 {
+				steps[i].delta = -steps[i].delta
+			}
+			steps[i].ageUs = r.Int64N(2*w + 1)
+		}
 	}
 	return steps
 }
@@ -191,6 +202,13 @@ func runDiffTrace(store *RedisStore, k algorithms.Kind, id int, l algorithms.Lim
 	key := fmt.Sprintf("diff-%v-%d", k, id)
 	var state []byte
 	for i, s := range steps {
+		if s.delta != 0 {
+			var msg string
+			if state, msg = diffSettle(store, key, l, state, s); msg != "" {
+				return fmt.Sprintf("trace %d step %d: %s", id, i, msg)
+			}
+			continue
+		}
 		next, want, err := l.Decide(state, s.nowUs*1000, s.cost, nil)
 		if err != nil {
 			return fmt.Sprintf("trace %d step %d: Go Decide: %v", id, i, err)
@@ -212,4 +230,18 @@ func runDiffTrace(store *RedisStore, k algorithms.Kind, id int, l algorithms.Lim
 		}
 	}
 	return ""
+}
+
+// diffSettle applies settle step s to both implementations and returns Go's next state.
+func diffSettle(store *RedisStore, key string, l algorithms.Limit, state []byte, s traceStep) ([]byte, string) {
+	reservedUs := min(max(s.nowUs, 0), maxTimeUs) - s.ageUs // the script's reservation time
+	next, err := l.Adjust(state, s.nowUs*1000, reservedUs*1000, s.delta, nil)
+	if err != nil {
+		return nil, fmt.Sprintf("Go Adjust: %v", err)
+	}
+	req := SettleRequest{Key: key, Limit: l, Delta: s.delta, Age: time.Duration(s.ageUs) * time.Microsecond, Now: time.UnixMicro(s.nowUs)}
+	if err := store.settleAt(context.Background(), req, int64(time.Hour/time.Millisecond)); err != nil {
+		return nil, fmt.Sprintf("Redis settle: %v", err)
+	}
+	return next, ""
 }

@@ -174,6 +174,11 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	if lists { // releases first: they free what the descriptors may acquire
 		pc, err = h.limiter.permits(ctx, s.req.Renew, s.req.Release, c.Now)
 	}
+	// Settles before decisions: a refund frees what the descriptors may take.
+	settled := -1 // no settle list
+	if err == nil && len(s.req.Settle) > 0 {
+		settled, err = h.limiter.settle(ctx, s.req.Settle, c.Now)
+	}
 	o := Outcome{Allowed: true}
 	if err == nil && len(c.Descriptors) > 0 {
 		o, err = h.limiter.check(ctx, c.Descriptors, c.Now, s.decs)
@@ -197,6 +202,9 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 	}
 	s.decs = o.Decisions
 	s.out = appendCheckResponse(s.out[:0], o, lists, pc)
+	if settled >= 0 {
+		s.out = wire.AppendSettled(s.out, settled)
+	}
 	w.Header()["Content-Type"] = jsonContentType
 	_, _ = w.Write(s.out)
 }

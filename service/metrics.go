@@ -54,6 +54,7 @@ type Metrics struct {
 	errors    [numErrKinds]prometheus.Counter
 	latency   prometheus.Histogram
 	permits   [2]prometheus.Counter    // reclaimed at the end of their lease, lost (a renewal came too late)
+	settles   [2]prometheus.Counter    // units refunded, units charged as over-runs
 	requests  *prometheus.CounterVec   // front, code
 	durations *prometheus.HistogramVec // front
 }
@@ -91,6 +92,11 @@ func (m *Metrics) build() {
 		Help: "Concurrency permits that ended without a release: reclaimed (an acquire found their lease over), lost (a renewal came after it).",
 	}, []string{"result"})
 	m.permits[0], m.permits[1] = permits.WithLabelValues("reclaimed"), permits.WithLabelValues("lost")
+	settles := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshlimit_settled_units_total",
+		Help: "Cost units applied by settles: refunded (unused reservations), overrun (charged beyond reservations).",
+	}, []string{"kind"})
+	m.settles[0], m.settles[1] = settles.WithLabelValues("refunded"), settles.WithLabelValues("overrun")
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "meshlimit_errors_total", Help: "Requests answered with an error, by kind.",
 	}, []string{"kind"})
@@ -111,7 +117,7 @@ func (m *Metrics) build() {
 		Help:    "Time to answer one decision request, by front.",
 		Buckets: latencyBuckets,
 	}, []string{"front"})
-	m.reg.MustRegister(checks, decisions, errs, permits, m.latency, m.requests, m.durations)
+	m.reg.MustRegister(checks, decisions, errs, permits, settles, m.latency, m.requests, m.durations)
 }
 
 // Registry returns the registry the metrics are on, for other parts of the service (the
@@ -140,6 +146,16 @@ func (m *Metrics) reclaimed(n int64) {
 	if n > 0 {
 		m.init()
 		m.permits[0].Add(float64(n))
+	}
+}
+
+// settled counts the units of one settle.
+func (m *Metrics) settled(delta int64) {
+	m.init()
+	if delta < 0 {
+		m.settles[0].Add(float64(-delta))
+	} else {
+		m.settles[1].Add(float64(delta))
 	}
 }
 

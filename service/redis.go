@@ -57,6 +57,7 @@ type RedisStore struct {
 	prefix  string
 	scripts [len(algorithms.Kinds) + 1]*rueidis.Lua // indexed by Kind
 	permit  [numPermitOps]*rueidis.Lua              // acquire, renew, release
+	settle  [len(algorithms.Kinds) + 1]*rueidis.Lua // indexed by Kind, for the kinds that settle
 	sources []string                                // every script's Lua from index 1, for SCRIPT LOAD
 	health  redisHealth
 }
@@ -87,6 +88,9 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 	if err := s.loadPermitScripts(); err != nil {
 		return nil, err
 	}
+	if err := s.loadSettleScripts(); err != nil {
+		return nil, err
+	}
 	c, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress:   cfg.Addrs,
 		Username:      cfg.Username,
@@ -108,28 +112,32 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 }
 
 // Script returns the Lua source that decides kind: lua/lib.lua followed by the algorithm's
-// body (token and leaky bucket share lua/gcra.lua, selected by a one-line prefix).
+// body (token and leaky bucket share lua/gcra_state.lua and lua/gcra.lua, selected by a
+// one-line prefix).
 func Script(kind algorithms.Kind) (string, error) {
-	var prefix, body string
 	switch kind {
 	case algorithms.TokenBucket:
-		prefix, body = "local LEAKY = false\n", "gcra.lua"
+		return composeScript("local LEAKY = false\n", "lib.lua", "gcra_state.lua", "gcra.lua")
 	case algorithms.LeakyBucket:
-		prefix, body = "local LEAKY = true\n", "gcra.lua"
+		return composeScript("local LEAKY = true\n", "lib.lua", "gcra_state.lua", "gcra.lua")
 	case algorithms.FixedWindow, algorithms.SlidingLog, algorithms.SlidingWindow:
-		body = kind.String() + ".lua"
-	default:
-		return "", fmt.Errorf("service: no script for %v", kind)
+		return composeScript("", "lib.lua", kind.String()+".lua")
 	}
-	lib, err := luaFS.ReadFile("lua/lib.lua")
-	if err != nil {
-		return "", err
+	return "", fmt.Errorf("service: no script for %v", kind)
+}
+
+// composeScript returns prefix followed by the named files of lua/.
+func composeScript(prefix string, files ...string) (string, error) {
+	var b strings.Builder
+	b.WriteString(prefix)
+	for _, f := range files {
+		src, err := luaFS.ReadFile("lua/" + f)
+		if err != nil {
+			return "", err
+		}
+		b.Write(src)
 	}
-	b, err := luaFS.ReadFile("lua/" + body)
-	if err != nil {
-		return "", err
-	}
-	return prefix + string(lib) + string(b), nil
+	return b.String(), nil
 }
 
 // Key returns the Redis key that holds the state of req (see RedisConfig.KeyPrefix).

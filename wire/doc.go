@@ -20,6 +20,8 @@
 //
 // Concurrency permits (permit.go) are descriptors with the algorithm "concurrency" and the
 // request's optional "renew" and "release" lists; their answer adds "renewed" and "released".
+// Settles (settle.go) are the request's optional "settle" list: the difference between a
+// reservation and the real cost, applied without a decision; their answer adds "settled".
 package wire
 
 import "time"

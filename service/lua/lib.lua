@@ -7,11 +7,12 @@
 --   ARGV[1]  quota        Q >= 1
 --   ARGV[2]  window_us    W, in microseconds
 --   ARGV[3]  burst        0 means quota (buckets only)
---   ARGV[4]  cost         c >= 1
+--   ARGV[4]  cost         c >= 1; for a settle script (*_settle.lua), the signed delta
 --   ARGV[5]  ttl_ms       PEXPIRE of the state (Limit.TTL, rounded up)
 --   ARGV[6]  now_us       optional; absent or empty means Redis TIME. Production never passes
 --                         it: TIME makes every service replica agree. Tests and replays do.
--- Returns {allowed (0|1), remaining, reset_us, retry_after_us (-1: never), delay_us}.
+--   ARGV[7]  age_us       settle scripts only: how long ago the reservation was decided
+-- A decision returns {allowed (0|1), remaining, reset_us, retry_after_us (-1: never), delay_us}.
 -- The service validates the arguments (algorithms.Limit.Validate) before calling.
 
 local MAX_TIME = 4503599627370496     -- 2^52 µs, the latest representable now

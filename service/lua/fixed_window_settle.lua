@@ -1,0 +1,30 @@
+-- fixed_window_settle.lua: a settle of the fixed window (algorithms.Limit.Adjust), preceded by
+-- lib.lua. ARGV[4] is the signed delta, ARGV[7] the reservation's age in µs. An over-run is
+-- counted even past the quota, up to twice the quota; a refund applies only when the
+-- reservation was decided in the current window (refunding into a later one would admit more
+-- than the limit), never below 0. The state is written as Adjust writes it. Returns 1.
+
+local delta = cost
+local age = tonumber(ARGV[7]) or 0
+local s, k = now, 0
+local st = redis.call('HMGET', key, 's', 'k')
+local ss, sk = field(st[1], MAX_TIME), field(st[2], MAX_QUOTA)
+if ss ~= nil and sk ~= nil then s, k = ss, sk end
+
+s = s - s % W
+local cur = now - now % W
+if cur > s then s, k = cur, 0 end -- a later window (a clock step back stays in s)
+
+if delta > 0 then
+  k = math.min(k + math.min(delta, Q), 2 * Q, MAX_QUOTA)
+else
+  local at = now - age
+  if at < 0 then at = 0 end
+  if at - at % W == s then
+    k = math.max(k + math.max(delta, -Q), 0)
+  end
+end
+
+redis.call('HSET', key, 's', str(s), 'k', str(k))
+redis.call('PEXPIRE', key, ttl)
+return 1
