@@ -53,7 +53,7 @@ func TestABurstOnOneRouteGets200sThen429sWithTheIETFFields(t *testing.T) {
 	pol, err := sfv.ParsePolicies(policy)
 	require.NoError(t, err)
 	require.Len(t, pol, 1)
-	assert.Equal(t, sfv.Policy{Name: "api-burst", Params: map[string]int64{"q": 5, "w": 60}}, pol[0])
+	assert.Equal(t, sfv.Policy{Name: "api-burst", Params: map[string]int64{"q": 5, "w": 60}, Unit: "requests"}, pol[0])
 	rl, _ := h.Get("ratelimit")
 	state, err := sfv.ParsePolicies(rl)
 	require.NoError(t, err)

@@ -102,8 +102,9 @@ func (p *pluginContext) decideReserved(st *settling, pb pendingBody, cost, now i
 	}
 	if enforced {
 		specs := rs.placed(out.Placement, r.LimitSets()[pb.set].Limits)
+		pk := p.cfg.Response.PartitionString(r, pb.key)
 		for j := range specs {
-			p.scratch.outcomes = append(p.scratch.outcomes, rules.Outcome{Limit: &specs[j], Decision: out.Decisions[j]})
+			p.scratch.outcomes = append(p.scratch.outcomes, rules.Outcome{Limit: &specs[j], Decision: out.Decisions[j], Partition: pk})
 		}
 	}
 	return enforced && !out.Allowed

@@ -121,7 +121,7 @@ func (p *pluginContext) acquirePermit(rs *ruleState, key []byte, now int64, enfo
 	p.count(rs, e.allowed, enforced)
 	if enforced {
 		d := rules.ConcurrencyDecision(spec.Concurrency, e.total, e.allowed)
-		s.outcomes = append(s.outcomes, rules.Outcome{Limit: spec, Decision: d})
+		s.outcomes = append(s.outcomes, rules.Outcome{Limit: spec, Decision: d, Partition: p.cfg.Response.Partition(r, key)})
 	}
 	return enforced && !e.allowed
 }

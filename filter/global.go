@@ -130,7 +130,7 @@ func (h *httpContext) checkGlobal(now int64) types.Action {
 			it.rs.metrics.limited.Increment(1)
 			s.resp.denier = it.rs
 			d := cachedDenial(&it.spec[idx], until-now)
-			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &it.spec[idx], Decision: d})
+			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &it.spec[idx], Decision: d, Partition: p.cfg.Response.PartitionString(it.rs.rule, it.key)})
 			h.deny()
 			return types.ActionPause
 		}
@@ -263,6 +263,7 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 		g.metrics.lateAnswers.Increment(1) // the request was decided at its deadline
 		return
 	}
+	sent := h.deadline - int64(g.cfg.Timeout+deadlineSlack) // settle_global.go: the reservations are no older
 	g.unwait(h)
 	defer h.recoverPaused("the service's answer")
 	testPanic(panicServiceAnswer)
@@ -282,6 +283,7 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 		r := it.rs.rule
 		enforced := !r.Shadow
 		allowed := true
+		pk := p.cfg.Response.PartitionString(r, it.key)
 		for k := range it.spec {
 			d := decisions[j]
 			j++
@@ -290,7 +292,7 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 			}
 			allowed = allowed && d.Allowed
 			if enforced {
-				s.outcomes = append(s.outcomes, rules.Outcome{Limit: &it.spec[k], Decision: d.Algorithms()})
+				s.outcomes = append(s.outcomes, rules.Outcome{Limit: &it.spec[k], Decision: d.Algorithms(), Partition: pk})
 				if d.Allowed {
 					s.delay = max(s.delay, d.DelayMs*int64(time.Millisecond)) // a global leaky bucket shapes too
 				}
@@ -304,6 +306,7 @@ func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 			denied = true
 		}
 	}
+	h.reserveGlobal(decisions, sent) // settle_global.go
 	g.holdPermits(h.id, h.globals, decisions)
 	h.finishGlobal(denied, true, now)
 }
@@ -359,8 +362,9 @@ func (h *httpContext) fallback(items []globalItem, now int64) (denied bool) {
 			continue
 		}
 		if !r.Shadow {
+			pk := p.cfg.Response.PartitionString(r, it.key)
 			for k, fb := 0, r.Fallback(); k < len(fb.Limits); k++ {
-				p.scratch.outcomes = append(p.scratch.outcomes, rules.Outcome{Limit: &fb.Limits[k], Decision: out.Decisions[k]})
+				p.scratch.outcomes = append(p.scratch.outcomes, rules.Outcome{Limit: &fb.Limits[k], Decision: out.Decisions[k], Partition: pk})
 			}
 		}
 		if p.count(rs, out.Allowed, !r.Shadow) {

@@ -186,8 +186,9 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	p.nearLimit(rs, out.Decisions, specs)
 	p.reserve(rs, set.Index, key, &out, cost, now)
 	if enforced {
+		pk := p.cfg.Response.Partition(r, key)
 		for j := range specs {
-			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &specs[j], Decision: out.Decisions[j]})
+			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &specs[j], Decision: out.Decisions[j], Partition: pk})
 			if d := int64(out.Decisions[j].Delay); out.Allowed && d > s.delay {
 				s.delay = d
 			}

@@ -63,7 +63,7 @@ func (p *pluginContext) checkCounted(rs *ruleState, set *rules.LimitSet, key []b
 	if idx, until, ok := p.penalized(rs, key, len(set.Limits), now); ok {
 		rs.metrics.penaltyDenied.Increment(1)
 		if enforced {
-			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &set.Limits[idx], Decision: cachedDenial(&set.Limits[idx], until-now)})
+			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &set.Limits[idx], Decision: cachedDenial(&set.Limits[idx], until-now), Partition: p.cfg.Response.Partition(r, key)})
 		}
 		return p.count(rs, false, enforced)
 	}
@@ -76,8 +76,9 @@ func (p *pluginContext) checkCounted(rs *ruleState, set *rules.LimitSet, key []b
 		}
 		allowed = out.Allowed
 		if !allowed && enforced {
+			pk := p.cfg.Response.Partition(r, key)
 			for j := range set.Limits {
-				s.outcomes = append(s.outcomes, rules.Outcome{Limit: &set.Limits[j], Decision: out.Decisions[j]})
+				s.outcomes = append(s.outcomes, rules.Outcome{Limit: &set.Limits[j], Decision: out.Decisions[j], Partition: pk})
 			}
 		}
 	}

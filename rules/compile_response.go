@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"sort"
 	"strconv"
@@ -32,7 +34,22 @@ func (v *validator) response(rj *responseJSON) *Response {
 		}
 		r.ExplainHeader = strings.ToLower(h)
 	}
+	v.partitionKey(rj, r)
 	return r
+}
+
+// partitionKey compiles response.partition_key and partition_key_secret into the SipHash key.
+func (v *validator) partitionKey(rj *responseJSON, r *Response) {
+	secret := rj.PartitionKeySecret
+	switch n := len(secret); {
+	case secret != "" && !rj.PartitionKey:
+		v.failf("response.partition_key_secret", "is set but response.partition_key is not true")
+	case secret != "" && (n < minPKSecret || n > maxPKSecret):
+		v.failf("response.partition_key_secret", "%d bytes: want %d to %d", n, minPKSecret, maxPKSecret)
+	}
+	r.partitionKey = rj.PartitionKey
+	sum := sha256.Sum256([]byte("meshlimit-pk-v1\x00" + secret))
+	r.pkKey = [2]uint64{binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])}
 }
 
 // headerSets compiles response.rate_limit_headers.

@@ -44,6 +44,8 @@ const (
 	maxTrustedHops  = 64
 	maxCostValue    = 1_000_000_000
 	maxJitter       = time.Hour
+	minPKSecret     = 16
+	maxPKSecret     = 256
 	maxGlobalTime   = time.Minute
 	maxErrors       = 32
 )
@@ -257,6 +259,12 @@ type responseJSON struct {
 	// ExplainHeader, when set, names a header added to every denied response with the
 	// name of the rule that denied it. Default: none.
 	ExplainHeader string `json:"explain_header"`
+	// PartitionKey adds the pk parameter (a keyed hash of the rule's key value) to every member
+	// of the ietf header set. Default false.
+	PartitionKey bool `json:"partition_key"`
+	// PartitionKeySecret keys that hash: 16 to 256 bytes. Default: none (the hash is then keyed
+	// only by the rule's fingerprint, which anyone who knows the configuration can recompute).
+	PartitionKeySecret string `json:"partition_key_secret"`
 }
 
 // globalJSON is the top-level global object. The global path is not implemented yet; the

@@ -256,8 +256,8 @@ func FuzzDeny(f *testing.F) {
 	limits := cfg.Rules()[0].limits()
 	f.Fuzz(func(t *testing.T, rem1, reset1, retry1 int64, ok1 bool, rem2, reset2 int64, ok2 bool, random uint64, grpc bool) {
 		outcomes := []Outcome{
-			{&limits[0], algorithms.Decision{Allowed: ok1, Remaining: rem1, Reset: time.Duration(reset1), RetryAfter: time.Duration(retry1)}},
-			{&limits[1], algorithms.Decision{Allowed: ok2, Remaining: rem2, Reset: time.Duration(reset2), RetryAfter: time.Duration(reset2)}},
+			{Limit: &limits[0], Decision: algorithms.Decision{Allowed: ok1, Remaining: rem1, Reset: time.Duration(reset1), RetryAfter: time.Duration(retry1)}},
+			{Limit: &limits[1], Decision: algorithms.Decision{Allowed: ok2, Remaining: rem2, Reset: time.Duration(reset2), RetryAfter: time.Duration(reset2)}},
 		}
 		var lr LocalResponse
 		cfg.Response.Deny(&lr, nil, outcomes, grpc, random)

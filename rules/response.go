@@ -1,12 +1,16 @@
 package rules
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"math/bits"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/internal/siphash"
 )
 
 // Header field names, lower-case as HTTP/2 and the proxy-wasm host use them.
@@ -54,7 +58,12 @@ const (
 //	RateLimit: "api-per-ip-0";r=0;t=1, "api-per-ip-1";r=958;t=3550
 //
 // The parameters:
-//   - q is the limit's quota and w its window in seconds, rounded up (at least 1).
+//   - q is the limit's quota and w its window in seconds, rounded up (at least 1); a
+//     concurrency limit has no w.
+//   - qu is the quota unit, always written: "requests", "content-bytes" (a cost in body
+//     bytes) or "concurrent-requests" (a concurrency limit).
+//   - pk, on both fields and only with response.partition_key, is the outcome's
+//     PartitionKey: 8 bytes of a keyed hash of the key value, as a Byte Sequence.
 //   - r is the quota units remaining (never negative).
 //   - t is the seconds until additional quota is available, as draft-10 defines it (not
 //     until the quota is fully restored): for a policy that denied the request, until the
@@ -101,6 +110,8 @@ type Response struct {
 	grpcMessage  []byte
 	extra        []Field // sorted by name; values are immutable
 	jitterSecond int64
+	partitionKey bool      // response.partition_key
+	pkKey        [2]uint64 // the SipHash key, from response.partition_key_secret
 }
 
 // Field is one rendered response header. Name is lower-case. Value aliases the buffer
@@ -117,6 +128,53 @@ type Field struct {
 type Outcome struct {
 	Limit    *LimitSpec
 	Decision algorithms.Decision
+	// Partition is the pk parameter of the outcome's members: Response.Partition of the rule and
+	// key that gave the outcome (the zero value renders no pk).
+	Partition PartitionKey
+}
+
+// PartitionKey is the pk parameter of a RateLimit-Policy or RateLimit member: 8 bytes of a keyed
+// hash of a rule's key value, never the value itself. The zero value is "no pk".
+type PartitionKey struct {
+	sum [8]byte
+	set bool
+}
+
+// Partition returns the partition key of the key value key of rule: when response.partition_key
+// is on, the first 8 bytes (big-endian) of SipHash-2-4 of the rule's fingerprint followed by key,
+// keyed with response.partition_key_secret; otherwise the zero PartitionKey. Key values are often
+// client identities (an IP address, an API key, a user), which the response must not disclose to
+// whoever reads it on the way (caches, logs, browser scripts): a keyed hash names the partition
+// without revealing it, and without the secret nobody can confirm a guessed value, even for a
+// low-entropy key such as an IPv4 address (2^32 guesses). The fingerprint makes the pk of one key
+// differ between rules, and change when a rule's limits change (when its counters start afresh).
+// The same key gets the same pk on every worker and every proxy with the same configuration.
+// Partition does not allocate.
+func (r *Response) Partition(rule *Rule, key []byte) PartitionKey {
+	if !r.partitionKey || rule == nil {
+		return PartitionKey{}
+	}
+	pk := PartitionKey{set: true}
+	binary.BigEndian.PutUint64(pk.sum[:], siphash.Sum64(r.pkKey[0], r.pkKey[1], rule.fingerprint, key))
+	return pk
+}
+
+// PartitionString is Partition for a key held as a string.
+func (r *Response) PartitionString(rule *Rule, key string) PartitionKey {
+	if !r.partitionKey || rule == nil {
+		return PartitionKey{}
+	}
+	return r.Partition(rule, unsafe.Slice(unsafe.StringData(key), len(key))) // read only
+}
+
+// appendPK appends ";pk=:<base64>:" when pk is set.
+func appendPK(buf []byte, pk *PartitionKey) []byte {
+	if !pk.set {
+		return buf
+	}
+	buf = append(buf, ";pk=:"...)
+	buf = base64.StdEncoding.AppendEncode(buf, pk.sum[:])
+	return append(buf, ':')
 }
 
 // LocalResponse is a rendered denied response, for proxywasm.SendHttpResponse (status,
@@ -241,7 +299,7 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 		return dst, buf
 	}
 	if r.sets&setIETF != 0 {
-		if l := outcomes[0].Limit; len(outcomes) == 1 && l.policy != nil {
+		if l := outcomes[0].Limit; len(outcomes) == 1 && l.policy != nil && !outcomes[0].Partition.set {
 			dst = append(dst, Field{HeaderRateLimitPolicy, l.policy}) // rendered at compile: no copy
 		} else {
 			start := len(buf)
@@ -250,6 +308,7 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 					buf = append(buf, ", "...)
 				}
 				buf = outcomes[i].Limit.appendPolicy(buf)
+				buf = appendPK(buf, &outcomes[i].Partition)
 			}
 			dst = append(dst, Field{HeaderRateLimitPolicy, buf[start:]})
 		}
@@ -266,11 +325,13 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 			}
 			buf = append(buf, ";r="...)
 			buf = strconv.AppendInt(buf, clampSF(d.Remaining), 10)
-			if outcomes[i].Limit.Concurrency > 0 {
-				continue // no t: when a permit comes back depends on requests in flight, not on a clock
+			// A concurrency limit has no t: when a permit comes back depends on requests in
+			// flight, not on a clock.
+			if outcomes[i].Limit.Concurrency == 0 {
+				buf = append(buf, ";t="...)
+				buf = strconv.AppendInt(buf, resetSeconds(&outcomes[i]), 10)
 			}
-			buf = append(buf, ";t="...)
-			buf = strconv.AppendInt(buf, resetSeconds(&outcomes[i]), 10)
+			buf = appendPK(buf, &outcomes[i].Partition)
 		}
 		dst = append(dst, Field{HeaderRateLimit, buf[start:]})
 	}

@@ -93,8 +93,8 @@ func TestEveryPolicyMemberNamesItsQuotaUnit(t *testing.T) {
 func TestAppendAllowedRendersIETFFieldsThatParse(t *testing.T) {
 	r := responseOf(t, `{}`)
 	outcomes := []Outcome{
-		{spec("per-hour", 1000, time.Hour), allowed(958, 150*time.Second+time.Millisecond)},
-		{spec("per-second", 10, time.Second), allowed(3, 700*time.Millisecond)},
+		{Limit: spec("per-hour", 1000, time.Hour), Decision: allowed(958, 150*time.Second+time.Millisecond)},
+		{Limit: spec("per-second", 10, time.Second), Decision: allowed(3, 700*time.Millisecond)},
 	}
 	fields, buf := r.AppendAllowed(nil, nil, outcomes)
 	assert.NotEmpty(t, buf)
@@ -131,7 +131,7 @@ func TestTIsZeroOnlyWhenTheQuotaIsFull(t *testing.T) {
 		{"with five missing, the first is back four units before the bucket is full", 5, 5500 * time.Millisecond, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fields, _ := r.AppendAllowed(nil, nil, []Outcome{{spec("p", 10, 10*time.Second), allowed(tc.remaining, tc.reset)}})
+			fields, _ := r.AppendAllowed(nil, nil, []Outcome{{Limit: spec("p", 10, 10*time.Second), Decision: allowed(tc.remaining, tc.reset)}})
 			rl, _ := header(t, fields, HeaderRateLimit)
 			assert.Equal(t, tc.want, parsePolicies(t, rl)[0].params["t"])
 		})
@@ -144,14 +144,16 @@ func TestWindowIsWholeSecondsRoundedUpAndAtLeastOne(t *testing.T) {
 		window time.Duration
 		want   int64
 	}{{250 * time.Millisecond, 1}, {time.Second, 1}, {1500 * time.Millisecond, 2}, {90 * time.Second, 90}, {24 * time.Hour, 86400}} {
-		fields, _ := r.AppendAllowed(nil, nil, []Outcome{{spec("p", 10, tc.window), allowed(5, 0)}})
+		fields, _ := r.AppendAllowed(nil, nil, []Outcome{{Limit: spec("p", 10, tc.window), Decision: allowed(5, 0)}})
 		pol, _ := header(t, fields, HeaderRateLimitPolicy)
 		assert.Equal(t, tc.want, parsePolicies(t, pol)[0].params["w"], "window %v", tc.window)
 	}
 }
 
 func TestAppendAllowedHonoursTheConfiguration(t *testing.T) {
-	outcomes := func() []Outcome { return []Outcome{{spec("p", 10, time.Second), allowed(5, time.Second)}} }
+	outcomes := func() []Outcome {
+		return []Outcome{{Limit: spec("p", 10, time.Second), Decision: allowed(5, time.Second)}}
+	}
 	t.Run("quota_headers_on_allowed false renders nothing", func(t *testing.T) {
 		fields, _ := responseOf(t, `{"quota_headers_on_allowed": false}`).AppendAllowed(nil, nil, outcomes())
 		assert.Empty(t, fields)
@@ -171,8 +173,8 @@ func TestAppendAllowedHonoursTheConfiguration(t *testing.T) {
 	t.Run("draft03 renders Envoy's X-RateLimit fields", func(t *testing.T) {
 		r := responseOf(t, `{"rate_limit_headers": ["draft03"]}`)
 		fields, _ := r.AppendAllowed(nil, nil, []Outcome{
-			{spec("per-hour", 1000, time.Hour), allowed(999, time.Minute)},
-			{spec("per-second", 10, time.Second), allowed(9, 100*time.Millisecond)},
+			{Limit: spec("per-hour", 1000, time.Hour), Decision: allowed(999, time.Minute)},
+			{Limit: spec("per-second", 10, time.Second), Decision: allowed(9, 100*time.Millisecond)},
 		})
 		require.Len(t, fields, 3)
 		limit, _ := header(t, fields, HeaderXRateLimitLimit)
@@ -195,7 +197,7 @@ func TestValuesAreClampedToTheStructuredFieldRange(t *testing.T) {
 	r := responseOf(t, `{}`)
 	big := spec("p", algorithms.MaxQuota*10000, time.Second)
 	big.Limit.Kind = algorithms.FixedWindow // t is the reset time
-	fields, _ := r.AppendAllowed(nil, nil, []Outcome{{big, allowed(-5, 1<<62)}})
+	fields, _ := r.AppendAllowed(nil, nil, []Outcome{{Limit: big, Decision: allowed(-5, 1<<62)}})
 	pol, _ := header(t, fields, HeaderRateLimitPolicy)
 	assert.Equal(t, int64(maxSFInteger), parsePolicies(t, pol)[0].params["q"])
 	rl, _ := header(t, fields, HeaderRateLimit)
@@ -206,8 +208,8 @@ func TestDenyRendersTheConfiguredTextResponse(t *testing.T) {
 	r := responseOf(t, `{"status": 503, "body": "go away\n", "headers": {"X-Envoy-RateLimited": "true", "cache-control": "no-store"}}`)
 	var lr LocalResponse
 	buf := r.Deny(&lr, nil, []Outcome{
-		{spec("per-second", 10, time.Second), denied(300*time.Millisecond, time.Second)},
-		{spec("per-hour", 1000, time.Hour), allowed(990, 36*time.Second)},
+		{Limit: spec("per-second", 10, time.Second), Decision: denied(300*time.Millisecond, time.Second)},
+		{Limit: spec("per-hour", 1000, time.Hour), Decision: allowed(990, 36*time.Second)},
 	}, false, 0)
 	assert.NotEmpty(t, buf)
 	assert.Equal(t, uint32(503), lr.Status)
@@ -242,9 +244,9 @@ func TestDenyRendersAProblemDocument(t *testing.T) {
 			r := responseOf(t, tc.response)
 			var lr LocalResponse
 			r.Deny(&lr, nil, []Outcome{
-				{spec("per-minute", 100, time.Minute), denied(20*time.Second, 50*time.Second)},
-				{spec("per-second", 10, time.Second), denied(time.Second, time.Second)},
-				{spec("per-day", 1e5, 24*time.Hour), allowed(5, time.Hour)},
+				{Limit: spec("per-minute", 100, time.Minute), Decision: denied(20*time.Second, 50*time.Second)},
+				{Limit: spec("per-second", 10, time.Second), Decision: denied(time.Second, time.Second)},
+				{Limit: spec("per-day", 1e5, 24*time.Hour), Decision: allowed(5, time.Hour)},
 			}, false, 0)
 			ct, _ := header(t, lr.Headers, "content-type")
 			assert.Equal(t, "application/problem+json", ct)
@@ -269,7 +271,7 @@ func TestDenyRendersAProblemDocument(t *testing.T) {
 func TestDenyAnswersGRPCWithResourceExhausted(t *testing.T) {
 	r := responseOf(t, `{"body_format": "problem_json", "body": "quota exceeded", "headers": {"content-type": "text/html", "x-a": "b"}}`)
 	var lr LocalResponse
-	r.Deny(&lr, nil, []Outcome{{spec("p", 10, time.Second), denied(2*time.Second, 2*time.Second)}}, true, 0)
+	r.Deny(&lr, nil, []Outcome{{Limit: spec("p", 10, time.Second), Decision: denied(2*time.Second, 2*time.Second)}}, true, 0)
 	assert.Equal(t, uint32(200), lr.Status)
 	assert.Equal(t, GRPCResourceExhausted, lr.GRPCStatus)
 	assert.Equal(t, "quota exceeded", string(lr.Body), "the body becomes grpc-message")
@@ -304,8 +306,8 @@ func TestIsGRPC(t *testing.T) {
 func TestRetryAfterIsNeverEarlierThanTAndJittersWithinBounds(t *testing.T) {
 	r := responseOf(t, `{"retry_after_jitter": "2500ms"}`)
 	outcomes := []Outcome{
-		{spec("a", 10, time.Second), denied(1500*time.Millisecond, time.Second)},
-		{spec("b", 100, time.Minute), denied(42*time.Second+time.Microsecond, time.Minute)},
+		{Limit: spec("a", 10, time.Second), Decision: denied(1500*time.Millisecond, time.Second)},
+		{Limit: spec("b", 100, time.Minute), Decision: denied(42*time.Second+time.Microsecond, time.Minute)},
 	}
 	seen := map[int64]bool{}
 	var lr LocalResponse
@@ -350,8 +352,8 @@ func TestDenyOmitsRetryAfterWhenTheCostCanNeverFit(t *testing.T) {
 	r := responseOf(t, `{}`)
 	var lr LocalResponse
 	r.Deny(&lr, nil, []Outcome{
-		{spec("small", 10, time.Second), algorithms.Decision{Remaining: 10, RetryAfter: algorithms.RetryNever}},
-		{spec("other", 10, time.Second), denied(time.Second, time.Second)},
+		{Limit: spec("small", 10, time.Second), Decision: algorithms.Decision{Remaining: 10, RetryAfter: algorithms.RetryNever}},
+		{Limit: spec("other", 10, time.Second), Decision: denied(time.Second, time.Second)},
 	}, false, 0)
 	_, has := header(t, lr.Headers, HeaderRetryAfter)
 	assert.False(t, has)
@@ -363,12 +365,12 @@ func TestDenyOmitsRetryAfterWhenTheCostCanNeverFit(t *testing.T) {
 
 func TestOutcomesAreOrderedMostRestrictiveFirst(t *testing.T) {
 	o := []Outcome{
-		{spec("allowed-many", 1, time.Second), allowed(50, time.Second)},
-		{spec("denied-short", 1, time.Second), denied(time.Second, time.Second)},
-		{spec("allowed-few-early", 1, time.Second), allowed(2, time.Second)},
-		{spec("allowed-few-late", 1, time.Second), allowed(2, time.Minute)},
-		{spec("denied-long", 1, time.Second), denied(time.Minute, time.Minute)},
-		{spec("allowed-few-early-2", 1, time.Second), allowed(2, time.Second)},
+		{Limit: spec("allowed-many", 1, time.Second), Decision: allowed(50, time.Second)},
+		{Limit: spec("denied-short", 1, time.Second), Decision: denied(time.Second, time.Second)},
+		{Limit: spec("allowed-few-early", 1, time.Second), Decision: allowed(2, time.Second)},
+		{Limit: spec("allowed-few-late", 1, time.Second), Decision: allowed(2, time.Minute)},
+		{Limit: spec("denied-long", 1, time.Second), Decision: denied(time.Minute, time.Minute)},
+		{Limit: spec("allowed-few-early-2", 1, time.Second), Decision: allowed(2, time.Second)},
 	}
 	sortOutcomes(o)
 	var names []string
@@ -381,7 +383,7 @@ func TestOutcomesAreOrderedMostRestrictiveFirst(t *testing.T) {
 func TestDenyReusesTheLocalResponse(t *testing.T) {
 	r := responseOf(t, `{"body_format": "problem_json"}`)
 	var lr LocalResponse
-	outcomes := []Outcome{{spec("p", 10, time.Second), denied(time.Second, time.Second)}}
+	outcomes := []Outcome{{Limit: spec("p", 10, time.Second), Decision: denied(time.Second, time.Second)}}
 	buf := r.Deny(&lr, nil, outcomes, false, 0)
 	first := len(lr.Headers)
 	buf = r.Deny(&lr, buf[:0], outcomes, false, 0)
@@ -402,8 +404,8 @@ func TestPairsCopiesValuesOnce(t *testing.T) {
 func TestRenderingDoesNotAllocate(t *testing.T) {
 	r := responseOf(t, `{"body_format": "problem_json", "rate_limit_headers": ["ietf", "draft03"], "headers": {"x-a": "b"}}`)
 	outcomes := []Outcome{
-		{spec("per-second", 10, time.Second), denied(time.Second, time.Second)},
-		{spec("per-hour", 1000, time.Hour), allowed(5, time.Minute)},
+		{Limit: spec("per-second", 10, time.Second), Decision: denied(time.Second, time.Second)},
+		{Limit: spec("per-hour", 1000, time.Hour), Decision: allowed(5, time.Minute)},
 	}
 	fields := make([]Field, 0, 16)
 	buf := make([]byte, 0, 1024)
@@ -444,7 +446,7 @@ func BenchmarkAllowedRequest(b *testing.B) {
 			}
 			_, _ = r.Cost(req)
 			for i := range limits {
-				outcomes = append(outcomes, Outcome{&limits[i], allowed(limits[i].Limit.Quota-1, time.Second)})
+				outcomes = append(outcomes, Outcome{Limit: &limits[i], Decision: allowed(limits[i].Limit.Quota-1, time.Second)})
 			}
 		}
 		fields, buf = c.Response.AppendAllowed(fields[:0], buf[:0], outcomes)
@@ -454,7 +456,7 @@ func BenchmarkAllowedRequest(b *testing.B) {
 func BenchmarkDeny(b *testing.B) {
 	c := mustParse(b, `{"response": {"body_format": "problem_json", "retry_after_jitter": "1s"}, "rules": [{"name": "r", "limits": [{"rate": "10/s"}, {"rate": "1000/h"}]}]}`)
 	limits, _ := specs(c.Rules()[0].Limits(nil))
-	outcomes := []Outcome{{&limits[0], denied(time.Second, time.Second)}, {&limits[1], allowed(10, time.Minute)}}
+	outcomes := []Outcome{{Limit: &limits[0], Decision: denied(time.Second, time.Second)}, {Limit: &limits[1], Decision: allowed(10, time.Minute)}}
 	var lr LocalResponse
 	buf := make([]byte, 0, 1024)
 	b.ReportAllocs()
@@ -508,7 +510,7 @@ func TestTIsTheTimeUntilMoreQuotaComesNotUntilTheQuotaIsFull(t *testing.T) {
 			ds, _, _ := decisions(t, tc.limit, tc.steps...)
 			last := ds[len(ds)-1]
 			require.True(t, last.Allowed)
-			assert.Equal(t, tc.want, rateLimitT(t, r, Outcome{&LimitSpec{Name: "p", Limit: tc.limit}, last}))
+			assert.Equal(t, tc.want, rateLimitT(t, r, Outcome{Limit: &LimitSpec{Name: "p", Limit: tc.limit}, Decision: last}))
 		})
 	}
 }
@@ -519,7 +521,7 @@ func TestTIsZeroWhenNothingIsUsedWhateverTheAlgorithm(t *testing.T) {
 		l := algorithms.Limit{Kind: k, Quota: 100, Window: time.Minute}
 		d, err := l.Peek(nil, int64(1_800_000_000)*int64(time.Second))
 		require.NoError(t, err)
-		assert.Equal(t, int64(0), rateLimitT(t, r, Outcome{&LimitSpec{Name: "big", Limit: l}, d}), "%v", k)
+		assert.Equal(t, int64(0), rateLimitT(t, r, Outcome{Limit: &LimitSpec{Name: "big", Limit: l}, Decision: d}), "%v", k)
 	}
 }
 
@@ -531,7 +533,7 @@ func TestTOfTheSlidingAlgorithmsIsNeverEarlierThanMoreQuotaComes(t *testing.T) {
 	for _, k := range []algorithms.Kind{algorithms.SlidingLog, algorithms.SlidingWindow} {
 		l := algorithms.Limit{Kind: k, Quota: 10, Window: time.Minute}
 		ds, state, now := decisions(t, l, [2]int64{0, 3}, [2]int64{int64(25 * time.Second), 2})
-		tt := rateLimitT(t, r, Outcome{&LimitSpec{Name: "p", Limit: l}, ds[1]})
+		tt := rateLimitT(t, r, Outcome{Limit: &LimitSpec{Name: "p", Limit: l}, Decision: ds[1]})
 		later, err := l.Peek(state, now+tt*int64(time.Second))
 		require.NoError(t, err)
 		assert.Greater(t, later.Remaining, ds[1].Remaining, "%v: after t more quota is there", k)
@@ -545,7 +547,7 @@ func TestADenialReportsTheOtherLimitsUncharged(t *testing.T) {
 	r := responseOf(t, `{}`)
 	hourly := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 100, Window: time.Hour}
 	ds, state, now := decisions(t, hourly, [2]int64{0, 1}, [2]int64{0, 1})
-	allowedT := rateLimitT(t, r, Outcome{&LimitSpec{Name: "hourly", Limit: hourly}, ds[1]})
+	allowedT := rateLimitT(t, r, Outcome{Limit: &LimitSpec{Name: "hourly", Limit: hourly}, Decision: ds[1]})
 	uncharged, err := hourly.Peek(state, now)
 	require.NoError(t, err)
 	big := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 100, Window: time.Minute}
@@ -554,9 +556,9 @@ func TestADenialReportsTheOtherLimitsUncharged(t *testing.T) {
 
 	var lr LocalResponse
 	r.Deny(&lr, nil, []Outcome{
-		{&LimitSpec{Name: "burst", Limit: hourly}, denied(2*time.Second, 2*time.Second)},
-		{&LimitSpec{Name: "hourly", Limit: hourly}, uncharged},
-		{&LimitSpec{Name: "big", Limit: big}, full},
+		{Limit: &LimitSpec{Name: "burst", Limit: hourly}, Decision: denied(2*time.Second, 2*time.Second)},
+		{Limit: &LimitSpec{Name: "hourly", Limit: hourly}, Decision: uncharged},
+		{Limit: &LimitSpec{Name: "big", Limit: big}, Decision: full},
 	}, false, 0)
 	rl, _ := header(t, lr.Headers, HeaderRateLimit)
 	assert.Equal(t, []policy{

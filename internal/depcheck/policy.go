@@ -30,7 +30,8 @@ var Policy = []Rule{
 	{"internal/shedsim", []string{"shed"}},
 	{"internal/fnv", nil},
 	{"internal/sfv", nil},
-	{"rules", []string{"algorithms", "shed", "internal/fnv"}},
+	{"internal/siphash", nil},
+	{"rules", []string{"algorithms", "shed", "internal/fnv", "internal/siphash"}},
 	{"wire", []string{"algorithms", "internal/fnv"}},
 	// The SDK reaches sharedstate only through its host store (checked file by file below).
 	{"sharedstate", []string{"algorithms", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
