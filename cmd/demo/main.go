@@ -3,10 +3,12 @@
 //   - the decision service (cmd/meshlimit-service's handler) with its in-memory store;
 //   - a small upstream;
 //   - the compiled filter (build/meshlimit.wasm) in the Envoy-like host of package envoyhost, with
-//     several worker VMs, behind a local HTTP proxy, configured with a local and a global rule;
+//     several worker VMs, behind a local HTTP proxy, configured with local and global rules, a
+//     concurrency limit and a shedder;
 //
-// then sends bursts of real HTTP requests through the proxy, prints each answer as it comes, and ends
-// with a report. `make demo` builds the module and runs it; it exits by itself.
+// then sends bursts of real HTTP requests through the proxy (parallel ones against a slow upstream for
+// the concurrency limit and the shedder, layers.go), prints each answer as it comes, and ends with a
+// report. `make demo` builds the module and runs it; it exits by itself.
 package main
 
 import (
@@ -86,8 +88,10 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 	}
 	defer stopSvc()
 
-	// The upstream.
+	// The upstream, slow on the paths of the gate (layers.go).
+	slow := newGate()
 	upAddr, stopUp, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		slow.hold(r)
 		w.Header().Set("content-type", "application/json")
 		if r.URL.Path == "/signin" && r.Header.Get("x-password") != "hunter2" {
 			w.WriteHeader(http.StatusUnauthorized) // a failed sign-in: what count_on counts
@@ -116,7 +120,7 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 		return fmt.Errorf("loading %s: %w (%s)", wasmPath, err, startLog)
 	}
 	defer p.Close()
-	proxy := &envoyhost.HTTPProxy{Plugin: p, Upstream: "http://" + upAddr, RouteName: route}
+	proxy := &streams{h: &envoyhost.HTTPProxy{Plugin: p, Upstream: "http://" + upAddr, RouteName: route}}
 	proxyAddr, stopProxy, err := serve(proxy)
 	if err != nil {
 		return err
@@ -198,6 +202,10 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 		if err := send("POST /login (198.51.100.23)", "POST", "/login", "x-forwarded-for", "198.51.100.23"); err != nil {
 			return err
 		}
+	}
+
+	if err := layers(ctx, out, client, proxyAddr, slow, proxy); err != nil {
+		return err
 	}
 
 	fmt.Fprintln(out, "\nReport")

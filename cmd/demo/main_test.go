@@ -30,4 +30,11 @@ func TestTheDemoRunsAndReports(t *testing.T) {
 	assert.Contains(t, report, "HTTP/1.1 429 Too Many Requests")
 	assert.Contains(t, report, `Ratelimit-Policy: "search";q=4;w=60;qu="requests"`)
 	assert.Contains(t, report, `meshlimit_decisions_total{algorithm="token_bucket",result="denied"} 1`)
+
+	assert.Contains(t, report, "while they run: 3 in flight at the upstream, 5 answered 429 at once", "a concurrency limit of 3")
+	assert.Contains(t, report, `a 429: RateLimit-Policy: "gpu-slots";q=3;qu="concurrent-requests"  RateLimit: "gpu-slots";r=0  (no Retry-After`)
+	assert.Contains(t, report, "in the end: 3 answered 200, 5 answered 429")
+	assert.Contains(t, report, "sheddable: 7 admitted, 3 shed with 503 (Retry-After: ", "sheddable is shed from 70% of 10")
+	assert.Contains(t, report, "critical:  3 admitted, 0 shed", "critical passes while sheddable is shed")
+	assert.Contains(t, report, "meshlimit.shed.sheddable.shed                  3")
 }
