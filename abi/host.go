@@ -1,6 +1,9 @@
 package abi
 
-import "strings"
+import (
+	"encoding/binary"
+	"strings"
+)
 
 // Status is a proxy-wasm status as the host returns it.
 type Status uint32
@@ -53,4 +56,20 @@ const (
 // Encode a fixed path once and pass the result to GetProperty on every request.
 func PropertyPath(segments ...string) []byte {
 	return []byte(strings.Join(segments, "\x00"))
+}
+
+// AppendHeaderMap appends pairs to dst serialized as the host reads a header map: the number of
+// pairs, then each pair's name and value sizes, then each name and value followed by a NUL byte, every
+// number a little-endian uint32.
+func AppendHeaderMap(dst []byte, pairs [][2]string) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(pairs)))
+	for _, kv := range pairs {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(kv[0])))
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(kv[1])))
+	}
+	for _, kv := range pairs {
+		dst = append(append(dst, kv[0]...), 0)
+		dst = append(append(dst, kv[1]...), 0)
+	}
+	return dst
 }

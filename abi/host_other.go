@@ -65,6 +65,11 @@ func AddHeader(m MapType, name string, value []byte) Status {
 	return StatusBadArgument
 }
 
+// SendLocalResponse asks the host to answer the current stream locally once the callback returns.
+func SendLocalResponse(status uint32, headers [][2]string, body []byte, grpcStatus int32, buf []byte) ([]byte, Status) {
+	return buf[:0], statusOf(proxywasm.SendHttpResponse(status, headers, body, grpcStatus))
+}
+
 func statusOf(err error) Status {
 	switch {
 	case err == nil:

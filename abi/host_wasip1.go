@@ -85,3 +85,13 @@ func SetSharedData(key string, value []byte, cas uint32) Status {
 func AddHeader(m MapType, name string, value []byte) Status {
 	return Status(hostAddHeaderMapValue(uint32(m), unsafe.Pointer(unsafe.StringData(name)), int32(len(name)), unsafe.Pointer(unsafe.SliceData(value)), int32(len(value))))
 }
+
+// SendLocalResponse asks the host to answer the current stream with status, headers, body and gRPC
+// status (-1: not gRPC), once the callback returns. The headers are serialized into buf, which is
+// returned for reuse: no allocation once it is large enough.
+func SendLocalResponse(status uint32, headers [][2]string, body []byte, grpcStatus int32, buf []byte) ([]byte, Status) {
+	buf = AppendHeaderMap(buf[:0], headers)
+	st := hostSendLocalResponse(status, nil, 0, unsafe.Pointer(unsafe.SliceData(body)), int32(len(body)),
+		unsafe.Pointer(unsafe.SliceData(buf)), int32(len(buf)), grpcStatus)
+	return buf, Status(st)
+}

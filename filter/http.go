@@ -4,6 +4,7 @@ import (
 	"errors"
 	"github.com/meshlimit/meshlimit/rules"
 	"math/rand/v2"
+	"unsafe"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -25,6 +26,7 @@ type scratch struct {
 	local    rules.LocalResponse
 	acquired []heldPermit // the permits taken for the current request (concurrency.go)
 	pairs    [][2]string
+	sent     []byte         // the local response's headers as the host reads them (abi.SendLocalResponse)
 	deciding int            // the index of the rule being decided, or -1: whose failure_mode a panic applies
 	settle   settleScratch  // the reservations of the current request (settle.go)
 	resp     respondState   // counted rules' charges and the denying rule (respond.go)
@@ -204,11 +206,21 @@ func (h *httpContext) deny() {
 	s := &p.scratch
 	ct, _ := s.req.Header("content-type")
 	s.buf = p.cfg.Response.Deny(&s.local, s.buf[:0], s.outcomes, rules.IsGRPC(ct), rand.Uint64())
-	s.pairs = h.explain(rules.Pairs(s.pairs[:0], s.local.Headers))
+	s.pairs = h.explain(fieldViews(s.pairs[:0], s.local.Headers))
 	h.charges = h.charges[:0] // the local reply is not a response to charge
-	if err := proxywasm.SendHttpResponse(s.local.Status, s.pairs, s.local.Body, s.local.GRPCStatus); err != nil {
-		proxywasm.LogErrorf("meshlimit: sending the local response: %v", err)
+	var st abi.Status
+	if s.sent, st = abi.SendLocalResponse(s.local.Status, s.pairs, s.local.Body, s.local.GRPCStatus, s.sent); st != abi.StatusOK {
+		proxywasm.LogErrorf("meshlimit: sending the local response: %v", st)
 	}
+}
+
+// fieldViews appends fields to dst as name-value pairs whose values view the fields' bytes: valid
+// until the rendering buffer is reused, which is long enough for the host to copy them.
+func fieldViews(dst [][2]string, fields []rules.Field) [][2]string {
+	for _, f := range fields {
+		dst = append(dst, [2]string{f.Name, unsafe.String(unsafe.SliceData(f.Value), len(f.Value))})
+	}
+	return dst
 }
 
 // OnHttpResponseHeaders implements types.HttpContext: an admitted request's quota fields are added to
