@@ -47,8 +47,12 @@ func (p *pluginContext) blocked(it *globalItem, now int64) (idx int, until int64
 	return idx, until, true
 }
 
-// block records that the key is denied by limit idx until then.
+// block records that the key is denied by limit idx until then. A rule that settles is not cached: a
+// refund (settle_global.go) may make room before the Retry-After.
 func (p *pluginContext) block(it *globalItem, idx int, until int64) {
+	if it.rs.rule.Settle() != nil {
+		return
+	}
 	p.blockEd = blockEditor{now: abi.UnixNano(), until: until, idx: byte(idx)}
 	_, _ = p.records.Update(it.rs.blocked, []byte(it.key), &p.blockEd)
 }

@@ -40,20 +40,24 @@ import (
 //	meshlimit.rule.<rule>.settle_refund  units refunded (unused reservations and 5xx responses)
 //	meshlimit.rule.<rule>.settle_overrun units charged beyond reservations
 //	meshlimit.rule.<rule>.bad_body       request bodies that reserved the default (malformed, missing field, past max_body)
+//	meshlimit.rule.<rule>.settle_call_failed  global rules: settles not applied (the call failed, or was not
+//	                                          made while the breaker was open): the reservation stays charged
 
 // settleRule is what a settling rule keeps: its counters, defined on first use.
 type settleRule struct {
 	settled, kept, refund, overrun, badBody proxywasm.MetricCounter
+	callFailed                              proxywasm.MetricCounter // global rules: settles the service did not apply
 }
 
 func newSettleRule(rule string) *settleRule {
 	p := "meshlimit.rule." + rule + "."
 	return &settleRule{
-		settled: proxywasm.DefineCounterMetric(p + "settled"),
-		kept:    proxywasm.DefineCounterMetric(p + "settle_kept"),
-		refund:  proxywasm.DefineCounterMetric(p + "settle_refund"),
-		overrun: proxywasm.DefineCounterMetric(p + "settle_overrun"),
-		badBody: proxywasm.DefineCounterMetric(p + "bad_body"),
+		settled:    proxywasm.DefineCounterMetric(p + "settled"),
+		kept:       proxywasm.DefineCounterMetric(p + "settle_kept"),
+		refund:     proxywasm.DefineCounterMetric(p + "settle_refund"),
+		overrun:    proxywasm.DefineCounterMetric(p + "settle_overrun"),
+		badBody:    proxywasm.DefineCounterMetric(p + "bad_body"),
+		callFailed: proxywasm.DefineCounterMetric(p + "settle_call_failed"),
 	}
 }
 
@@ -75,6 +79,10 @@ type reservation struct {
 	reserved  int64
 	value     int64 // the cost read from the answer, when found
 	found     bool
+	// spec is a global rule's limits: the reservation was charged by the service, which settles it
+	// (settle_global.go); charged has bit k set when it charged spec[k].
+	spec    []rules.LimitSpec
+	charged uint64
 }
 
 // pendingBody is a rule whose reservation waits for the request body.
@@ -257,6 +265,10 @@ func (p *pluginContext) settleOne(st *settling, r *reservation, now int64) {
 // adjust applies delta units to a reservation's state.
 func (p *pluginContext) adjust(r *reservation, delta, now int64) {
 	if delta == 0 {
+		return
+	}
+	if r.spec != nil {
+		p.settleGlobal(r, delta, now)
 		return
 	}
 	s := &p.scratch.settle

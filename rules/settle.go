@@ -234,14 +234,20 @@ func (v *validator) jsonPath(path, s string) []string {
 	return segs
 }
 
-// checkSettle rejects what a settling rule cannot do: count in the global service (not yet: the
-// wire contract has no settlement), or use a limit whose state cannot take a refund.
+// checkSettle rejects what a settling rule cannot do: count in both scopes at once, reserve from the
+// request body or take a lease in the global service (its reservation is decided with the request
+// headers, in one call), or use a limit whose state cannot take a refund.
 func (v *validator) checkSettle(path string, r *Rule) {
 	if r.cost.reserve == nil {
 		return
 	}
-	if r.Scope != ScopeLocal {
-		v.failf(path+".cost", "a cost that reserves and settles works with scope local only, not %q", r.Scope.String())
+	switch {
+	case r.Scope == ScopeBoth:
+		v.failf(path+".cost", "a cost that reserves and settles works with scope local or global, not %q", r.Scope.String())
+	case r.Scope == ScopeGlobal && r.ReservesFromBody():
+		v.failf(path+".cost", "a reservation read from the request body works with scope local only, not %q", r.Scope.String())
+	case r.Scope == ScopeGlobal && r.lease != nil:
+		v.failf(path+".cost", "a cost that reserves and settles cannot use a global lease (the lease's batch is not one request's reservation)")
 	}
 	for _, set := range r.sets {
 		for j := range set.Limits {

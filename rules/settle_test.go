@@ -90,11 +90,25 @@ func TestSettleConfigErrorsNameTheirField(t *testing.T) {
 	}
 }
 
-func TestAGlobalRuleCannotSettleYet(t *testing.T) {
-	_, err := ParseConfig([]byte(`{"global": {"cluster": "rl"}, "rules": [{"name": "r", "scope": "global", "limits": [{"rate": "10/s"}],
-		"cost": {"settle": {"body_bytes": "response"}}}]}`))
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "scope local only")
+// A global rule settles through the service when its reservation is known with the request headers;
+// what the global path cannot do is refused, naming the field.
+func TestAGlobalRuleSettlesWhatItsOneCallCanReserve(t *testing.T) {
+	const global = `{"global": {"cluster": "outbound|8081||rls.default.svc.cluster.local"}, "rules": [{"name": "r", "limits": [{"rate": "10/s"}], `
+	cfg, err := ParseConfig([]byte(global + `"scope": "global", "cost": {"header": "x-estimate", "default": 5, "settle": {"response_json": "usage.total_tokens"}}}]}`))
+	require.NoError(t, err)
+	require.NotNil(t, cfg.Rules()[0].Settle(), "a global rule reserving from a header settles")
+	for _, tt := range []struct{ name, rule, msg string }{
+		{"a rule of both scopes does not settle", `"scope": "both", "cost": {"settle": {"body_bytes": "response"}}`, `scope local or global, not "both"`},
+		{"a global rule does not reserve from the request body", `"scope": "global", "cost": {"request_json": "max_tokens", "default": 5, "settle": {"response_json": "usage.total_tokens"}}`, "a reservation read from the request body works with scope local only"},
+		{"a global rule that settles takes no lease", `"scope": "global", "lease": {"batch": 5}, "cost": {"settle": {"body_bytes": "response"}}`, "cannot use a global lease"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(global + tt.rule + `}]}`))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "rules[0].cost")
+			assert.Contains(t, err.Error(), tt.msg)
+		})
+	}
 }
 
 func TestJSONIntFindsTheFieldAndRejectsTheRest(t *testing.T) {
