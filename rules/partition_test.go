@@ -124,3 +124,13 @@ func TestRenderingWithPartitionKeysDoesNotAllocate(t *testing.T) {
 		buf = c.Response.Deny(&lr, buf[:0], outcomes, false, 0)
 	}), "Deny")
 }
+
+// BenchmarkPartition is the cost pk adds to each rule that applies to a request.
+func BenchmarkPartition(b *testing.B) {
+	c := mustParse(b, `{"response": {"partition_key": true, "partition_key_secret": "0123456789abcdef"}, `+pkRules+`}`)
+	rule, key := c.Rules()[0], []byte("2001:db8:1234:5678::/64")
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = c.Response.Partition(rule, key)
+	}
+}
