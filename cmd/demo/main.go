@@ -207,6 +207,9 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 	if err := layers(ctx, out, client, proxyAddr, slow, proxy); err != nil {
 		return err
 	}
+	if err := budget(ctx, out, client, p); err != nil { // budget.go: reserve, then settle
+		return err
+	}
 
 	fmt.Fprintln(out, "\nReport")
 	labels := make([]string, 0, len(tallies))

@@ -37,4 +37,10 @@ func TestTheDemoRunsAndReports(t *testing.T) {
 	assert.Contains(t, report, "sheddable: 7 admitted, 3 shed with 503 (Retry-After: ", "sheddable is shed from 70% of 10")
 	assert.Contains(t, report, "critical:  3 admitted, 0 shed", "critical passes while sheddable is shed")
 	assert.Contains(t, report, "meshlimit.shed.sheddable.shed                  3")
+
+	assert.Contains(t, report, `max_tokens 400   200  used 120: 280 refunded        RateLimit at admission: "tokens";r=600;`, "the unused reservation comes back")
+	assert.Contains(t, report, `max_tokens 800   200  used 800: as reserved         RateLimit at admission: "tokens";r=80;`, "880 were left after the refund")
+	assert.Contains(t, report, "max_tokens 200   429  the reservation does not fit what is left")
+	assert.Contains(t, report, "max_tokens 50    200  used  75: 25 over-run charged", "an over-run is charged")
+	assert.Contains(t, report, "settled 3 completions: 280 tokens refunded, 25 charged beyond their reservations")
 }
