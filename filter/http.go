@@ -145,25 +145,37 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if r.CountOn != nil {
 		return p.checkCounted(rs, set, key, cost, now)
 	}
-	if r.Scope != rules.ScopeLocal {
-		it := globalItem{rs: rs, spec: set.Limits, key: string(key), cost: cost}
-		if r.Lease() != nil && p.spendLease(&it, now) {
-			rs.metrics.leaseSpent.Increment(1)
-			rs.metrics.allowed.Increment(1)
-			return false
-		}
-		s.globals = append(s.globals, it)
-		if r.Lease() != nil {
-			p.wantLease(&it, now)
-		}
-		if r.Scope == rules.ScopeGlobal {
-			return false
-		}
+	if r.Scope != rules.ScopeLocal && p.queueGlobal(rs, set, key, cost, now) {
+		return false
 	}
 	enforced := p.cfg.Enforce && !r.Shadow && r.EnforcedFor(key)
 	if rs.permits != nil {
 		return p.acquirePermit(rs, key, now, enforced)
 	}
+	return p.decideLocal(rs, set, key, cost, now, enforced)
+}
+
+// queueGlobal queues a global (or both) rule's decision for the service, unless leased units admit
+// the request at once. It reports whether nothing is left to decide locally.
+func (p *pluginContext) queueGlobal(rs *ruleState, set *rules.LimitSet, key []byte, cost, now int64) (done bool) {
+	r := rs.rule
+	it := globalItem{rs: rs, spec: set.Limits, key: string(key), cost: cost}
+	if r.Lease() != nil && p.spendLease(&it, now) {
+		rs.metrics.leaseSpent.Increment(1)
+		rs.metrics.allowed.Increment(1)
+		return true
+	}
+	p.scratch.globals = append(p.scratch.globals, it)
+	if r.Lease() != nil {
+		p.wantLease(&it, now)
+	}
+	return r.Scope == rules.ScopeGlobal
+}
+
+// decideLocal decides a rule's key against its shared-data table, records the outcome and reports
+// whether the request is denied.
+func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []byte, cost, now int64, enforced bool) (denied bool) {
+	s, r := &p.scratch, rs.rule
 	out, err := p.limiter.Take(rs.tables[set.Index], key, now, cost)
 	if out.Attempts > 1 {
 		rs.metrics.casRetries.Increment(uint64(out.Attempts - 1))
