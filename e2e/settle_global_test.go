@@ -192,3 +192,48 @@ func TestAGlobalReservationOfARequestALaterRuleDeniesIsRefunded(t *testing.T) {
 	settleAnswer(t, s, 200, "application/json", usageOf(600))
 	assert.Equal(t, int64(1), svc.settles.Load())
 }
+
+// TestAGlobalSettleThatIsLostKeepsTheReservationAndNeverBlocksTheStream: the service goes away
+// while a completion runs; its refund is sent and lost, the response reaches the client whole, the
+// breaker is left alone (a settle is not a check), and the reservation stays charged.
+func TestAGlobalSettleThatIsLostKeepsTheReservationAndNeverBlocksTheStream(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	p := load(t, module(t, "meshlimit"), globalBudget(""), 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	s, ok := openGlobalReserving(t, p.VM(0), "alice", 600)
+	require.True(t, ok)
+	svc.down.Store(true)
+	settleAnswer(t, s, 200, "application/json", usageOf(100))
+	assert.Equal(t, []byte(usageOf(100)), s.DownstreamBody())
+	redistest.WaitFor(t, 10*time.Second, "the refund reached the service, which was down", func() bool { return svc.calls.Load() == 2 })
+	assert.Equal(t, int64(500), counter(p, "meshlimit.rule.tokens.settle_refund"), "the refund was decided")
+	assert.Zero(t, counter(p, "meshlimit.global.failures"), "a settle is not a check: the breaker does not count it")
+	svc.down.Store(false)
+	s, ok = openGlobalReserving(t, p.VM(0), "alice", 400)
+	require.True(t, ok, "600 stayed charged: 400 still fit")
+	settleAnswer(t, s, 200, "application/json", usageOf(400))
+	_, ok = openGlobalReserving(t, p.VM(0), "alice", 1)
+	assert.False(t, ok, "the refund was lost: the budget is spent")
+}
+
+// TestAGlobalSettleIsNotSentWhileTheBreakerIsOpenAndIsCounted: after the service failed three checks
+// the breaker is open; a stream admitted before settles into nothing (no call, no probe taken) and
+// the filter counts it.
+func TestAGlobalSettleIsNotSentWhileTheBreakerIsOpenAndIsCounted(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	p := load(t, module(t, "meshlimit"), globalBudget(""), 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	s, ok := openGlobalReserving(t, p.VM(0), "alice", 600)
+	require.True(t, ok)
+	svc.down.Store(true)
+	for range 3 { // the default failure_mode allows them
+		other, ok := openGlobalReserving(t, p.VM(0), "bob", 1)
+		require.True(t, ok)
+		require.NoError(t, other.Close())
+	}
+	require.Equal(t, int64(1), counter(p, "meshlimit.global.breaker_opened"))
+	calls := svc.calls.Load()
+	settleAnswer(t, s, 200, "application/json", usageOf(100))
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.tokens.settle_call_failed"))
+	assert.Equal(t, calls, svc.calls.Load(), "no call while the breaker is open")
+}

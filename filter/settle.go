@@ -40,8 +40,8 @@ import (
 //	meshlimit.rule.<rule>.settle_refund  units refunded (unused reservations and 5xx responses)
 //	meshlimit.rule.<rule>.settle_overrun units charged beyond reservations
 //	meshlimit.rule.<rule>.bad_body       request bodies that reserved the default (malformed, missing field, past max_body)
-//	meshlimit.rule.<rule>.settle_call_failed  global rules: settles not applied (the call failed, or was not
-//	                                          made while the breaker was open): the reservation stays charged
+//	meshlimit.rule.<rule>.settle_call_failed  global rules: settles not sent (breaker open, call refused) or
+//	                                          answered with a failure while the stream lived (settle_global.go)
 
 // settleRule is what a settling rule keeps: its counters, defined on first use.
 type settleRule struct {

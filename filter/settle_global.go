@@ -17,9 +17,12 @@ import (
 // service's counter, so they overshoot it by at most what they use beyond their reservations, and
 // that over-run is charged to the key when they settle.
 //
-// A settle that cannot be applied keeps the reservation charged, and is counted (settle_call_failed):
-// the call failed, or the breaker was open (settles do not probe it). A request decided by the
-// fallback limits, or by failure_mode, has no global reservation: nothing is settled.
+// A settle that cannot be applied keeps the reservation charged. The filter counts in
+// settle_call_failed the settles it could not send (the breaker open: settles do not probe it; the
+// cluster refused the call) and the answers other than 200 it sees; it does not see the answer to a
+// settle sent as the stream ends, because the SDK drops an answer whose calling stream context is
+// gone: the service's metrics (meshlimit_errors_total) count those failures. A request decided by
+// the fallback limits, or by failure_mode, has no global reservation: nothing is settled.
 
 // reserveGlobal records, from the service's answer, the reservations of the global rules that settle:
 // the limits the service charged (an allowed decision; a denied or skipped one charged nothing). A
@@ -80,7 +83,7 @@ func (p *pluginContext) settleGlobal(r *reservation, delta, now int64) {
 }
 
 // onSettleAnswer counts a settle the service did not apply (anything but a 200; the answer's body,
-// the settled count, is not needed).
+// the settled count, is not needed). It runs only while the calling stream's context lives.
 func (p *pluginContext) onSettleAnswer(m *settleRule, numHeaders int) {
 	defer p.recoverPanic("a settle answer")
 	status := ""
