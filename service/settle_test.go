@@ -118,3 +118,21 @@ func TestSettlingASlidingLimitIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRedisReserveThenSettle measures one reservation and its settle (a refund of part of
+// it) on a loopback redis-server: two scripts.
+func BenchmarkRedisReserveThenSettle(b *testing.B) {
+	rs := startRedis(b)
+	s := newRedisStore(b, rs.Addr())
+	ctx := context.Background()
+	l := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: algorithms.MaxQuota, Window: time.Hour}
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := s.Decide(ctx, Request{Key: "bench", Limit: l, Cost: 500}); err != nil || !d.Allowed {
+			b.Fatal(err, d)
+		}
+		if err := s.Settle(ctx, SettleRequest{Key: "bench", Limit: l, Delta: -380}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -169,6 +169,7 @@ func FuzzDecodeAnswer(f *testing.F) {
 		`{"allowed":true,"decisions":[{"allowed":true,"limit":100,"remaining":42,"reset_ms":580,"retry_after_ms":0}]}`,
 		`{"allowed":false,"decisions":[{"allowed":false,"limit":3,"remaining":0,"reset_ms":1,"retry_after_ms":-1,"delay_ms":4,"skipped":true,"x":{"y":["\u00e9",null]}}]}`,
 		`{"error":"store unavailable"}`, `{"allowed":true,"decisions":[]}`, `[`, ``,
+		`{"allowed":true,"decisions":[],"settled":3}`, `{"allowed":true,"decisions":[],"renewed":1,"released":0,"settled":-2}`,
 	} {
 		f.Add([]byte(seed), 1)
 	}
