@@ -136,6 +136,7 @@ func TestParseConfigRejectsEachFailureModeWithItsFieldPath(t *testing.T) {
 		{"extra-header-reserved", `response.headers["Retry-After"]`, `"retry-after" is set by the filter`},
 		{"extra-header-crlf", `response.headers["x-note"]`, "contains CR, LF or NUL"},
 		{"jitter-bad-unit", "response.retry_after_jitter", `unknown unit "x"`},
+		{"partition-key-secret-short", "response.partition_key_secret", "5 bytes: want 16 to 256"},
 		{"log-level-unknown", "log_level", `unknown level "verbose"`},
 	}
 	covered := map[string]bool{}
@@ -244,6 +245,8 @@ func TestParseConfigCompilesEveryField(t *testing.T) {
 	}, c.Global)
 	assert.Equal(t, "ietf+draft03", c.Response.headerSetNames())
 	assert.Equal(t, 2*time.Second, c.Response.RetryAfterJitter)
+	assert.True(t, c.Response.partitionKey)
+	assert.NotEqual(t, [2]uint64{}, c.Response.pkKey)
 
 	r := c.Rules()[0]
 	assert.Equal(t, ScopeBoth, r.Scope)
