@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/meshlimit/meshlimit/internal/siphash"
 )
 
 // recordVersion is the first byte of every record value. A change of layout changes it, and the key
@@ -84,7 +86,7 @@ type candidates struct {
 // candidates returns the fingerprint of key under the proxy's secret (see Updater) and a generator of
 // its candidate slots.
 func (r *Records) candidates(u *Updater, key []byte) candidates {
-	fp := sipHash24(u.k0^r.seed, u.k1, key)
+	fp := siphash.SumBytes64(u.k0^r.seed, u.k1, key)
 	return candidates{fp: fp, h: fp, max: min(Candidates, int(r.slots)), slots: r.slots}
 }
 

@@ -1,7 +1,9 @@
 // Package siphash is SipHash-2-4 (Aumasson and Bernstein, "SipHash: a fast short-input PRF",
 // 2012): a keyed 64-bit hash that, without the 128-bit key, can neither be computed nor inverted
-// by trying inputs. meshlimit uses it where a hash of a client's key is shown to others (the pk
-// parameter of the RateLimit fields). It does not allocate.
+// by trying inputs. meshlimit uses it wherever a client's key is hashed where the client could
+// aim at the result: the slots and owner fingerprints of shared-data records (package
+// sharedstate, keyed by a per-proxy secret) and the pk parameter of the RateLimit fields. It does
+// not allocate.
 package siphash
 
 import (
