@@ -226,24 +226,7 @@ func (r *Response) Deny(dst *LocalResponse, buf []byte, outcomes []Outcome, grpc
 		dst.Status, dst.GRPCStatus = 200, GRPCResourceExhausted
 	}
 	dst.Headers, buf = r.appendQuota(dst.Headers, buf, outcomes)
-
-	var retry int64 = 1
-	never := false
-	for i := range outcomes {
-		if d := &outcomes[i].Decision; !d.Allowed {
-			never = never || d.RetryAfter == algorithms.RetryNever
-			retry = max(retry, retrySeconds(d))
-		}
-	}
-	start := len(buf)
-	if !never {
-		if r.jitterSecond > 0 {
-			retry += int64(random % uint64(r.jitterSecond+1))
-		}
-		buf = strconv.AppendInt(buf, min(retry, maxSFInteger), 10)
-		dst.Headers = append(dst.Headers, Field{HeaderRetryAfter, buf[start:]})
-	}
-
+	dst.Headers, buf = r.appendRetryAfter(dst.Headers, buf, outcomes, random)
 	if grpc {
 		for _, f := range r.extra {
 			if f.Name != headerContentType {
@@ -267,7 +250,34 @@ func (r *Response) Deny(dst *LocalResponse, buf []byte, outcomes []Outcome, grpc
 		dst.Body = r.textBody
 		return buf
 	}
-	start = len(buf)
+	start := len(buf)
+	buf = r.appendProblem(buf, outcomes)
+	dst.Body = buf[start:]
+	return buf
+}
+
+// appendRetryAfter appends Retry-After: the longest wait of the limits that denied, at least 1 s,
+// plus the configured jitter; none when a denying cost can never fit.
+func (r *Response) appendRetryAfter(dst []Field, buf []byte, outcomes []Outcome, random uint64) ([]Field, []byte) {
+	var retry int64 = 1
+	for i := range outcomes {
+		if d := &outcomes[i].Decision; !d.Allowed {
+			if d.RetryAfter == algorithms.RetryNever {
+				return dst, buf
+			}
+			retry = max(retry, retrySeconds(d))
+		}
+	}
+	if r.jitterSecond > 0 {
+		retry += int64(random % uint64(r.jitterSecond+1))
+	}
+	start := len(buf)
+	buf = strconv.AppendInt(buf, min(retry, maxSFInteger), 10)
+	return append(dst, Field{HeaderRetryAfter, buf[start:]}), buf
+}
+
+// appendProblem appends the problem document of a denial, naming the limits that denied.
+func (r *Response) appendProblem(buf []byte, outcomes []Outcome) []byte {
 	buf = append(buf, r.problemHead...)
 	first := true
 	for i := range outcomes {
@@ -288,9 +298,7 @@ func (r *Response) Deny(dst *LocalResponse, buf []byte, outcomes []Outcome, grpc
 	if !first {
 		buf = append(buf, ']')
 	}
-	buf = append(buf, '}')
-	dst.Body = buf[start:]
-	return buf
+	return append(buf, '}')
 }
 
 // appendQuota appends the enabled quota header sets for sorted outcomes.
