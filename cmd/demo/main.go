@@ -73,23 +73,58 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 			return err
 		}
 	}
+	var stops []func()
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	svcAddr, upAddr, slow, err := startBackends(&stops)
+	if err != nil {
+		return err
+	}
+	p, proxy, proxyAddr, startLog, err := startFilter(ctx, &stops, module, cfg, workers, svcAddr, upAddr)
+	if err != nil {
+		return fmt.Errorf("loading %s: %w", wasmPath, err)
+	}
+	fmt.Fprintf(out, "meshlimit demo: proxy http://%s (filter on %d worker VMs + main thread), decision service http://%s, upstream http://%s\n",
+		proxyAddr, workers, svcAddr, upAddr)
+	fmt.Fprintf(out, "  %s\n\n", startLog)
 
-	// The decision service, in memory.
+	d := &demo{out: out, client: &http.Client{Timeout: 5 * time.Second}, proxyAddr: proxyAddr, tallies: map[string]*tally{}}
+	if err := d.basics(ctx); err != nil {
+		return err
+	}
+	if err := layers(ctx, out, d.client, proxyAddr, slow, proxy); err != nil {
+		return err
+	}
+	if err := budget(ctx, out, d.client, p); err != nil { // budget.go: reserve, then settle
+		return err
+	}
+	d.report(p)
+	if err := printServiceMetrics(ctx, out, d.client, "http://"+svcAddr+"/metrics"); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "Next: README.md (deploying to Envoy and Istio), docs/configuration.md (every field), envoy/ (configurations).")
+	return nil
+}
+
+// startBackends starts the decision service (in memory) and the upstream, slow on the paths of the
+// gate (layers.go); their stops are appended to stops.
+func startBackends(stops *[]func()) (svcAddr, upAddr string, slow *gate, err error) {
 	store := service.NewMemoryStore(service.MemoryConfig{})
-	defer store.Close()
+	*stops = append(*stops, func() { store.Close() })
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	handler, err := service.NewHandler(service.Config{Store: store, Logger: quiet})
 	if err != nil {
-		return err
+		return "", "", nil, err
 	}
 	svcAddr, stopSvc, err := serve(handler)
 	if err != nil {
-		return err
+		return "", "", nil, err
 	}
-	defer stopSvc()
-
-	// The upstream, slow on the paths of the gate (layers.go).
-	slow := newGate()
+	*stops = append(*stops, stopSvc)
+	slow = newGate()
 	upAddr, stopUp, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		slow.hold(r)
 		w.Header().Set("content-type", "application/json")
@@ -99,13 +134,17 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 		fmt.Fprintf(w, `{"path":%q,"shadow":%q}`, r.URL.Path, r.Header.Get("x-meshlimit-shadow"))
 	}))
 	if err != nil {
-		return err
+		return "", "", nil, err
 	}
-	defer stopUp()
+	*stops = append(*stops, stopUp)
+	return svcAddr, upAddr, slow, nil
+}
 
-	// The filter, in the Envoy-like host, behind a local HTTP proxy.
-	var startLog string
-	p, err := envoyhost.NewPlugin(ctx, module, envoyhost.Config{
+// startFilter loads the filter in the Envoy-like host, behind a local HTTP proxy; its stops are
+// appended to stops. startLog is the plugin's first log line (its summary, or why it failed).
+func startFilter(ctx context.Context, stops *[]func(), module, cfg []byte, workers int, svcAddr, upAddr string) (
+	p *envoyhost.Plugin, proxy *streams, proxyAddr, startLog string, err error) {
+	p, err = envoyhost.NewPlugin(ctx, module, envoyhost.Config{
 		VMID: "meshlimit", PluginName: "demo.meshlimit", RootID: "meshlimit",
 		PluginConfig: cfg, Workers: workers, LogLevel: envoyhost.LogInfo,
 		Clock:    envoyhost.NewClock(time.Now()),
@@ -117,68 +156,76 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("loading %s: %w (%s)", wasmPath, err, startLog)
+		return nil, nil, "", "", fmt.Errorf("%w (%s)", err, startLog)
 	}
-	defer p.Close()
-	proxy := &streams{h: &envoyhost.HTTPProxy{Plugin: p, Upstream: "http://" + upAddr, RouteName: route}}
+	*stops = append(*stops, func() { p.Close() })
+	proxy = &streams{h: &envoyhost.HTTPProxy{Plugin: p, Upstream: "http://" + upAddr, RouteName: route}}
 	proxyAddr, stopProxy, err := serve(proxy)
+	if err != nil {
+		return nil, nil, "", "", err
+	}
+	*stops = append(*stops, stopProxy)
+	return p, proxy, proxyAddr, startLog, nil
+}
+
+// demo is the client side of the demo: it sends requests through the proxy and tallies them.
+type demo struct {
+	out        io.Writer
+	client     *http.Client
+	proxyAddr  string
+	tallies    map[string]*tally
+	denied     *http.Response // the last 429
+	deniedBody []byte
+}
+
+// send sends one request, tallies it under label and prints one line about it.
+func (d *demo) send(ctx context.Context, label, method, path string, header ...string) error {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+d.proxyAddr+path, nil)
 	if err != nil {
 		return err
 	}
-	defer stopProxy()
-	fmt.Fprintf(out, "meshlimit demo: proxy http://%s (filter on %d worker VMs + main thread), decision service http://%s, upstream http://%s\n",
-		proxyAddr, workers, svcAddr, upAddr)
-	fmt.Fprintf(out, "  %s\n\n", startLog)
-
-	client := &http.Client{Timeout: 5 * time.Second}
-	tallies := map[string]*tally{}
-	var denied *http.Response
-	var deniedBody []byte
-	send := func(label, method, path string, header ...string) error {
-		req, err := http.NewRequestWithContext(ctx, method, "http://"+proxyAddr+path, nil)
-		if err != nil {
-			return err
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		t := tallies[label]
-		if t == nil {
-			t = &tally{}
-			tallies[label] = t
-		}
-		if resp.StatusCode == http.StatusTooManyRequests {
-			t.limited++
-			denied, deniedBody = resp, body
-		} else {
-			t.allowed++
-		}
-		if strings.HasPrefix(label, "POST /signin") {
-			why := "" // the rule that denied, named by response.explain_header
-			if v := resp.Header.Get("x-meshlimit-rule"); v != "" {
-				why = "  x-meshlimit-rule: " + v
-			}
-			fmt.Fprintf(out, "  %-34s %d%s%s\n", label, resp.StatusCode, why, retryAfter(resp))
-			return nil
-		}
-		if strings.HasPrefix(label, "POST /login") {
-			fmt.Fprintf(out, "  %-34s %d  upstream got: %s\n", label, resp.StatusCode, body)
-			return nil
-		}
-		fmt.Fprintf(out, "  %-34s %d  RateLimit: %s%s\n", label, resp.StatusCode, resp.Header.Get("RateLimit"), retryAfter(resp))
-		return nil
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
 	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	t := d.tallies[label]
+	if t == nil {
+		t = &tally{}
+		d.tallies[label] = t
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		t.limited++
+		d.denied, d.deniedBody = resp, body
+	} else {
+		t.allowed++
+	}
+	switch {
+	case strings.HasPrefix(label, "POST /signin"):
+		why := "" // the rule that denied, named by response.explain_header
+		if v := resp.Header.Get("x-meshlimit-rule"); v != "" {
+			why = "  x-meshlimit-rule: " + v
+		}
+		fmt.Fprintf(d.out, "  %-34s %d%s%s\n", label, resp.StatusCode, why, retryAfter(resp))
+	case strings.HasPrefix(label, "POST /login"):
+		fmt.Fprintf(d.out, "  %-34s %d  upstream got: %s\n", label, resp.StatusCode, body)
+	default:
+		fmt.Fprintf(d.out, "  %-34s %d  RateLimit: %s%s\n", label, resp.StatusCode, resp.Header.Get("RateLimit"), retryAfter(resp))
+	}
+	return nil
+}
 
+// basics shows a local rule, a penalty box, a global rule and a shadow rule.
+func (d *demo) basics(ctx context.Context) error {
+	out := d.out
 	fmt.Fprintln(out, "Local rule api-per-ip (5/s, burst 8), 12 requests from 203.0.113.7 through a load balancer")
 	fmt.Fprintln(out, "(x-forwarded-for: 203.0.113.7, then the proxy appends the balancer: trusted_hops 2), shared by all workers:")
 	for range 12 {
-		if err := send("GET /api/orders (203.0.113.7)", "GET", "/api/orders", "x-forwarded-for", "203.0.113.7"); err != nil {
+		if err := d.send(ctx, "GET /api/orders (203.0.113.7)", "GET", "/api/orders", "x-forwarded-for", "203.0.113.7"); err != nil {
 			return err
 		}
 	}
@@ -187,70 +234,59 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 		{"198.51.100.50", "guess1"}, {"198.51.100.50", "guess2"}, {"198.51.100.50", "guess3"},
 		{"198.51.100.50", "hunter2"}, {"198.51.100.51", "hunter2"},
 	} {
-		if err := send("POST /signin ("+s.ip+")", "POST", "/signin", "x-forwarded-for", s.ip, "x-password", s.password); err != nil {
+		if err := d.send(ctx, "POST /signin ("+s.ip+")", "POST", "/signin", "x-forwarded-for", s.ip, "x-password", s.password); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintln(out, "\nGlobal rule search-per-user (4/m in the decision service), 6 requests from user alice:")
 	for range 6 {
-		if err := send("GET /search?q=wasm (alice)", "GET", "/search?q=wasm", "x-user", "alice"); err != nil {
+		if err := d.send(ctx, "GET /search?q=wasm (alice)", "GET", "/search?q=wasm", "x-user", "alice"); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintln(out, "\nShadow rule login (3/m, never blocks, tags the upstream request):")
 	for range 4 {
-		if err := send("POST /login (198.51.100.23)", "POST", "/login", "x-forwarded-for", "198.51.100.23"); err != nil {
+		if err := d.send(ctx, "POST /login (198.51.100.23)", "POST", "/login", "x-forwarded-for", "198.51.100.23"); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	if err := layers(ctx, out, client, proxyAddr, slow, proxy); err != nil {
-		return err
-	}
-	if err := budget(ctx, out, client, p); err != nil { // budget.go: reserve, then settle
-		return err
-	}
-
+// report prints the tallies, the last 429 as the client saw it, the filter's metrics and the size
+// of the shared data.
+func (d *demo) report(p *envoyhost.Plugin) {
+	out := d.out
 	fmt.Fprintln(out, "\nReport")
-	labels := make([]string, 0, len(tallies))
-	for l := range tallies {
-		labels = append(labels, l)
+	for _, l := range sortedKeys(d.tallies) {
+		fmt.Fprintf(out, "  %-34s allowed %2d  limited %2d\n", l, d.tallies[l].allowed, d.tallies[l].limited)
 	}
-	sort.Strings(labels)
-	for _, l := range labels {
-		fmt.Fprintf(out, "  %-34s allowed %2d  limited %2d\n", l, tallies[l].allowed, tallies[l].limited)
-	}
-	if denied != nil {
-		fmt.Fprintf(out, "\nThe last 429, as the client saw it:\n  HTTP/1.1 %s\n", denied.Status)
-		names := make([]string, 0, len(denied.Header))
-		for n := range denied.Header {
-			names = append(names, n)
+	if d.denied != nil {
+		fmt.Fprintf(out, "\nThe last 429, as the client saw it:\n  HTTP/1.1 %s\n", d.denied.Status)
+		for _, n := range sortedKeys(d.denied.Header) {
+			fmt.Fprintf(out, "  %s: %s\n", n, strings.Join(d.denied.Header[n], ", "))
 		}
-		sort.Strings(names)
-		for _, n := range names {
-			fmt.Fprintf(out, "  %s: %s\n", n, strings.Join(denied.Header[n], ", "))
-		}
-		fmt.Fprintf(out, "\n  %s\n", deniedBody)
+		fmt.Fprintf(out, "\n  %s\n", d.deniedBody)
 	}
 	fmt.Fprintln(out, "\nFilter metrics (Envoy stats, summed over the workers):")
 	m := p.Process().Metrics()
-	names := make([]string, 0, len(m))
-	for name, v := range m {
-		if v.Value != 0 {
-			names = append(names, name)
+	for _, name := range sortedKeys(m) {
+		if v := m[name].Value; v != 0 {
+			fmt.Fprintf(out, "  %-46s %d\n", name, v)
 		}
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		fmt.Fprintf(out, "  %-46s %d\n", name, m[name].Value)
 	}
 	keys, bytes := p.Process().SharedDataSize("meshlimit")
 	fmt.Fprintf(out, "\nShared data: %d keys, %d bytes.\n", keys, bytes)
-	if err := printServiceMetrics(ctx, out, client, "http://"+svcAddr+"/metrics"); err != nil {
-		return err
+}
+
+// sortedKeys returns the keys of m in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	fmt.Fprintln(out, "Next: README.md (deploying to Envoy and Istio), docs/configuration.md (every field), envoy/ (configurations).")
-	return nil
+	sort.Strings(keys)
+	return keys
 }
 
 // printServiceMetrics prints the decision service's non-zero decision counters.
