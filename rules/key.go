@@ -361,11 +361,45 @@ func (p *keyPart) appendClientIP(dst []byte, req Request) ([]byte, KeyStatus) {
 			return dst, KeySkip
 		}
 	}
-	addr, ok := parseClientAddr(s)
+	host, ok := clientHost(s)
 	if !ok {
 		return dst, KeySkip
 	}
-	return p.appendMasked(dst, addr)
+	// The usual case, a plain IPv4 address keyed whole, is already in key form: netip would
+	// render exactly the canonical text it parsed.
+	if p.v4Bits >= 32 && isCanonicalIPv4(host) {
+		return append(dst, host...), KeyFound
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return dst, KeySkip
+	}
+	return p.appendMasked(dst, addr.Unmap())
+}
+
+// isCanonicalIPv4 reports whether s is an IPv4 address in the one form netip accepts and renders:
+// four decimal fields from 0 to 255, without leading zeros.
+func isCanonicalIPv4(s string) bool {
+	fields, v, digits := 0, 0, 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == '.' {
+			if digits == 0 || v > 255 {
+				return false
+			}
+			if fields++; fields > 4 {
+				return false
+			}
+			v, digits = 0, 0
+			continue
+		}
+		c := s[i]
+		if c < '0' || c > '9' || digits == 3 || digits == 1 && v == 0 {
+			return false
+		}
+		v = v*10 + int(c-'0')
+		digits++
+	}
+	return fields == 4
 }
 
 // forwardedFromRight returns the n-th (n ≥ 1) entry of the x-forwarded-for values counted from
@@ -447,30 +481,45 @@ func trimOWS(s string) string {
 // optional "%zone" on IPv6. The result is unmapped (::ffff:192.0.2.1 becomes 192.0.2.1) and
 // has no zone. It does not allocate.
 func parseClientAddr(s string) (netip.Addr, bool) {
-	if s == "" || len(s) > maxXFFItem {
+	host, ok := clientHost(s)
+	if !ok {
 		return netip.Addr{}, false
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return addr.Unmap(), true
+}
+
+// clientHost returns the address text of s (see parseClientAddr) without brackets, port and zone,
+// or false when s cannot hold an address: it rejects cheaply what netip would reject with an
+// allocated error.
+func clientHost(s string) (string, bool) {
+	if s == "" || len(s) > maxXFFItem {
+		return "", false
 	}
 	host := s
 	if s[0] == '[' {
 		end := strings.IndexByte(s, ']')
 		if end < 0 {
-			return netip.Addr{}, false
+			return "", false
 		}
 		host = s[1:end]
 		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !isPort(rest[1:])) {
-			return netip.Addr{}, false
+			return "", false
 		}
 	} else if i := strings.IndexByte(s, ':'); i >= 0 && strings.LastIndexByte(s, ':') == i {
 		// Exactly one colon: IPv4 with a port.
 		if !isPort(s[i+1:]) {
-			return netip.Addr{}, false
+			return "", false
 		}
 		host = s[:i]
 	}
 	// Drop the zone before parsing: netip interns zones, which allocates.
 	if i := strings.IndexByte(host, '%'); i >= 0 {
 		if i == 0 || strings.IndexByte(host, '.') >= 0 && strings.IndexByte(host, ':') < 0 {
-			return netip.Addr{}, false // an IPv4 address has no zone
+			return "", false // an IPv4 address has no zone
 		}
 		host = host[:i]
 	}
@@ -478,14 +527,10 @@ func parseClientAddr(s string) (netip.Addr, bool) {
 	// rejected here first, so only address-like garbage costs one small allocation.
 	for i := 0; i < len(host); i++ {
 		if c := host[i]; !isHex(c) && c != '.' && c != ':' {
-			return netip.Addr{}, false
+			return "", false
 		}
 	}
-	addr, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return addr.Unmap(), true
+	return host, true
 }
 
 // isPort reports whether s is a decimal port number (1 to 5 digits).
