@@ -193,7 +193,9 @@ func (p *pluginContext) renewPermits(now int64) {
 			delete(c.held, h)
 		}
 	}
-	p.renewShed(now)
+	for i := range p.sheds {
+		p.renewShed(&p.sheds[i], now)
+	}
 }
 
 // adoptPermits moves the permits taken for the current request to the stream, which releases
@@ -206,19 +208,30 @@ func (h *httpContext) adoptPermits() {
 	}
 }
 
-// admitShed runs the shedder on the current request and reports whether it was shed (the
-// response is then sent, and the rules' permits given back).
+// admitShed runs the first shedder that matches the current request, if any, and reports
+// whether the request was shed (the response is then sent, and the rules' permits given back).
 func (h *httpContext) admitShed(now int64) bool {
 	p := h.plugin
-	class, shedIt := p.admitShed(now)
-	if class >= 0 {
-		h.shedClass, h.shedHeld, h.admitted = class, true, now
+	idx := -1
+	for i := range p.sheds {
+		if p.sheds[i].cfg.Matches(&p.scratch.req) {
+			idx = i
+			break
+		}
 	}
-	if !shedIt || p.shed.cfg.Shadow {
+	if idx < 0 {
+		return false
+	}
+	st := &p.sheds[idx]
+	class, shedIt := p.admitShed(st, now)
+	if class >= 0 {
+		h.shedClass, h.shedIdx, h.shedHeld, h.admitted = class, idx, true, now
+	}
+	if !shedIt {
 		return false
 	}
 	p.scratch.acquired = p.releasePermits(p.scratch.acquired, now)
-	p.sendShed()
+	p.sendShed(st)
 	return true
 }
 
@@ -237,18 +250,26 @@ func (h *httpContext) endStream() {
 		if h.responded > 0 {
 			latency = h.responded - h.admitted
 		}
-		p.releaseShed(h.shedClass, latency, now)
+		p.releaseShed(&p.sheds[h.shedIdx], h.shedClass, latency, now)
 	}
 }
 
-// permitTickMillis is the timer period the permits and the shedder need: the adaptive
-// controller's interval, else a second (renewals run every permitRenew); 0 without either.
+// permitTickMillis is the timer period the permits and the shedders need: the shortest adaptive
+// controller's interval, else a second (renewals run every permitRenew); 0 without either. A
+// controller with a longer interval updates on the first tick past it (Gradient.Update).
 func (p *pluginContext) permitTickMillis() uint32 {
-	if p.shed.cfg != nil && p.shed.cfg.Adaptive != nil {
-		return uint32(max(p.shed.cfg.Adaptive.Interval.Milliseconds(), 1))
+	tick := int64(0)
+	for i := range p.sheds {
+		ms := int64(1000)
+		if g := p.sheds[i].cfg.Adaptive; g != nil {
+			ms = max(g.Interval.Milliseconds(), 1)
+		}
+		if tick == 0 || ms < tick {
+			tick = ms
+		}
 	}
-	if p.shed.cfg != nil {
-		return 1000
+	if tick > 0 {
+		return uint32(tick)
 	}
 	for i := range p.rules {
 		if p.rules[i].permits != nil {
@@ -261,7 +282,7 @@ func (p *pluginContext) permitTickMillis() uint32 {
 // tickOwned renews the permits and shedding slots, and runs the adaptive controller.
 func (p *pluginContext) tickOwned(now int64) {
 	p.renewPermits(now)
-	if p.shed.cfg != nil {
-		p.tickShed(now)
+	for i := range p.sheds {
+		p.tickShed(&p.sheds[i], now)
 	}
 }

@@ -49,6 +49,7 @@ type httpContext struct {
 
 	permits   []heldPermit // the concurrency permits the stream holds, released when it ends
 	shedClass int          // the shedder's class of the slot the stream holds, if shedHeld
+	shedIdx   int          // the index in plugin.sheds of that shedder
 	shedHeld  bool
 	admitted  int64 // when the shedder admitted the stream (unix ns)
 	responded int64 // when the upstream's response headers arrived (unix ns), or 0
@@ -99,7 +100,7 @@ func (h *httpContext) requestHeaders() types.Action {
 		return types.ActionPause
 	}
 	h.keepCharges()
-	if p.shed.cfg != nil && h.admitShed(now) {
+	if len(p.sheds) > 0 && h.admitShed(now) {
 		return types.ActionPause
 	}
 	if len(s.globals) > 0 {
@@ -242,7 +243,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 	testPanic(panicResponseHeaders)
 	paused := h.chargeCounted()
 	h.settleHeaders(eos)
-	if h.shedHeld && h.responded == 0 && h.plugin.shed.cfg.Adaptive != nil {
+	if h.shedHeld && h.responded == 0 && h.plugin.sheds[h.shedIdx].cfg.Adaptive != nil {
 		h.responded = abi.UnixNano()
 	}
 	if h.quota == nil {

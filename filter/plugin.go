@@ -43,7 +43,7 @@ type pluginContext struct {
 	blockEd blockEditor // the editors of the over-limit cache and lease records, reused
 	leaseEd leaseEditor
 	conc    concurrencyState // concurrency permits (concurrency.go)
-	shed    shedState        // the load shedder (shed.go); cfg nil without one
+	sheds   []shedState      // the load shedders (shed.go), in configuration order
 
 	panicLogged bool // a recovered panic was logged (once per VM: see recover.go)
 }
@@ -123,8 +123,13 @@ func (p *pluginContext) start(store sharedstate.Store) error {
 		}
 		p.rules = append(p.rules, rs)
 	}
-	if cfg.Shed != nil {
-		p.startShed(cfg.Shed, keyPrefix+name+"/shed/")
+	p.sheds = make([]shedState, len(cfg.Shedders))
+	for i, s := range cfg.Shedders {
+		base := keyPrefix + name + "/shed/"
+		if s.Name != "" {
+			base += s.Name + "/"
+		}
+		p.startShed(&p.sheds[i], s, base)
 	}
 	return nil
 }

@@ -13,13 +13,17 @@ import (
 	"github.com/meshlimit/meshlimit/shed"
 )
 
-// Priority load shedding (the top-level shed object; docs/shedding.md). After the rules, a
-// request gets a class (its route's, its class header's, or the default) and is admitted by
+// Priority load shedding (the top-level shed object, or the shedders list; docs/shedding.md).
+// After the rules, the first shedder whose match holds governs the request (none may): the
+// request gets a class (its route's, its class_from identity's, its class header's, or the
+// default) and is admitted by
 // shed.Policy against the capacity: the configured one, or the adaptive controller's. The
 // requests in flight per class are one owned record (owned.go) shared by every worker, with
 // the same owners, leases and renewals as concurrency permits, so a dead VM's slots are
 // reclaimed. A shed request gets a 503 with the temporary-reduced-capacity problem type and a
-// jittered Retry-After. In shadow mode the shedder counts what it would shed and sheds nothing.
+// jittered Retry-After. In shadow mode the shedder counts what it would shed and sheds nothing;
+// with enforce_percent below 100 it is in shadow mode for the requests whose key is not enforced.
+// Each shedder has its own shared-data records (under …/shed/<name>/) and metrics.
 //
 // With adaptive capacity, each worker records the upstream latency of its admitted requests
 // (request headers to response headers) in a local shed.Histogram, a memory write. Its timer
@@ -32,14 +36,15 @@ import (
 // most, of one interval). Every worker reads the capacity from the shared state on its tick, so
 // the request path uses a capacity at most one interval old and never reads the controller.
 //
-// Metrics (names with the class):
+// Metrics (names with the class; P is "meshlimit.shed." for the shed object and
+// "meshlimit.shed.<name>." for a shedder of the shedders list):
 //
-//	meshlimit.shed.<class>.admitted      requests admitted
-//	meshlimit.shed.<class>.shed          requests shed (503)
-//	meshlimit.shed.<class>.shadow_shed   requests the shedder would have shed (shadow mode)
-//	meshlimit.shed.<class>.in_flight     gauge: requests in flight (all workers), updated on ticks
-//	meshlimit.shed.capacity              gauge: the capacity in force
-//	meshlimit.shed.reclaimed             slots reclaimed from owners whose lease ended
+//	P<class>.admitted      requests admitted
+//	P<class>.shed          requests shed (503)
+//	P<class>.shadow_shed   requests the shedder would have shed (shadow mode, or a key not enforced)
+//	P<class>.in_flight     gauge: requests in flight (all workers), updated on ticks
+//	Pcapacity              gauge: the capacity in force
+//	Preclaimed             slots reclaimed from owners whose lease ended
 type shedState struct {
 	cfg      *rules.Shed
 	stateKey string // the owned record of in-flight counts
@@ -53,6 +58,7 @@ type shedState struct {
 	histEd   histogramEditor
 	metrics  shedMetrics
 	buf      []byte
+	kbuf     []byte // scratch of the class and enforcement keys
 }
 
 type shedMetrics struct {
@@ -63,37 +69,44 @@ type shedMetrics struct {
 }
 
 // startShed prepares the shedder of cfg under keys that start with base.
-func (p *pluginContext) startShed(cfg *rules.Shed, base string) {
-	st := &p.shed
+func (p *pluginContext) startShed(st *shedState, cfg *rules.Shed, base string) {
 	st.cfg = cfg
 	n := strconv.Itoa(cfg.Policy.Classes())
 	st.stateKey, st.gradKey, st.histKey = base+"state/"+n, base+"gradient", base+"histogram"
 	st.capacity = cfg.Capacity
 	for i, c := range cfg.Classes {
-		pre := "meshlimit.shed." + c + "."
+		pre := cfg.MetricPrefix + c + "."
 		st.metrics.admitted[i] = proxywasm.DefineCounterMetric(pre + "admitted")
 		st.metrics.shed[i] = proxywasm.DefineCounterMetric(pre + "shed")
 		st.metrics.shadowShed[i] = proxywasm.DefineCounterMetric(pre + "shadow_shed")
 		st.metrics.inFlight[i] = proxywasm.DefineGaugeMetric(pre + "in_flight")
 	}
-	st.metrics.capacity = proxywasm.DefineGaugeMetric("meshlimit.shed.capacity")
-	st.metrics.reclaimed = proxywasm.DefineCounterMetric("meshlimit.shed.reclaimed")
+	st.metrics.capacity = proxywasm.DefineGaugeMetric(cfg.MetricPrefix + "capacity")
+	st.metrics.reclaimed = proxywasm.DefineCounterMetric(cfg.MetricPrefix + "reclaimed")
 	if cfg.Adaptive != nil {
 		st.capacity = cfg.Adaptive.InitialLimit
-		p.tickShed(0) // read a state other workers may have made
+		p.tickShed(st, 0) // read a state other workers may have made
 	}
 	setGauge(st.metrics.capacity, st.capacity)
 }
 
-// admitShed decides the current request; it returns the class when a slot was taken (to be
-// released at the end of the stream), -1 otherwise, and whether the request is shed.
-func (p *pluginContext) admitShed(now int64) (class int, shedIt bool) {
-	st := &p.shed
+// admitShed decides the current request with the shedder st; it returns the class when a slot
+// was taken (to be released at the end of the stream), -1 otherwise, and whether the request is
+// shed (false in shadow, where a request the shedder would shed is admitted and counted).
+func (p *pluginContext) admitShed(st *shedState, now int64) (class int, shedIt bool) {
 	cfg := st.cfg
-	c := cfg.Class(&p.scratch.req)
+	req := &p.scratch.req
+	var c int
+	c, st.kbuf = cfg.Class(req, st.kbuf)
+	shadow := cfg.Shadow
+	if !shadow && cfg.EnforcePercent < 100 {
+		var enforced bool
+		enforced, st.kbuf = cfg.Enforced(req, st.kbuf)
+		shadow = !enforced
+	}
 	e := &st.ed
 	k := cfg.Policy.Classes()
-	e.op, e.k, e.class, e.owner, e.now, e.policy, e.capacity, e.force = opAcquire, k, c, p.conc.owner, now, &cfg.Policy, st.capacity, cfg.Shadow
+	e.op, e.k, e.class, e.owner, e.now, e.policy, e.capacity, e.force = opAcquire, k, c, p.conc.owner, now, &cfg.Policy, st.capacity, shadow
 	_, err := p.records.UpdateShared(st.stateKey, e)
 	if err != nil {
 		if !errors.Is(err, sharedstate.ErrContention) {
@@ -107,13 +120,13 @@ func (p *pluginContext) admitShed(now int64) (class int, shedIt bool) {
 	switch {
 	case e.allowed:
 		st.metrics.admitted[c].Increment(1)
-	case cfg.Shadow:
+	case shadow:
 		st.metrics.shadowShed[c].Increment(1)
 	default:
 		st.metrics.shed[c].Increment(1)
 	}
 	if !e.admitted {
-		return -1, true
+		return -1, !shadow
 	}
 	st.held[c]++
 	return c, false
@@ -121,8 +134,7 @@ func (p *pluginContext) admitShed(now int64) (class int, shedIt bool) {
 
 // releaseShed ends a stream's slot of class; latency is its upstream latency (ns), or < 0 when
 // it got no upstream response.
-func (p *pluginContext) releaseShed(class int, latency, now int64) {
-	st := &p.shed
+func (p *pluginContext) releaseShed(st *shedState, class int, latency, now int64) {
 	st.held[class] = max(st.held[class]-1, 0)
 	if latency >= 0 && st.cfg.Adaptive != nil {
 		st.local.Record(time.Duration(latency))
@@ -136,11 +148,7 @@ func (p *pluginContext) releaseShed(class int, latency, now int64) {
 
 // renewShed rewrites this plugin's entry of the shedder's record with the slots its streams
 // hold (see renewPermits).
-func (p *pluginContext) renewShed(now int64) {
-	st := &p.shed
-	if st.cfg == nil {
-		return
-	}
+func (p *pluginContext) renewShed(st *shedState, now int64) {
 	e := &st.ed
 	e.op, e.k, e.owner, e.now, e.set = opRenew, st.cfg.Policy.Classes(), p.conc.owner, now, st.held
 	if _, err := p.records.UpdateShared(st.stateKey, e); err == nil {
@@ -156,8 +164,7 @@ func (p *pluginContext) renewShed(now int64) {
 
 // sendShed answers a shed request: 503, the temporary-reduced-capacity problem, Retry-After
 // with jitter.
-func (p *pluginContext) sendShed() {
-	st := &p.shed
+func (p *pluginContext) sendShed(st *shedState) {
 	retry := st.cfg.RetryAfter
 	if j := st.cfg.RetryAfterJitter; j > 0 {
 		retry += time.Duration(rand.Int64N(int64(j) + 1))

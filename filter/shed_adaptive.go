@@ -65,8 +65,7 @@ func (e *histogramEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 // tickShed runs the adaptive controller's part of a tick (see shedState): merge, update at most
 // once per interval across workers, and refresh the capacity the request path uses. now 0 only
 // reads the capacity.
-func (p *pluginContext) tickShed(now int64) {
-	st := &p.shed
+func (p *pluginContext) tickShed(st *shedState, now int64) {
 	g := st.cfg.Adaptive
 	if g == nil {
 		return
@@ -79,7 +78,7 @@ func (p *pluginContext) tickShed(now int64) {
 			return // contention: the samples stay local until the next tick
 		}
 		st.local.Reset()
-		peak := p.peekShed(now)
+		peak := p.peekShed(st, now)
 		ge.run, ge.sum = true, g.Summarize(&he.merged, peak)
 	}
 	res, err := p.records.UpdateShared(st.gradKey, ge)
@@ -101,8 +100,7 @@ func (p *pluginContext) tickShed(now int64) {
 
 // peekShed returns the peak in flight of the current interval (at least the current total),
 // without writing.
-func (p *pluginContext) peekShed(now int64) int64 {
-	st := &p.shed
+func (p *pluginContext) peekShed(st *shedState, now int64) int64 {
 	e := &st.ed
 	e.op, e.k, e.owner, e.now = opPeek, st.cfg.Policy.Classes(), p.conc.owner, now
 	if _, err := p.records.UpdateShared(st.stateKey, e); err != nil {

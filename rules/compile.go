@@ -49,9 +49,7 @@ func (v *validator) config(doc *configJSON) *Config {
 		c.Global = v.global(doc.Global)
 	}
 	c.Response = v.response(&doc.Response)
-	if doc.Shed != nil {
-		c.Shed = v.shed(doc.Shed)
-	}
+	c.Shedders = v.shedders(doc)
 
 	switch n := len(doc.Rules); {
 	case n == 0:

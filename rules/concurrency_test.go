@@ -86,7 +86,7 @@ func TestRaisingEnforcePercentOnlyAddsKeys(t *testing.T) {
 func TestShedSectionCompiles(t *testing.T) {
 	c := mustParse(t, `{"rules":[{"name":"r","limits":[{"rate":"5/s"}]}],
 		"shed":{"class_header":"X-Priority","route_classes":{"checkout":"critical"},"capacity":50,"shadow":true,"retry_after":"2s","retry_after_jitter":"0s"}}`)
-	s := c.Shed
+	s := c.Shedders[0]
 	require.NotNil(t, s)
 	assert.Equal(t, []string{"critical", "default", "sheddable"}, s.Classes)
 	assert.Equal(t, "x-priority", s.ClassHeader)
@@ -97,7 +97,7 @@ func TestShedSectionCompiles(t *testing.T) {
 	assert.Equal(t, time.Duration(0), s.RetryAfterJitter)
 
 	a := mustParse(t, `{"rules":[{"name":"r","limits":[{"rate":"5/s"}]}],
-		"shed":{"classes":[{"name":"gold","reserve":300},{"name":"rest"}],"default_class":"rest","adaptive":{"objective":"200ms","max_limit":500,"interval":"50ms"}}}`).Shed
+		"shed":{"classes":[{"name":"gold","reserve":300},{"name":"rest"}],"default_class":"rest","adaptive":{"objective":"200ms","max_limit":500,"interval":"50ms"}}}`).Shedders[0]
 	require.NotNil(t, a.Adaptive)
 	assert.Equal(t, 200*time.Millisecond, a.Adaptive.Objective)
 	assert.Equal(t, int64(500), a.Adaptive.MaxLimit)
@@ -107,7 +107,7 @@ func TestShedSectionCompiles(t *testing.T) {
 
 func TestShedClassComesFromTheRouteThenTheHeaderThenTheDefault(t *testing.T) {
 	s := mustParse(t, `{"rules":[{"name":"r","limits":[{"rate":"5/s"}]}],
-		"shed":{"class_header":"x-priority","route_classes":{"checkout":"critical"},"capacity":5}}`).Shed
+		"shed":{"class_header":"x-priority","route_classes":{"checkout":"critical"},"capacity":5}}`).Shedders[0]
 	tests := []struct {
 		name, route, header string
 		want                int
@@ -123,7 +123,8 @@ func TestShedClassComesFromTheRouteThenTheHeaderThenTheDefault(t *testing.T) {
 			if tt.header != "" {
 				req.headers["x-priority"] = tt.header
 			}
-			assert.Equal(t, tt.want, s.Class(req))
+			c, _ := s.Class(req, nil)
+			assert.Equal(t, tt.want, c)
 		})
 	}
 }

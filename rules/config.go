@@ -19,8 +19,10 @@ type Config struct {
 	Response *Response
 	// Global is the global service, or nil when none is configured.
 	Global *Global
-	// Shed is the priority load shedder, or nil when none is configured.
-	Shed *Shed
+	// Shedders are the priority load shedders in configuration order (the shed object is
+	// one, unnamed and matching every request); a request is governed by the first that
+	// matches it. Empty when none is configured.
+	Shedders []*Shed
 
 	rules   []*Rule
 	summary string

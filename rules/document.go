@@ -70,6 +70,9 @@ type configJSON struct {
 	Global *globalJSON `json:"global"`
 	// Shed configures priority load shedding (see shed.go). Default: none.
 	Shed *shedJSON `json:"shed"`
+	// Shedders are several shedders, each with a name and a match; a request is governed
+	// by the first that matches. Set shed or shedders, not both. Default: none.
+	Shedders []shedJSON `json:"shedders"`
 }
 
 // ruleJSON is one element of rules[].

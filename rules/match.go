@@ -140,8 +140,10 @@ func (h *headerMatch) matches(req HeaderSource) bool {
 //
 // Paths are compared in their normalized form (AppendNormalizedPath), hosts lower-case without
 // their port and trailing dot, and repeated headers value by value (headerMatch.matches).
-func (r *Rule) Matches(req Request) bool {
-	m := &r.match
+func (r *Rule) Matches(req Request) bool { return r.match.matches(req) }
+
+// matches reports whether every condition of m holds for req (see Rule.Matches).
+func (m *match) matches(req Request) bool {
 	if len(m.routeNames) > 0 && !containsString(m.routeNames, req.RouteName()) {
 		return false
 	}

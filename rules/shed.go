@@ -8,20 +8,29 @@ import (
 	"github.com/meshlimit/meshlimit/shed"
 )
 
-// shedJSON is the top-level shed object: priority load shedding in front of the upstream
-// (docs/shedding.md). It sets capacity or adaptive, not both.
+// shedJSON is the top-level shed object, or one element of shedders: priority load shedding
+// in front of the upstream (docs/shedding.md). It sets capacity or adaptive, not both.
 type shedJSON struct {
+	// Name names the shedder in metrics and shared data; required in shedders (1 to 64
+	// characters of [A-Za-z0-9_-], unique), not allowed in shed.
+	Name string `json:"name"`
+	// Match selects the requests the shedder governs (the rules' match); only in shedders.
+	// Default: every request.
+	Match *matchJSON `json:"match"`
 	// Classes, highest priority first, 1 to 8. Default critical (reserve 100), default
 	// (reserve 200), sheddable (reserve 0).
 	Classes []shedClassJSON `json:"classes"`
 	// DefaultClass is the class of a request that names none or an unknown one. Default
 	// "default" with the default classes, else required.
 	DefaultClass string `json:"default_class"`
+	// ClassFrom maps a key part's value (an identity: a JWT claim, a header a trusted hop
+	// sets) to a class. Default: none.
+	ClassFrom *classFromJSON `json:"class_from"`
 	// ClassHeader names the request header whose value is the class name (exact). Default:
 	// none.
 	ClassHeader string `json:"class_header"`
-	// RouteClasses maps Envoy route names to classes; a route listed here wins over the
-	// header. Default: none.
+	// RouteClasses maps Envoy route names to classes; a route listed here wins over
+	// class_from and the header. Default: none.
 	RouteClasses map[string]string `json:"route_classes"`
 	// Capacity is a configured capacity: requests in flight, 1 to shed.MaxCapacity.
 	Capacity optInt `json:"capacity"`
@@ -29,11 +38,25 @@ type shedJSON struct {
 	Adaptive *adaptiveJSON `json:"adaptive"`
 	// Shadow makes the shedder decide and count but never shed. Default false.
 	Shadow bool `json:"shadow"`
+	// EnforcePercent is the share of key values, 0 to 100, the shedder enforces; it decides
+	// the others in shadow. Below 100 it needs key. Default 100.
+	EnforcePercent optInt `json:"enforce_percent"`
+	// Key is the key enforce_percent hashes (the rules' key parts). Default: none.
+	Key []keyPartJSON `json:"key"`
 	// RetryAfter is the Retry-After of a shed request before jitter, 1s to 1h. Default "1s".
 	RetryAfter string `json:"retry_after"`
 	// RetryAfterJitter is the most Retry-After is randomly lengthened by, 0 to 1h. Default
 	// "2s".
 	RetryAfterJitter string `json:"retry_after_jitter"`
+}
+
+// classFromJSON is shed.class_from: one key part and the classes of its values.
+type classFromJSON struct {
+	// Key is the key part whose value names the class (e.g. {"property": [...]}).
+	Key *keyPartJSON `json:"key"`
+	// Classes maps values of the key part to class names, 1 to maxListItems entries. A
+	// value not listed gets the class header's class or the default class.
+	Classes map[string]string `json:"classes"`
 }
 
 // shedClassJSON is one element of shed.classes.
@@ -60,8 +83,13 @@ type adaptiveJSON struct {
 	ProbeSamples  optInt `json:"probe_samples"`
 }
 
-// Shed is the compiled shed section.
+// Shed is one compiled shedder.
 type Shed struct {
+	// Name is the shedder's name, "" for the shed object.
+	Name string
+	// MetricPrefix starts the shedder's metric names: "meshlimit.shed." for the shed object,
+	// "meshlimit.shed.<name>." for a shedder of shedders.
+	MetricPrefix string
 	// Policy holds the classes and decides admissions.
 	Policy shed.Policy
 	// Classes are the class names, highest priority first (metric names use them).
@@ -74,43 +102,147 @@ type Shed struct {
 	Adaptive *shed.Gradient
 	// Shadow: decide and count, never shed.
 	Shadow bool
+	// EnforcePercent is the share of key values the shedder enforces (see Enforced).
+	EnforcePercent int
 	// RetryAfter and RetryAfterJitter make the Retry-After of a shed request.
 	RetryAfter, RetryAfterJitter time.Duration
 
-	routes map[string]int
+	match     match
+	routes    map[string]int
+	classFrom keyPart
+	fromSet   bool
+	fromMap   map[string]int // appendPart of a value -> class
+	key       []keyPart
+	enforcer  *Rule // carries the name and percentage EnforcedFor hashes with
 }
 
-// Class returns the class index of a request: its route's class, else its class header's,
-// else the default class.
-func (s *Shed) Class(req Request) int {
+// Matches reports whether the shedder governs req (its match; no match matches all).
+func (s *Shed) Matches(req Request) bool { return s.match.matches(req) }
+
+// Class returns the class index of a request: its route's class, else the class class_from
+// maps its key part's value to, else its class header's, else the default class. buf is
+// scratch space (returned for reuse), so that Class does not allocate.
+func (s *Shed) Class(req Request, buf []byte) (int, []byte) {
 	if len(s.routes) > 0 {
 		if c, ok := s.routes[req.RouteName()]; ok {
-			return c
+			return c, buf
+		}
+	}
+	if s.fromSet {
+		var st KeyStatus
+		buf, st = s.classFrom.appendValue(buf[:0], req)
+		if st == KeyFound {
+			if c, ok := s.fromMap[string(buf)]; ok {
+				return c, buf
+			}
 		}
 	}
 	if s.ClassHeader != "" {
 		if v, ok := req.HeaderValue(s.ClassHeader, 0); ok {
-			return s.Policy.Class(v)
+			return s.Policy.Class(v), buf
 		}
 	}
-	return s.Policy.Class("")
+	return s.Policy.Class(""), buf
 }
 
-func (v *validator) shed(sj *shedJSON) *Shed {
+// Enforced reports whether the shedder enforces req (see enforce_percent): always at 100,
+// never at 0, else for a fixed share of its key's values (a missing or conflicting part
+// makes the value ""), the same on every proxy. buf is scratch space, returned for reuse.
+func (s *Shed) Enforced(req Request, buf []byte) (bool, []byte) {
+	switch s.EnforcePercent {
+	case 100:
+		return true, buf
+	case 0:
+		return false, buf
+	}
+	buf = buf[:0]
+	for i := range s.key {
+		if i > 0 {
+			buf = append(buf, '|')
+		}
+		n := len(buf)
+		var st KeyStatus
+		if buf, st = s.key[i].appendValue(buf, req); st != KeyFound {
+			buf = buf[:n]
+		}
+	}
+	return s.enforcer.EnforcedFor(buf), buf
+}
+
+// shedders compiles the shed object or the shedders list.
+func (v *validator) shedders(doc *configJSON) []*Shed {
+	if doc.Shed != nil && len(doc.Shedders) > 0 {
+		v.failf("shedders", "set shed or shedders, not both")
+		return nil
+	}
+	if doc.Shed != nil {
+		if doc.Shed.Name != "" {
+			v.failf("shed.name", "only shedders take a name")
+		}
+		if doc.Shed.Match != nil {
+			v.failf("shed.match", "only shedders take a match")
+		}
+		s := v.shed("shed", doc.Shed)
+		s.MetricPrefix = "meshlimit.shed."
+		return []*Shed{s}
+	}
+	if len(doc.Shedders) > maxShedders {
+		v.failf("shedders", "%d shedders: at most %d are allowed", len(doc.Shedders), maxShedders)
+		return nil
+	}
+	var out []*Shed
+	seen := map[string]bool{}
+	for i := range doc.Shedders {
+		sj := &doc.Shedders[i]
+		path := "shedders[" + strconv.Itoa(i) + "]"
+		switch {
+		case !isShedderName(sj.Name):
+			v.failf(path+".name", "%q: want 1 to 64 characters of A-Z, a-z, 0-9, _ and -", sj.Name)
+		case seen[sj.Name]:
+			v.failf(path+".name", "%q is already the name of another shedder", sj.Name)
+		}
+		seen[sj.Name] = true
+		s := v.shed(path, sj)
+		s.Name, s.MetricPrefix = sj.Name, "meshlimit.shed."+sj.Name+"."
+		if sj.Match != nil {
+			s.match = v.match(path+".match", sj.Match)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// maxShedders bounds the shedders list.
+const maxShedders = 16
+
+func isShedderName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (v *validator) shed(path string, sj *shedJSON) *Shed {
 	s := &Shed{RetryAfter: time.Second, RetryAfterJitter: 2 * time.Second}
 	classes := []shed.Class{{Name: "critical", Reserve: 100}, {Name: "default", Reserve: 200}, {Name: "sheddable"}}
 	def := "default"
 	if len(sj.Classes) > 0 {
 		classes, def = classes[:0], sj.DefaultClass
 		for i, c := range sj.Classes {
-			classes = append(classes, shed.Class{Name: c.Name, Reserve: int(v.intIn("shed.classes["+strconv.Itoa(i)+"].reserve", c.Reserve, 0, 999))})
+			classes = append(classes, shed.Class{Name: c.Name, Reserve: int(v.intIn(path+".classes["+strconv.Itoa(i)+"].reserve", c.Reserve, 0, 999))})
 		}
 	} else if sj.DefaultClass != "" {
 		def = sj.DefaultClass
 	}
 	p, err := shed.NewPolicy(classes, def)
 	if err != nil {
-		v.failf("shed", "%v", strings.TrimPrefix(err.Error(), shed.ErrPolicy.Error()+": "))
+		v.failf(path, "%v", strings.TrimPrefix(err.Error(), shed.ErrPolicy.Error()+": "))
 	}
 	s.Policy = p
 	for _, c := range classes {
@@ -118,30 +250,100 @@ func (v *validator) shed(sj *shedJSON) *Shed {
 	}
 	if sj.ClassHeader != "" {
 		if !isToken(sj.ClassHeader) {
-			v.failf("shed.class_header", "%q is not a valid header name", sj.ClassHeader)
+			v.failf(path+".class_header", "%q is not a valid header name", sj.ClassHeader)
 		}
 		s.ClassHeader = strings.ToLower(sj.ClassHeader)
 	}
-	s.routes = v.routeClasses(sj.RouteClasses, classes)
-	switch {
-	case sj.Capacity.Set && sj.Adaptive != nil:
-		v.failf("shed.capacity", "set capacity or adaptive, not both")
-	case sj.Capacity.Set:
-		s.Capacity = v.intIn("shed.capacity", sj.Capacity, 1, shed.MaxCapacity)
-	case sj.Adaptive != nil:
-		s.Adaptive = v.adaptive(sj.Adaptive)
-	default:
-		v.failf("shed.capacity", "required: a capacity (requests in flight) or an adaptive object")
+	s.routes = v.routeClasses(path+".route_classes", sj.RouteClasses, classes)
+	if sj.ClassFrom != nil {
+		v.classFrom(path+".class_from", sj.ClassFrom, s, classes)
 	}
+	v.shedCapacity(path, sj, s)
 	s.Shadow = sj.Shadow
-	s.RetryAfter = v.durationIn("shed.retry_after", sj.RetryAfter, s.RetryAfter, time.Second, time.Hour)
-	s.RetryAfterJitter = v.durationIn("shed.retry_after_jitter", sj.RetryAfterJitter, s.RetryAfterJitter, 0, time.Hour)
+	v.shedEnforce(path, sj, s)
+	s.RetryAfter = v.durationIn(path+".retry_after", sj.RetryAfter, s.RetryAfter, time.Second, time.Hour)
+	s.RetryAfterJitter = v.durationIn(path+".retry_after_jitter", sj.RetryAfterJitter, s.RetryAfterJitter, 0, time.Hour)
 	return s
 }
 
-func (v *validator) routeClasses(m map[string]string, classes []shed.Class) map[string]int {
+func (v *validator) shedCapacity(path string, sj *shedJSON, s *Shed) {
+	switch {
+	case sj.Capacity.Set && sj.Adaptive != nil:
+		v.failf(path+".capacity", "set capacity or adaptive, not both")
+	case sj.Capacity.Set:
+		s.Capacity = v.intIn(path+".capacity", sj.Capacity, 1, shed.MaxCapacity)
+	case sj.Adaptive != nil:
+		s.Adaptive = v.adaptive(path+".adaptive", sj.Adaptive)
+	default:
+		v.failf(path+".capacity", "required: a capacity (requests in flight) or an adaptive object")
+	}
+}
+
+// shedEnforce compiles enforce_percent and key.
+func (v *validator) shedEnforce(path string, sj *shedJSON, s *Shed) {
+	s.EnforcePercent = 100
+	if sj.EnforcePercent.Set {
+		s.EnforcePercent = int(v.intIn(path+".enforce_percent", sj.EnforcePercent, 0, 100))
+	}
+	if len(sj.Key) > maxKeyParts {
+		v.failf(path+".key", "%d parts: at most %d are allowed", len(sj.Key), maxKeyParts)
+		return
+	}
+	for i := range sj.Key {
+		if kp, ok := v.keyPart(path+".key["+strconv.Itoa(i)+"]", &sj.Key[i]); ok {
+			s.key = append(s.key, kp)
+		}
+	}
+	s.enforcer = &Rule{Name: "shed/" + sj.Name, EnforcePercent: s.EnforcePercent}
+	if s.EnforcePercent > 0 && s.EnforcePercent < 100 && len(sj.Key) == 0 {
+		v.failf(path+".key", "required by enforce_percent %d: the key decides which requests are enforced", s.EnforcePercent)
+	}
+}
+
+// classFrom compiles class_from into s.
+func (v *validator) classFrom(path string, cj *classFromJSON, s *Shed, classes []shed.Class) {
+	if cj.Key == nil {
+		v.failf(path+".key", "required: the key part whose value names the class")
+		return
+	}
+	kp, ok := v.keyPart(path+".key", cj.Key)
+	if !ok {
+		return
+	}
+	switch n := len(cj.Classes); {
+	case n == 0:
+		v.failf(path+".classes", "required: at least one value and its class")
+		return
+	case n > maxListItems:
+		v.failf(path+".classes", "%d values: at most %d are allowed", n, maxListItems)
+		return
+	}
+	s.classFrom, s.fromSet, s.fromMap = kp, true, map[string]int{}
+	for val, class := range cj.Classes {
+		c := classIndex(classes, class)
+		switch {
+		case val == "":
+			v.failf(path+".classes", "an empty value: a missing part never names a class")
+		case c < 0:
+			v.failf(path+".classes["+strconv.Quote(val)+"]", "unknown class %q", class)
+		default:
+			s.fromMap[string(appendPart(nil, val))] = c
+		}
+	}
+}
+
+func classIndex(classes []shed.Class, name string) int {
+	for i, c := range classes {
+		if c.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (v *validator) routeClasses(path string, m map[string]string, classes []shed.Class) map[string]int {
 	if len(m) > maxListItems {
-		v.failf("shed.route_classes", "%d routes: at most %d are allowed", len(m), maxListItems)
+		v.failf(path, "%d routes: at most %d are allowed", len(m), maxListItems)
 		return nil
 	}
 	out := map[string]int{}
@@ -153,7 +355,7 @@ func (v *validator) routeClasses(m map[string]string, classes []shed.Class) map[
 			}
 		}
 		if !found {
-			v.failf("shed.route_classes."+route, "unknown class %q", class)
+			v.failf(path+"."+route, "unknown class %q", class)
 		}
 	}
 	return out
@@ -176,7 +378,7 @@ func (v *validator) durationIn(path, s string, def, lo, hi time.Duration) time.D
 	return def
 }
 
-func (v *validator) adaptive(aj *adaptiveJSON) *shed.Gradient {
+func (v *validator) adaptive(path string, aj *adaptiveJSON) *shed.Gradient {
 	g := shed.DefaultGradient()
 	set := func(o optInt, dst *int64) {
 		if o.Set {
@@ -198,14 +400,14 @@ func (v *validator) adaptive(aj *adaptiveJSON) *shed.Gradient {
 	seti(aj.Smoothing, &g.Smoothing)
 	seti(aj.Backoff, &g.Backoff)
 	seti(aj.ProbeJitter, &g.ProbeJitter)
-	g.Interval = v.durationIn("shed.adaptive.interval", aj.Interval, g.Interval, 0, 1<<62)
-	g.Objective = v.durationIn("shed.adaptive.objective", aj.Objective, g.Objective, 0, 1<<62)
-	g.ProbeInterval = v.durationIn("shed.adaptive.probe_interval", aj.ProbeInterval, g.ProbeInterval, 0, 1<<62)
+	g.Interval = v.durationIn(path+".interval", aj.Interval, g.Interval, 0, 1<<62)
+	g.Objective = v.durationIn(path+".objective", aj.Objective, g.Objective, 0, 1<<62)
+	g.ProbeInterval = v.durationIn(path+".probe_interval", aj.ProbeInterval, g.ProbeInterval, 0, 1<<62)
 	if err := g.Validate(); err != nil {
 		// shed names the field: "shed: invalid gradient controller: probe_limit: want …"
 		msg := strings.TrimPrefix(err.Error(), shed.ErrGradient.Error()+": ")
 		field, rest, _ := strings.Cut(msg, ": ")
-		v.failf("shed.adaptive."+field, "%s", rest)
+		v.failf(path+"."+field, "%s", rest)
 		return nil
 	}
 	return &g
