@@ -49,6 +49,11 @@ func GetHeader(m MapType, name string, buf []byte) ([]byte, Status) {
 	return append(buf[:0], v...), StatusOK
 }
 
+// SetProperty writes value at path (encoded with PropertyPath).
+func SetProperty(path, value []byte) Status {
+	return statusOf(proxywasm.SetProperty(strings.Split(string(path), "\x00"), value))
+}
+
 // SetSharedData writes value under key with compare-and-swap cas (0: unconditional).
 func SetSharedData(key string, value []byte, cas uint32) Status {
 	return statusOf(proxywasm.SetSharedData(key, value, cas))

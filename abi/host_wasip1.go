@@ -76,6 +76,12 @@ func GetHeader(m MapType, name string, buf []byte) ([]byte, Status) {
 	return received(buf, data, size), StatusOK
 }
 
+// SetProperty writes value at path (encoded with PropertyPath); the host copies both. It allocates
+// nothing: encode a fixed path once and pass it on every request.
+func SetProperty(path, value []byte) Status {
+	return Status(hostSetProperty(unsafe.Pointer(unsafe.SliceData(path)), int32(len(path)), unsafe.Pointer(unsafe.SliceData(value)), int32(len(value))))
+}
+
 // SetSharedData writes value under key with compare-and-swap cas (0: unconditional).
 func SetSharedData(key string, value []byte, cas uint32) Status {
 	return Status(hostSetSharedData(unsafe.Pointer(unsafe.StringData(key)), int32(len(key)), unsafe.Pointer(unsafe.SliceData(value)), int32(len(value)), cas))

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 
+	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/internal/fnv"
 	"github.com/meshlimit/meshlimit/rules"
 )
@@ -20,9 +21,9 @@ import (
 //   - response.explain_header, when set: a header with the rule's name on the local reply.
 //   - at log_level debug, one line with the same three values.
 var (
-	propRule    = []string{"meshlimit.rule"}
-	propLimit   = []string{"meshlimit.limit"}
-	propKeyHash = []string{"meshlimit.key_hash"}
+	propRule    = abi.PropertyPath("meshlimit.rule")
+	propLimit   = abi.PropertyPath("meshlimit.limit")
+	propKeyHash = abi.PropertyPath("meshlimit.key_hash")
 )
 
 // explain records why the current request is denied and returns pairs with the explain header
@@ -43,10 +44,13 @@ func (h *httpContext) explain(pairs [][2]string) [][2]string {
 	}
 	s.resp.hash = keyHash(s.resp.hash[:0], p.name, h.denierKey(rs))
 	kh := s.resp.hash
-	// The host copies the values during the calls: views of the strings are enough.
-	_ = proxywasm.SetProperty(propRule, bytesOf(rs.rule.Name))
-	_ = proxywasm.SetProperty(propLimit, bytesOf(limit))
-	_ = proxywasm.SetProperty(propKeyHash, kh)
+	// The host copies the values during the calls: views of the strings are enough. An empty limit
+	// is not written: the filter state stays unset, as it always has (the SDK refused empty values).
+	_ = abi.SetProperty(propRule, bytesOf(rs.rule.Name))
+	if limit != "" {
+		_ = abi.SetProperty(propLimit, bytesOf(limit))
+	}
+	_ = abi.SetProperty(propKeyHash, kh)
 	if p.cfg.LogLevel <= rules.LogDebug {
 		proxywasm.LogDebugf("meshlimit: denied by rule %s, limit %s, key hash %s", rs.rule.Name, limit, kh)
 	}
