@@ -50,6 +50,7 @@ type heldPermit struct {
 	rule     int
 	key      string
 	overflow bool
+	fallback bool // a permit of a global rule's local fallback (ruleState.fbPermits)
 }
 
 // permitKey names the permits of one key of one rule in the plugin's own bookkeeping.
@@ -86,11 +87,21 @@ func (p *pluginContext) updateOwned(rec *sharedstate.Records, key []byte, e *own
 // acquirePermit decides a request against the rule's concurrency limit and reports whether it
 // is denied (enforced). An admitted request's permit is listed in the scratch for the stream.
 func (p *pluginContext) acquirePermit(rs *ruleState, key []byte, now int64, enforced bool) bool {
+	denied, h, held := p.acquireOwned(rs, rs.permits, rs.rule.Concurrency(), key, now, enforced, false)
+	if held {
+		p.scratch.acquired = append(p.scratch.acquired, h)
+	}
+	return denied
+}
+
+// acquireOwned decides a request against spec, a concurrency limit whose permits are in rec
+// (fallback: a global rule's local fallback), and reports whether it is denied (enforced) and
+// the permit the request holds, if held.
+func (p *pluginContext) acquireOwned(rs *ruleState, rec *sharedstate.Records, spec *rules.LimitSpec, key []byte, now int64, enforced, fallback bool) (denied bool, h heldPermit, held bool) {
 	s, r, c := &p.scratch, rs.rule, &p.conc
-	spec := r.Concurrency()
 	e := &c.ed
 	e.op, e.k, e.class, e.owner, e.now, e.limit, e.policy, e.force = opAcquire, 1, 0, c.owner, now, spec.Concurrency, nil, !enforced
-	res, err := p.updateOwned(rs.permits, key, e)
+	res, err := p.updateOwned(rec, key, e)
 	if res.Attempts > 1 {
 		rs.metrics.casRetries.Increment(uint64(res.Attempts - 1))
 	}
@@ -102,17 +113,16 @@ func (p *pluginContext) acquirePermit(rs *ruleState, key []byte, now int64, enfo
 		}
 		if r.FailureMode == rules.FailDeny && enforced {
 			rs.metrics.failureDenied.Increment(1)
-			return true
+			return true, h, false
 		}
-		return false
+		return false, h, false
 	}
 	p.countPlaced(rs, res.Placement)
 	if e.reclaimed > 0 {
 		rs.metrics.permitsReclaimed.Increment(uint64(e.reclaimed))
 	}
 	if e.admitted {
-		h := heldPermit{rule: r.Index, key: string(key), overflow: res.Placement == sharedstate.Overflow}
-		s.acquired = append(s.acquired, h)
+		h = heldPermit{rule: r.Index, key: string(key), overflow: res.Placement == sharedstate.Overflow, fallback: fallback}
 		if c.held == nil {
 			c.held = map[permitKey]int64{}
 		}
@@ -123,7 +133,7 @@ func (p *pluginContext) acquirePermit(rs *ruleState, key []byte, now int64, enfo
 		d := rules.ConcurrencyDecision(spec.Concurrency, e.total, e.allowed)
 		s.outcomes = append(s.outcomes, rules.Outcome{Limit: spec, Decision: d, Partition: p.cfg.Response.Partition(r, key)})
 	}
-	return enforced && !e.allowed
+	return enforced && !e.allowed, h, e.admitted
 }
 
 // countPlaced counts overflow and evictions of an owned update.
@@ -159,14 +169,18 @@ func (p *pluginContext) releasePermits(held []heldPermit, now int64) []heldPermi
 func (p *pluginContext) writeOwned(h heldPermit, op int, count int64, now int64) {
 	c := &p.conc
 	rs := &p.rules[h.rule]
+	rec := rs.permits
+	if h.fallback {
+		rec = rs.fbPermits
+	}
 	e := &c.ed
 	e.op, e.k, e.class, e.owner, e.now, e.set[0] = op, 1, 0, c.owner, now, count
 	var err error
 	if h.overflow {
-		_, err = p.records.UpdateShared(rs.permits.OverflowKey(), e)
+		_, err = p.records.UpdateShared(rec.OverflowKey(), e)
 	} else {
 		c.key = append(c.key[:0], h.key...)
-		_, err = p.records.Update(rs.permits, c.key, e)
+		_, err = p.records.Update(rec, c.key, e)
 	}
 	if err != nil {
 		if errors.Is(err, sharedstate.ErrContention) {
@@ -272,7 +286,7 @@ func (p *pluginContext) permitTickMillis() uint32 {
 		return uint32(tick)
 	}
 	for i := range p.rules {
-		if p.rules[i].permits != nil {
+		if p.rules[i].permits != nil || p.rules[i].fbPermits != nil {
 			return 1000
 		}
 	}

@@ -343,6 +343,12 @@ func (h *httpContext) fallback(items []globalItem, now int64) (denied bool) {
 		it := &items[i]
 		rs, r := it.rs, it.rs.rule
 		rs.metrics.fallback.Increment(1)
+		if rs.fbPermits != nil {
+			if h.acquireFallbackPermit(it, now) {
+				return true
+			}
+			continue
+		}
 		if rs.fallback == nil {
 			if r.FailureMode == rules.FailDeny && !r.Shadow {
 				rs.metrics.failureDenied.Increment(1)

@@ -29,8 +29,12 @@ import (
 // overtakes the acquire (one that does leaves the permit to its lease). A request the service
 // denies holds nothing (the service gives back what the check acquired); so does one admitted
 // while a rule in shadow was denied (the service's answer is a denial): it goes on without a
-// permit. Failures follow the rate path: the breaker, then the rule's failure_mode (a
-// concurrency rule has no fallback; scope "both" adds the local permits of concurrency.go).
+// permit. Failures follow the rate path: the breaker, then the rule's fallback or failure_mode.
+// A concurrency rule's fallback is one local concurrency limit: while the service cannot decide
+// (a failed call, a passed deadline, the breaker open), the request takes a permit of that limit
+// in this proxy's shared data instead (concurrency.go's owned records, leases and renewals), held
+// by the stream and given back when it ends. Scope "both" adds the local permits of
+// concurrency.go to every request, and takes no fallback.
 // While the breaker is open, no renewal or release is sent: the leases cover them.
 
 const (
@@ -256,4 +260,17 @@ func readPermitAnswer(numHeaders, bodySize int) (wire.Answer, error) {
 		return wire.Answer{}, err
 	}
 	return wire.DecodeFullAnswer(body, 0, answerScratch)
+}
+
+// acquireFallbackPermit decides a global concurrency item by its rule's local fallback limit
+// (the service could not decide) and reports whether the request is denied. The permit, when
+// one is taken, is the stream's at once: this runs in the request path or in a callback of the
+// paused request, and the stream's end gives it back whichever way the request goes.
+func (h *httpContext) acquireFallbackPermit(it *globalItem, now int64) bool {
+	p, rs := h.plugin, it.rs
+	denied, held, ok := p.acquireOwned(rs, rs.fbPermits, rs.rule.FallbackConcurrency(), []byte(it.key), now, !rs.rule.Shadow, true)
+	if ok {
+		h.permits = append(h.permits, held)
+	}
+	return denied
 }

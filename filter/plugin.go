@@ -50,15 +50,16 @@ type pluginContext struct {
 
 // ruleState is what a plugin keeps per configured rule.
 type ruleState struct {
-	rule     *rules.Rule
-	tables   []*sharedstate.Table // one per rules.LimitSet, by its Index
-	fallback *sharedstate.Table   // the fallback limits of a global rule, or nil
-	blocked  *sharedstate.Records // the over-limit cache of a global rule
-	leases   *sharedstate.Records // the leased units of a rule with a lease
-	permits  *sharedstate.Records // the permits of a rule with a local concurrency limit
-	overflow []rules.LimitSpec    // what keys without room are decided against in tables[0]
-	settle   *settleRule          // the counters of a rule whose cost settles (settle.go), once used
-	metrics  ruleMetrics
+	rule      *rules.Rule
+	tables    []*sharedstate.Table // one per rules.LimitSet, by its Index
+	fallback  *sharedstate.Table   // the fallback limits of a global rule, or nil
+	blocked   *sharedstate.Records // the over-limit cache of a global rule
+	leases    *sharedstate.Records // the leased units of a rule with a lease
+	permits   *sharedstate.Records // the permits of a rule with a local concurrency limit
+	fbPermits *sharedstate.Records // the local fallback permits of a global concurrency rule
+	overflow  []rules.LimitSpec    // what keys without room are decided against in tables[0]
+	settle    *settleRule          // the counters of a rule whose cost settles (settle.go), once used
+	metrics   ruleMetrics
 }
 
 // keyPrefix is the start of every shared-data key the plugin writes. The shared data of a vm_id is one
@@ -187,6 +188,10 @@ func (rs *ruleState) globalRecords(base, fp string) (err error) {
 		if rs.leases, err = sharedstate.NewRecords(base+"lease/"+fp, r.MaxKeys); err != nil {
 			return err
 		}
+	}
+	if fb := r.FallbackConcurrency(); fb != nil {
+		rs.fbPermits, err = sharedstate.NewRecords(base+"fallback-permits/"+strconv.FormatUint(fb.Fingerprint, 36), r.MaxKeys)
+		return err
 	}
 	if fb := r.Fallback(); fb != nil {
 		rs.fallback, err = sharedstate.NewTable(base+"fallback/"+strconv.FormatUint(fb.Fingerprint, 36), fb.Slots, limitsOf(fb.Limits), nil)

@@ -61,6 +61,11 @@ func (v *validator) checkConcurrencyRule(path string, rj *ruleJSON, r *Rule) {
 		conc = conc || lj.Concurrency.Set
 	}
 	if !conc {
+		for i, lj := range rj.Fallback {
+			if lj.Concurrency.Set {
+				v.failf(path+".fallback["+strconv.Itoa(i)+"].concurrency", "only a rule whose limit is a concurrency limit may fall back to one")
+			}
+		}
 		for i, lj := range rj.Overrides {
 			for j, l := range lj.Limits {
 				if l.Concurrency.Set {
@@ -82,8 +87,28 @@ func (v *validator) checkConcurrencyRule(path string, rj *ruleJSON, r *Rule) {
 	case rj.Lease != nil:
 		v.failf(path+".lease", "a rule with a concurrency limit takes no lease")
 	case len(rj.Fallback) > 0:
-		v.failf(path+".fallback", "a rule with a concurrency limit takes no fallback")
+		v.concurrencyFallback(path, rj, r)
 	}
+}
+
+// concurrencyFallback checks the fallback of a global concurrency rule: one local concurrency
+// limit, the permits the proxy holds itself while the service cannot decide.
+func (v *validator) concurrencyFallback(path string, rj *ruleJSON, r *Rule) {
+	switch {
+	case r.Scope == ScopeBoth:
+		v.failf(path+".fallback", "a concurrency rule with scope both takes no fallback: its local permits already bound the proxy")
+	case len(rj.Fallback) != 1 || !rj.Fallback[0].Concurrency.Set:
+		v.failf(path+".fallback", "the fallback of a concurrency rule is one concurrency limit, e.g. [{\"concurrency\": 10}]")
+	}
+}
+
+// FallbackConcurrency returns the local concurrency limit a global concurrency rule applies
+// while the service cannot decide, or nil.
+func (r *Rule) FallbackConcurrency() *LimitSpec {
+	if r.fallback != nil && len(r.fallback.Limits) == 1 && r.fallback.Limits[0].Concurrency > 0 {
+		return &r.fallback.Limits[0]
+	}
+	return nil
 }
 
 // Concurrency returns the rule's concurrency limit, or nil when its limits are rates.
