@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshlimit/meshlimit/internal/fnv"
 	"github.com/meshlimit/meshlimit/shed"
 )
 
@@ -107,13 +108,14 @@ type Shed struct {
 	// RetryAfter and RetryAfterJitter make the Retry-After of a shed request.
 	RetryAfter, RetryAfterJitter time.Duration
 
-	match     match
-	routes    map[string]int
-	classFrom keyPart
-	fromSet   bool
-	fromMap   map[string]int // appendPart of a value -> class
-	key       []keyPart
-	enforcer  *Rule // carries the name and percentage EnforcedFor hashes with
+	match       match
+	routes      map[string]int
+	classFrom   keyPart
+	fromSet     bool
+	fromMap     map[string]int // appendPart of a value -> class
+	key         []keyPart
+	enforcer    *Rule  // carries the percentage enforcedHash compares with
+	enforceSeed uint64 // FNV-1a of "shed/<name>\x00", as Rule.EnforcedFor starts its hash
 }
 
 // Matches reports whether the shedder governs req (its match; no match matches all).
@@ -166,7 +168,7 @@ func (s *Shed) Enforced(req Request, buf []byte) (bool, []byte) {
 			buf = buf[:n]
 		}
 	}
-	return s.enforcer.EnforcedFor(buf), buf
+	return s.enforcer.enforcedHash(fnv.AddBytes(s.enforceSeed, buf)), buf
 }
 
 // shedders compiles the shed object or the shedders list.
@@ -295,6 +297,7 @@ func (v *validator) shedEnforce(path string, sj *shedJSON, s *Shed) {
 		}
 	}
 	s.enforcer = &Rule{Name: "shed/" + sj.Name, EnforcePercent: s.EnforcePercent}
+	s.enforceSeed = fnv.AddString(fnv.Offset64, s.enforcer.Name+"\x00")
 	if s.EnforcePercent > 0 && s.EnforcePercent < 100 && len(sj.Key) == 0 {
 		v.failf(path+".key", "required by enforce_percent %d: the key decides which requests are enforced", s.EnforcePercent)
 	}

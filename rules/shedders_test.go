@@ -121,3 +121,20 @@ func TestShedderConfigErrorsNameTheirField(t *testing.T) {
 		})
 	}
 }
+
+func TestAShedderClassAndEnforcementDoNotAllocate(t *testing.T) {
+	s := mustParse(t, oneRule+`"shedders":[{"name":"a-rather-long-shedder-name-for-the-hash","capacity":5,
+		"class_from":{"key":{"header":"x-tier"},"classes":{"gold":"critical"}},
+		"enforce_percent":40,"key":[{"header":"x-user"}]}]}`).Shedders[0]
+	req := &fakeRequest{headers: map[string]string{"x-user": "u1", "x-tier": "gold"}, path: "/"}
+	buf := make([]byte, 0, 64)
+	allocs := testing.AllocsPerRun(100, func() {
+		_ = s.Matches(req)
+		_, buf = s.Class(req, buf)
+		_, buf = s.Enforced(req, buf)
+	})
+	assert.Zero(t, allocs)
+	r := Rule{Name: "shed/" + s.Name, EnforcePercent: 40}
+	got, _ := s.Enforced(req, buf)
+	assert.Equal(t, r.EnforcedFor([]byte("u1")), got, "the same hash as a rule's enforce_percent")
+}
