@@ -205,7 +205,7 @@ func TestAColdReplicaChecksWithoutAScriptReload(t *testing.T) {
 	noReload("the first checks after Redis lost its scripts")
 
 	// The figure the deadline is chosen for: 503s among a cold replica's first checks.
-	cold := newTestHandler(t, Config{Store: newRedisStore(t, rs.Addr())})
+	cold := newTestHandler(t, Config{Store: newRedisStore(t, rs.Addr()), Timeout: DefaultTimeout})
 	failed := 0
 	for i := range 1000 {
 		code, _ := serve(cold, "POST", "/v1/check", `{"descriptors":[{"key":"c`+strconv.Itoa(i%50)+`","algorithm":"token_bucket","quota":1000000,"window_ms":1000}]}`)
