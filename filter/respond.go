@@ -63,7 +63,8 @@ func (p *pluginContext) checkCounted(rs *ruleState, set *rules.LimitSet, key []b
 	if idx, until, ok := p.penalized(rs, key, len(set.Limits), now); ok {
 		rs.metrics.penaltyDenied.Increment(1)
 		if enforced {
-			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &set.Limits[idx], Decision: cachedDenial(&set.Limits[idx], until-now), Partition: p.cfg.Response.Partition(r, key)})
+			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &set.Limits[idx], Decision: cachedDenial(&set.Limits[idx], until-now),
+				Partition: p.cfg.Response.Partition(r, key), Abnormal: true})
 		}
 		return p.count(rs, false, enforced)
 	}

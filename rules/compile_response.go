@@ -113,15 +113,12 @@ func (v *validator) body(rj *responseJSON, r *Response) {
 	case "problem_json":
 		r.problem = true
 		r.contentType = []byte("application/problem+json")
-		head, _ := json.Marshal(problemType) // strings always marshal
-		r.problemHead = append([]byte(`{"type":`), head...)
-		title, _ := json.Marshal(problemTitle)
-		r.problemHead = append(append(r.problemHead, `,"title":`...), title...)
-		r.problemHead = strconv.AppendInt(append(r.problemHead, `,"status":`...), int64(r.Status), 10)
-		if rj.Body != nil && body != "" {
-			detail, _ := json.Marshal(body)
-			r.problemHead = append(append(r.problemHead, `,"detail":`...), detail...)
+		detail := ""
+		if rj.Body != nil {
+			detail = body
 		}
+		r.problemHead = problemHead(problemType, problemTitle, r.Status, detail)
+		r.abnormalHead = problemHead(abnormalType, abnormalTitle, r.Status, detail)
 		if rj.Body == nil {
 			body = strings.TrimSpace(DefaultBody)
 		}
@@ -165,4 +162,18 @@ func (v *validator) extraHeaders(headers map[string]string) (extra []Field) {
 		}
 	}
 	return extra
+}
+
+// problemHead renders the start of a problem document: `{"type":…,"title":…,"status":N[,"detail":…]`.
+func problemHead(typ, title string, status uint32, detail string) []byte {
+	t, _ := json.Marshal(typ) // strings always marshal
+	head := append([]byte(`{"type":`), t...)
+	t, _ = json.Marshal(title)
+	head = append(append(head, `,"title":`...), t...)
+	head = strconv.AppendInt(append(head, `,"status":`...), int64(status), 10)
+	if detail != "" {
+		t, _ = json.Marshal(detail)
+		head = append(append(head, `,"detail":`...), t...)
+	}
+	return head
 }

@@ -36,6 +36,10 @@ const (
 const (
 	problemType  = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	problemTitle = "Request cannot be satisfied as assigned quota has been exceeded"
+	// The draft's problem type for a client denied for what it did, not for how much: meshlimit
+	// uses it for a key in a count_on penalty box.
+	abnormalType  = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
+	abnormalTitle = "Request not satisfied due to detection of abnormal request pattern"
 	// maxSFInteger is the largest RFC 9651 Integer.
 	maxSFInteger = 999_999_999_999_999
 )
@@ -107,6 +111,7 @@ type Response struct {
 	contentType  []byte
 	textBody     []byte
 	problemHead  []byte // `{"type":…,"title":…,"status":N[,"detail":…]`
+	abnormalHead []byte // the same with the abnormal-usage-detected type
 	grpcMessage  []byte
 	extra        []Field // sorted by name; values are immutable
 	jitterSecond int64
@@ -131,6 +136,9 @@ type Outcome struct {
 	// Partition is the pk parameter of the outcome's members: Response.Partition of the rule and
 	// key that gave the outcome (the zero value renders no pk).
 	Partition PartitionKey
+	// Abnormal marks a denial for abnormal usage (a key in a count_on penalty box): a problem
+	// document then has the abnormal-usage-detected type.
+	Abnormal bool
 }
 
 // PartitionKey is the pk parameter of a RateLimit-Policy or RateLimit member: 8 bytes of a keyed
@@ -278,7 +286,13 @@ func (r *Response) appendRetryAfter(dst []Field, buf []byte, outcomes []Outcome,
 
 // appendProblem appends the problem document of a denial, naming the limits that denied.
 func (r *Response) appendProblem(buf []byte, outcomes []Outcome) []byte {
-	buf = append(buf, r.problemHead...)
+	head := r.problemHead
+	for i := range outcomes {
+		if outcomes[i].Abnormal && !outcomes[i].Decision.Allowed {
+			head = r.abnormalHead
+		}
+	}
+	buf = append(buf, head...)
 	first := true
 	for i := range outcomes {
 		if outcomes[i].Decision.Allowed {

@@ -268,6 +268,30 @@ func TestDenyRendersAProblemDocument(t *testing.T) {
 	}
 }
 
+func TestAPenaltyBoxDenialHasTheAbnormalUsageProblemType(t *testing.T) {
+	r := responseOf(t, `{"body_format": "problem_json"}`)
+	for _, tc := range []struct {
+		name     string
+		abnormal bool
+		want     string
+	}{
+		{"a key in a penalty box is told it was denied for abnormal usage", true, "abnormal-usage-detected"},
+		{"a key over its quota is told so", false, "quota-exceeded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var lr LocalResponse
+			r.Deny(&lr, nil, []Outcome{
+				{Limit: spec("signin", 3, time.Minute), Decision: denied(10*time.Minute, 10*time.Minute), Abnormal: tc.abnormal},
+				{Limit: spec("per-day", 100, 24*time.Hour), Decision: allowed(5, time.Hour)},
+			}, false, 0)
+			var doc map[string]any
+			require.NoError(t, json.Unmarshal(lr.Body, &doc), "body %s", lr.Body)
+			assert.Equal(t, "https://iana.org/assignments/http-problem-types#"+tc.want, doc["type"])
+			assert.Equal(t, []any{"signin"}, doc["violated-policies"])
+		})
+	}
+}
+
 func TestDenyAnswersGRPCWithResourceExhausted(t *testing.T) {
 	r := responseOf(t, `{"body_format": "problem_json", "body": "quota exceeded", "headers": {"content-type": "text/html", "x-a": "b"}}`)
 	var lr LocalResponse
