@@ -119,7 +119,16 @@ func (d *requestDecoder) check(req *Request) *FieldError {
 }
 
 func (d *requestDecoder) descriptors(req *Request) *FieldError {
-	at := loc{desc: -1, field: "descriptors"}
+	return d.array(loc{desc: -1, field: "descriptors"}, "descriptors", func(i int) *FieldError {
+		req.Descriptors = append(req.Descriptors, Descriptor{})
+		return d.descriptor(i, &req.Descriptors[i])
+	})
+}
+
+// array decodes a JSON array of at most opts.MaxDescriptors elements at at, calling elem for each
+// index in turn (elem decodes the element where the decoder stands); noun names the elements in
+// the error for a longer array.
+func (d *requestDecoder) array(at loc, noun string, elem func(i int) *FieldError) *FieldError {
 	if d.peek() != '[' {
 		return d.wrongType(at, "an array")
 	}
@@ -129,10 +138,9 @@ func (d *requestDecoder) descriptors(req *Request) *FieldError {
 	}
 	for i := 0; ; i++ {
 		if i == d.opts.MaxDescriptors {
-			return at.err(false, "more than "+strconv.Itoa(d.opts.MaxDescriptors)+" descriptors")
+			return at.err(false, "more than "+strconv.Itoa(d.opts.MaxDescriptors)+" "+noun)
 		}
-		req.Descriptors = append(req.Descriptors, Descriptor{})
-		if err := d.descriptor(i, &req.Descriptors[i]); err != nil {
+		if err := elem(i); err != nil {
 			return err
 		}
 		if d.eat(']') {

@@ -154,29 +154,10 @@ func validatePermit(i, seen int, out *Descriptor, leaseMs int64, maxKeyBytes int
 
 // permitList decodes a renew or release list into list.
 func (d *requestDecoder) permitList(name string, list *[]PermitRef) *FieldError {
-	at := loc{desc: -1, field: name}
-	if d.peek() != '[' {
-		return d.wrongType(at, "an array")
-	}
-	d.i++
-	if d.eat(']') {
-		return nil
-	}
-	for i := 0; ; i++ {
-		if i == d.opts.MaxDescriptors {
-			return at.err(false, "more than "+strconv.Itoa(d.opts.MaxDescriptors)+" entries")
-		}
+	return d.array(loc{desc: -1, field: name}, "entries", func(i int) *FieldError {
 		*list = append(*list, PermitRef{})
-		if err := d.permitRef(name, i, &(*list)[i]); err != nil {
-			return err
-		}
-		if d.eat(']') {
-			return nil
-		}
-		if !d.eat(',') {
-			return d.syntax("want , or ] after an array element")
-		}
-	}
+		return d.permitRef(name, i, &(*list)[i])
+	})
 }
 
 // permitRef decodes entry i of list name into out: a renewal needs lease_ms, a release has none.

@@ -85,29 +85,10 @@ func AppendSettled(b []byte, n int) []byte {
 
 // settleList decodes the request's settle list into req.Settle.
 func (d *requestDecoder) settleList(req *Request) *FieldError {
-	at := loc{desc: -1, field: "settle"}
-	if d.peek() != '[' {
-		return d.wrongType(at, "an array")
-	}
-	d.i++
-	if d.eat(']') {
-		return nil
-	}
-	for i := 0; ; i++ {
-		if i == d.opts.MaxDescriptors {
-			return at.err(false, "more than "+strconv.Itoa(d.opts.MaxDescriptors)+" entries")
-		}
+	return d.array(loc{desc: -1, field: "settle"}, "entries", func(i int) *FieldError {
 		req.Settle = append(req.Settle, Settle{})
-		if err := d.settleEntry(i, &req.Settle[i]); err != nil {
-			return err
-		}
-		if d.eat(']') {
-			return nil
-		}
-		if !d.eat(',') {
-			return d.syntax("want , or ] after an array element")
-		}
-	}
+		return d.settleEntry(i, &req.Settle[i])
+	})
 }
 
 // The members of a settle entry besides a descriptor's limit members.
