@@ -32,16 +32,15 @@ $(BUILD)/passthrough.wasm:
 	@mkdir -p $(BUILD)
 	$(WASMENV) $(GO) build $(WASMFLAGS) -o $@ ./cmd/passthrough
 
-test: need-redis wasm ## the README's test command: build the wasm, install Redis if missing, run every test with -race
+test: need-redis need-node wasm ## the README's test command: install Redis and node if missing, build the wasm, run every test with -race (the V8 scenarios included)
 	$(GO) test -race -count=1 ./...
 	$(MAKE) test-wasip1
 	$(MAKE) test-deploy
-	$(MAKE) test-v8
 
 # The service and e2e tests start real redis-server processes on loopback ports. As root on
 # Debian/Ubuntu this installs redis-server and redis-tools; otherwise it stops with the command to run.
 need-redis: ## install redis-server and redis-cli if missing (as root), or print the one command to run
-	@sh scripts/need-redis
+	@sh scripts/need redis-server:redis-server redis-cli:redis-tools
 
 # envoy/ is its own module, so that go-control-plane, istio.io/api and k8s.io/api stay out of the
 # filter's dependencies. The first run compiles them (about 3 minutes on 2 cores).
@@ -74,8 +73,9 @@ bench: wasm ## benchmarks (medians over BENCHCOUNT runs; feed the output to benc
 .PHONY: need-node test-v8 bench-lifecycle coldstart-v8
 V8FLAGS := --no-liftoff --wasm-max-mem-pages=16384
 
-need-node: ## stop with the install command when node (V8) is missing
-	@command -v node >/dev/null || { echo "node (Node.js) is missing: the filter must also be tested on V8, the engine Envoy uses. Install it: apt-get install nodejs"; exit 1; }
+# The shared scenarios run the module on V8 (the engine Envoy and Istio use) under node.
+need-node: ## install node if missing (as root), or print the one command to run
+	@sh scripts/need node:nodejs
 
 test-v8: need-node wasm ## the shared scenarios (e2e/scenarios) on V8 and on wazero; any divergence fails
 	$(GO) test -count=1 -run='^TestTheSharedScenariosRunAlikeOnWazeroAndV8$$' ./e2e/
