@@ -11,6 +11,9 @@ import (
 // key's record holds the time until which it is blocked and the index of the limit that denied. The
 // records are owner-checked like every other: a key never reads or replaces another key's entry unless
 // that entry has expired. A key that finds no room is simply not cached: that only costs one more call.
+// A rule with cache_denials false caches nothing: it pays one call per request of a denied key, and in
+// exchange an admin reset at the service is seen by the next request on every proxy (a cached denial
+// is seen only after its Retry-After, since the service cannot reach the proxies' shared data).
 
 const blockedPayloadSize = 9
 
@@ -35,7 +38,12 @@ func (e *blockEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 }
 
 // blocked reports whether the key is in the over-limit cache at now: until when, and which limit denied.
+// A rule with cache_denials false never finds a key there (even one cached before a reload that
+// turned the cache off): every request asks the service, so an admin reset is seen at once.
 func (p *pluginContext) blocked(it *globalItem, now int64) (idx int, until int64, ok bool) {
+	if !it.rs.rule.CacheDenials {
+		return 0, 0, false
+	}
 	v, ok, err := p.records.Find(it.rs.blocked, []byte(it.key))
 	if err != nil || !ok || len(v) != blockedPayloadSize {
 		return 0, 0, false
@@ -48,9 +56,9 @@ func (p *pluginContext) blocked(it *globalItem, now int64) (idx int, until int64
 }
 
 // block records that the key is denied by limit idx until then. A rule that settles is not cached: a
-// refund (settle_global.go) may make room before the Retry-After.
+// refund (settle_global.go) may make room before the Retry-After; nor is one with cache_denials false.
 func (p *pluginContext) block(it *globalItem, idx int, until int64) {
-	if it.rs.rule.Settle() != nil {
+	if it.rs.rule.Settle() != nil || !it.rs.rule.CacheDenials {
 		return
 	}
 	p.blockEd = blockEditor{now: abi.UnixNano(), until: until, idx: byte(idx)}

@@ -57,6 +57,9 @@ type Rule struct {
 	MissingKey MissingKey
 	// CountOn is non-nil when the rule charges only the responses that match it.
 	CountOn *CountOn
+	// CacheDenials is true when the filter keeps the service's denials of a key in its over-limit
+	// cache until their Retry-After (rules[].cache_denials; always false for a local rule).
+	CacheDenials bool
 	// EnforcePercent is the share of key values, 0 to 100, the rule enforces (EnforcedFor).
 	EnforcePercent int
 

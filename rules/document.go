@@ -112,6 +112,11 @@ type ruleJSON struct {
 	// Lease makes a global rule lease quota from the service in batches instead of asking
 	// once per request (scope global only).
 	Lease *leaseJSON `json:"lease"`
+	// CacheDenials keeps a key the global service denied in the proxy's over-limit cache until the
+	// denial's Retry-After, answering it there without calling the service (scope global or both).
+	// false asks the service for every request, so an admin reset is seen by the next request, at the
+	// cost of one call per request of a denied key. Default true.
+	CacheDenials *bool `json:"cache_denials"`
 	// Overflow are the limits that every key finding no room in the rule's max_keys slots shares
 	// (all such keys together). Default: the rule's own limits.
 	Overflow []limitJSON `json:"overflow"`
