@@ -162,3 +162,26 @@ func TestWithTheDefaultCacheAnAdminResetIsSeenOnceTheCachedRetryAfterHasPassed(t
 		assert.Equal(t, calls[i]+1, counter(p, "meshlimit.global.calls"))
 	}
 }
+
+func TestADenialCachedBeforeAReloadThatTurnsTheCacheOffIsNotAnsweredAfterIt(t *testing.T) {
+	addr := startAdminService(t, redistest.Start(t).Addr())
+	proc, clock := envoyhost.NewProcess(), envoyhost.NewClock(epoch)
+	sameEnvoy := func(c *envoyhost.Config) {
+		c.Clusters = map[string]string{serviceCluster: addr}
+		c.Process, c.Clock = proc, clock
+	}
+	before := load(t, module(t, "meshlimit"), resetConfig(``), 1, sameEnvoy)
+	for range 2 {
+		require.Equal(t, 200, aliceOn(t, before))
+	}
+	require.Equal(t, 429, aliceOn(t, before), "denied by the service, and cached in this Envoy's shared data")
+
+	// The configuration is updated: a new plugin with cache_denials false, in the same Envoy (the
+	// same shared data, the same records of the rule, whose limits did not change).
+	cfg := resetConfig(`,"cache_denials":false`)
+	after := load(t, module(t, "meshlimit"), cfg, 1, sameEnvoy)
+	adminReset(t, addr, cfg, "per-user", "alice")
+	assert.Equal(t, 429, aliceOn(t, before), "the old configuration still answers from the cache")
+	assert.Equal(t, 200, aliceOn(t, after), "the new one ignores the entry cached before it and asks the service")
+	assert.Zero(t, counter(after, "meshlimit.global.failures"))
+}
