@@ -188,7 +188,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.Is(err, ErrStoreFull):
 			kind = errStoreFull
-		case ctx.Err() != nil:
+		case timedOut(ctx, err):
 			kind = errTimeout
 		}
 		h.metrics.error(kind)
@@ -266,4 +266,15 @@ func (h *Handler) writeError(w http.ResponseWriter, status int, msg string) {
 func writeText(w http.ResponseWriter, s string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte(s))
+}
+
+// timedOut reports whether a store error is the request's deadline: the context says so, the error
+// wraps its DeadlineExceeded, or the deadline has passed (a client may give up a hair before the
+// context's timer fires).
+func timedOut(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
