@@ -43,6 +43,15 @@ func AppendRequestEnd(b []byte) []byte { return append(b, "]}"...) }
 // and cost. l's Window is sent in whole milliseconds (the configuration allows no finer
 // window); the caller keeps l valid and cost between 1 and algorithms.MaxQuota.
 func AppendDescriptor(b []byte, i int, k Key, l algorithms.Limit, cost int64) []byte {
+	b = appendKeyAndLimit(b, i, k, l)
+	b = append(b, `,"cost":`...)
+	b = strconv.AppendInt(b, cost, 10)
+	return append(b, '}')
+}
+
+// appendKeyAndLimit appends the start of list entry i, an object with key k and the members of l,
+// left open for the members that follow.
+func appendKeyAndLimit(b []byte, i int, k Key, l algorithms.Limit) []byte {
 	if i > 0 {
 		b = append(b, ',')
 	}
@@ -58,9 +67,7 @@ func AppendDescriptor(b []byte, i int, k Key, l algorithms.Limit, cost int64) []
 		b = append(b, `,"burst":`...)
 		b = strconv.AppendInt(b, l.Burst, 10)
 	}
-	b = append(b, `,"cost":`...)
-	b = strconv.AppendInt(b, cost, 10)
-	return append(b, '}')
+	return b
 }
 
 // DecodeOptions bounds what DecodeRequest accepts. Zero fields take the defaults.

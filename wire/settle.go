@@ -51,21 +51,7 @@ func AppendSettleListStart(b []byte, afterDescriptors bool) []byte {
 // it). The caller keeps l valid, of a kind that settles, and delta non-zero within
 // ±algorithms.MaxQuota.
 func AppendSettle(b []byte, i int, k Key, l algorithms.Limit, delta int64, age time.Duration) []byte {
-	if i > 0 {
-		b = append(b, ',')
-	}
-	b = append(b, `{"key":"`...)
-	b = appendKey(b, k)
-	b = append(b, `","algorithm":"`...)
-	b = append(b, l.Kind.String()...)
-	b = append(b, `","quota":`...)
-	b = strconv.AppendInt(b, l.Quota, 10)
-	b = append(b, `,"window_ms":`...)
-	b = strconv.AppendInt(b, int64(l.Window/time.Millisecond), 10)
-	if l.Burst != 0 {
-		b = append(b, `,"burst":`...)
-		b = strconv.AppendInt(b, l.Burst, 10)
-	}
+	b = appendKeyAndLimit(b, i, k, l)
 	b = append(b, `,"delta":`...)
 	b = strconv.AppendInt(b, delta, 10)
 	if age > 0 {
