@@ -172,18 +172,7 @@ func (s *RedisStore) Decide(ctx context.Context, req Request) (algorithms.Decisi
 // decide runs req's script with the given PEXPIRE in milliseconds.
 func (s *RedisStore) decide(ctx context.Context, req Request, ttlMs int64) (algorithms.Decision, error) {
 	l := req.Limit
-	now := ""
-	if !req.Now.IsZero() {
-		now = strconv.FormatInt(min(max(req.Now.UnixMicro(), 0), maxTimeUs), 10)
-	}
-	args := []string{
-		strconv.FormatInt(l.Quota, 10),
-		strconv.FormatInt(int64(l.Window/time.Microsecond), 10),
-		strconv.FormatInt(l.Burst, 10),
-		strconv.FormatInt(req.Cost, 10),
-		strconv.FormatInt(max(ttlMs, 1), 10),
-		now,
-	}
+	args := limitArgs(l, req.Cost, ttlMs, req.Now)
 	v, err := s.scripts[l.Kind].Exec(ctx, s.client, []string{s.Key(req)}, args).AsIntSlice()
 	if err != nil {
 		return algorithms.Decision{}, s.redisErr(err)
@@ -219,4 +208,18 @@ func (s *RedisStore) redisErr(err error) error {
 func (s *RedisStore) Close() error {
 	s.client.Close()
 	return nil
+}
+
+// limitArgs are the arguments every decision and settle script starts with: the limit's quota,
+// window (µs) and burst, the amount (a cost, or a settle's delta), the PEXPIRE in milliseconds
+// (at least 1) and now_us (empty: Redis TIME).
+func limitArgs(l algorithms.Limit, amount, ttlMs int64, now time.Time) []string {
+	return []string{
+		strconv.FormatInt(l.Quota, 10),
+		strconv.FormatInt(int64(l.Window/time.Microsecond), 10),
+		strconv.FormatInt(l.Burst, 10),
+		strconv.FormatInt(amount, 10),
+		strconv.FormatInt(max(ttlMs, 1), 10),
+		nowArg(now),
+	}
 }

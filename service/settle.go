@@ -104,19 +104,7 @@ func (s *RedisStore) Settle(ctx context.Context, req SettleRequest) error {
 // settleAt runs req's settle script with the given PEXPIRE in milliseconds.
 func (s *RedisStore) settleAt(ctx context.Context, req SettleRequest, ttlMs int64) error {
 	l := req.Limit
-	now := ""
-	if !req.Now.IsZero() {
-		now = strconv.FormatInt(min(max(req.Now.UnixMicro(), 0), maxTimeUs), 10)
-	}
-	args := []string{
-		strconv.FormatInt(l.Quota, 10),
-		strconv.FormatInt(int64(l.Window/time.Microsecond), 10),
-		strconv.FormatInt(l.Burst, 10),
-		strconv.FormatInt(req.Delta, 10),
-		strconv.FormatInt(max(ttlMs, 1), 10),
-		now,
-		strconv.FormatInt(int64(req.Age/time.Microsecond), 10),
-	}
+	args := append(limitArgs(l, req.Delta, ttlMs, req.Now), strconv.FormatInt(int64(req.Age/time.Microsecond), 10))
 	key := s.key(l.Kind.String(), req.Key)
 	if err := s.settle[l.Kind].Exec(ctx, s.client, []string{key}, args).Error(); err != nil {
 		return s.redisErr(err)
