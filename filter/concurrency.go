@@ -4,8 +4,6 @@ import (
 	"errors"
 	"math/rand/v2"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/meshlimit/meshlimit/abi"
 
 	"github.com/meshlimit/meshlimit/rules"
@@ -102,20 +100,8 @@ func (p *pluginContext) acquireOwned(rs *ruleState, rec *sharedstate.Records, sp
 	e := &c.ed
 	e.op, e.k, e.class, e.owner, e.now, e.limit, e.policy, e.force = opAcquire, 1, 0, c.owner, now, spec.Concurrency, nil, !enforced
 	res, err := p.updateOwned(rec, key, e)
-	if res.Attempts > 1 {
-		rs.metrics.casRetries.Increment(uint64(res.Attempts - 1))
-	}
-	if err != nil {
-		if errors.Is(err, sharedstate.ErrContention) {
-			rs.metrics.casExhausted.Increment(1)
-		} else {
-			proxywasm.LogWarnf("meshlimit: rule %s: %v", r.Name, err)
-		}
-		if r.FailureMode == rules.FailDeny && enforced {
-			rs.metrics.failureDenied.Increment(1)
-			return true, h, false
-		}
-		return false, h, false
+	if err := p.updated(rs, res.Attempts, err); err != nil {
+		return p.failed(rs, enforced), h, false
 	}
 	p.countPlaced(rs, res.Placement)
 	if e.reclaimed > 0 {

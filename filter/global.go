@@ -11,7 +11,6 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/meshlimit/meshlimit/abi"
-	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
 // The global path: rules with scope "global" (or "both") are decided by the decision service
@@ -357,12 +356,8 @@ func (h *httpContext) fallback(items []globalItem, now int64) (denied bool) {
 			continue
 		}
 		out, err := p.limiter.Take(rs.fallback, []byte(it.key), now, it.cost)
-		if err != nil {
-			if errors.Is(err, sharedstate.ErrContention) {
-				rs.metrics.casExhausted.Increment(1)
-			}
-			if r.FailureMode == rules.FailDeny && !r.Shadow {
-				rs.metrics.failureDenied.Increment(1)
+		if err := p.updated(rs, out.Attempts, err); err != nil {
+			if p.failed(rs, !r.Shadow) {
 				return true
 			}
 			continue

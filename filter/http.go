@@ -2,9 +2,10 @@ package filter
 
 import (
 	"errors"
-	"github.com/meshlimit/meshlimit/rules"
 	"math/rand/v2"
 	"unsafe"
+
+	"github.com/meshlimit/meshlimit/rules"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -178,20 +179,8 @@ func (p *pluginContext) queueGlobal(rs *ruleState, set *rules.LimitSet, key []by
 func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []byte, cost, now int64, enforced bool) (denied bool) {
 	s, r := &p.scratch, rs.rule
 	out, err := p.limiter.Take(rs.tables[set.Index], key, now, cost)
-	if out.Attempts > 1 {
-		rs.metrics.casRetries.Increment(uint64(out.Attempts - 1))
-	}
-	if err != nil {
-		if errors.Is(err, sharedstate.ErrContention) {
-			rs.metrics.casExhausted.Increment(1)
-		} else {
-			proxywasm.LogWarnf("meshlimit: rule %s: %v", r.Name, err)
-		}
-		if r.FailureMode == rules.FailDeny && enforced {
-			rs.metrics.failureDenied.Increment(1)
-			return true
-		}
-		return false
+	if err := p.updated(rs, out.Attempts, err); err != nil {
+		return p.failed(rs, enforced)
 	}
 	specs := rs.placed(out.Placement, set.Limits)
 	if p.cfg.LogLevel <= rules.LogDebug {
@@ -210,6 +199,32 @@ func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []by
 		}
 	}
 	return enforced && !out.Allowed
+}
+
+// updated counts the CAS rounds a shared-state update of the rule took and logs a failure that is
+// not contention (which is counted); it returns err.
+func (p *pluginContext) updated(rs *ruleState, attempts int, err error) error {
+	if attempts > 1 {
+		rs.metrics.casRetries.Increment(uint64(attempts - 1))
+	}
+	if err != nil {
+		if errors.Is(err, sharedstate.ErrContention) {
+			rs.metrics.casExhausted.Increment(1)
+		} else {
+			proxywasm.LogWarnf("meshlimit: rule %s: %v", rs.rule.Name, err)
+		}
+	}
+	return err
+}
+
+// failed decides a request whose rule could not update its shared state: denied (and counted) when
+// the rule fails closed and is enforced, else let through.
+func (p *pluginContext) failed(rs *ruleState, enforced bool) (denied bool) {
+	if rs.rule.FailureMode == rules.FailDeny && enforced {
+		rs.metrics.failureDenied.Increment(1)
+		return true
+	}
+	return false
 }
 
 // deny sends the configured local response. The host sends it after this callback returns.
