@@ -49,15 +49,7 @@ type adjustEditor struct {
 
 // Vacant implements Editor as Take does: every state of the payload is idle.
 func (e *adjustEditor) Vacant(payload []byte) bool {
-	if !parseStates(payload, e.states) {
-		return true
-	}
-	for i, l := range e.limits {
-		if !l.IdleAt(e.states[i], e.now) {
-			return false
-		}
-	}
-	return true
+	return vacant(payload, e.limits, e.states, e.now)
 }
 
 // Edit implements Editor: each limit's state is adjusted; a refund on a fresh record writes nothing.

@@ -154,15 +154,7 @@ func (e *limitEditor) reset(limits []algorithms.Limit, now, cost int64) {
 
 // Vacant implements Editor: a record is vacant when every state in it is idle (or it cannot be read).
 func (e *limitEditor) Vacant(payload []byte) bool {
-	if !parseStates(payload, e.states) {
-		return true
-	}
-	for i, l := range e.limits {
-		if !l.IdleAt(e.states[i], e.now) {
-			return false
-		}
-	}
-	return true
+	return vacant(payload, e.limits, e.states, e.now)
 }
 
 // Edit implements Editor: every limit decides on its state (a fresh one when cur is empty or
@@ -232,3 +224,17 @@ func parseStates(p []byte, states [][]byte) bool {
 // bytesString views b as a string without copying. The string is only passed to Store methods, which
 // must not keep it (MemStore clones keys it stores; the host copies them).
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// vacant reports whether a record's payload holds only idle states of limits at now (or cannot be
+// read): such a record is as good as fresh, so another key may take its slot. states is scratch.
+func vacant(payload []byte, limits []algorithms.Limit, states [][]byte, now int64) bool {
+	if !parseStates(payload, states) {
+		return true
+	}
+	for i, l := range limits {
+		if !l.IdleAt(states[i], now) {
+			return false
+		}
+	}
+	return true
+}
