@@ -33,17 +33,7 @@ func (s *MemoryStore) Inspect(ctx context.Context, req Request) (KeyState, error
 	if err := req.validate(); err != nil {
 		return KeyState{}, err
 	}
-	now := req.Now
-	if now.IsZero() {
-		now = s.clock()
-	}
-	sh := &s.shards[maphash.String(s.seed, req.Key)%memShards]
-	sh.mu.Lock()
-	var state []byte
-	if e := sh.m[memKey{req.Limit.Kind, req.Key}]; e != nil {
-		state = append(state, e.state...)
-	}
-	sh.mu.Unlock()
+	state, now := s.snapshot(req)
 	return peekState(req.Limit, state, now)
 }
 
@@ -154,4 +144,21 @@ func (s *RedisStore) Reset(ctx context.Context, req Request) (bool, error) {
 		return false, s.redisErr(err)
 	}
 	return n > 0, nil
+}
+
+// snapshot returns a copy of req's state (nil when the key has none) and the time to read it at:
+// req.Now, or the store's clock.
+func (s *MemoryStore) snapshot(req Request) ([]byte, time.Time) {
+	now := req.Now
+	if now.IsZero() {
+		now = s.clock()
+	}
+	sh := &s.shards[maphash.String(s.seed, req.Key)%memShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var state []byte
+	if e := sh.m[memKey{req.Limit.Kind, req.Key}]; e != nil {
+		state = append(state, e.state...)
+	}
+	return state, now
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"time"
 
 	"github.com/meshlimit/meshlimit/algorithms"
@@ -73,17 +72,7 @@ func (s *MemoryStore) peek(ctx context.Context, req Request) (int64, time.Durati
 	if err := ctx.Err(); err != nil {
 		return 0, 0, err
 	}
-	now := req.Now
-	if now.IsZero() {
-		now = s.clock()
-	}
-	sh := &s.shards[maphash.String(s.seed, req.Key)%memShards]
-	sh.mu.Lock()
-	var state []byte
-	if e := sh.m[memKey{req.Limit.Kind, req.Key}]; e != nil {
-		state = append(state, e.state...)
-	}
-	sh.mu.Unlock()
+	state, now := s.snapshot(req)
 	_, d, err := req.Limit.Decide(state, now.UnixNano(), 1, nil)
 	if errors.Is(err, algorithms.ErrMalformedState) {
 		return 0, 0, nil // Decide starts such a state fresh
