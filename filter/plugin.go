@@ -3,9 +3,10 @@ package filter
 import (
 	"errors"
 	"fmt"
+	"strconv"
+
 	"github.com/meshlimit/meshlimit/internal/fnv"
 	"github.com/meshlimit/meshlimit/rules"
-	"strconv"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
