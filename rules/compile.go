@@ -682,7 +682,8 @@ func describeKey(parts []keyPart) string {
 
 func (v *validator) global(gj *globalJSON) *Global {
 	g := &Global{Cluster: gj.Cluster, Authority: gj.Authority, Path: gj.Path, Timeout: DefaultGlobalTimeout,
-		Secret: gj.Secret, BreakerFailures: DefaultBreakerFailures, BreakerCooldown: DefaultBreakerCooldown}
+		Secret: gj.Secret, BreakerFailures: DefaultBreakerFailures, BreakerCooldown: DefaultBreakerCooldown,
+		ResetPoll: v.resetPoll(gj.ResetPoll)}
 	if gj.SecretEnv != "" {
 		if s := os.Getenv(gj.SecretEnv); s != "" {
 			g.Secret = s

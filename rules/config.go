@@ -247,6 +247,9 @@ type Global struct {
 	// BreakerFailures consecutive failures open the breaker for BreakerCooldown.
 	BreakerFailures int
 	BreakerCooldown time.Duration
+	// ResetPoll is how often one worker of the proxy asks the service's reset log which keys an
+	// admin reset, so that the proxy forgets them in its shared data too (0: never).
+	ResetPoll time.Duration
 }
 
 // FieldError is a configuration error at one field. Path names the field as it appears in

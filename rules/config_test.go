@@ -242,6 +242,7 @@ func TestParseConfigCompilesEveryField(t *testing.T) {
 		Secret:          "s3cret",
 		BreakerFailures: 3,
 		BreakerCooldown: 2 * time.Second,
+		ResetPoll:       2 * time.Second,
 	}, c.Global)
 	assert.Equal(t, "ietf+draft03", c.Response.headerSetNames())
 	assert.Equal(t, 2*time.Second, c.Response.RetryAfterJitter)

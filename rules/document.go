@@ -28,6 +28,8 @@ const (
 	DefaultBreakerFailures = 5
 	// DefaultBreakerCooldown is how long an open breaker stops calling before it probes.
 	DefaultBreakerCooldown = 5 * time.Second
+	// DefaultResetPoll is how often a proxy reads the service's reset log.
+	DefaultResetPoll = time.Second
 	// DefaultMaxCost caps a cost read from a header when the rule sets no max.
 	DefaultMaxCost = 1_000_000
 
@@ -294,6 +296,9 @@ type globalJSON struct {
 	SecretEnv string `json:"secret_env"`
 	// Breaker configures the circuit breaker in front of the service.
 	Breaker *breakerJSON `json:"breaker"`
+	// ResetPoll is how often one worker of the proxy reads the service's reset log and forgets
+	// the keys an admin reset, 100ms to 1h; "0s" or "off" never reads it. Default "1s".
+	ResetPoll string `json:"reset_poll"`
 }
 
 // leaseJSON is rules[].lease.
