@@ -212,3 +212,64 @@ func checkSettles(t *testing.T, body []byte, req *Request, j *jsonRequest) {
 		}
 	}
 }
+
+// FuzzDecodeResetsRequest checks the service's decoder of reset log requests: it never panics,
+// every error is a *FieldError naming a field, and what it accepts is within its bounds and
+// what the filter's encoder writes for the same plugin part and position.
+func FuzzDecodeResetsRequest(f *testing.F) {
+	for _, seed := range []string{
+		`{"plugin":"ns.p","since":41}`, `{"plugin":"p"}`, `{"since":1}`, `{"plugin":"a","since":-1}`,
+		`{"plugin":"\u00e9\"","since":9223372036854775807}`, `{"plugin":"a","plugin":"b"}`, `{"plugin":"a"} x`, ``, `[`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req ResetsRequest
+		if err := DecodeResetsRequest(body, &req); err != nil {
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field == "" || fe.Reason == "" {
+				t.Fatalf("error %v (%T) does not name a field", err, err)
+			}
+			return
+		}
+		if CheckKey(req.Plugin, MaxPluginBytes) != nil || req.Since > maxSeq {
+			t.Fatalf("%q: accepted %+v", body, req)
+		}
+		var again ResetsRequest
+		if err := DecodeResetsRequest(AppendResetsRequest(nil, req.Plugin, req.Since), &again); err != nil || again != req {
+			t.Fatalf("%q: decoded %+v, re-encoded and decoded %+v (%v)", body, req, again, err)
+		}
+	})
+}
+
+// FuzzDecodeResetsAnswer checks the filter's decoder of reset log answers: it never panics,
+// what it accepts is bounded and ordered, and the service's encoder writes it back to an answer
+// it decodes the same way.
+func FuzzDecodeResetsAnswer(f *testing.F) {
+	for _, seed := range []string{
+		`{"seq":43,"resets":[{"seq":42,"key":"p/r/1/v"},{"seq":43,"key":"p/r/2/\u00e9"}],"more":false,"truncated":false}`,
+		`{"seq":0,"resets":[],"truncated":true,"x":[{"y":null}]}`, `{"error":"store unavailable"}`,
+		`{"seq":3,"resets":[{"seq":4,"key":"k"}]}`, `{"seq":3,"resets":[{"seq":1}]}`, ``, `{`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		a, err := DecodeResetsAnswer(body, nil)
+		if err != nil {
+			return
+		}
+		if len(a.Resets) > MaxResetsPerAnswer || a.Seq > maxSeq {
+			t.Fatalf("%q: accepted %+v", body, a)
+		}
+		b := AppendResetsAnswer(nil, &a)
+		again, err := DecodeResetsAnswer(b, nil)
+		if err != nil || again.Seq != a.Seq || again.More != a.More || again.Truncated != a.Truncated || len(again.Resets) != len(a.Resets) {
+			t.Fatalf("%q re-encoded as %q: %v", body, b, err)
+		}
+		for i := range a.Resets {
+			if a.Resets[i] != again.Resets[i] {
+				t.Fatalf("entry %d: %+v, re-decoded %+v", i, a.Resets[i], again.Resets[i])
+			}
+		}
+	})
+}
