@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,7 +36,8 @@ type scenario struct {
 	Config             json.RawMessage   `json:"config"`
 	ConfigText         *string           `json:"config_text"`
 	Workers            int               `json:"workers"`
-	Module             string            `json:"module"` // meshlimit (default), or a host test guest: guest, badimport
+	BufferLimit        int               `json:"buffer_limit"` // Envoy's per_connection_buffer_limit_bytes; 0: 1 MiB
+	Module             string            `json:"module"`       // meshlimit (default), or a host test guest: guest, badimport
 	Env                map[string]string `json:"env"`
 	Steps              []scenarioStep    `json:"steps"`
 	ExpectStartFailure *struct {
@@ -51,15 +53,16 @@ type scenario struct {
 }
 
 type scenarioStep struct {
-	Request   *scenarioRequest `json:"request"`
-	VM        int              `json:"vm"`
-	VMs       []int            `json:"vms"`
-	Repeat    int              `json:"repeat"`
-	AdvanceMS *int64           `json:"advance_ms"`
-	Open      *string          `json:"open"`
-	Check     *string          `json:"check"`
-	Finish    *string          `json:"finish"`
-	Expect    *expectation     `json:"expect"`
+	Request   *scenarioRequest  `json:"request"`
+	Response  *scenarioResponse `json:"response"`
+	VM        int               `json:"vm"`
+	VMs       []int             `json:"vms"`
+	Repeat    int               `json:"repeat"`
+	AdvanceMS *int64            `json:"advance_ms"`
+	Open      *string           `json:"open"`
+	Check     *string           `json:"check"`
+	Finish    *string           `json:"finish"`
+	Expect    *expectation      `json:"expect"`
 }
 
 type scenarioRequest struct {
@@ -69,6 +72,25 @@ type scenarioRequest struct {
 	Source    string      `json:"source"`
 	Route     string      `json:"route"`
 	Headers   [][2]string `json:"headers"`
+	scenarioBody
+}
+
+// scenarioResponse is the upstream's answer; a step without one gets 200 text/plain "ok".
+type scenarioResponse struct {
+	Status  int          `json:"status"`  // 200 by default
+	Headers *[][2]string `json:"headers"` // content-type: text/plain by default
+	scenarioBody
+}
+
+// scenarioBody is the body of a request or a response and how it arrives: Chunks as given, or
+// Body (or BodySize bytes of 'x') in pieces of ChunkSize bytes. The last chunk (or, without a body,
+// the headers) carries end_of_stream unless EndStream is false.
+type scenarioBody struct {
+	Body      *string  `json:"body"`
+	BodySize  int      `json:"body_size"`
+	Chunks    []string `json:"chunks"`
+	ChunkSize int      `json:"chunk_size"`
+	EndStream *bool    `json:"end_stream"`
 }
 
 // expectation is what a step's observations must show; absent fields are not checked.
@@ -84,6 +106,11 @@ type expectation struct {
 	GRPCStatus     *int32            `json:"grpc_status"`
 	Action         string            `json:"action"`
 	BodyContains   string            `json:"body_contains"`
+	// The body bytes forwarded upstream and sent downstream (the upstream's or a local reply's), and
+	// whether the host reset the stream.
+	UpstreamBodyBytes   *int  `json:"upstream_body_bytes"`
+	DownstreamBodyBytes *int  `json:"downstream_body_bytes"`
+	Reset               *bool `json:"reset"`
 }
 
 // observation is what one request looked like to the client and to the upstream.
@@ -95,6 +122,10 @@ type observation struct {
 	Upstream   [][2]string `json:"upstream"`
 	Downstream [][2]string `json:"downstream"`
 	Body       string      `json:"body"`
+	// UpstreamBodyBytes and DownstreamBodyBytes count the body bytes that passed the filter.
+	UpstreamBodyBytes   int  `json:"upstream_body_bytes"`
+	DownstreamBodyBytes int  `json:"downstream_body_bytes"`
+	Reset               bool `json:"reset"`
 }
 
 // outcome is one engine's run of one scenario.
@@ -226,7 +257,7 @@ func runOnWazero(t *testing.T, wasm []byte, sc scenario) outcome {
 	proc := envoyhost.NewProcess()
 	p, err := envoyhost.NewPlugin(context.Background(), wasm, envoyhost.Config{
 		VMID: "meshlimit", PluginName: "istio-system.meshlimit", RootID: "meshlimit", PluginConfig: []byte(config),
-		Workers: max(sc.Workers, 1), Clock: envoyhost.NewClock(epoch), Process: proc, LogLevel: envoyhost.LogInfo, OnLog: critical,
+		Workers: max(sc.Workers, 1), BufferLimit: sc.BufferLimit, Clock: envoyhost.NewClock(epoch), Process: proc, LogLevel: envoyhost.LogInfo, OnLog: critical,
 		Env: sc.Env,
 	})
 	if err != nil {
@@ -255,19 +286,15 @@ func runOnWazero(t *testing.T, wasm []byte, sc scenario) outcome {
 
 func runStepOnWazero(t *testing.T, p *envoyhost.Plugin, open map[string]*envoyhost.Stream, st scenarioStep) []observation {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	switch {
 	case st.AdvanceMS != nil:
 		p.Clock().Advance(time.Duration(*st.AdvanceMS) * time.Millisecond)
 		return []observation{}
 	case st.Open != nil:
-		req := st.Request.build()
-		s := p.VM(st.VM).NewStream(req.Info)
-		act, err := s.SendRequestHeaders(req.Headers, true)
-		require.NoError(t, err)
+		s := p.VM(st.VM).NewStream(st.Request.build().Info)
+		sendRequest(t, s, st.Request)
 		open[*st.Open] = s
-		return []observation{observeStream(s, act.String())}
+		return []observation{observeStream(s, streamState(s).String())}
 	case st.Check != nil:
 		s := open[*st.Check]
 		return []observation{observeStream(s, streamState(s).String())}
@@ -275,10 +302,7 @@ func runStepOnWazero(t *testing.T, p *envoyhost.Plugin, open map[string]*envoyho
 		s := open[*st.Finish]
 		delete(open, *st.Finish)
 		if streamState(s) == envoyhost.ActionContinue {
-			_, err := s.SendResponseHeaders(ok200.Headers, false)
-			require.NoError(t, err)
-			_, err = s.SendResponseBody(ok200.Body, true)
-			require.NoError(t, err)
+			sendResponse(t, s, st.Response)
 		}
 		require.NoError(t, s.Close())
 		return []observation{observeStream(s, "")}
@@ -289,11 +313,72 @@ func runStepOnWazero(t *testing.T, p *envoyhost.Plugin, open map[string]*envoyho
 		if len(st.VMs) > 0 {
 			vm = st.VMs[i%len(st.VMs)]
 		}
-		res, err := p.VM(vm).RoundTrip(ctx, st.Request.build(), ok200)
-		require.NoError(t, err)
-		obs = append(obs, observeResult(res, ""))
+		s := p.VM(vm).NewStream(st.Request.build().Info)
+		sendRequest(t, s, st.Request)
+		if streamState(s) == envoyhost.ActionContinue {
+			sendResponse(t, s, st.Response)
+		}
+		require.NoError(t, s.Close())
+		obs = append(obs, observeStream(s, ""))
 	}
 	return obs
+}
+
+// sendRequest sends a scenario request's headers and body chunks through a new stream.
+func sendRequest(t *testing.T, s *envoyhost.Stream, r *scenarioRequest) {
+	t.Helper()
+	chunks, eos := r.chunks(), r.EndStream == nil || *r.EndStream
+	_, err := s.SendRequestHeaders(r.build().Headers, eos && len(chunks) == 0)
+	require.NoError(t, err)
+	for i, c := range chunks {
+		_, err := s.SendRequestBody(c, eos && i == len(chunks)-1)
+		require.NoError(t, err)
+	}
+}
+
+// sendResponse sends the upstream's answer (200 text/plain "ok" when r is nil) through a stream
+// whose request was let through.
+func sendResponse(t *testing.T, s *envoyhost.Stream, r *scenarioResponse) {
+	t.Helper()
+	h, chunks, eos := ok200.Headers, [][]byte{ok200.Body}, true
+	if r != nil {
+		h = envoyhost.Headers{{":status", strconv.Itoa(cmp.Or(r.Status, 200))}}
+		if r.Headers == nil {
+			h = append(h, [2]string{"content-type", "text/plain"})
+		} else {
+			h = append(h, *r.Headers...)
+		}
+		chunks, eos = r.chunks(), r.EndStream == nil || *r.EndStream
+	}
+	_, err := s.SendResponseHeaders(h, eos && len(chunks) == 0)
+	require.NoError(t, err)
+	for i, c := range chunks {
+		_, err := s.SendResponseBody(c, eos && i == len(chunks)-1)
+		require.NoError(t, err)
+	}
+}
+
+// chunks is the body as the list of chunks it arrives in.
+func (b *scenarioBody) chunks() [][]byte {
+	if b.Chunks != nil {
+		out := make([][]byte, len(b.Chunks))
+		for i, c := range b.Chunks {
+			out[i] = []byte(c)
+		}
+		return out
+	}
+	body := bytes.Repeat([]byte("x"), b.BodySize)
+	if b.Body != nil {
+		body = []byte(*b.Body)
+	}
+	size := cmp.Or(b.ChunkSize, len(body))
+	var out [][]byte
+	for len(body) > 0 {
+		n := min(size, len(body))
+		out = append(out, body[:n])
+		body = body[n:]
+	}
+	return out
 }
 
 // streamState reports a stream's state without waiting: ticks run inside Clock.Advance, so nothing
@@ -320,7 +405,9 @@ func (r *scenarioRequest) build() *envoyhost.Request {
 }
 
 func observeStream(s *envoyhost.Stream, action string) observation {
-	return observeResult(envoyhost.Result{LocalReply: s.LocalReply(), Upstream: s.UpstreamHeaders(), Downstream: s.DownstreamHeaders()}, action)
+	o := observeResult(envoyhost.Result{LocalReply: s.LocalReply(), Upstream: s.UpstreamHeaders(), Downstream: s.DownstreamHeaders()}, action)
+	o.UpstreamBodyBytes, o.DownstreamBodyBytes, o.Reset = len(s.UpstreamBody()), len(s.DownstreamBody()), s.Reset()
+	return o
 }
 
 func observeResult(res envoyhost.Result, action string) observation {
@@ -415,6 +502,15 @@ func checkObservation(t *testing.T, where string, e expectation, o observation) 
 		assert.Equal(t, *e.GRPCStatus, o.GRPCStatus, "%s: grpc status", where)
 	}
 	assert.Contains(t, o.Body, e.BodyContains, "%s: body", where)
+	if e.UpstreamBodyBytes != nil {
+		assert.Equal(t, *e.UpstreamBodyBytes, o.UpstreamBodyBytes, "%s: body bytes forwarded upstream", where)
+	}
+	if e.DownstreamBodyBytes != nil {
+		assert.Equal(t, *e.DownstreamBodyBytes, o.DownstreamBodyBytes, "%s: body bytes sent downstream", where)
+	}
+	if e.Reset != nil {
+		assert.Equal(t, *e.Reset, o.Reset, "%s: stream reset", where)
+	}
 	for name, want := range e.Headers {
 		got, ok := header(o.Downstream, name)
 		if assert.True(t, ok, "%s: downstream header %s present", where, name) {

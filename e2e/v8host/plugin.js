@@ -69,7 +69,8 @@ function check(bytes) {
 
 class Plugin {
   // cfg: {vmId, pluginName, rootId, pluginConfig (binary string), vmConfig, workers, env, failOpen,
-  // properties, node, logLevel, clock, proc, module (a compiled WebAssembly.Module, optional), onPhase}.
+  // properties, node, logLevel, clock, proc, module (a compiled WebAssembly.Module, optional), onPhase,
+  // bufferLimit (the most body bytes buffered for the filter, stream.js)}.
   // Nothing runs until load.
   constructor(cfg) {
     this.cfg = Object.assign({ vmId: '', pluginName: '', rootId: '', pluginConfig: '', workers: 1, logLevel: LogLevel.trace }, cfg);

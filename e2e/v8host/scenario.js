@@ -5,7 +5,7 @@
 const fs = require('fs');
 const path = require('path');
 const { Plugin, Process, Clock } = require('./plugin');
-const { Stream, roundTrip, finishResponse } = require('./stream');
+const { Stream, roundTrip, sendRequest, finishResponse } = require('./stream');
 const { LogLevel } = require('./abi');
 
 const epochNs = BigInt(Date.UTC(2026, 10, 29, 12, 0, 0)) * 1000000n; // 2026-11-29T12:00:00Z
@@ -19,7 +19,27 @@ const sorted = (h) => (h ? h.map(([k, v]) => [text(k), text(v)]).sort((a, b) => 
 function request(r) {
   const h = [[':method', r.method || 'GET'], [':path', r.path || '/'], [':authority', r.authority || 'a.example'], [':scheme', 'http']];
   for (const [k, v] of r.headers || []) h.push([bin(k), bin(v)]);
-  return { headers: h, info: { source: r.source || '192.0.2.1:40000', routeName: r.route || '' } };
+  return { headers: h, info: { source: r.source || '192.0.2.1:40000', routeName: r.route || '' }, chunks: chunks(r), endStream: r.end_stream };
+}
+
+// response turns a scenario response into the host's form; without one the upstream answers 200 ok.
+function response(r) {
+  if (!r) return upstream;
+  const h = [[':status', String(r.status || 200)]];
+  for (const [k, v] of r.headers || [['content-type', 'text/plain']]) h.push([bin(k), bin(v)]);
+  return { headers: h, chunks: chunks(r), endStream: r.end_stream };
+}
+
+// chunks is the body of a scenario request or response as the list of chunks it arrives in: the
+// given chunks, or body (or body_size bytes of 'x') cut into pieces of chunk_size bytes.
+function chunks(m) {
+  if (m.chunks) return m.chunks.map(bin);
+  const body = m.body !== undefined ? bin(m.body) : 'x'.repeat(m.body_size || 0);
+  if (body.length === 0) return [];
+  const size = m.chunk_size || body.length;
+  const out = [];
+  for (let i = 0; i < body.length; i += size) out.push(body.slice(i, i + size));
+  return out;
 }
 
 // observe records what the client and the upstream saw of a stream.
@@ -34,6 +54,9 @@ function observe(s, action = '') {
     upstream: sorted(s.upstream),
     downstream: sorted(s.downstream),
     body: local ? text(local.body) : '',
+    upstream_body_bytes: s.upstreamBody.length,
+    downstream_body_bytes: s.downstreamBody.length,
+    reset: s.reset,
   };
 }
 
@@ -43,7 +66,7 @@ function runOne(mod, sc) {
   const plugin = new Plugin({
     vmId: 'meshlimit', pluginName: 'istio-system.meshlimit', rootId: 'meshlimit', module: mod.module, env: sc.env,
     pluginConfig: bin(sc.config_text !== undefined ? sc.config_text : JSON.stringify(sc.config) || ''),
-    workers: sc.workers || 1, logLevel: LogLevel.info, clock: new Clock(epochNs), proc: new Process(),
+    workers: sc.workers || 1, bufferLimit: sc.buffer_limit, logLevel: LogLevel.info, clock: new Clock(epochNs), proc: new Process(),
   });
   try {
     plugin.load(mod.bytes);
@@ -72,8 +95,9 @@ function runStep(plugin, open, step) {
     return [];
   }
   if (step.open !== undefined) {
-    const s = new Stream(plugin.vms[step.vm || 0], request(step.request).info);
-    s.sendRequestHeaders(request(step.request).headers, true);
+    const req = request(step.request);
+    const s = new Stream(plugin.vms[step.vm || 0], req.info);
+    sendRequest(s, req);
     open.set(step.open, s);
     return [observe(s, s.state())];
   }
@@ -81,14 +105,14 @@ function runStep(plugin, open, step) {
   if (step.finish !== undefined) {
     const s = open.get(step.finish);
     open.delete(step.finish);
-    if (s.state() === 'continue') finishResponse(s, upstream);
+    if (s.state() === 'continue') finishResponse(s, response(step.response));
     s.close();
     return [observe(s)];
   }
   const obs = [];
   for (let i = 0; i < (step.repeat || 1); i++) {
     const vm = step.vms ? step.vms[i % step.vms.length] : step.vm || 0;
-    obs.push(observe(roundTrip(plugin.vms[vm], request(step.request), upstream)));
+    obs.push(observe(roundTrip(plugin.vms[vm], request(step.request), response(step.response))));
   }
   return obs;
 }

@@ -6,6 +6,15 @@
 // call that asked for them returns; a local reply goes through the filter's response callbacks; the
 // stream ends with proxy_on_log, proxy_on_done and proxy_on_delete. Everything here is synchronous:
 // a paused stream stays paused until a tick (Clock.advance) resumes it.
+//
+// Bodies: a body callback gets the size of the body the host holds for the filter and whether it
+// is the end of the stream. Continue passes the body on (it stops being readable); StopIterationAndBuffer
+// (1) makes the host buffer: each later chunk joins the buffer and the callback runs again with the
+// size of the whole buffer, readable in full with proxy_get_buffer_bytes. A buffer past the
+// connection's limit (bufferLimit, Envoy's per_connection_buffer_limit_bytes, 1 MiB by default) ends
+// the stream: a request with a 413 local reply (request_payload_too_large), a response, whose headers
+// already went downstream, with a reset. Any other stop holds later chunks back until the direction
+// resumes, then delivers them as one chunk. Trailers are not delivered.
 const { asciiLower } = require('./abi');
 
 const REQ = 0;
@@ -13,6 +22,9 @@ const RESP = 1;
 const HEADERS = 0;
 const BODY = 1;
 const TRAILERS = 2;
+
+// DEFAULT_BUFFER_LIMIT is Envoy's default per_connection_buffer_limit_bytes.
+const DEFAULT_BUFFER_LIMIT = 1 << 20;
 
 const lowerAll = (h) => h.map(([k, v]) => [asciiLower(k), v]);
 
@@ -35,6 +47,8 @@ class Stream {
     this.dirs = [newDirection(), newDirection()];
     this.upstream = null; // request headers as forwarded
     this.downstream = null; // response headers as sent downstream
+    this.upstreamBody = ''; // the request body forwarded so far
+    this.downstreamBody = ''; // the response body sent downstream so far
     this.local = null;
     this.reset = false;
     this.localReplyHold = false;
@@ -68,24 +82,54 @@ class Stream {
     return this.callback(RESP, HEADERS, 'proxy_on_response_headers', this.respHeaders.length, eos ? 1 : 0);
   }
 
-  // sendBody delivers a body chunk (a binary string), or holds it while the direction is stopped.
+  // sendBody delivers a body chunk (a binary string): to the filter, into the filter's buffer while
+  // it asked for one, or held back while the direction is stopped.
   sendBody(dir, body, eos) {
     const d = this.dirs[dir];
     if (this.ended) return 'stop';
+    if (d.paused && d.buffering) return this.deliverBuffered(dir, body, eos);
     if (d.paused || !d.headersPassed) {
       d.pendBody = (d.pendBody || '') + body;
       d.pendEOS = eos;
       return 'pause';
     }
     if (this.vm.failed) return this.failedVM(dir, BODY);
+    return this.bodyCallback(dir, body, eos);
+  }
+
+  // bodyCallback adds body to what the filter holds of dir's body and calls the body callback with the
+  // size of all of it.
+  bodyCallback(dir, body, eos) {
     if (dir === REQ) {
       this.reqBody += body;
       this.open.reqBody = true;
-      return this.callback(dir, BODY, 'proxy_on_request_body', body.length, eos ? 1 : 0);
+      return this.callback(dir, BODY, 'proxy_on_request_body', this.reqBody.length, eos ? 1 : 0);
     }
     this.respBody += body;
     this.open.respBody = true;
-    return this.callback(dir, BODY, 'proxy_on_response_body', body.length, eos ? 1 : 0);
+    return this.callback(dir, BODY, 'proxy_on_response_body', this.respBody.length, eos ? 1 : 0);
+  }
+
+  // deliverBuffered handles a chunk while the filter buffers dir's body: it joins the buffer, and the
+  // body callback runs again with the whole buffer, unless the buffer passed the limit.
+  deliverBuffered(dir, body, eos) {
+    const limit = this.vm.plugin.cfg.bufferLimit || DEFAULT_BUFFER_LIMIT;
+    const size = (dir === REQ ? this.reqBody.length : this.respBody.length) + body.length;
+    if (size > limit) return this.bufferOverflow(dir);
+    this.dirs[dir].paused = false;
+    return this.bodyCallback(dir, body, eos);
+  }
+
+  // bufferOverflow ends a stream whose buffered body passed the limit: 413 for a request, a reset for
+  // a response.
+  bufferOverflow(dir) {
+    this.open.reqBody = this.open.respBody = false;
+    if (dir === REQ) {
+      this.sendLocalReply({ status: 413, headers: [], body: 'Payload Too Large', grpcStatus: -1, details: 'request_payload_too_large' }, false);
+      return 'stop';
+    }
+    [this.ended, this.reset] = [true, true];
+    return 'stop';
   }
 
   // callback calls a stream callback: a failed call answers 503 (or passes when fail-open); 0 without
@@ -99,6 +143,7 @@ class Stream {
     vm.stopNext = false;
     const res = vm.call(name, this.id, this.id, a, b);
     if (res === undefined) return this.failedVM(dir, phase);
+    this.dirs[dir].buffering = phase === BODY && res === 1 && !vm.stopNext;
     if (res === 0 && !vm.stopNext) this.passed(dir, phase);
     else Object.assign(this.dirs[dir], { paused: true, pausedAt: phase });
     vm.stopNext = false;
@@ -116,6 +161,7 @@ class Stream {
         d.headersPassed = true;
       } else if (phase === BODY) {
         this.open.reqBody = false;
+        this.upstreamBody += this.reqBody;
         this.reqBody = '';
       } else {
         this.open.reqTrailers = false;
@@ -128,6 +174,7 @@ class Stream {
       d.headersPassed = true;
     } else if (phase === BODY) {
       this.open.respBody = false;
+      this.downstreamBody += this.respBody;
       this.respBody = '';
     } else {
       this.open.respTrailers = false;
@@ -150,7 +197,7 @@ class Stream {
   resume(dir) {
     const d = this.dirs[dir];
     if (this.ended || !d.paused) return;
-    d.paused = false;
+    d.paused = d.buffering = false;
     this.passed(dir, d.pausedAt);
     if (d.pendBody !== undefined) {
       const [body, eos] = [d.pendBody, d.pendEOS];
@@ -203,6 +250,7 @@ class Stream {
       vm.runDeferred();
     }
     this.downstream = this.respHeaders.slice();
+    this.downstreamBody = this.respBody;
   }
 
   // close calls proxy_on_log, proxy_on_done and proxy_on_delete when the context was created on a
@@ -223,26 +271,42 @@ class Stream {
 }
 
 function newDirection() {
-  return { headersPassed: false, paused: false, pausedAt: HEADERS, pendBody: undefined, pendEOS: false };
+  // buffering: the last body callback returned StopIterationAndBuffer.
+  return { headersPassed: false, paused: false, pausedAt: HEADERS, pendBody: undefined, pendEOS: false, buffering: false };
 }
 
-// roundTrip runs a whole request lifecycle: request headers (and body), then, unless the stream
-// stopped or paused, the upstream response (headers and body), then close. It returns the stream.
+// roundTrip runs a whole request lifecycle: request headers and body, then, unless the stream stopped
+// or paused, the upstream response, then close. It returns the stream. req and resp have headers and
+// either body (one chunk) or chunks (each a binary string); endStream false leaves the last chunk
+// (or the headers) without end_of_stream: the client never finishes the request, or resets the
+// stream before the response ends.
 function roundTrip(vm, req, resp) {
   const s = new Stream(vm, req.info || {});
-  const hasBody = req.body && req.body.length > 0;
-  s.sendRequestHeaders(req.headers, !hasBody);
-  if (hasBody) s.sendBody(REQ, req.body, true);
+  sendRequest(s, req);
   if (s.state() === 'continue' && resp) finishResponse(s, resp);
   s.close();
   return s;
 }
 
-// finishResponse sends the upstream response through a stream whose request was forwarded.
-function finishResponse(s, resp) {
-  const hasBody = resp.body && resp.body.length > 0;
-  s.sendResponseHeaders(resp.headers, !hasBody);
-  if (hasBody) s.sendBody(RESP, resp.body, true);
+// sendRequest sends a request's headers and body chunks through a new stream.
+function sendRequest(s, req) {
+  const chunks = bodyChunks(req);
+  const eos = req.endStream !== false;
+  s.sendRequestHeaders(req.headers, eos && chunks.length === 0);
+  chunks.forEach((c, i) => s.sendBody(REQ, c, eos && i === chunks.length - 1));
 }
 
-module.exports = { Stream, roundTrip, finishResponse, REQ, RESP };
+// finishResponse sends the upstream response through a stream whose request was forwarded.
+function finishResponse(s, resp) {
+  const chunks = bodyChunks(resp);
+  const eos = resp.endStream !== false;
+  s.sendResponseHeaders(resp.headers, eos && chunks.length === 0);
+  chunks.forEach((c, i) => s.sendBody(RESP, c, eos && i === chunks.length - 1));
+}
+
+function bodyChunks(m) {
+  if (m.chunks) return m.chunks;
+  return m.body && m.body.length > 0 ? [m.body] : [];
+}
+
+module.exports = { Stream, roundTrip, sendRequest, finishResponse, REQ, RESP };
