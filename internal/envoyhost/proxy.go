@@ -488,6 +488,7 @@ func proxyGetBufferBytes(v *VM, s []uint64) Status {
 	if length == 0 {
 		return StatusOK
 	}
+	v.countCopy(u32(s[0]), int(length))
 	return v.copyOut((*b)[start:start+length], u32(s[3]), u32(s[4]))
 }
 

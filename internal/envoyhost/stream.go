@@ -49,6 +49,7 @@ type Stream struct {
 	ended          bool
 	localReplyHold bool
 	filterState    map[string][]byte
+	bodyStats      [2]BodyStats  // per direction (bodystats.go)
 	wake           chan struct{} // closed when the stream stops being paused
 }
 
@@ -308,6 +309,9 @@ func (s *Stream) callback(dir int, ph phase, fn api.Function, name string, args 
 		return s.failedVM(dir, ph)
 	}
 	s.dirs[dir].buffering = ph == phaseBody && uint32(res) == 1 && !v.stopNext
+	if s.dirs[dir].buffering {
+		s.bodyStats[dir].Buffered++
+	}
 	if uint32(res) == 0 && !v.stopNext {
 		s.passed(dir, ph)
 	} else {
