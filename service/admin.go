@@ -22,6 +22,12 @@ import (
 // The body is a check request (descriptors as the filter sends them; cost is ignored). Every
 // call needs "Authorization: Bearer <token>", compared in constant time; without a token the
 // admin API answers 403 to everything, so it is never open by accident.
+//
+// A reset also appends every distinct key it was given to the store's reset log (resets.go)
+// before it answers, whether or not the store held state for it (a local rule's state lives
+// only in the proxies): the proxies poll the log and forget the same keys in their shared data.
+// The answer's "seq" is the log position of the last entry. A reset whose keys cannot be
+// logged is answered 503: the proxies would not hear of it, and retrying is harmless.
 
 // AdminPrefix is the path prefix of the admin API.
 const AdminPrefix = "/v1/admin/"
@@ -53,11 +59,15 @@ type AdminConfig struct {
 	Token string
 	// Timeout bounds the store work of one call (default 1s).
 	Timeout time.Duration
+	// Metrics, when non-nil, counts the resets logged.
+	Metrics *Metrics
 }
 
 // Admin serves the admin API.
 type Admin struct {
 	keys    KeyStore
+	log     ResetLog
+	metrics *Metrics
 	token   []byte
 	timeout time.Duration
 }
@@ -68,10 +78,17 @@ func NewAdmin(cfg AdminConfig) (*Admin, error) {
 	if !ok {
 		return nil, errors.New("service: the store does not support the admin API")
 	}
+	rl, ok := cfg.Store.(ResetLog)
+	if !ok {
+		return nil, errors.New("service: the store keeps no reset log: the admin API could not tell the proxies of a reset")
+	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Second
 	}
-	return &Admin{keys: ks, token: []byte(cfg.Token), timeout: cfg.Timeout}, nil
+	if cfg.Metrics == nil {
+		cfg.Metrics = new(Metrics)
+	}
+	return &Admin{keys: ks, log: rl, metrics: cfg.Metrics, token: []byte(cfg.Token), timeout: cfg.Timeout}, nil
 }
 
 // adminKey is one element of an admin answer.
@@ -129,8 +146,27 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusServiceUnavailable, "store: "+err.Error())
 		return
 	}
+	answer := adminAnswer{Keys: out}
+	if op == "reset" {
+		keys := distinctKeys(req.Descriptors)
+		seq, err := a.log.AppendResets(ctx, keys)
+		if err != nil {
+			adminError(w, http.StatusServiceUnavailable, "reset log: "+err.Error()+
+				": the service forgot the keys, but the proxies will not hear of the reset (retry it)")
+			return
+		}
+		a.metrics.resetsLogged(len(keys))
+		answer.Seq = &seq
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string][]adminKey{"keys": out})
+	_ = json.NewEncoder(w).Encode(answer)
+}
+
+// adminAnswer is the answer of the admin API: the keys, and for a reset the log position of
+// its last entry.
+type adminAnswer struct {
+	Keys []adminKey `json:"keys"`
+	Seq  *uint64    `json:"seq,omitempty"`
 }
 
 // run applies op to every descriptor of req.

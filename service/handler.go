@@ -26,7 +26,8 @@ const DefaultTimeout = 10 * time.Millisecond
 type Config struct {
 	// Store decides descriptors; required.
 	Store Store
-	// Secret, when non-empty, must be sent in SecretHeader on /v1/check (401 otherwise).
+	// Secret, when non-empty, must be sent in SecretHeader on /v1/check and /v1/resets (401
+	// otherwise).
 	Secret string
 	// Timeout bounds the store work of one check (default DefaultTimeout, half the filter's
 	// default global.timeout of 20ms, so that a slow store is answered with a 503 before the
@@ -46,6 +47,7 @@ type Config struct {
 // Handler serves the service's HTTP API:
 //
 //	POST /v1/check  decide a batch of descriptors (API.md)
+//	POST /v1/resets the reset log: admin resets for the proxies to apply (resets.go)
 //	GET  /healthz   the process is up
 //	GET  /readyz    the store can decide (Store.Ping)
 //	GET  /metrics   Prometheus text format
@@ -53,6 +55,7 @@ type Config struct {
 // Every answer but 200 has a JSON body {"error": "..."}: 400, 401, 404, 405, 413 and 503.
 type Handler struct {
 	store     Store
+	resetLog  ResetLog // nil when the store keeps none
 	limiter   *Limiter
 	metrics   *Metrics
 	secret    []byte
@@ -94,6 +97,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.Secret != "" {
 		h.secret = []byte(cfg.Secret)
 	}
+	h.resetLog, _ = cfg.Store.(ResetLog)
 	h.scratch.New = func() any { return new(checkScratch) }
 	return h, nil
 }
@@ -105,6 +109,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case wire.Path:
 		if h.method(w, r, http.MethodPost) {
 			h.check(w, r)
+		}
+	case wire.ResetsPath:
+		if h.method(w, r, http.MethodPost) {
+			h.resets(w, r)
 		}
 	case "/healthz":
 		if h.method(w, r, http.MethodGet) {
@@ -119,7 +127,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.serveMetrics(w, r)
 		}
 	default:
-		h.writeError(w, http.StatusNotFound, "no such path: the API serves "+wire.Path+", /healthz, /readyz and /metrics")
+		h.writeError(w, http.StatusNotFound, "no such path: the API serves "+wire.Path+", "+wire.ResetsPath+", /healthz, /readyz and /metrics")
 	}
 }
 

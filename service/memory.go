@@ -38,6 +38,7 @@ const (
 type MemoryStore struct {
 	shards  [memShards]memShard
 	permits [memShards]permitShard
+	resets  resetRing // the reset log (resets_memory.go)
 	seed    maphash.Seed
 	perCap  int
 	clock   func() time.Time

@@ -55,6 +55,7 @@ type Metrics struct {
 	latency   prometheus.Histogram
 	permits   [2]prometheus.Counter    // reclaimed at the end of their lease, lost (a renewal came too late)
 	settles   [2]prometheus.Counter    // units refunded, units charged as over-runs
+	resets    prometheus.Counter       // entries appended to the reset log
 	requests  *prometheus.CounterVec   // front, code
 	durations *prometheus.HistogramVec // front
 }
@@ -110,14 +111,18 @@ func (m *Metrics) build() {
 	})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "meshlimit_requests_total",
-		Help: "Decision requests answered, by front (http: /v1/check; grpc: Envoy's RateLimitService; json: /json) and code (the HTTP status, or the gRPC status name).",
+		Help: "Requests answered, by front (http: /v1/check; resets: /v1/resets; grpc: Envoy's RateLimitService; json: /json) and code (the HTTP status, or the gRPC status name).",
 	}, []string{"front", "code"})
 	m.durations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "meshlimit_request_duration_seconds",
 		Help:    "Time to answer one decision request, by front.",
 		Buckets: latencyBuckets,
 	}, []string{"front"})
-	m.reg.MustRegister(checks, decisions, errs, permits, settles, m.latency, m.requests, m.durations)
+	m.resets = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "meshlimit_resets_logged_total",
+		Help: "Descriptor keys appended to the reset log by admin resets, for the proxies to forget.",
+	})
+	m.reg.MustRegister(checks, decisions, errs, permits, settles, m.resets, m.latency, m.requests, m.durations)
 }
 
 // Registry returns the registry the metrics are on, for other parts of the service (the
@@ -157,6 +162,12 @@ func (m *Metrics) settled(delta int64) {
 	} else {
 		m.settles[1].Add(float64(delta))
 	}
+}
+
+// resetsLogged counts n entries appended to the reset log.
+func (m *Metrics) resetsLogged(n int) {
+	m.init()
+	m.resets.Add(float64(n))
 }
 
 // lost counts a renewal of a permit that was no longer held.

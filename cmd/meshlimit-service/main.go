@@ -199,7 +199,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		o.maxConns = n
 	}
 	ln := service.NewConnLimiter(tcp, o.maxConns)
-	admin, err := service.NewAdmin(service.AdminConfig{Store: store, Token: o.adminToken})
+	admin, err := service.NewAdmin(service.AdminConfig{Store: store, Token: o.adminToken, Metrics: metrics})
 	if err != nil {
 		return err
 	}

@@ -32,9 +32,10 @@ type rlsFront struct {
 }
 
 // startRLS loads the configuration, starts its watcher and prepares the gRPC server; without
-// either flag it only counts /v1/check in sm (the "http" front).
+// either flag it only counts /v1/check in sm (the "http" front) and /v1/resets ("resets").
 func startRLS(ctx context.Context, o rlsOptions, store service.Store, h http.Handler, timeout time.Duration, sm *service.Metrics, log *slog.Logger) (*rlsFront, error) {
 	h = sm.Instrument("http", wire.Path, h)
+	h = sm.Instrument("resets", wire.ResetsPath, h)
 	f := &rlsFront{handler: h, stop: func(context.Context) {}}
 	if o.config == "" {
 		if o.grpcListen != "" {
