@@ -1,5 +1,5 @@
-// Command meshlimit-admin inspects or resets one key of a global rule in meshlimit's decision
-// service, through its admin API (service/API.md, "Admin API"):
+// Command meshlimit-admin inspects or resets one key of a rule in meshlimit's decision service,
+// through its admin API (service/API.md, "Admin API"):
 //
 //	meshlimit-admin -config plugin.json -plugin istio-system.meshlimit -rule login -value alice inspect
 //	meshlimit-admin -config plugin.json -plugin istio-system.meshlimit -rule login -value alice reset
@@ -8,10 +8,18 @@
 // filter does: the plugin name, the rule, the fingerprint of each limit, and the key value in its
 // human form (the form overrides use: the key parts joined by "|"). The bearer token is read from
 // MESHLIMIT_ADMIN_TOKEN (the service's admin token, or its secret when it has no admin token).
+//
+// A reset forgets the key in the service and appends it to the service's reset log, which every
+// proxy of the plugin reads every global.reset_poll (default 1s) to forget the key in its shared
+// data too: the over-limit cache and penalty box of a global rule, and the whole state of a local
+// rule (which the service never holds, so a local rule can be reset but not inspected). The
+// answer (JSON, on stdout) gains "seq", the reset's position in the log; a note on stderr says
+// when the proxies will have applied it.
 package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -45,33 +53,57 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer, cl
 		fmt.Fprintln(stderr, "usage: meshlimit-admin -config FILE -plugin NAME -rule NAME -value KEY inspect|reset")
 		return 2
 	}
-	body, err := descriptors(*config, *plugin, *rule, *value)
+	op := fs.Arg(0)
+	body, local, err := descriptors(*config, *plugin, *rule, *value)
+	if err == nil && local && op == "inspect" {
+		err = fmt.Errorf("rule %q is local: its state lives in each proxy's shared data, not in the service (it can be reset, not inspected)", *rule)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "meshlimit-admin:", err)
 		return 2
 	}
-	out, err := call(client, strings.TrimSuffix(*url, "/")+"/v1/admin/"+fs.Arg(0), getenv("MESHLIMIT_ADMIN_TOKEN"), body)
+	out, err := call(client, strings.TrimSuffix(*url, "/")+"/v1/admin/"+op, getenv("MESHLIMIT_ADMIN_TOKEN"), body)
 	if err != nil {
 		fmt.Fprintln(stderr, "meshlimit-admin:", err)
 		return 1
 	}
 	_, _ = stdout.Write(out)
+	if op == "reset" {
+		fmt.Fprintln(stderr, resetNote(*plugin, *rule, local, out))
+	}
 	return 0
 }
 
+// resetNote says what a reset does beyond the service: the proxies apply it from the reset log.
+func resetNote(plugin, rule string, local bool, answer []byte) string {
+	var a struct {
+		Seq uint64 `json:"seq"`
+	}
+	_ = json.Unmarshal(answer, &a)
+	what := "their over-limit cache and penalty box"
+	if local {
+		what = "the local rule's state (the service holds none)"
+	}
+	return fmt.Sprintf("meshlimit-admin: reset logged at position %d: the proxies of plugin %q forget %s for rule %q within their global.reset_poll (default 1s)",
+		a.Seq, plugin, what, rule)
+}
+
 // descriptors builds the check body the filter would send for the key: one descriptor per rate
-// limit of the set that applies to the key value (an override's, or the rule's own).
-func descriptors(config, plugin, rule, value string) ([]byte, error) {
+// limit of the set that applies to the key value (an override's, or the rule's own). For a local
+// rule it is the body the filter would send were the rule global: the filter composes the same
+// fingerprints for local limits, so the keys logged for the reset name its local state. local
+// reports a local rule.
+func descriptors(config, plugin, rule, value string) (body []byte, local bool, err error) {
 	if config == "" || rule == "" {
-		return nil, errors.New("-config and -rule are required")
+		return nil, false, errors.New("-config and -rule are required")
 	}
 	data, err := os.ReadFile(config)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	cfg, err := rules.ParseConfig(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", config, err)
+		return nil, false, fmt.Errorf("%s: %w", config, err)
 	}
 	var r *rules.Rule
 	for _, c := range cfg.Rules() {
@@ -79,15 +111,13 @@ func descriptors(config, plugin, rule, value string) ([]byte, error) {
 			r = c
 		}
 	}
-	switch {
-	case r == nil:
-		return nil, fmt.Errorf("%s has no rule %q", config, rule)
-	case r.Scope == rules.ScopeLocal:
-		return nil, fmt.Errorf("rule %q is local: its state lives in each proxy's shared data, not in the service", rule)
+	if r == nil {
+		return nil, false, fmt.Errorf("%s has no rule %q", config, rule)
 	}
+	local = r.Scope == rules.ScopeLocal
 	set, unlimited := r.Limits([]byte(value))
 	if unlimited {
-		return nil, fmt.Errorf("rule %q: the key %q is unlimited (an override): the service holds nothing for it", rule, value)
+		return nil, local, fmt.Errorf("rule %q: the key %q is unlimited (an override): no state is kept for it", rule, value)
 	}
 	b, n := wire.AppendRequestStart(nil), 0
 	for _, spec := range set.Limits {
@@ -98,9 +128,9 @@ func descriptors(config, plugin, rule, value string) ([]byte, error) {
 		n++
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("rule %q has no rate limit", rule)
+		return nil, local, fmt.Errorf("rule %q has no rate limit", rule)
 	}
-	return wire.AppendRequestEnd(b), nil
+	return wire.AppendRequestEnd(b), local, nil
 }
 
 // call posts body to url with the bearer token and returns the answer, or an error naming the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
 	"github.com/meshlimit/meshlimit/internal/redistest"
+	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 const (
@@ -28,7 +31,8 @@ const (
 
 const pluginConfig = `{"global": {"cluster": "` + cluster + `", "timeout": "500ms"},
 	"rules": [{"name": "login", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "2/h"}],
-		"overrides": [{"value": "vip", "unlimited": true}]}]}`
+		"overrides": [{"value": "vip", "unlimited": true}]},
+		{"name": "signup", "scope": "local", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/h"}]}]}`
 
 // startService runs the decision service on a real redis-server, with its admin API, as
 // meshlimit-service mounts it.
@@ -81,6 +85,20 @@ func login(t *testing.T, p *envoyhost.Plugin, user string) int {
 	return 200
 }
 
+// resetsSince is a proxy of the plugin reading the service's reset log after position since.
+func resetsSince(t *testing.T, url string, since uint64) wire.ResetsAnswer {
+	t.Helper()
+	resp, err := http.Post(url+wire.ResetsPath, wire.ContentType, bytes.NewReader(wire.AppendResetsRequest(nil, plugin, since)))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	a, err := wire.DecodeResetsAnswer(body, nil)
+	require.NoError(t, err)
+	return a
+}
+
 func admin(t *testing.T, url string, args ...string) (int, map[string]any, string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -104,8 +122,8 @@ func admin(t *testing.T, url string, args ...string) (int, map[string]any, strin
 
 // TestAnAdminResetMakesABlockedKeyPassAtOnceOnAProxyThatDidNotCacheTheDenial: alice is blocked by
 // the global limit (Redis); the CLI shows her key with nothing left, resets it, and her next login
-// passes at once on another proxy. The proxy that denied her answers from its over-limit cache until
-// that denial's Retry-After: a reset cannot reach the proxies' shared data.
+// passes at once on another proxy. The proxy that denied her answers from its over-limit cache
+// until it reads the reset log (every global.reset_poll: no tick has run here), which holds her key.
 func TestAnAdminResetMakesABlockedKeyPassAtOnceOnAProxyThatDidNotCacheTheDenial(t *testing.T) {
 	url := startService(t)
 	a, b := proxy(t, url), proxy(t, url)
@@ -123,8 +141,45 @@ func TestAnAdminResetMakesABlockedKeyPassAtOnceOnAProxyThatDidNotCacheTheDenial(
 	code, out, stderr = admin(t, url, "-rule", "login", "-value", "alice", "reset")
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, true, out["keys"].([]any)[0].(map[string]any)["deleted"])
+	assert.Contains(t, stderr, "within their global.reset_poll")
 	assert.Equal(t, 200, login(t, b, "alice"), "the reset key passes at once")
-	assert.Equal(t, 429, login(t, a, "alice"), "the proxy that cached the denial keeps it until its Retry-After")
+	assert.Equal(t, 429, login(t, a, "alice"), "the proxy that cached the denial keeps it until it reads the reset log")
+	logged := resetsSince(t, url, 1)
+	require.Len(t, logged.Resets, 1)
+	assert.Equal(t, k["key"], logged.Resets[0].Key, "the reset log holds the key the proxies cached")
+	assert.Equal(t, out["seq"], float64(logged.Seq))
+}
+
+// A local rule's state lives only in the proxies: the CLI resets it through the reset log, with
+// the key the filter composes for it (its fingerprints), and refuses to inspect it.
+func TestTheCLIResetsALocalRuleThroughTheResetLog(t *testing.T) {
+	url := startService(t)
+	code, out, stderr := admin(t, url, "-rule", "signup", "-value", "alice", "reset")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, false, out["keys"].([]any)[0].(map[string]any)["deleted"], "the service held nothing for it")
+	assert.Contains(t, stderr, "local rule's state")
+	assert.Contains(t, stderr, "within their global.reset_poll")
+
+	logged := resetsSince(t, url, 1)
+	require.Len(t, logged.Resets, 1)
+	rule, fp, value, ok := wire.ParseKey(logged.Resets[0].Key, plugin)
+	require.True(t, ok, logged.Resets[0].Key)
+	assert.Equal(t, "signup", rule)
+	assert.Equal(t, "alice", value)
+	cfg, err := rules.ParseConfig([]byte(pluginConfig))
+	require.NoError(t, err)
+	var want uint64
+	for _, r := range cfg.Rules() {
+		if r.Name == "signup" {
+			set, _ := r.Limits([]byte("alice"))
+			want = set.Limits[0].Fingerprint
+		}
+	}
+	assert.Equal(t, want, fp, "the fingerprint of the local limit, as the filter computes it")
+
+	code, _, stderr = admin(t, url, "-rule", "signup", "-value", "alice", "inspect")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "local")
 }
 
 func TestTheCLIRefusesWhatItCannotName(t *testing.T) {
