@@ -70,7 +70,7 @@ bench: wasm ## benchmarks (medians over BENCHCOUNT runs; feed the output to benc
 	node e2e/v8host/table.js $(BUILD)/bench.txt
 
 # The V8 host (e2e/v8host) runs the module on Node's V8, the engine Envoy uses, with Envoy's V8 flags.
-.PHONY: need-node test-v8 bench-lifecycle coldstart-v8
+.PHONY: need-node test-v8 bench-lifecycle bench-buffering coldstart-v8
 V8FLAGS := --no-liftoff --wasm-max-mem-pages=16384
 
 # The shared scenarios run the module on V8 (the engine Envoy and Istio use) under node.
@@ -83,6 +83,12 @@ test-v8: need-node wasm ## the shared scenarios (e2e/scenarios) on V8 and on waz
 bench-lifecycle: need-node wasm ## the request lifecycle on wazero and on V8, side by side (CPU time, alternated)
 	$(GO) test -run='^$$' -bench='^BenchmarkLifecycleAlternated$$' -count=$(BENCHCOUNT) ./e2e/ | tee $(BUILD)/bench-lifecycle.txt
 	node e2e/v8host/table.js $(BUILD)/bench-lifecycle.txt
+	@echo "response counting and settling (wazero only), against allowed (the same rule charged on arrival):"
+	@awk -v bench='^BenchmarkLifecycleAlternated/wazero' -v units='^(allowed|countonpass|counted401|settleheader)-' -f scripts/bench-medians.awk $(BUILD)/bench-lifecycle.txt
+
+bench-buffering: wasm ## memory bound of buffering: linear memory per open stream holding max_body (JSON, SSE, request) vs a rule reading no body
+	$(GO) test -run='^$$' -bench='^BenchmarkBufferingMemory$$' -benchtime=3x -count=3 ./e2e/ | tee $(BUILD)/bench-buffering.txt
+	@awk -v bench='^BenchmarkBufferingMemory' -v units='bytes' -f scripts/bench-medians.awk $(BUILD)/bench-buffering.txt
 
 coldstart-v8: need-node wasm ## Envoy's start sequence on V8, phase by phase (a fresh node process)
 	node $(V8FLAGS) e2e/v8host/main.js coldstart $(BUILD)/meshlimit.wasm 2

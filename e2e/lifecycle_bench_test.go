@@ -13,16 +13,40 @@ import (
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
 )
 
+// lifecycleCase is one case of the lifecycle benchmark: a module, its configuration, and the upstream's
+// answer (ok200 when resp is nil).
+type lifecycleCase struct {
+	short, module, config string
+	resp                  *envoyhost.Response
+}
+
 // lifecycleCases are the cases of the lifecycle benchmark, the same on both engines (the V8 side is
 // in v8host/bench.js): the pass-through floor, then meshlimit allowed with and without quota headers,
 // and denied.
-var lifecycleCases = []struct {
-	short, module, config string
-}{
-	{"floor", "passthrough", `{}`},
-	{"allowed", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}]}`},
-	{"noquota", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}],"response":{"quota_headers_on_allowed":false}}`},
-	{"denied", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1/h"}]}]}`},
+var lifecycleCases = []lifecycleCase{
+	{"floor", "passthrough", `{}`, nil},
+	{"allowed", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}]}`, nil},
+	{"noquota", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}],"response":{"quota_headers_on_allowed":false}}`, nil},
+	{"denied", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1/h"}]}]}`, nil},
+}
+
+// lifecycleResponseCases run after lifecycleCases in the same alternated run, on wazero only (the V8
+// host's bench.js has no response cases): the per-request cost of reading the response, against
+// "allowed", the same rule charged on arrival. count_on with an answer it does not count (a check on
+// the request, nothing on the response), with one it counts (a check, then the charge on the
+// response), and a reservation of 1 settled from a response header saying 3 (a charge, then an
+// adjustment on the response).
+var lifecycleResponseCases = []lifecycleCase{
+	{"countonpass", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}],"count_on":{"status":["401"],"penalty":"1m"}}]}`, nil},
+	{"counted401", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}],"count_on":{"status":["401"],"penalty":"1m"}}]}`,
+		&envoyhost.Response{Headers: envoyhost.Headers{{":status", "401"}, {"content-type", "text/plain"}}, Body: []byte("ok")}},
+	{"settleheader", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}],"cost":{"default":1,"max":100,"settle":{"response_header":"x-cost"}}}]}`,
+		&envoyhost.Response{Headers: envoyhost.Headers{{":status", "200"}, {"content-type", "text/plain"}, {"x-cost", "3"}}, Body: []byte("ok")}},
+}
+
+// allLifecycleCases is every case of the wazero side, in the order of its figures.
+func allLifecycleCases() []lifecycleCase {
+	return append(append([]lifecycleCase(nil), lifecycleCases...), lifecycleResponseCases...)
 }
 
 // lifecycleBatch is how many requests of one case run before the next case takes its turn.
@@ -44,21 +68,27 @@ func BenchmarkLifecycleAlternated(b *testing.B) {
 }
 
 func lifecycleOnWazero(b *testing.B) []lifecycleFigures {
-	vms := make([]*envoyhost.VM, len(lifecycleCases))
-	for i, c := range lifecycleCases {
+	cases := allLifecycleCases()
+	vms := make([]*envoyhost.VM, len(cases))
+	resps := make([]*envoyhost.Response, len(cases))
+	for i, c := range cases {
 		vms[i] = load(b, module(b, c.module), c.config, 1).VM(0)
+		resps[i] = ok200
+		if c.resp != nil {
+			resps[i] = c.resp
+		}
 	}
 	req := get("bench.example", "/api/items?page=2", "203.0.113.77", [2]string{"user-agent", "bench"})
 	ctx := context.Background()
-	run := func(vm *envoyhost.VM, n int) {
+	run := func(i, n int) {
 		for range n {
-			if _, err := vm.RoundTrip(ctx, req, ok200); err != nil {
+			if _, err := vms[i].RoundTrip(ctx, req, resps[i]); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
-	for _, vm := range vms {
-		run(vm, lifecycleBatch) // warm up, and spend the 1/h quota
+	for i := range vms {
+		run(i, lifecycleBatch) // warm up, and spend the 1/h quota
 	}
 	figs := make([]lifecycleFigures, len(vms))
 	calls0 := make([][2]int64, len(vms))
@@ -67,9 +97,9 @@ func lifecycleOnWazero(b *testing.B) []lifecycleFigures {
 	}
 	rounds := 0
 	for b.Loop() {
-		for i, vm := range vms {
+		for i := range vms {
 			c0 := cpuTime()
-			run(vm, lifecycleBatch)
+			run(i, lifecycleBatch)
 			figs[i].cpuNs += float64(cpuTime() - c0)
 		}
 		rounds++
@@ -124,11 +154,12 @@ func lifecycleOnV8(b *testing.B) []lifecycleFigures {
 }
 
 // reportLifecycle reports, per case, CPU ns per request, its ratio to the floor and its overhead
-// over the floor as a multiple of the floor, then the calls across the boundary per request.
+// over the floor as a multiple of the floor, then the calls across the boundary per request. figs
+// are the figures of the first cases of allLifecycleCases (V8 runs only lifecycleCases).
 func reportLifecycle(b *testing.B, figs []lifecycleFigures) {
 	b.StopTimer()
 	floor := figs[0].cpuNs
-	for i, c := range lifecycleCases {
+	for i, c := range allLifecycleCases()[:len(figs)] {
 		f := figs[i]
 		b.ReportMetric(f.cpuNs, c.short+"-cpu-ns/req")
 		if i > 0 {
