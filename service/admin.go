@@ -148,18 +148,27 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	answer := adminAnswer{Keys: out}
 	if op == "reset" {
-		keys := distinctKeys(req.Descriptors)
-		seq, err := a.log.AppendResets(ctx, keys)
+		seq, err := a.logResets(ctx, req.Descriptors)
 		if err != nil {
-			adminError(w, http.StatusServiceUnavailable, "reset log: "+err.Error()+
-				": the service forgot the keys, but the proxies will not hear of the reset (retry it)")
+			adminError(w, http.StatusServiceUnavailable, err.Error())
 			return
 		}
-		a.metrics.resetsLogged(len(keys))
 		answer.Seq = &seq
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(answer)
+}
+
+// logResets appends the distinct keys of descs to the reset log and returns the position of
+// the last entry.
+func (a *Admin) logResets(ctx context.Context, descs []wire.Descriptor) (uint64, error) {
+	keys := distinctKeys(descs)
+	seq, err := a.log.AppendResets(ctx, keys)
+	if err != nil {
+		return 0, errors.New("reset log: " + err.Error() + ": the service forgot the keys, but the proxies will not hear of the reset (retry it)")
+	}
+	a.metrics.resetsLogged(len(keys))
+	return seq, nil
 }
 
 // adminAnswer is the answer of the admin API: the keys, and for a reset the log position of
