@@ -331,3 +331,35 @@ func TestTheLargestResetsAnswerIsBounded(t *testing.T) {
 	assert.LessOrEqual(t, len(body), wire.MaxResetsPerAnswer*(2*wire.MaxKeyBytes+40)+100)
 	assert.Less(t, len(body), wire.MaxAnswerBytes)
 }
+
+// BenchmarkAnUpToDateProxyPollsTheLog measures the common poll: a proxy at the latest position,
+// with the log full of other plugins' entries, through the handler.
+func BenchmarkAnUpToDateProxyPollsTheLog(b *testing.B) {
+	run := func(b *testing.B, s Store) {
+		h, err := NewHandler(Config{Store: s, Secret: resetsSecret, Timeout: time.Second})
+		require.NoError(b, err)
+		keys := make([]string, ResetLogSize)
+		for i := range keys {
+			keys[i] = "ns.q/login/7/user-" + strconv.Itoa(i)
+		}
+		latest, err := s.(ResetLog).AppendResets(context.Background(), keys)
+		require.NoError(b, err)
+		body := string(wire.AppendResetsRequest(nil, "ns.p", latest))
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			if code, out := serve(h, http.MethodPost, wire.ResetsPath, body, SecretHeader, resetsSecret); code != http.StatusOK {
+				b.Fatal(out)
+			}
+		}
+	}
+	b.Run("memory", func(b *testing.B) {
+		s := NewMemoryStore(MemoryConfig{SweepInterval: -1})
+		defer s.Close()
+		run(b, s)
+	})
+	b.Run("redis", func(b *testing.B) {
+		requireRedisServer(b)
+		run(b, newRedisStore(b, startRedis(b).Addr()))
+	})
+}
