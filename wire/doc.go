@@ -22,6 +22,8 @@
 // request's optional "renew" and "release" lists; their answer adds "renewed" and "released".
 // Settles (settle.go) are the request's optional "settle" list: the difference between a
 // reservation and the real cost, applied without a decision; their answer adds "settled".
+// The reset log (resets.go) is a second endpoint, /v1/resets: the admin resets a proxy polls to
+// forget the same keys in its shared data, and ParseKey, which splits the keys it serves.
 package wire
 
 import "time"
