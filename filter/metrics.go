@@ -32,6 +32,9 @@ import (
 //	meshlimit.rule.<rule>.penalties              keys a count_on rule put in its penalty box
 //	meshlimit.rule.<rule>.penalty_denied         requests denied from the penalty box
 //	meshlimit.rule.<rule>.permits_reclaimed      concurrency permits reclaimed from owners whose lease ended
+//	meshlimit.global.resets_applied              reset log entries applied: keys an admin reset, forgotten in shared data
+//	meshlimit.global.resets_poll_failed          reads of the reset log that failed (applied later, from the same position)
+//	meshlimit.global.resets_truncated            reads that found the proxy's position gone from the log (resets may be missed)
 type pluginMetrics struct {
 	configErrors, panics proxywasm.MetricCounter
 }
@@ -84,4 +87,17 @@ func (rs *ruleState) placed(pl sharedstate.Placement, own []rules.LimitSpec) []r
 		rs.metrics.evictions.Increment(1)
 	}
 	return own
+}
+
+// resetMetrics are the counters of the reset log (resets.go).
+type resetMetrics struct {
+	applied, pollFailed, truncated proxywasm.MetricCounter
+}
+
+func defineResetMetrics() resetMetrics {
+	return resetMetrics{
+		applied:    proxywasm.DefineCounterMetric("meshlimit.global.resets_applied"),
+		pollFailed: proxywasm.DefineCounterMetric("meshlimit.global.resets_poll_failed"),
+		truncated:  proxywasm.DefineCounterMetric("meshlimit.global.resets_truncated"),
+	}
 }

@@ -45,6 +45,7 @@ type pluginContext struct {
 	leaseEd leaseEditor
 	conc    concurrencyState // concurrency permits (concurrency.go)
 	sheds   []shedState      // the load shedders (shed.go), in configuration order
+	resets  resetPoller      // the reset log poll (resets.go)
 
 	panicLogged bool // a recovered panic was logged (once per VM: see recover.go)
 }
@@ -116,6 +117,7 @@ func (p *pluginContext) start(store sharedstate.Store) error {
 	p.conc.owner = newOwner()
 	if cfg.Global != nil {
 		p.global = newGlobalClient(cfg.Global)
+		p.startResets()
 	}
 	p.rules = make([]ruleState, 0, len(cfg.Rules()))
 	for i, r := range cfg.Rules() {
@@ -253,4 +255,5 @@ func (p *pluginContext) OnTick() {
 	p.shaper.release(now)
 	p.refillLeases(now)
 	p.tickOwned(now)
+	p.pollResets(now)
 }

@@ -1,0 +1,297 @@
+package filter
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/meshlimit/meshlimit/abi"
+	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/sharedstate"
+	"github.com/meshlimit/meshlimit/wire"
+)
+
+// The reset log (global.reset_poll): an admin reset at the service (service/admin.go) deletes a
+// key's state in Redis, but what the proxies keep in their shared data — a global rule's cached
+// denials and penalty box, every local rule's limit states and penalty box — the service cannot
+// reach. So the service appends every reset key to a bounded log, and each proxy reads it
+// (POST wire.ResetsPath) and forgets the same keys:
+//
+//   - one worker per proxy and period polls: a shared-data record holds the position applied
+//     (seq) and when the last poll was claimed; on its tick a worker that finds the poll due
+//     claims it by compare-and-swap, so two workers never both poll in one period;
+//   - the call carries the global headers and secret and the global timeout, and only from the
+//     tick: the request path is unchanged. It is never the breaker's probe and never counts
+//     towards the breaker: a failure is counted (resets_poll_failed), warned about at most once
+//     per rejectLogEvery per worker, and retried after the next period, from the same position;
+//   - each entry names a descriptor key "<plugin>/<rule>/<fingerprint>/<value>". It is applied
+//     when the plugin has a rule of that name with a limit of that fingerprint: the value is
+//     forgotten (sharedstate.Cursor.Forget, owner-checked) in the tables of every limit set
+//     holding that limit and in the rule's over-limit cache or penalty box. Other keys are
+//     ignored, and so are values the key encoder hashed (a "#" form): their original value is
+//     not known. A key decided in a table's overflow state has no record to forget;
+//   - the position then advances by compare-and-swap, never backwards, except when the service
+//     says the proxy's position is no longer in its log (truncated: the proxy fell behind the
+//     log's bound, or the log was lost): the proxy adopts the service's position, counts it
+//     (resets_truncated) and warns, since resets in between may be missed. An answer with more
+//     entries to come makes the poll due again at the next tick.
+//
+// Only the service's answer to the proxy's own call is read: a client has no way to add to or
+// forge the log (the admin API needs its token; the reset log endpoint the proxies' secret).
+
+// resetRecordSize is the size of the poll record: a version byte, the position applied and the
+// time the last poll was claimed (unix ns).
+const resetRecordSize = 17
+
+const resetRecordVersion = 1
+
+// resetPoller is this worker's side of the reset log.
+type resetPoller struct {
+	key       string // the shared-data poll record
+	every     int64  // global.reset_poll (ns); 0: off
+	headers   [][2]string
+	timeout   uint32 // ms
+	body      []byte
+	val       []byte
+	answer    []wire.Reset
+	nextRead  int64 // before this, the record was seen not due: no need to read it
+	inflight  int64 // the deadline of this worker's call in flight, or 0
+	nextLogAt int64 // when a failure may be warned about again
+	metrics   resetMetrics
+}
+
+// startResets prepares the reset log poll of a plugin with a global service (off when
+// global.reset_poll is 0).
+func (p *pluginContext) startResets() {
+	g := p.global.cfg
+	rp := &p.resets
+	*rp = resetPoller{key: keyPrefix + p.name + "/resets", every: int64(g.ResetPoll), timeout: p.global.timeout}
+	if rp.every == 0 {
+		return
+	}
+	rp.headers = append(rp.headers, p.global.headers...)
+	for i := range rp.headers {
+		if rp.headers[i][0] == ":path" {
+			rp.headers[i][1] = wire.ResetsPath
+		}
+	}
+	rp.metrics = defineResetMetrics()
+}
+
+// pollResets, on a tick, claims the poll when it is due and no other worker claimed it, and calls
+// the service for the entries after the position applied.
+func (p *pluginContext) pollResets(now int64) {
+	rp := &p.resets
+	if rp.every == 0 || now < rp.nextRead || rp.inflight > now {
+		return
+	}
+	rp.inflight = 0
+	u := p.records.Updater()
+	v, cas, err := u.Read(rp.key)
+	if err != nil {
+		return
+	}
+	seq, polledAt := parseResetRecord(v)
+	if due := polledAt + rp.every; now < due && polledAt <= now {
+		rp.nextRead = due
+		return
+	}
+	rp.nextRead = now + rp.every
+	rp.val = appendResetRecord(rp.val[:0], seq, now)
+	if u.Write(rp.key, rp.val, cas) != nil {
+		return // another worker claimed this period's poll (or the store failed: next period)
+	}
+	rp.body = wire.AppendResetsRequest(rp.body[:0], p.name, seq)
+	_, err = proxywasm.DispatchHttpCall(p.global.cfg.Cluster, rp.headers, rp.body, nil, rp.timeout, func(numHeaders, bodySize, _ int) {
+		p.onResetsAnswer(seq, numHeaders, bodySize)
+	})
+	if err != nil {
+		p.resetsFailed(now, err)
+		return
+	}
+	rp.inflight = now + int64(time.Duration(rp.timeout)*time.Millisecond+deadlineSlack)
+}
+
+// onResetsAnswer applies the entries of an answer to the poll from position since, then advances
+// the position. A failed or unreadable answer changes nothing: the next period asks again.
+func (p *pluginContext) onResetsAnswer(since uint64, numHeaders, bodySize int) {
+	defer p.recoverPanic("a reset log answer")
+	rp := &p.resets
+	rp.inflight = 0
+	now := abi.UnixNano()
+	a, err := p.readResetsAnswer(numHeaders, bodySize)
+	if err != nil {
+		p.resetsFailed(now, err)
+		return
+	}
+	for i := range a.Resets {
+		if p.applyReset(a.Resets[i].Key) {
+			rp.metrics.applied.Increment(1)
+		}
+	}
+	if a.Truncated {
+		rp.metrics.truncated.Increment(1)
+		proxywasm.LogWarnf("meshlimit: the reset log no longer holds position %d (this proxy fell behind it, or the service lost it): resets before position %d may not have reached this proxy's shared data", since, a.Seq)
+	}
+	if a.More {
+		rp.nextRead = 0
+	}
+	p.advanceResets(since, &a)
+}
+
+// readResetsAnswer reads the answer of a reset log call: a 200 with a well-formed body.
+func (p *pluginContext) readResetsAnswer(numHeaders, bodySize int) (wire.ResetsAnswer, error) {
+	if numHeaders == 0 {
+		return wire.ResetsAnswer{}, errors.New("the call failed (reset)")
+	}
+	headers, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		return wire.ResetsAnswer{}, fmt.Errorf("reading the headers: %w", err)
+	}
+	for _, h := range headers {
+		if h[0] == ":status" && h[1] != "200" {
+			return wire.ResetsAnswer{}, newStatusError(h[1], bodySize)
+		}
+	}
+	if bodySize == 0 || bodySize > wire.MaxAnswerBytes {
+		return wire.ResetsAnswer{}, errors.New("body of " + strconv.Itoa(bodySize) + " bytes")
+	}
+	body, err := proxywasm.GetHttpCallResponseBody(0, bodySize)
+	if err != nil {
+		return wire.ResetsAnswer{}, fmt.Errorf("reading the body: %w", err)
+	}
+	a, err := wire.DecodeResetsAnswer(body, p.resets.answer)
+	p.resets.answer = a.Resets[:0]
+	if err != nil {
+		return a, fmt.Errorf("decoding the body: %w", err)
+	}
+	return a, nil
+}
+
+// resetsFailed counts a failed poll and warns at most once per rejectLogEvery per worker.
+func (p *pluginContext) resetsFailed(now int64, err error) {
+	rp := &p.resets
+	rp.metrics.pollFailed.Increment(1)
+	if now >= rp.nextLogAt {
+		rp.nextLogAt = now + int64(rejectLogEvery)
+		proxywasm.LogWarnf("meshlimit: reading the reset log on cluster %q: %v; admin resets reach this proxy's shared data once a poll succeeds (this warning: at most once per %v per worker; meshlimit.global.resets_poll_failed counts them)",
+			p.global.cfg.Cluster, err, rejectLogEvery)
+	}
+}
+
+// advanceResets moves the position applied to the answer's: never backwards, unless the answer is
+// truncated and no other poll moved the position since this one's (then the service's position is
+// adopted, as it may have started again lower). An answer with more to come makes the poll due.
+func (p *pluginContext) advanceResets(since uint64, a *wire.ResetsAnswer) {
+	rp := &p.resets
+	u := p.records.Updater()
+	for range u.MaxAttempts() {
+		v, cas, err := u.Read(rp.key)
+		if err != nil {
+			return
+		}
+		seq, polledAt := parseResetRecord(v)
+		next := max(seq, a.Seq)
+		if a.Truncated && seq == since {
+			next = a.Seq
+		}
+		if a.More {
+			polledAt = 0
+		}
+		if next == seq && len(v) == resetRecordSize && !a.More {
+			return
+		}
+		rp.val = appendResetRecord(rp.val[:0], next, polledAt)
+		if err := u.Write(rp.key, rp.val, cas); !errors.Is(err, sharedstate.ErrCasMismatch) {
+			return
+		}
+	}
+}
+
+func parseResetRecord(v []byte) (seq uint64, polledAt int64) {
+	if len(v) != resetRecordSize || v[0] != resetRecordVersion {
+		return 0, 0 // missing or unreadable: no position, the poll is due
+	}
+	return binary.LittleEndian.Uint64(v[1:]), int64(binary.LittleEndian.Uint64(v[9:]))
+}
+
+func appendResetRecord(b []byte, seq uint64, polledAt int64) []byte {
+	b = append(b, resetRecordVersion)
+	b = binary.LittleEndian.AppendUint64(b, seq)
+	return binary.LittleEndian.AppendUint64(b, uint64(polledAt))
+}
+
+// applyReset forgets the key of one entry in this proxy's shared data and reports whether the
+// entry named a limit of one of the plugin's rules (then it is applied, whether the key had state
+// here or not).
+func (p *pluginContext) applyReset(key string) bool {
+	rule, fp, value, ok := wire.ParseKey(key, p.name)
+	if !ok || hashedValue(value) {
+		return false
+	}
+	rs := p.ruleNamed(rule)
+	if rs == nil {
+		return false
+	}
+	matched := false
+	for i, set := range rs.rule.LimitSets() {
+		if !hasFingerprint(set.Limits, fp) {
+			continue
+		}
+		matched = true
+		if i < len(rs.tables) && (set.Override == "" || set.Override == value) {
+			if _, err := p.limiter.Forget(rs.tables[i], []byte(value)); err != nil {
+				proxywasm.LogWarnf("meshlimit: rule %s: forgetting a reset key: %v", rs.rule.Name, err)
+			}
+		}
+	}
+	if matched && rs.blocked != nil {
+		if _, err := p.records.Forget(rs.blocked, []byte(value)); err != nil {
+			proxywasm.LogWarnf("meshlimit: rule %s: forgetting a reset key: %v", rs.rule.Name, err)
+		}
+	}
+	return matched
+}
+
+// ruleNamed returns the state of the rule named name, or nil.
+func (p *pluginContext) ruleNamed(name string) *ruleState {
+	for i := range p.rules {
+		if p.rules[i].rule.Name == name {
+			return &p.rules[i]
+		}
+	}
+	return nil
+}
+
+// hashedValue reports whether a key value is in the form the key encoder gives a value it cannot
+// send as is ("#", hex, "-", hex): its original is not known, so it cannot be forgotten.
+func hashedValue(v string) bool {
+	if len(v) < 4 || v[0] != '#' {
+		return false
+	}
+	dash := 0
+	for i := 1; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '-' && dash == 0 && i > 1:
+			dash = i
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+		default:
+			return false
+		}
+	}
+	return dash > 0 && dash < len(v)-1
+}
+
+// hasFingerprint reports whether one of limits has the fingerprint fp.
+func hasFingerprint(limits []rules.LimitSpec, fp uint64) bool {
+	for i := range limits {
+		if limits[i].Fingerprint == fp {
+			return true
+		}
+	}
+	return false
+}
