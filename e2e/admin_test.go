@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -49,6 +50,15 @@ func startAdminService(t *testing.T, addr string) string {
 // configuration as meshlimit-admin does, and requires that the service held state for it.
 func adminReset(t *testing.T, addr, config, rule, value string) {
 	t.Helper()
+	for _, deleted := range adminResetKeys(t, addr, config, rule, value) {
+		require.True(t, deleted, "the service held the blocked key")
+	}
+}
+
+// adminResetKeys resets value's key of the rule as adminReset does, and returns whether the service
+// held state for each of its limits (it holds none for a local rule, whose state is in the proxies).
+func adminResetKeys(t *testing.T, addr, config, rule, value string) []bool {
+	t.Helper()
 	cfg, err := rules.ParseConfig([]byte(config))
 	require.NoError(t, err)
 	var r *rules.Rule
@@ -77,9 +87,11 @@ func adminReset(t *testing.T, addr, config, rule, value string) {
 	}
 	require.NoError(t, json.Unmarshal(out, &answer))
 	require.Len(t, answer.Keys, len(set.Limits))
-	for _, k := range answer.Keys {
-		require.True(t, k.Deleted, "the service held the blocked key")
+	deleted := make([]bool, len(answer.Keys))
+	for i, k := range answer.Keys {
+		deleted[i] = k.Deleted
 	}
+	return deleted
 }
 
 // resetConfig is a global rule of 2 requests an hour per user; fields are added to the rule.
@@ -135,31 +147,128 @@ func TestAnAdminResetLetsTheNextRequestPassOnEveryProxyWhenTheRuleDoesNotCacheDe
 	}
 }
 
-func TestWithTheDefaultCacheAnAdminResetIsSeenOnceTheCachedRetryAfterHasPassed(t *testing.T) {
+func TestWithTheDefaultCacheAnAdminResetIsSeenOnEveryProxyAtItsNextResetPoll(t *testing.T) {
 	addr := startAdminService(t, redistest.Start(t).Addr())
-	cfg := resetConfig(``)
+	cfg := strings.Replace(resetConfig(``), `"timeout":"500ms"`, `"timeout":"500ms","reset_poll":"200ms"`, 1)
 	clock := envoyhost.NewClock(epoch)
 	onClock := func(c *envoyhost.Config) { c.Clock = clock }
 	a := load(t, module(t, "meshlimit"), cfg, 1, toReplica(addr), onClock)
 	b := load(t, module(t, "meshlimit"), cfg, 1, toReplica(addr), onClock)
+	tickAndWait(t, clock, 20*time.Millisecond, a, b) // the first poll: each proxy takes the log's position
 	retry := blockAlice(t, a, b)
 	require.Greater(t, retry, 1)
 
 	adminReset(t, addr, cfg, "per-user", "alice")
 	calls := [2]int64{counter(a, "meshlimit.global.calls"), counter(b, "meshlimit.global.calls")}
 	for i, p := range []*envoyhost.Plugin{a, b} {
-		assert.Equal(t, 429, aliceOn(t, p), "proxy %d answers from its over-limit cache: the reset cannot reach it", i)
+		assert.Equal(t, 429, aliceOn(t, p), "proxy %d answers from its over-limit cache until it reads the reset log", i)
+		assert.Equal(t, calls[i], counter(p, "meshlimit.global.calls"), "proxy %d did not ask the service", i)
 	}
-	clock.Advance(time.Duration(retry-1) * time.Second)
+	tickAndWait(t, clock, resetPollTest, a, b)
 	for i, p := range []*envoyhost.Plugin{a, b} {
-		assert.Equal(t, 429, aliceOn(t, p), "proxy %d: a second before the cached Retry-After, still cached", i)
-		assert.Equal(t, calls[i], counter(p, "meshlimit.global.calls"), "proxy %d never asked the service", i)
-		assert.Equal(t, int64(2), counter(p, "meshlimit.rule.per-user.cached_denials"))
-	}
-	clock.Advance(time.Second)
-	for i, p := range []*envoyhost.Plugin{a, b} {
-		assert.Equal(t, 200, aliceOn(t, p), "proxy %d: once the cached Retry-After has passed, the service is asked and the reset is seen", i)
+		assert.Equal(t, 200, aliceOn(t, p), "proxy %d: the cached denial is forgotten, the service is asked and the reset is seen", i)
 		assert.Equal(t, calls[i]+1, counter(p, "meshlimit.global.calls"))
+		assert.Equal(t, int64(1), counter(p, "meshlimit.global.resets_applied"))
+	}
+	assert.Equal(t, 429, aliceOn(t, a), "the fresh quota of 2 is spent: denied again")
+}
+
+// loginResetConfig is a global service polled every resetPollTest and the login rule counting
+// failed logins (401) per client address, with the given fields (e.g. its scope).
+func loginResetConfig(fields string) string {
+	return `{"global":{"cluster":"` + serviceCluster + `","timeout":"500ms","reset_poll":"200ms"},"rules":[` +
+		fmt.Sprintf(loginRule, fields) + `]}`
+}
+
+// twoProxies loads config on two proxies (their own shared data each) of one decision service at
+// addr, on one clock, and lets each take the reset log's position.
+func twoProxies(t *testing.T, addr, config string) (a, b *envoyhost.Plugin, clock *envoyhost.Clock) {
+	t.Helper()
+	clock = envoyhost.NewClock(epoch)
+	onClock := func(c *envoyhost.Config) { c.Clock = clock }
+	a = load(t, module(t, "meshlimit"), config, 2, toReplica(addr), onClock)
+	b = load(t, module(t, "meshlimit"), config, 2, toReplica(addr), onClock)
+	tickAndWait(t, clock, 20*time.Millisecond, a, b)
+	return a, b, clock
+}
+
+func TestAnAdminResetFreesAKeyFromThePenaltyBoxOnEveryProxy(t *testing.T) {
+	addr := startAdminService(t, redistest.Start(t).Addr())
+	cfg := loginResetConfig(`,"scope":"global"`)
+	a, b, clock := twoProxies(t, addr, cfg)
+	const alice, mallory = "203.0.113.9", "203.0.113.66"
+	for _, ip := range []string{alice, mallory} {
+		for i := range 5 {
+			require.Nil(t, login(t, a.VM(i%2), ip, answer(401)).LocalReply, "%s: failure %d reaches the upstream", ip, i+1)
+		}
+		// Proxy b learns of the exhausted key at its next counted response, which the service denies.
+		require.Nil(t, login(t, b.VM(0), ip, answer(401)).LocalReply)
+		for i, p := range []*envoyhost.Plugin{a, b} {
+			require.Equal(t, 429, status(login(t, p.VM(1), ip, answer(200))), "%s is in proxy %d's penalty box", ip, i)
+		}
+	}
+
+	adminReset(t, addr, cfg, "login", alice)
+	tickAndWait(t, clock, resetPollTest, a, b)
+	for i, p := range []*envoyhost.Plugin{a, b} {
+		for _, vm := range p.VMs() {
+			assert.Nil(t, login(t, vm, alice, answer(200)).LocalReply, "proxy %d vm %d: alice is out of the penalty box", i, vm.Index())
+			assert.Equal(t, 429, status(login(t, vm, mallory, answer(200))), "proxy %d vm %d: mallory stays in it", i, vm.Index())
+		}
+		assert.Equal(t, int64(1), counter(p, "meshlimit.global.resets_applied"))
+		assert.Zero(t, counter(p, "meshlimit.global.resets_poll_failed"))
+	}
+}
+
+func TestAnAdminResetReachesALocalRulesPenaltyBox(t *testing.T) {
+	addr := startAdminService(t, redistest.Start(t).Addr())
+	cfg := loginResetConfig(``)
+	a, b, clock := twoProxies(t, addr, cfg)
+	const alice, mallory = "203.0.113.9", "203.0.113.66"
+	for _, p := range []*envoyhost.Plugin{a, b} {
+		for _, ip := range []string{alice, mallory} {
+			for range 5 {
+				require.Nil(t, login(t, p.VM(0), ip, answer(401)).LocalReply)
+			}
+			require.Equal(t, 429, status(login(t, p.VM(1), ip, answer(200))), "%s is in the local penalty box", ip)
+		}
+	}
+
+	assert.Equal(t, []bool{false}, adminResetKeys(t, addr, cfg, "login", alice), "the service holds nothing of a local rule")
+	tickAndWait(t, clock, resetPollTest, a, b)
+	for i, p := range []*envoyhost.Plugin{a, b} {
+		assert.Nil(t, login(t, p.VM(1), alice, answer(200)).LocalReply, "proxy %d: alice is out of the penalty box", i)
+		assert.Equal(t, 429, status(login(t, p.VM(0), mallory, answer(200))), "proxy %d: mallory stays in it", i)
+		for range 5 {
+			require.Nil(t, login(t, p.VM(0), alice, answer(401)).LocalReply, "proxy %d: alice's count starts afresh", i)
+		}
+		assert.Equal(t, 429, status(login(t, p.VM(0), alice, answer(200))), "proxy %d: and five more failures box her again", i)
+	}
+}
+
+func TestAnAdminResetGivesALocalKeyAFreshQuota(t *testing.T) {
+	addr := startAdminService(t, redistest.Start(t).Addr())
+	cfg := `{"global":{"cluster":"` + serviceCluster + `","timeout":"500ms","reset_poll":"200ms"},"rules":[{"name":"per-user",
+		"key":[{"header":"x-user"}],"limits":[{"rate":"2/h"}]}]}`
+	a, b, clock := twoProxies(t, addr, cfg)
+	user := func(p *envoyhost.Plugin, vm int, name string) int {
+		return status(roundTrip(t, p.VM(vm), get("api.example", "/", "192.0.2.1", [2]string{"x-user", name})))
+	}
+	for _, p := range []*envoyhost.Plugin{a, b} {
+		for _, name := range []string{"alice", "bob"} {
+			require.Equal(t, 200, user(p, 0, name))
+			require.Equal(t, 200, user(p, 1, name))
+			require.Equal(t, 429, user(p, 0, name), "%s spent the hour's quota of 2", name)
+		}
+	}
+
+	adminResetKeys(t, addr, cfg, "per-user", "alice")
+	tickAndWait(t, clock, resetPollTest, a, b)
+	for i, p := range []*envoyhost.Plugin{a, b} {
+		assert.Equal(t, 200, user(p, 1, "alice"), "proxy %d: alice has a fresh quota", i)
+		assert.Equal(t, 200, user(p, 0, "alice"), "proxy %d: of 2", i)
+		assert.Equal(t, 429, user(p, 1, "alice"), "proxy %d: and no more", i)
+		assert.Equal(t, 429, user(p, 0, "bob"), "proxy %d: bob's quota is still spent", i)
 	}
 }
 
