@@ -13,7 +13,7 @@ import (
 // that entry has expired. A key that finds no room is simply not cached: that only costs one more call.
 // A rule with cache_denials false caches nothing: it pays one call per request of a denied key, and in
 // exchange an admin reset at the service is seen by the next request on every proxy (a cached denial
-// is seen only after its Retry-After, since the service cannot reach the proxies' shared data).
+// is forgotten when the proxy reads the reset log, within global.reset_poll: resets.go).
 
 const blockedPayloadSize = 9
 
