@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -236,4 +237,288 @@ func TestAGlobalSettleIsNotSentWhileTheBreakerIsOpenAndIsCounted(t *testing.T) {
 	settleAnswer(t, s, 200, "application/json", usageOf(100))
 	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.tokens.settle_call_failed"))
 	assert.Equal(t, calls, svc.calls.Load(), "no call while the breaker is open")
+}
+
+// globalBodyBudget is a global budget of 1000 tokens per user per day reserved from the max_tokens
+// field of the request body (default 500, at most 4000, read from at most 256 bytes) and settled
+// from usage.total_tokens.
+func globalBodyBudget(scope, extra string) string {
+	return globalConfig(`{"name": "tokens", "scope": "` + scope + `", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/d"}],
+		"cost": {"request_json": "max_tokens", "default": 500, "max": 4000, "max_body": 256, "settle": {"response_json": "usage.total_tokens"}}}` + extra)
+}
+
+// openBodiesTogether opens n streams of user at once through every VM of the proxies, each with the
+// body maxTokens(reserve), and returns those admitted, still open.
+func openBodiesTogether(t *testing.T, proxies []*envoyhost.Plugin, user string, n, reserve int) []*envoyhost.Stream {
+	var mu sync.Mutex
+	var open []*envoyhost.Stream
+	var wg sync.WaitGroup
+	var vms []*envoyhost.VM
+	for _, p := range proxies {
+		vms = append(vms, p.VMs()...)
+	}
+	for _, vm := range vms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n / len(vms) {
+				if s, ok := postJSON(t, vm, user, maxTokens(reserve)); ok {
+					mu.Lock()
+					open = append(open, s)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return open
+}
+
+// TestAGlobalRuleReservesMaxTokensFromTheRequestBodyAndSettlesFromUsage: the call to the service
+// waits for the body; the reservation is max_tokens, the body reaches the upstream whole, and the
+// settle gives back what the usage did not take.
+func TestAGlobalRuleReservesMaxTokensFromTheRequestBodyAndSettlesFromUsage(t *testing.T) {
+	redis := redistest.Start(t)
+	svc := startSettleService(t, redis.Addr())
+	p := load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 1, toReplica(svc.addr))
+	s, ok := postJSON(t, p.VM(0), "alice", maxTokens(300))
+	require.True(t, ok)
+	assert.Equal(t, []byte(maxTokens(300)), s.UpstreamBody(), "the held body went on whole")
+	settleAnswer(t, s, 200, "application/json", usageOf(100))
+	rl, _ := s.DownstreamHeaders().Get("ratelimit")
+	assert.Contains(t, rl, `"tokens";r=700;`, "the quota after the reservation of 300")
+	svc.waitSettles(t, 1)
+	assert.Equal(t, int64(200), counter(p, "meshlimit.rule.tokens.settle_refund"))
+	s, ok = postJSON(t, p.VM(0), "alice", maxTokens(900))
+	require.True(t, ok, "100 used: 900 fit")
+	settleAnswer(t, s, 200, "application/json", usageOf(900))
+	_, ok = postJSON(t, p.VM(0), "alice", maxTokens(1))
+	assert.False(t, ok, "the budget is spent")
+	assert.Equal(t, int64(2), counter(p, "meshlimit.rule.tokens.settled"))
+	assert.Zero(t, counter(p, "meshlimit.rule.tokens.bad_body"))
+	assert.Zero(t, counter(p, "meshlimit.global.failures"))
+	assert.Zero(t, counter(p, "meshlimit.panics"))
+}
+
+// TestConcurrentGlobalRequestsReservingFromTheirBodiesOvershootByNoMoreThanTheirOverRuns: two
+// proxies of two workers, one service replica on a real Redis. The bound: requests in flight
+// together are admitted only while the reservations their bodies name fit (the service decides each
+// atomically), so the budget is overshot by at most the sum of what they use beyond their
+// reservations (each capped by the rule's max), and that is charged. 32 bodies of max_tokens 100
+// against 1000: exactly 10 are admitted; they settle at 30, and exactly 7 more fit; those use 150
+// each: the over-run, 7 × 50, is charged and the key is in debt.
+func TestConcurrentGlobalRequestsReservingFromTheirBodiesOvershootByNoMoreThanTheirOverRuns(t *testing.T) {
+	redis := redistest.Start(t)
+	svc := startSettleService(t, redis.Addr())
+	var proxies []*envoyhost.Plugin
+	for range 2 {
+		proxies = append(proxies, load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 2, toReplica(svc.addr)))
+	}
+	open := openBodiesTogether(t, proxies, "alice", 32, 100)
+	require.Len(t, open, 10, "reservations admitted together never exceed the budget")
+	for _, s := range open {
+		settleAnswer(t, s, 200, "application/json", usageOf(30))
+	}
+	svc.waitSettles(t, 10)
+	open = openBodiesTogether(t, proxies, "alice", 32, 100)
+	require.Len(t, open, 7, "the 700 refunded fit 7 more reservations of 100")
+	for _, s := range open {
+		settleAnswer(t, s, 200, "application/json", usageOf(150))
+	}
+	svc.waitSettles(t, 17)
+	_, ok := postJSON(t, proxies[0].VM(0), "alice", maxTokens(1))
+	assert.False(t, ok, "300 + 1050 used of 1000: the key is in debt")
+	var settled, refund, overrun, failed int64
+	for _, p := range proxies {
+		settled += counter(p, "meshlimit.rule.tokens.settled")
+		refund += counter(p, "meshlimit.rule.tokens.settle_refund")
+		overrun += counter(p, "meshlimit.rule.tokens.settle_overrun")
+		failed += counter(p, "meshlimit.rule.tokens.settle_call_failed")
+		assert.Zero(t, counter(p, "meshlimit.global.failures"))
+		assert.Zero(t, p.PollOneoffCalls())
+	}
+	assert.Equal(t, []int64{17, 700, 350, 0}, []int64{settled, refund, overrun, failed})
+}
+
+// TestAGlobalRuleWithAMalformedBodyReservesTheDefaultAndCountsIt: a body that is not JSON, a
+// max_tokens of 0 or a string, a body that is not an object: each reserves the default (500) in the
+// service, is counted, and the filter keeps working; an answer without usage keeps it.
+func TestAGlobalRuleWithAMalformedBodyReservesTheDefaultAndCountsIt(t *testing.T) {
+	redis := redistest.Start(t)
+	svc := startSettleService(t, redis.Addr())
+	bad := []string{`{"max_tokens": 3`, `{"max_tokens": 0}`, `{"max_tokens": "9"}`, `[]`, `max_tokens=7`}
+	for i, body := range bad {
+		t.Run(fmt.Sprintf("body %d", i), func(t *testing.T) {
+			user := "user" + strconv.Itoa(i)
+			p := load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 1, toReplica(svc.addr))
+			s, ok := postJSON(t, p.VM(0), user, body)
+			require.True(t, ok)
+			assert.Equal(t, []byte(body), s.UpstreamBody())
+			settleAnswer(t, s, 200, "application/json", `{"id": "no usage here"}`)
+			assert.Equal(t, int64(1), counter(p, "meshlimit.rule.tokens.bad_body"))
+			assert.Equal(t, int64(1), counter(p, "meshlimit.rule.tokens.settle_kept"), "no usage: the reservation stays")
+			s, ok = postJSON(t, p.VM(0), user, maxTokens(500))
+			require.True(t, ok, "500 of 1000 were reserved: 500 remain")
+			settleAnswer(t, s, 200, "application/json", usageOf(500))
+			_, ok = postJSON(t, p.VM(0), user, maxTokens(1))
+			assert.False(t, ok, "the malformed body's default stayed charged")
+			assert.Zero(t, counter(p, "meshlimit.panics"))
+		})
+	}
+}
+
+// TestABodyOverTheBoundOfAGlobalRuleReservesTheDefaultAndPassesWhole: the filter holds the body
+// until it passes max_body (256): then it calls the service with the default (the body is not read)
+// and the held body, with what came while the call was out, reaches the upstream whole. The filter
+// copies none of it; the host holds at most max_body plus one chunk plus what arrives during the call.
+func TestABodyOverTheBoundOfAGlobalRuleReservesTheDefaultAndPassesWhole(t *testing.T) {
+	redis := redistest.Start(t)
+	svc := startSettleService(t, redis.Addr())
+	p := load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 1, toReplica(svc.addr))
+	body := `{"max_tokens": 1, "pad": "` + strings.Repeat("x", 600) + `"}`
+	s := p.VM(0).NewStream(envoyhost.StreamInfo{})
+	_, err := s.SendRequestHeaders(envoyhost.Headers{{":method", "POST"}, {":path", "/v1/x"}, {":authority", "llm.test"}, {"x-user", "alice"}}, false)
+	require.NoError(t, err)
+	act, err := s.SendRequestBody([]byte(body[:200]), false)
+	require.NoError(t, err)
+	assert.Equal(t, envoyhost.ActionPause, act, "under the bound: held")
+	act, err = s.SendRequestBody([]byte(body[200:400]), false)
+	require.NoError(t, err)
+	assert.Equal(t, envoyhost.ActionPause, act, "past the bound: the call is out")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	act, err = s.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, envoyhost.ActionContinue, act, "the service admitted the default")
+	act, err = s.SendRequestBody([]byte(body[400:]), true)
+	require.NoError(t, err)
+	assert.Equal(t, envoyhost.ActionContinue, act)
+	assert.Equal(t, []byte(body), s.UpstreamBody())
+	settleAnswer(t, s, 200, "application/json", `{"no": "usage"}`)
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.tokens.bad_body"))
+	s, ok := postJSON(t, p.VM(0), "alice", maxTokens(500))
+	require.True(t, ok, "the default of 500 was reserved, not max_tokens 1")
+	settleAnswer(t, s, 200, "application/json", usageOf(500))
+	_, ok = postJSON(t, p.VM(0), "alice", maxTokens(1))
+	assert.False(t, ok)
+}
+
+// TestAGlobalRequestWhoseBodyNeverEndsHoldsNoWorkerAndIsChargedItsDefault: a client sends part of
+// a body and stalls. No call is made while the body is held (at most max_body of it), the worker
+// serves other streams meanwhile, and when the stream ends its default is charged by a settle.
+func TestAGlobalRequestWhoseBodyNeverEndsHoldsNoWorkerAndIsChargedItsDefault(t *testing.T) {
+	redis := redistest.Start(t)
+	svc := startSettleService(t, redis.Addr())
+	p := load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 1, toReplica(svc.addr))
+	stalled := p.VM(0).NewStream(envoyhost.StreamInfo{})
+	_, err := stalled.SendRequestHeaders(envoyhost.Headers{{":method", "POST"}, {":path", "/v1/x"}, {":authority", "llm.test"}, {"x-user", "alice"}}, false)
+	require.NoError(t, err)
+	act, err := stalled.SendRequestBody([]byte(`{"max_tokens": `), false)
+	require.NoError(t, err)
+	assert.Equal(t, envoyhost.ActionPause, act, "the body is held until it ends")
+	assert.Zero(t, counter(p, "meshlimit.global.calls"), "no call before the body")
+	s, ok := postJSON(t, p.VM(0), "bob", maxTokens(10))
+	require.True(t, ok, "the same worker serves another stream")
+	settleAnswer(t, s, 200, "application/json", usageOf(10))
+	require.NoError(t, stalled.Close())
+	svc.waitSettles(t, 1)
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.tokens.settle_kept"))
+	s, ok = postJSON(t, p.VM(0), "alice", maxTokens(500))
+	require.True(t, ok)
+	settleAnswer(t, s, 200, "application/json", usageOf(500))
+	_, ok = postJSON(t, p.VM(0), "alice", maxTokens(1))
+	assert.False(t, ok, "the abandoned request was charged its default of 500")
+}
+
+// TestAGlobalClientThatSendsMaxTokensTwiceReservesTheHigher: parsers disagree on which duplicate
+// member wins, so the reservation takes the higher, as a repeated cost header does (locally too).
+func TestAGlobalClientThatSendsMaxTokensTwiceReservesTheHigher(t *testing.T) {
+	redis := redistest.Start(t)
+	svc := startSettleService(t, redis.Addr())
+	p := load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 1, toReplica(svc.addr))
+	s, ok := postJSON(t, p.VM(0), "alice", `{"max_tokens": 1, "model": "m", "max_tokens": 900}`)
+	require.True(t, ok)
+	_, ok = postJSON(t, p.VM(0), "alice", maxTokens(101))
+	assert.False(t, ok, "900 are reserved, not 1")
+	settleAnswer(t, s, 200, "application/json", usageOf(900))
+	assert.Zero(t, counter(p, "meshlimit.rule.tokens.bad_body"))
+}
+
+// TestGlobalClientsThatReserveOneTokenAndUseTenThousandPutTheKeyIntoADebtOfAtMostOneCapacity:
+// two requests in flight reserve 1 each and use 10,000: each over-run is charged (capped by the
+// rule's max, 4000, and by one capacity per settle), and the service keeps the key's debt within
+// one capacity (1000 of 1000/h): 85 minutes later 416 are back, 91 minutes later 516, which a debt
+// of 2 × 3999 would put hours away.
+func TestGlobalClientsThatReserveOneTokenAndUseTenThousandPutTheKeyIntoADebtOfAtMostOneCapacity(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	cfg := strings.Replace(globalBodyBudget("global", ""), "1000/d", "1000/h", 1) // the clock runs every tick: keep the wait short
+	p := load(t, module(t, "meshlimit"), cfg, 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	s1, ok := postJSON(t, p.VM(0), "mallory", maxTokens(1))
+	require.True(t, ok)
+	s2, ok := postJSON(t, p.VM(0), "mallory", maxTokens(1))
+	require.True(t, ok)
+	settleAnswer(t, s1, 200, "application/json", usageOf(10000))
+	settleAnswer(t, s2, 200, "application/json", usageOf(10000))
+	assert.Equal(t, int64(2*3999), counter(p, "meshlimit.rule.tokens.settle_overrun"), "each charged up to the rule's max")
+	redistest.WaitFor(t, 10*time.Second, "both settles applied", func() bool { return svc.calls.Load() == 4 })
+	_, ok = postJSON(t, p.VM(0), "mallory", maxTokens(1))
+	assert.False(t, ok, "the key is in debt")
+	clock.Advance(85 * time.Minute)
+	_, ok = postJSON(t, p.VM(0), "mallory", maxTokens(500))
+	assert.False(t, ok, "a debt of one capacity: 85 minutes later 416 are back")
+	clock.Advance(6 * time.Minute)
+	s, ok := postJSON(t, p.VM(0), "mallory", maxTokens(500))
+	require.True(t, ok, "a debt of one capacity: 91 minutes later 516 are back")
+	settleAnswer(t, s, 200, "application/json", usageOf(500))
+}
+
+// TestAGlobalBodyRuleTakesEveryGlobalItemOfTheRequestIntoOneCallMadeWithTheBody: a request with a
+// global rule reading the body, a global rule counting calls and a local rule: the local rule
+// decides with the headers (a denial there waits for nothing), both global rules go in the one call
+// made once the body is read.
+func TestAGlobalBodyRuleTakesEveryGlobalItemOfTheRequestIntoOneCallMadeWithTheBody(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	cfg := globalBodyBudget("global", `, {"name": "calls", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "2/d", "name": "calls"}]},
+		{"name": "local", "key": [{"header": "x-user"}], "limits": [{"rate": "3/d", "name": "local"}]}`)
+	p := load(t, module(t, "meshlimit"), cfg, 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	for i, want := range []bool{true, true, false} {
+		s, ok := postJSON(t, p.VM(0), "alice", maxTokens(100))
+		require.Equal(t, want, ok, "request %d", i)
+		if ok {
+			settleAnswer(t, s, 200, "application/json", usageOf(100))
+		}
+	}
+	assert.Equal(t, int64(3), counter(p, "meshlimit.global.calls"), "one call per request, with both global rules")
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.calls.limited"))
+	_, ok := postJSON(t, p.VM(0), "alice", maxTokens(100))
+	assert.False(t, ok, "the local rule's third of 3 was spent by the denied request")
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.local.limited"))
+	assert.Equal(t, int64(3), counter(p, "meshlimit.global.calls"), "denied with the headers: no call")
+}
+
+// TestAScopeBothRuleSettlesLocallyAndGlobally: two proxies on one Redis. A rule of both scopes
+// reserves max_tokens in this proxy's shared data and in the service; the usage settles both. The
+// second request on the first proxy fits only if its local reservation was refunded; the request on
+// the second proxy sees the global counter the first proxy's settle left.
+func TestAScopeBothRuleSettlesLocallyAndGlobally(t *testing.T) {
+	redis := redistest.Start(t)
+	svc := startSettleService(t, redis.Addr())
+	a := load(t, module(t, "meshlimit"), globalBodyBudget("both", ""), 1, toReplica(svc.addr))
+	b := load(t, module(t, "meshlimit"), globalBodyBudget("both", ""), 1, toReplica(svc.addr))
+	s, ok := postJSON(t, a.VM(0), "alice", maxTokens(600))
+	require.True(t, ok)
+	settleAnswer(t, s, 200, "application/json", usageOf(100))
+	svc.waitSettles(t, 1)
+	assert.Equal(t, int64(1000), counter(a, "meshlimit.rule.tokens.settle_refund"), "500 locally and 500 in the service")
+	s, ok = postJSON(t, a.VM(0), "alice", maxTokens(900))
+	require.True(t, ok, "100 used locally and globally: 900 fit in both")
+	settleAnswer(t, s, 200, "application/json", usageOf(900))
+	_, ok = postJSON(t, b.VM(0), "alice", maxTokens(1))
+	assert.False(t, ok, "the other proxy's local budget is untouched, the global one is spent")
+	assert.Equal(t, int64(1), counter(b, "meshlimit.rule.tokens.limited"))
+	assert.Equal(t, int64(4), counter(a, "meshlimit.rule.tokens.settled"), "two reservations per request")
+	assert.Zero(t, counter(a, "meshlimit.rule.tokens.bad_body"))
+	assert.Equal(t, int64(1), svc.settles.Load(), "the second request used what it reserved: nothing to send")
 }

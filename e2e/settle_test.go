@@ -255,7 +255,8 @@ func TestByteLimitsChargeTheBodyBytesThatPassed(t *testing.T) {
 	assert.Equal(t, int64(890), counter(p, "meshlimit.rule.bytes.settle_overrun"), "content-length said 10, 900 came")
 	_, ok = postJSON(t, p.VM(0), "bob", strings.Repeat("c", 101))
 	assert.False(t, ok, "bob's 900 bytes were charged despite the content-length of 10")
-	assert.Equal(t, int64(699), counter(p, "meshlimit.rule.down.settle_overrun"), "700 response bytes for a reservation of 1")
+	assert.Equal(t, int64(1+699), counter(p, "meshlimit.rule.down.settle_overrun"), "2 and 700 response bytes for reservations of 1")
+	assert.Zero(t, counter(p, "meshlimit.panics"), "a cost settled at its reservation (alice's 600 bytes) increments no counter by 0")
 }
 
 // TestARequestDeniedByALaterRuleRefundsWhatEarlierRulesReserved: the request never reached the
@@ -358,4 +359,16 @@ func TestABodyReservationWaitsForTheGlobalServiceFirst(t *testing.T) {
 	}
 	assert.Equal(t, int64(2), counter(p, "meshlimit.rule.tokens.settled"))
 	assert.Equal(t, int64(3), svc.calls.Load(), "each request asked the service first")
+}
+
+// TestALocalClientThatSendsMaxTokensTwiceReservesTheHigher: as a global rule does (and a repeated
+// cost header), the higher of two max_tokens is the reservation, whichever comes first.
+func TestALocalClientThatSendsMaxTokensTwiceReservesTheHigher(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), budgetConfig("", ""), 1)
+	s, ok := postJSON(t, p.VM(0), "alice", `{"max_tokens": 900, "max_tokens": 1}`)
+	require.True(t, ok)
+	_, ok = postJSON(t, p.VM(0), "alice", maxTokens(101))
+	assert.False(t, ok, "900 are reserved, not 1")
+	settleAnswer(t, s, 200, "application/json", usageOf(900))
+	assert.Zero(t, counter(p, "meshlimit.rule.tokens.bad_body"))
 }

@@ -12,7 +12,9 @@ import (
 // OnHttpRequestBody implements types.HttpContext. Only a stream with reservations looks at the
 // request body: it counts the bytes, and while a rule waits to reserve from the body it holds the
 // body (StopIterationAndBuffer: Envoy then calls again with size the whole buffered body) until it
-// ends or passes max_body. A panic is recovered: the body goes on.
+// ends or passes max_body. When global items wait for the body too, the call to the service is made
+// then, and the body stays held until the answer resumes the request (settle_global.go). A panic is
+// recovered: the body goes on.
 func (h *httpContext) OnHttpRequestBody(size int, eos bool) (act types.Action) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -24,56 +26,90 @@ func (h *httpContext) OnHttpRequestBody(size int, eos bool) (act types.Action) {
 	if st == nil {
 		return types.ActionContinue
 	}
+	if st.sent {
+		return h.bodyWhileSent(size)
+	}
 	if st.buffering {
 		st.reqBytes = int64(size) // the buffered body, this chunk included
 	} else {
 		st.reqBytes += int64(size)
 	}
-	if len(st.pend) == 0 {
+	if len(st.pend) == 0 && !st.global {
 		return types.ActionContinue
 	}
-	limit := 0
-	for _, pb := range st.pend {
-		limit = max(limit, pb.rs.rule.MaxBody())
-	}
+	limit := h.bodyLimit()
 	if !eos && size <= limit {
 		st.buffering = true
 		return types.ActionPause
 	}
-	st.buffering = false
 	var body []byte
 	if size <= limit {
 		body, _ = proxywasm.GetHttpRequestBody(0, size)
 	}
-	if h.decideBodies(body, eos && size <= limit) {
+	return h.bodyRead(body, eos && size <= limit)
+}
+
+// OnHttpRequestTrailers implements types.HttpContext. Trailers end a request whose body did not
+// (gRPC, or a body sent without end_of_stream): the rules still waiting for the body decide now,
+// each reserving its default (bad_body), instead of letting the held body through undecided.
+func (h *httpContext) OnHttpRequestTrailers(int) (act types.Action) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.plugin.recovered("the request trailers", r)
+			act = types.ActionContinue
+		}
+	}()
+	st := h.settle
+	switch {
+	case st == nil:
+		return types.ActionContinue
+	case st.sent:
+		return h.bodyWhileSent(0)
+	case len(st.pend) == 0 && !st.global:
+		return types.ActionContinue
+	}
+	return h.bodyRead(nil, false)
+}
+
+// bodyRead decides the rules that waited for the body, read up to max_body (complete when it ended
+// within), and returns the action of the body (or trailers) callback.
+func (h *httpContext) bodyRead(body []byte, complete bool) types.Action {
+	st := h.settle
+	if st.global {
+		return h.callWithBody(body, complete) // settle_global.go
+	}
+	st.buffering = false
+	if h.decideBodies(body, complete) {
 		return types.ActionPause // denied: the local reply is on its way
 	}
 	return types.ActionContinue
 }
 
-// decideBodies decides the rules that waited for the request body, in order, and reports whether
-// one denied the request (then every reservation of the request is refunded and the local reply is
-// sent).
-func (h *httpContext) decideBodies(body []byte, complete bool) (denied bool) {
-	p, st := h.plugin, h.settle
-	s := &p.scratch
-	s.outcomes = s.outcomes[:0]
-	now := abi.UnixNano()
-	for _, pb := range st.pend {
-		r := pb.rs.rule
-		cost, err := r.BodyCost(body, complete)
-		if err != nil {
-			pb.rs.settleMetrics().badBody.Increment(1)
-			if p.cfg.LogLevel <= rules.LogDebug {
-				proxywasm.LogDebugf("meshlimit: rule %s: request body: %v; reserving %d", r.Name, err, cost)
+// bodyLimit is the most body bytes a rule that waits for the body reads.
+func (h *httpContext) bodyLimit() int {
+	limit := 0
+	for _, pb := range h.settle.pend {
+		limit = max(limit, pb.rs.rule.MaxBody())
+	}
+	if h.settle.global {
+		for i := range h.globals {
+			if it := &h.globals[i]; it.fromBody {
+				limit = max(limit, it.rs.rule.MaxBody())
 			}
 		}
-		if denied = p.decideReserved(st, pb, cost, now); denied {
-			break
-		}
 	}
-	st.pend = st.pend[:0]
-	if !denied {
+	return limit
+}
+
+// decideBodies decides the local rules that waited for the request body and reports whether one
+// denied the request (then every reservation of the request is refunded and the local reply is
+// sent).
+func (h *httpContext) decideBodies(body []byte, complete bool) (denied bool) {
+	p := h.plugin
+	s := &p.scratch
+	s.outcomes = s.outcomes[:0]
+	s.resp.denier = nil
+	if !h.decidePending(body, complete, abi.UnixNano()) {
 		if len(s.outcomes) > 0 && p.cfg.Response.QuotaHeadersOnAllowed {
 			h.quota = append(h.quota, s.outcomes...) // the response reports these limits too
 		}
@@ -82,6 +118,34 @@ func (h *httpContext) decideBodies(body []byte, complete bool) (denied bool) {
 	s.req.reset() // deny reads this request's headers
 	h.deny()      // refunds the request's reservations (refundSettles)
 	return true
+}
+
+// decidePending decides the local rules that waited for the request body, in order, appending
+// their outcomes to the scratch list, and reports whether one denied the request.
+func (h *httpContext) decidePending(body []byte, complete bool, now int64) (denied bool) {
+	p, st := h.plugin, h.settle
+	for _, pb := range st.pend {
+		cost := p.bodyCost(pb.rs, body, complete, true)
+		if denied = p.decideReserved(st, pb, cost, now); denied {
+			break
+		}
+	}
+	st.pend = st.pend[:0]
+	return denied
+}
+
+// bodyCost returns the reservation a rule reads from the request body; a body that gives none
+// reserves the default, and is counted (bad_body) when count is set.
+func (p *pluginContext) bodyCost(rs *ruleState, body []byte, complete, count bool) int64 {
+	r := rs.rule
+	cost, err := r.BodyCost(body, complete)
+	if err != nil && count {
+		rs.settleMetrics().badBody.Increment(1)
+		if p.cfg.LogLevel <= rules.LogDebug {
+			proxywasm.LogDebugf("meshlimit: rule %s: request body: %v; reserving %d", r.Name, err, cost)
+		}
+	}
+	return cost
 }
 
 // decideReserved takes a body reservation as decide takes a request's cost, and reports whether it

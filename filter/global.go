@@ -42,6 +42,8 @@ type globalItem struct {
 	cost int64
 	// permit is the id of the permit a global concurrency limit acquires (global_concurrency.go).
 	permit string
+	// fromBody: cost is read from the request body, and the call waits for it (settle_global.go).
+	fromBody bool
 }
 
 // globalClient is a plugin's connection to the decision service: the prepared call headers and the

@@ -105,6 +105,9 @@ func (h *httpContext) requestHeaders() types.Action {
 		return types.ActionPause
 	}
 	if len(s.globals) > 0 {
+		if h.deferGlobal() { // settle_global.go: the call waits for the request body
+			return types.ActionContinue
+		}
 		return h.checkGlobal(now)
 	}
 	if len(s.outcomes) > 0 && p.cfg.Response.QuotaHeadersOnAllowed {
@@ -137,7 +140,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if unlimited {
 		return false
 	}
-	if p.deferToBody(rs, set.Index, key) { // settle.go: a reservation read from the body
+	if p.deferToBody(rs, set, key) { // settle.go: a reservation read from the body
 		return false
 	}
 	cost, err := r.Cost(&s.req)

@@ -105,6 +105,8 @@ type settling struct {
 	res       []reservation
 	pend      []pendingBody
 	buffering bool // the request body is held until it ends, for a pending reservation
+	global    bool // the request's global items (h.globals) wait for the body (settle_global.go)
+	sent      bool // the body stage paused the request: for the service's answer or a shaping delay
 	reqBytes  int64
 	respBytes int64
 	status    int    // the response status, 0 before one
@@ -118,13 +120,20 @@ type settling struct {
 }
 
 // deferToBody records a rule that reserves from the request body, instead of deciding it now, and
-// reports whether it did.
-func (p *pluginContext) deferToBody(rs *ruleState, set int, key []byte) bool {
-	if !rs.rule.ReservesFromBody() || p.scratch.settle.eos {
+// reports whether it did: its local part as pending, its global part as a global item whose cost
+// the body will say (settle_global.go).
+func (p *pluginContext) deferToBody(rs *ruleState, set *rules.LimitSet, key []byte) bool {
+	r := rs.rule
+	if !r.ReservesFromBody() || p.scratch.settle.eos {
 		return false
 	}
-	s := &p.scratch.settle
-	s.pend = append(s.pend, pendingBody{rs: rs, set: set, key: string(key)})
+	if r.Scope != rules.ScopeLocal {
+		p.scratch.globals = append(p.scratch.globals, globalItem{rs: rs, spec: set.Limits, key: string(key), fromBody: true})
+	}
+	if r.Scope != rules.ScopeGlobal {
+		s := &p.scratch.settle
+		s.pend = append(s.pend, pendingBody{rs: rs, set: set.Index, key: string(key)})
+	}
 	return true
 }
 
@@ -213,6 +222,9 @@ func (h *httpContext) settleDone() {
 		pb.rs.settleMetrics().kept.Increment(1)
 		p.adjust(&r, def, now)
 	}
+	if st.global {
+		h.chargeUnsent(now) // settle_global.go: the same, for the global items that waited
+	}
 	if st.readJSON && !st.sse && st.respEnded && !st.cut {
 		for i := range st.res {
 			r := &st.res[i]
@@ -233,7 +245,7 @@ func (p *pluginContext) settleOne(st *settling, r *reservation, now int64) {
 	s, m := r.rs.rule.Settle(), r.rs.settleMetrics()
 	switch {
 	case st.status >= 500:
-		if !s.KeepOnError {
+		if !s.KeepOnError && r.reserved > 0 {
 			m.refund.Increment(uint64(r.reserved))
 			p.adjust(r, -r.reserved, now)
 		}
@@ -254,9 +266,10 @@ func (p *pluginContext) settleOne(st *settling, r *reservation, now int64) {
 	}
 	m.settled.Increment(1)
 	delta := r.value - r.reserved
-	if delta < 0 {
+	switch { // Envoy refuses to increment a counter by 0 (the SDK panics)
+	case delta < 0:
 		m.refund.Increment(uint64(-delta))
-	} else {
+	case delta > 0:
 		m.overrun.Increment(uint64(delta))
 	}
 	p.adjust(r, delta, now)

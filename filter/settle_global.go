@@ -4,7 +4,9 @@ import (
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/wire"
 )
@@ -100,5 +102,117 @@ func (p *pluginContext) onSettleAnswer(m *settleRule, numHeaders int) {
 		if p.cfg.LogLevel <= rules.LogDebug {
 			proxywasm.LogDebugf("meshlimit: a settle was not applied (status %q)", status)
 		}
+	}
+}
+
+// A global rule that reserves from the request body (request_json) cannot be decided with the
+// request headers. When one applies, every global item of the request waits for the body and goes
+// in the one call made then (the local rules are decided with the headers as always, a local rule
+// reading the body with the body): the headers continue, the body is held (StopIterationAndBuffer,
+// at most the largest max_body of the rules reading it, plus what arrives while the call is out)
+// until it ends or passes that bound, the reservations are read from it (a bad body reserves the
+// default and counts bad_body, as locally), and the call is made with the request paused at the
+// body stage; the answer resumes it (the held body goes on) or denies it (the local reply; the
+// upstream, which may have seen the headers, is reset). A request whose headers end it reserves
+// the default at once; one whose body never ends is charged the default of each such rule when the
+// stream ends (a settle, which may put the key into debt), as locally.
+
+// deferGlobal keeps the current request's global items for the body stage when one of them reads
+// its cost from the request body, and reports whether it did.
+func (h *httpContext) deferGlobal() bool {
+	s := &h.plugin.scratch
+	wants := false
+	for i := range s.globals {
+		wants = wants || s.globals[i].fromBody
+	}
+	if !wants {
+		return false
+	}
+	if h.settle == nil {
+		h.settle = &settling{}
+	}
+	h.settle.global = true
+	h.globals = append(h.globals[:0], s.globals...)
+	h.localOutcomes = append(h.localOutcomes[:0], s.outcomes...)
+	h.delay = s.delay
+	return true
+}
+
+// callWithBody decides a request whose global items waited for its body, read up to max_body
+// (complete when it ended within): the local rules that waited for the body first, then every
+// global item in one call (checkGlobal), which pauses the request at the body stage.
+func (h *httpContext) callWithBody(body []byte, complete bool) types.Action {
+	p, st := h.plugin, h.settle
+	s := &p.scratch
+	st.global, st.buffering = false, false
+	now := abi.UnixNano()
+	h.restoreScratch()
+	s.resp.denier = nil
+	s.globals = append(s.globals[:0], h.globals...)
+	for i := range s.globals {
+		if it := &s.globals[i]; it.fromBody {
+			it.cost = p.bodyCost(it.rs, body, complete, it.rs.rule.Scope == rules.ScopeGlobal) // both: counted once, locally
+		}
+	}
+	if h.decidePending(body, complete, now) {
+		h.deny()
+		return types.ActionPause
+	}
+	act := h.checkGlobal(now)
+	if act == types.ActionPause && h.settle != nil {
+		st.sent, st.buffering = true, true // waiting, or held by a shaping delay; a denial ended the stream
+	}
+	return act
+}
+
+// bodyWhileSent answers a body chunk that arrives after the body stage paused the request: held
+// while the answer (or a shaping delay) is awaited, Envoy buffering it with what it holds; once the
+// request was resumed, the held body went on and the chunk does too.
+func (h *httpContext) bodyWhileSent(size int) types.Action {
+	st := h.settle
+	if h.held() {
+		st.reqBytes = int64(size) // the whole buffer
+		return types.ActionPause
+	}
+	st.sent, st.buffering = false, false
+	st.reqBytes += int64(size)
+	return types.ActionContinue
+}
+
+// held reports whether the request waits for the service's answer or a shaping delay.
+func (h *httpContext) held() bool {
+	if h.deadline != 0 {
+		return true
+	}
+	for _, r := range h.plugin.shaper.held {
+		if r.stream == h.id {
+			return true
+		}
+	}
+	return false
+}
+
+// chargeUnsent charges, when the stream ends, the global items that waited for a body that never
+// came: each one reading its cost from the body is charged its default, as a settle (which may put
+// the key into debt), and counted as kept. The request was never decided: the other global items are
+// not charged (it never reached the upstream but for its headers).
+func (h *httpContext) chargeUnsent(now int64) {
+	p := h.plugin
+	for i := range h.globals {
+		it := &h.globals[i]
+		if !it.fromBody {
+			continue
+		}
+		def, _ := it.rs.rule.Cost(&p.scratch.req) // a request_json rule's cost before the body: its default
+		r := reservation{rs: it.rs, key: it.key, at: now, spec: it.spec}
+		for k := range it.spec {
+			if k < 64 && it.spec[k].Concurrency == 0 {
+				r.charged |= 1 << k
+			}
+		}
+		if it.rs.rule.Scope == rules.ScopeGlobal { // both: counted once, with its local part
+			it.rs.settleMetrics().kept.Increment(1)
+		}
+		p.adjust(&r, def, now)
 	}
 }

@@ -21,57 +21,90 @@ var (
 
 // JSONInt returns the non-negative integer at path (object member names, outermost first) in the
 // JSON document doc. It reads doc token by token and skips every value off the path without
-// building it, so its work is linear in len(doc). The whole document must be valid JSON. It returns ErrNoField when the path is absent,
-// ErrNotInteger when the value there is anything but an integer from 0 to 10^18 (a fraction, a
-// sign, a string, an object), and another error for a document that is not JSON.
+// building it, so its work is linear in len(doc). The whole document must be valid JSON. A member
+// given more than once counts at its highest value, as a repeated cost header does: JSON parsers
+// disagree on which duplicate wins (most keep the last), so a client cannot reserve little with one
+// copy of max_tokens while the upstream reads another. It returns ErrNoField when the path is
+// absent, ErrNotInteger when a value there is anything but an integer from 0 to 10^18 (a fraction,
+// a sign, a string, an object), and another error for a document that is not JSON.
 func JSONInt(doc []byte, path []string) (int64, error) {
 	if !json.Valid(doc) {
 		return 0, errNotJSON
 	}
 	d := json.NewDecoder(bytes.NewReader(doc))
 	d.UseNumber()
-	for _, name := range path {
-		if err := enterMember(d, name); err != nil {
-			return 0, err
-		}
-	}
-	tok, err := d.Token()
-	if err != nil {
+	n, found, err := highestAt(d, path)
+	switch {
+	case err != nil:
 		return 0, err
-	}
-	num, ok := tok.(json.Number)
-	if !ok {
-		return 0, ErrNotInteger
-	}
-	n, ok := parseCost(string(num))
-	if !ok && string(num) != "0" {
-		return 0, ErrNotInteger
+	case !found:
+		return 0, ErrNoField
 	}
 	return n, nil
 }
 
-// enterMember reads an object and stops right before the value of its member name.
-func enterMember(d *json.Decoder, name string) error {
+// highestAt reads one whole value and returns the highest integer at path in it: found is false
+// when path is absent. Its recursion is as deep as path is long.
+func highestAt(d *json.Decoder, path []string) (n int64, found bool, err error) {
 	tok, err := d.Token()
 	if err != nil {
-		return err
+		return 0, false, err
+	}
+	if len(path) == 0 {
+		num, ok := tok.(json.Number)
+		if !ok {
+			return 0, false, ErrNotInteger
+		}
+		n, ok := parseCost(string(num))
+		if !ok && string(num) != "0" {
+			return 0, false, ErrNotInteger
+		}
+		return n, true, nil
 	}
 	if tok != json.Delim('{') {
-		return ErrNoField
+		return 0, false, skipRest(d, tok)
 	}
 	for d.More() {
 		key, err := d.Token()
 		if err != nil {
-			return err
+			return 0, false, err
 		}
-		if key == name {
-			return nil
+		if key != path[0] {
+			if err := skipValue(d); err != nil {
+				return 0, false, err
+			}
+			continue
 		}
-		if err := skipValue(d); err != nil {
-			return err
+		v, ok, err := highestAt(d, path[1:])
+		if err != nil {
+			return 0, false, err
+		}
+		if ok && (!found || v > n) {
+			n, found = v, true
 		}
 	}
-	return ErrNoField
+	_, err = d.Token() // the closing brace
+	return n, found, err
+}
+
+// skipRest reads the rest of a value whose first token was tok.
+func skipRest(d *json.Decoder, tok json.Token) error {
+	if tok != json.Delim('{') && tok != json.Delim('[') {
+		return nil
+	}
+	for depth := 1; depth > 0; {
+		tok, err := d.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+	}
+	return nil
 }
 
 // skipValue reads one whole value.

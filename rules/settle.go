@@ -234,19 +234,15 @@ func (v *validator) jsonPath(path, s string) []string {
 	return segs
 }
 
-// checkSettle rejects what a settling rule cannot do: count in both scopes at once, reserve from the
-// request body or take a lease in the global service (its reservation is decided with the request
-// headers, in one call), or use a limit whose state cannot take a refund.
+// checkSettle rejects what a settling rule cannot do: take a global lease (the lease's batch is not
+// one request's reservation), or use a limit whose state cannot take a refund. Every scope settles:
+// a global rule through the service, a rule of both scopes in both (two reservations), and either
+// may reserve from the request body (the filter then calls the service once the body is read).
 func (v *validator) checkSettle(path string, r *Rule) {
 	if r.cost.reserve == nil {
 		return
 	}
-	switch {
-	case r.Scope == ScopeBoth:
-		v.failf(path+".cost", "a cost that reserves and settles works with scope local or global, not %q", r.Scope.String())
-	case r.Scope == ScopeGlobal && r.ReservesFromBody():
-		v.failf(path+".cost", "a reservation read from the request body works with scope local only, not %q", r.Scope.String())
-	case r.Scope == ScopeGlobal && r.lease != nil:
+	if r.lease != nil {
 		v.failf(path+".cost", "a cost that reserves and settles cannot use a global lease (the lease's batch is not one request's reservation)")
 	}
 	for _, set := range r.sets {

@@ -44,6 +44,7 @@ func TestTheReservationFromARequestBodyIsBoundedAndNeverVanishes(t *testing.T) {
 	}{
 		{"max_tokens is reserved", `{"model": "m", "messages": [{"x": {"max_tokens": 9}}], "max_tokens": 300}`, true, 300, false},
 		{"max_tokens above max reserves max", `{"max_tokens": 999999}`, true, 4000, false},
+		{"max_tokens given twice reserves the higher", `{"max_tokens": 1, "max_tokens": 3000}`, true, 3000, false},
 		{"max_tokens 0 reserves the default", `{"max_tokens": 0}`, true, 500, true},
 		{"a negative max_tokens reserves the default", `{"max_tokens": -5}`, true, 500, true},
 		{"a fractional max_tokens reserves the default", `{"max_tokens": 1.5}`, true, 500, true},
@@ -90,25 +91,27 @@ func TestSettleConfigErrorsNameTheirField(t *testing.T) {
 	}
 }
 
-// A global rule settles through the service when its reservation is known with the request headers;
-// what the global path cannot do is refused, naming the field.
-func TestAGlobalRuleSettlesWhatItsOneCallCanReserve(t *testing.T) {
+// Every scope settles, and a global rule may reserve from the request body; a lease is refused,
+// naming the field.
+func TestEveryScopeSettlesAndReservesFromTheBodyButALeaseIsRefused(t *testing.T) {
 	const global = `{"global": {"cluster": "outbound|8081||rls.default.svc.cluster.local"}, "rules": [{"name": "r", "limits": [{"rate": "10/s"}], `
-	cfg, err := ParseConfig([]byte(global + `"scope": "global", "cost": {"header": "x-estimate", "default": 5, "settle": {"response_json": "usage.total_tokens"}}}]}`))
-	require.NoError(t, err)
-	require.NotNil(t, cfg.Rules()[0].Settle(), "a global rule reserving from a header settles")
-	for _, tt := range []struct{ name, rule, msg string }{
-		{"a rule of both scopes does not settle", `"scope": "both", "cost": {"settle": {"body_bytes": "response"}}`, `scope local or global, not "both"`},
-		{"a global rule does not reserve from the request body", `"scope": "global", "cost": {"request_json": "max_tokens", "default": 5, "settle": {"response_json": "usage.total_tokens"}}`, "a reservation read from the request body works with scope local only"},
-		{"a global rule that settles takes no lease", `"scope": "global", "lease": {"batch": 5}, "cost": {"settle": {"body_bytes": "response"}}`, "cannot use a global lease"},
+	for _, tt := range []struct{ name, rule string }{
+		{"a global rule reserving from a header", `"scope": "global", "cost": {"header": "x-estimate", "default": 5, "settle": {"response_json": "usage.total_tokens"}}`},
+		{"a global rule reserving from the request body", `"scope": "global", "cost": {"request_json": "max_tokens", "default": 5, "settle": {"response_json": "usage.total_tokens"}}`},
+		{"a global rule reserving the request bytes", `"scope": "global", "cost": {"request_bytes": true}`},
+		{"a rule of both scopes", `"scope": "both", "cost": {"settle": {"body_bytes": "response"}}`},
+		{"a rule of both scopes reserving from the request body", `"scope": "both", "cost": {"request_json": "max_tokens", "default": 5, "settle": {"response_json": "usage.total_tokens"}}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseConfig([]byte(global + tt.rule + `}]}`))
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), "rules[0].cost")
-			assert.Contains(t, err.Error(), tt.msg)
+			cfg, err := ParseConfig([]byte(global + tt.rule + `}]}`))
+			require.NoError(t, err)
+			assert.NotNil(t, cfg.Rules()[0].Settle())
 		})
 	}
+	_, err := ParseConfig([]byte(global + `"scope": "global", "lease": {"batch": 5}, "cost": {"settle": {"body_bytes": "response"}}}]}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "rules[0].cost")
+	assert.Contains(t, err.Error(), "cannot use a global lease")
 }
 
 func TestJSONIntFindsTheFieldAndRejectsTheRest(t *testing.T) {
@@ -124,6 +127,10 @@ func TestJSONIntFindsTheFieldAndRejectsTheRest(t *testing.T) {
 		{"a field that is an object", `{"usage": {"total_tokens": {}}}`, 0, ErrNotInteger},
 		{"a negative number", `{"usage": {"total_tokens": -1}}`, 0, ErrNotInteger},
 		{"usage is not an object", `{"usage": 5}`, 0, ErrNoField},
+		{"a field given twice counts at its highest, first", `{"usage": {"total_tokens": 900, "total_tokens": 1}}`, 900, nil},
+		{"a field given twice counts at its highest, last", `{"usage": {"total_tokens": 1}, "x": [{}], "usage": {"total_tokens": 900}}`, 900, nil},
+		{"a parent given twice, one without the field", `{"usage": {"total_tokens": 7}, "usage": null}`, 7, nil},
+		{"a duplicate that is not an integer spoils the field", `{"usage": {"total_tokens": 7, "total_tokens": "9"}}`, 0, ErrNotInteger},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
