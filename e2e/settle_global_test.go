@@ -522,3 +522,56 @@ func TestAScopeBothRuleSettlesLocallyAndGlobally(t *testing.T) {
 	assert.Zero(t, counter(a, "meshlimit.rule.tokens.bad_body"))
 	assert.Equal(t, int64(1), svc.settles.Load(), "the second request used what it reserved: nothing to send")
 }
+
+// TestAGlobalBodyRequestWhoseServiceFailsIsDecidedByTheFallbackWithItsBodysReservation: the call
+// made at the body stage fails; the rule's fallback limits decide with the reservation the body
+// named, resuming the request (its body goes on whole) or denying it from the body stage.
+func TestAGlobalBodyRequestWhoseServiceFailsIsDecidedByTheFallbackWithItsBodysReservation(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	cfg := strings.Replace(globalBodyBudget("global", ""), `"cost"`, `"fallback": [{"rate": "1000/d", "name": "fb"}], "cost"`, 1)
+	p := load(t, module(t, "meshlimit"), cfg, 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	svc.down.Store(true)
+	s, ok := postJSON(t, p.VM(0), "alice", maxTokens(600))
+	require.True(t, ok, "600 of the fallback's 1000")
+	assert.Equal(t, []byte(maxTokens(600)), s.UpstreamBody())
+	settleAnswer(t, s, 200, "application/json", usageOf(10))
+	_, ok = postJSON(t, p.VM(0), "alice", maxTokens(600))
+	assert.False(t, ok, "the fallback charged the body's 600, and nothing was settled")
+	assert.Equal(t, int64(2), counter(p, "meshlimit.global.failures"))
+	assert.Equal(t, int64(2), counter(p, "meshlimit.rule.tokens.fallback"))
+	assert.Zero(t, counter(p, "meshlimit.rule.tokens.settled"), "a fallback decision reserves nothing in the service")
+	assert.Zero(t, counter(p, "meshlimit.panics"))
+}
+
+// TestChunksThatArriveWhileTheBodyStageCallIsOutWaitAndPassWhole: the service answers slowly; the
+// chunks that come while the call is out are held with the body (the host buffers them, the filter
+// copies none) and reach the upstream, whole and in order, when the answer resumes the request.
+func TestChunksThatArriveWhileTheBodyStageCallIsOutWaitAndPassWhole(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	svc.slow.Store(int64(100 * time.Millisecond)) // within the 200ms timeout
+	p := load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	body := `{"max_tokens": 300, "messages": "` + strings.Repeat("m", 500) + `"}`
+	s := p.VM(0).NewStream(envoyhost.StreamInfo{})
+	_, err := s.SendRequestHeaders(envoyhost.Headers{{":method", "POST"}, {":path", "/v1/x"}, {":authority", "llm.test"}, {"x-user", "alice"}}, false)
+	require.NoError(t, err)
+	cuts := []int{0, 300, 400, 500, len(body)} // the first chunk passes max_body (256): the call goes out
+	for i := 1; i < len(cuts); i++ {
+		act, err := s.SendRequestBody([]byte(body[cuts[i-1]:cuts[i]]), i == len(cuts)-1)
+		require.NoError(t, err)
+		assert.Equal(t, envoyhost.ActionPause, act, "chunk %d: held", i)
+	}
+	assert.Empty(t, s.UpstreamBody(), "nothing passed while the call was out")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	act, err := s.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, envoyhost.ActionContinue, act)
+	assert.Equal(t, []byte(body), s.UpstreamBody())
+	assert.Equal(t, int64(1), counter(p, "meshlimit.global.calls"))
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.tokens.bad_body"), "cut at max_body (256): the default")
+	settleAnswer(t, s, 200, "application/json", usageOf(500))
+	assert.Zero(t, counter(p, "meshlimit.rule.tokens.settle_overrun"), "500 used, 500 reserved")
+	assert.Zero(t, counter(p, "meshlimit.panics"))
+}
