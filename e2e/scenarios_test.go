@@ -229,6 +229,14 @@ func runOnV8(t *testing.T, modules map[string]string, files []string) map[string
 	node, err := exec.LookPath("node")
 	require.NoError(t, err, "node (Node.js, whose V8 is the engine Envoy uses) is not installed: apt-get install nodejs. "+
 		"The shared scenarios must run on V8 as well as on wazero.")
+	// Reading the host's sources makes them inputs of the test, so that go test's cache does not
+	// answer for a V8 host that changed.
+	sources, err := filepath.Glob(filepath.Join("v8host", "*.js"))
+	require.NoError(t, err)
+	for _, f := range sources {
+		_, err := os.ReadFile(f)
+		require.NoError(t, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	args := append(append([]string(nil), v8Flags...), filepath.Join("v8host", "main.js"), "scenarios")

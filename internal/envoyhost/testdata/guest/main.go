@@ -288,6 +288,9 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 	case "buffer":
 		buffering[id] = true
 		return 0
+	case "buffer_response":
+		bufferingResponse[id] = true
+		return 0
 	case "get":
 		ptr, size, cas := uint32(0xdeadbeef), uint32(0xdeadbeef), uint32(0xdeadbeef)
 		key := get("x-key")
@@ -442,6 +445,25 @@ func onRequestBody(id, size, eos uint32) uint32 {
 	delete(buffering, id)
 	_, b := buffer(0, size)
 	incMetric("buffered_read", int64(len(b)))
+	return 0
+}
+
+// bufferingResponse: streams whose response body the guest buffers (x-op buffer_response).
+var bufferingResponse = map[uint32]bool{}
+
+//go:wasmexport proxy_on_response_body
+func onResponseBody(id, size, eos uint32) uint32 {
+	incMetric("response_body_bytes", int64(size))
+	if !bufferingResponse[id] {
+		return 0
+	}
+	incMetric("response_body_calls", 1)
+	if eos == 0 {
+		return 1 // StopIterationAndBuffer
+	}
+	delete(bufferingResponse, id)
+	_, b := buffer(1, size)
+	incMetric("response_buffered_read", int64(len(b)))
 	return 0
 }
 
