@@ -372,3 +372,33 @@ func TestALocalClientThatSendsMaxTokensTwiceReservesTheHigher(t *testing.T) {
 	settleAnswer(t, s, 200, "application/json", usageOf(900))
 	assert.Zero(t, counter(p, "meshlimit.rule.tokens.bad_body"))
 }
+
+// TestABodyStageDenialNamesItsOwnKeyWhenAnotherStreamCameBetween: a denial decided when the body
+// arrives hashes the denied request's key into the filter state, not the key of whichever stream's
+// headers the worker decided last.
+func TestABodyStageDenialNamesItsOwnKeyWhenAnotherStreamCameBetween(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), budgetConfig("", ""), 1)
+	s, ok := postJSON(t, p.VM(0), "alice", maxTokens(1000))
+	require.True(t, ok)
+	settleAnswer(t, s, 200, "application/json", usageOf(1000))
+	deny := func(between bool) string {
+		a := p.VM(0).NewStream(envoyhost.StreamInfo{})
+		_, err := a.SendRequestHeaders(envoyhost.Headers{{":method", "POST"}, {":path", "/v1/x"}, {":authority", "llm.test"}, {"x-user", "alice"}}, false)
+		require.NoError(t, err)
+		if between {
+			b := p.VM(0).NewStream(envoyhost.StreamInfo{})
+			_, err := b.SendRequestHeaders(envoyhost.Headers{{":method", "POST"}, {":path", "/v1/x"}, {":authority", "llm.test"}, {"x-user", "bob"}}, false)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, b.Close()) }()
+		}
+		_, err = a.SendRequestBody([]byte(maxTokens(1)), true)
+		require.NoError(t, err)
+		require.NotNil(t, a.LocalReply(), "alice's budget is spent")
+		hash := a.FilterState()["wasm.meshlimit.key_hash"]
+		require.NoError(t, a.Close())
+		return hash
+	}
+	alone := deny(false)
+	require.Len(t, alone, 16)
+	assert.Equal(t, alone, deny(true), "bob's headers came between alice's headers and body")
+}

@@ -125,6 +125,7 @@ func (h *httpContext) decideBodies(body []byte, complete bool) (denied bool) {
 func (h *httpContext) decidePending(body []byte, complete bool, now int64) (denied bool) {
 	p, st := h.plugin, h.settle
 	for _, pb := range st.pend {
+		p.scratch.key = append(p.scratch.key[:0], pb.key...) // a denial's explanation names this key
 		cost := p.bodyCost(pb.rs, body, complete, true)
 		if denied = p.decideReserved(st, pb, cost, now); denied {
 			break
