@@ -142,7 +142,14 @@ func TestLeasedUnitsAdmitRequestsWithoutACall(t *testing.T) {
 	host.CallOnHttpCallResponse(pendingCall(t, host, first).CalloutID, h, nil, b)
 
 	host.Tick() // the first request asked for a lease: the tick dispatches it
-	leaseCalls := host.GetCalloutAttributesFromContext(proxytest.PluginContextID)
+
+	// The tick also reads the reset log (resets.go): the lease is the call to /v1/check.
+	var leaseCalls []proxytest.HttpCalloutAttribute
+	for _, c := range host.GetCalloutAttributesFromContext(proxytest.PluginContextID) {
+		if path, _ := pairValue(c.Headers, ":path"); path == "/v1/check" {
+			leaseCalls = append(leaseCalls, c)
+		}
+	}
 	require.NotEmpty(t, leaseCalls, "a lease call on the tick")
 	lease := leaseCalls[len(leaseCalls)-1]
 	assert.True(t, strings.Contains(string(lease.Body), `"cost":5`), "a lease asks for a batch: %s", lease.Body)
