@@ -62,6 +62,7 @@ type scenarioStep struct {
 	Open      *string           `json:"open"`
 	Check     *string           `json:"check"`
 	Finish    *string           `json:"finish"`
+	Respond   *string           `json:"respond"`
 	Expect    *expectation      `json:"expect"`
 }
 
@@ -284,12 +285,12 @@ func runOnWazero(t *testing.T, wasm []byte, sc scenario) outcome {
 		return out
 	}
 	defer p.Close()
-	open := map[string]*envoyhost.Stream{}
+	open := map[string]*scenarioStream{}
 	for _, st := range sc.Steps {
 		out.Steps = append(out.Steps, runStepOnWazero(t, p, open, st))
 	}
-	for _, s := range open {
-		require.NoError(t, s.Close())
+	for _, o := range open {
+		require.NoError(t, o.s.Close())
 	}
 	out.Metrics = metricValues(proc)
 	for _, vm := range p.VMs() {
@@ -302,7 +303,21 @@ func runOnWazero(t *testing.T, wasm []byte, sc scenario) outcome {
 	return out
 }
 
-func runStepOnWazero(t *testing.T, p *envoyhost.Plugin, open map[string]*envoyhost.Stream, st scenarioStep) []observation {
+// scenarioStream is the stream of an open step, and whether the upstream answered it yet.
+type scenarioStream struct {
+	s         *envoyhost.Stream
+	responded bool
+}
+
+// respond sends the upstream's answer r if the request was let through and not answered yet.
+func (o *scenarioStream) respond(t *testing.T, r *scenarioResponse) {
+	if !o.responded && streamState(o.s) == envoyhost.ActionContinue {
+		o.responded = true
+		sendResponse(t, o.s, r)
+	}
+}
+
+func runStepOnWazero(t *testing.T, p *envoyhost.Plugin, open map[string]*scenarioStream, st scenarioStep) []observation {
 	t.Helper()
 	switch {
 	case st.AdvanceMS != nil:
@@ -311,19 +326,21 @@ func runStepOnWazero(t *testing.T, p *envoyhost.Plugin, open map[string]*envoyho
 	case st.Open != nil:
 		s := p.VM(st.VM).NewStream(st.Request.build().Info)
 		sendRequest(t, s, st.Request)
-		open[*st.Open] = s
+		open[*st.Open] = &scenarioStream{s: s}
 		return []observation{observeStream(s, streamState(s).String())}
 	case st.Check != nil:
-		s := open[*st.Check]
+		s := open[*st.Check].s
 		return []observation{observeStream(s, streamState(s).String())}
+	case st.Respond != nil:
+		o := open[*st.Respond]
+		o.respond(t, st.Response)
+		return []observation{observeStream(o.s, streamState(o.s).String())}
 	case st.Finish != nil:
-		s := open[*st.Finish]
+		o := open[*st.Finish]
 		delete(open, *st.Finish)
-		if streamState(s) == envoyhost.ActionContinue {
-			sendResponse(t, s, st.Response)
-		}
-		require.NoError(t, s.Close())
-		return []observation{observeStream(s, "")}
+		o.respond(t, st.Response)
+		require.NoError(t, o.s.Close())
+		return []observation{observeStream(o.s, "")}
 	}
 	obs := []observation{}
 	for i := range max(st.Repeat, 1) {

@@ -102,10 +102,15 @@ function runStep(plugin, open, step) {
     return [observe(s, s.state())];
   }
   if (step.check !== undefined) return [observe(open.get(step.check), open.get(step.check).state())];
+  if (step.respond !== undefined) {
+    const s = open.get(step.respond);
+    if (s.state() === 'continue' && !s.responseStarted) finishResponse(s, response(step.response));
+    return [observe(s, s.state())];
+  }
   if (step.finish !== undefined) {
     const s = open.get(step.finish);
     open.delete(step.finish);
-    if (s.state() === 'continue') finishResponse(s, response(step.response));
+    if (s.state() === 'continue' && !s.responseStarted) finishResponse(s, response(step.response));
     s.close();
     return [observe(s)];
   }

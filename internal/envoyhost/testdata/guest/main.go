@@ -275,6 +275,12 @@ func incr(key string) (attempts int, st uint32) {
 func onTick(root uint32) {
 	logf(2, "tick")
 	incMetric("ticks", 1)
+	for _, id := range heldResponses {
+		if proxySetEffectiveContext(id) == 0 {
+			proxyContinueStream(1)
+		}
+	}
+	heldResponses = heldResponses[:0]
 }
 
 //go:wasmexport proxy_on_request_headers
@@ -290,6 +296,9 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		return 0
 	case "buffer_response":
 		bufferingResponse[id] = true
+		return 0
+	case "pause_response":
+		pauseResponse[id] = true
 		return 0
 	case "get":
 		ptr, size, cas := uint32(0xdeadbeef), uint32(0xdeadbeef), uint32(0xdeadbeef)
@@ -475,9 +484,21 @@ func onQueueReady(root, q uint32) {
 	}
 }
 
+// pauseResponse: streams whose response the guest stops on its headers (x-op pause_response) until
+// the next tick continues it.
+var (
+	pauseResponse = map[uint32]bool{}
+	heldResponses []uint32
+)
+
 //go:wasmexport proxy_on_response_headers
 func onResponseHeaders(id, n, eos uint32) uint32 {
 	addHeader(2, "x-guest-response", itoa(id))
+	if pauseResponse[id] {
+		delete(pauseResponse, id)
+		heldResponses = append(heldResponses, id)
+		return 1
+	}
 	return 0
 }
 
