@@ -28,7 +28,9 @@ import (
 //
 // Input layout: byte 0 picks the slots (1 to 8), byte 1 the algorithm, byte 2 the quota (1 to 8); then
 // every 3 bytes are one request: who (a victim when sel%4 == 0, else a minted key named by arg and
-// sel), its cost, and how far the clock moves first (0 to 255 × 10 ms).
+// sel), its cost, and how far the clock moves first (0 to 255 × 10 ms). A minted key with sel%4 == 3
+// and an odd arg is forgotten instead (an admin reset), and so is a victim with arg 255 (its
+// reference starts afresh): forgetting a key never touches another's state.
 func checkIsolation(t testing.TB, in []byte) {
 	if len(in) < 3 {
 		return
@@ -47,12 +49,22 @@ func checkIsolation(t testing.TB, in []byte) {
 		now += int64(dt) * int64(10*time.Millisecond)
 		cost := 1 + int64(arg%2)
 		if sel%4 != 0 { // a minted key: anything but a victim's name
-			key = strconv.AppendUint(append(key[:0], 'm'), uint64(sel)<<8|uint64(arg), 36)
-			_, err := l.Take(tab, key, now, 1)
+			key = strconv.AppendUint(append(key[:0], 'm'), uint64(sel)<<8|uint64(arg&^1), 36)
+			if sel%4 == 3 && arg&1 == 1 { // an admin reset of that key (Forget)
+				_, err = l.Forget(tab, key)
+			} else {
+				_, err = l.Take(tab, key, now, 1)
+			}
 			require.NoError(t, err)
 			continue
 		}
 		v := int(sel>>2) % 2
+		if arg == 255 { // an admin reset of the victim: it starts afresh
+			_, err = l.Forget(tab, []byte(victims[v]))
+			require.NoError(t, err)
+			refs[v] = nil
+			continue
+		}
 		idle := limit.IdleAt(refs[v], now)
 		out, err := l.Take(tab, []byte(victims[v]), now, cost)
 		require.NoError(t, err)
@@ -92,9 +104,12 @@ func isolationSeeds() [][]byte {
 		s := []byte{1, kind, 4, 0, 0, 0, 0, 1, 0}
 		for i := range byte(60) {
 			s = append(s, 1+i%3*4+1, i, byte(i%2)) // minted keys, 10 ms apart every other request
+			if i%7 == 0 {
+				s = append(s, 3, i|1, 0) // and resets of some of them
+			}
 		}
 		s = append(s, 0, 0, 0, 4, 0, 0, 0, 0, 50, 0, 1, 100)
-		seeds = append(seeds, s)
+		seeds = append(seeds, s, append(append([]byte(nil), s...), 0, 255, 0, 0, 0, 0, 0, 0, 0))
 	}
 	return seeds
 }
