@@ -402,3 +402,28 @@ func TestABodyStageDenialNamesItsOwnKeyWhenAnotherStreamCameBetween(t *testing.T
 	require.Len(t, alone, 16)
 	assert.Equal(t, alone, deny(true), "bob's headers came between alice's headers and body")
 }
+
+// TestARequestBodyEndedByTrailersIsDecidedWithItsDefaultAndPassesWithThem: trailers end a body that
+// never said end_of_stream (gRPC, HTTP/2 with trailers). Envoy calls the filter that holds the body
+// with the trailers; the rule decides with its default reservation, and the held body passes
+// upstream before the trailers. Without that the request would hang until the client gave up.
+func TestARequestBodyEndedByTrailersIsDecidedWithItsDefaultAndPassesWithThem(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), budgetConfig("", ""), 1)
+	s := p.VM(0).NewStream(envoyhost.StreamInfo{})
+	h := envoyhost.Headers{{":method", "POST"}, {":path", "/v1/x"}, {":authority", "llm.test"}, {"x-user", "alice"}}
+	_, err := s.SendRequestHeaders(h, false)
+	require.NoError(t, err)
+	act, err := s.SendRequestBody([]byte(maxTokens(100)), false)
+	require.NoError(t, err)
+	assert.Equal(t, envoyhost.ActionPause, act, "the body is held until it ends")
+	act, err = s.SendRequestTrailers(envoyhost.Headers{{"x-checksum", "1"}})
+	require.NoError(t, err)
+	assert.Equal(t, envoyhost.ActionContinue, act, "the trailers end the body: the rule decides")
+	assert.Equal(t, maxTokens(100), string(s.UpstreamBody()), "the held body went upstream")
+	settleAnswer(t, s, 200, "application/json", usageOf(600))
+	_, ok := postJSON(t, p.VM(0), "alice", maxTokens(401))
+	assert.False(t, ok, "the request was charged its usage (600 of 1000): 401 more do not fit")
+	s2, ok := postJSON(t, p.VM(0), "alice", maxTokens(400))
+	require.True(t, ok, "400 more fit")
+	settleAnswer(t, s2, 200, "application/json", usageOf(400))
+}

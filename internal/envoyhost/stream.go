@@ -276,6 +276,13 @@ func (s *Stream) deliverTrailers(dir int, h Headers) Action {
 	if s.ended {
 		return ActionStop
 	}
+	if d.paused && d.pausedAt == phaseBody && !d.pendBodySet && v.failed == nil {
+		// A filter that stopped its body (StopIterationAndBuffer and the like: Envoy's
+		// StopSingleIteration, not a StopAll) is called with the trailers, as Envoy's filter
+		// manager calls decodeTrailers on every filter that has not stopped all iteration;
+		// when its trailers callback continues, the held body passes, then the trailers.
+		d.paused, d.buffering = false, false
+	}
 	if d.paused || !d.headersPassed {
 		d.pendTrailers, d.pendTrailersSet = h, true
 		return ActionPause
@@ -337,6 +344,9 @@ func (s *Stream) passed(dir int, ph phase) {
 			s.reqBody = s.reqBody[:0]
 		case phaseTrailers:
 			s.reqTrailersOpen = false
+			s.reqBodyOpen = false // a body held until the trailers passes before them
+			s.upstreamBody = append(s.upstreamBody, s.reqBody...)
+			s.reqBody = s.reqBody[:0]
 		}
 		return
 	}
@@ -351,6 +361,9 @@ func (s *Stream) passed(dir int, ph phase) {
 		s.respBody = s.respBody[:0]
 	case phaseTrailers:
 		s.respTrailersOpen = false
+		s.respBodyOpen = false
+		s.downstreamBody = append(s.downstreamBody, s.respBody...)
+		s.respBody = s.respBody[:0]
 	}
 }
 
