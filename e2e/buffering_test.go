@@ -210,7 +210,8 @@ func TestAnEventStreamOfAThousandEventsKeepsAtMostTheLastEventInTheGuest(t *test
 }
 
 // TestAnEventLargerThanMaxBodyIsDroppedNotHeld: an event of 1 MiB (max_body 16 KiB) before the usage
-// event is dropped as it streams; the usage event still settles the reservation.
+// event is dropped as it streams; the usage event still settles the reservation. The two chunks of
+// 512 KiB are read in pieces of at most max_body: a large chunk is never one large copy in the guest.
 func TestAnEventLargerThanMaxBodyIsDroppedNotHeld(t *testing.T) {
 	p := load(t, module(t, "meshlimit"), reservingFromRequest, 1)
 	s := openPost(t, p.VM(0), "application/json")
@@ -221,6 +222,9 @@ func TestAnEventLargerThanMaxBodyIsDroppedNotHeld(t *testing.T) {
 	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.r.settled"))
 	assert.Equal(t, int64(60), counter(p, "meshlimit.rule.r.settle_refund"), "40 used of 100 reserved")
 	assert.NoError(t, p.VM(0).Failed())
+	_, resp := s.BodyStats()
+	assert.Equal(t, 16*kib, resp.MaxCopy, "each copy is at most max_body")
+	assert.Equal(t, int64(len(body)), resp.CopiedBytes, "every byte is copied once, to find the events")
 }
 
 // TestARuleThatReadsNoBodyNeverBuffers: for rules that need no body (a plain rule, count_on, a cost

@@ -193,15 +193,27 @@ func (h *httpContext) OnHttpResponseBody(size int, eos bool) types.Action {
 		st.cut, st.body = true, nil
 		return types.ActionContinue
 	}
-	chunk, err := proxywasm.GetHttpResponseBody(0, size)
-	if err != nil {
-		return types.ActionContinue
-	}
 	if !st.sse {
+		chunk, err := proxywasm.GetHttpResponseBody(0, size)
+		if err != nil {
+			return types.ActionContinue
+		}
 		st.body = append(st.body, chunk...)
 		return types.ActionContinue
 	}
-	st.events.Write(chunk, st.onEvent)
+	// An event stream is read in pieces of at most max_body: one large chunk from the upstream
+	// never becomes one large copy in the guest (the splitter keeps at most one event's data).
+	step := st.maxBody
+	if step <= 0 {
+		step = size
+	}
+	for off := 0; off < size; off += step {
+		piece, err := proxywasm.GetHttpResponseBody(off, min(step, size-off))
+		if err != nil {
+			return types.ActionContinue
+		}
+		st.events.Write(piece, st.onEvent)
+	}
 	if eos {
 		st.events.Close(st.onEvent)
 	}
