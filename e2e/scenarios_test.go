@@ -25,7 +25,8 @@ import (
 // The shared scenarios (scenarios/*.json, format in scenarios/README.md) run on the wazero host here
 // and on the V8 host (v8host/, under node with Envoy's V8 flags). Each engine's observations must
 // meet the scenarios' expectations, and the two engines must have observed exactly the same thing:
-// every status, every header sent upstream and downstream, every metric, every critical log line.
+// every status, every header sent upstream and downstream, the body bytes that passed each way, every
+// reset, every metric, every critical log line.
 
 // v8Flags are the V8 flags Envoy starts V8 with.
 var v8Flags = []string{"--no-liftoff", "--wasm-max-mem-pages=16384"}
