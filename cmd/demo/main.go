@@ -91,7 +91,9 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 		proxyAddr, workers, svcAddr, upAddr)
 	fmt.Fprintf(out, "  %s\n\n", startLog)
 
-	d := &demo{out: out, client: &http.Client{Timeout: 5 * time.Second}, proxyAddr: proxyAddr, tallies: map[string]*tally{}}
+	d := &demo{out: out, client: &http.Client{Timeout: 5 * time.Second}, proxyAddr: proxyAddr, tallies: map[string]*tally{},
+		adminURL: "http://" + svcAddr + service.AdminPrefix}
+	d.reset = func(rule, value string) error { return d.operatorReset(ctx, p, cfg, rule, value) }
 	if err := d.basics(ctx); err != nil {
 		return err
 	}
@@ -119,7 +121,17 @@ func startBackends(stops *[]func()) (svcAddr, upAddr string, slow *gate, err err
 	if err != nil {
 		return "", "", nil, err
 	}
-	svcAddr, stopSvc, err := serve(handler)
+	admin, err := service.NewAdmin(service.AdminConfig{Store: store, Token: adminToken})
+	if err != nil {
+		return "", "", nil, err
+	}
+	svcAddr, stopSvc, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, service.AdminPrefix) {
+			admin.ServeHTTP(w, r)
+			return
+		}
+		handler.ServeHTTP(w, r)
+	}))
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -145,7 +157,7 @@ func startBackends(stops *[]func()) (svcAddr, upAddr string, slow *gate, err err
 func startFilter(ctx context.Context, stops *[]func(), module, cfg []byte, workers int, svcAddr, upAddr string) (
 	p *envoyhost.Plugin, proxy *streams, proxyAddr, startLog string, err error) {
 	p, err = envoyhost.NewPlugin(ctx, module, envoyhost.Config{
-		VMID: "meshlimit", PluginName: "demo.meshlimit", RootID: "meshlimit",
+		VMID: "meshlimit", PluginName: pluginName, RootID: "meshlimit",
 		PluginConfig: cfg, Workers: workers, LogLevel: envoyhost.LogInfo,
 		Clock:    envoyhost.NewClock(time.Now()),
 		Clusters: map[string]string{serviceCluster: svcAddr},
@@ -176,6 +188,8 @@ type demo struct {
 	tallies    map[string]*tally
 	denied     *http.Response // the last 429
 	deniedBody []byte
+	adminURL   string                         // the service's admin API
+	reset      func(rule, value string) error // an operator's admin reset (reset.go)
 }
 
 // send sends one request, tallies it under label and prints one line about it.
@@ -237,6 +251,13 @@ func (d *demo) basics(ctx context.Context) error {
 		if err := d.send(ctx, "POST /signin ("+s.ip+")", "POST", "/signin", "x-forwarded-for", s.ip, "x-password", s.password); err != nil {
 			return err
 		}
+	}
+	fmt.Fprintln(out, "\nSupport unblocks 198.51.100.50: an admin reset reaches the proxy through the service's reset log:")
+	if err := d.reset("signin", "198.51.100.50"); err != nil {
+		return err
+	}
+	if err := d.send(ctx, "POST /signin (198.51.100.50, reset)", "POST", "/signin", "x-forwarded-for", "198.51.100.50", "x-password", "hunter2"); err != nil {
+		return err
 	}
 	fmt.Fprintln(out, "\nGlobal rule search-per-user (4/m in the decision service), 6 requests from user alice:")
 	for range 6 {

@@ -26,6 +26,7 @@ func TestTheDemoRunsAndReports(t *testing.T) {
 	assert.Contains(t, report, "POST /signin (198.51.100.50)       allowed  3  limited  1", "three failed sign-ins, then the penalty box")
 	assert.Contains(t, report, "POST /signin (198.51.100.51)       allowed  1  limited  0", "another client signs in")
 	assert.Contains(t, report, "429  x-meshlimit-rule: signin  Retry-After: 600")
+	assert.Contains(t, report, "POST /signin (198.51.100.50, reset) 200", "an admin reset frees the penalty box through the reset log")
 	assert.Contains(t, report, `"shadow":"login"`, "the shadow rule tags the upstream request")
 	assert.Contains(t, report, "HTTP/1.1 429 Too Many Requests")
 	assert.Contains(t, report, `Ratelimit-Policy: "search";q=4;w=60;qu="requests"`)
