@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -15,10 +16,26 @@ import (
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
 )
 
-// callCounter counts the calls of every guest function through wazero's function listeners.
+// callCounter counts the calls of every function through wazero's function listeners, the guest's
+// and the host modules' apart: wazero asks for a listener for every function of every module
+// instantiated with the factory, host modules (env, wasi_snapshot_preview1) included, and numbers
+// each module's functions from 0, so a function is named by its module and its index.
 type callCounter struct {
-	names  []string
-	counts []atomic.Int64
+	fns   []countedFunc
+	index map[fnKey]int // where a function's counter is in fns
+}
+
+type fnKey struct {
+	module string
+	index  uint32
+}
+
+// countedFunc is one function's counter. Each has its own allocation, so that a listener's pointer
+// stays valid however many functions are added after it.
+type countedFunc struct {
+	module, name string
+	host         bool // a function of a host module (a host call), not the guest's own
+	n            *atomic.Int64
 }
 
 type countingListener struct {
@@ -31,23 +48,27 @@ func (l countingListener) Before(context.Context, api.Module, api.FunctionDefini
 func (countingListener) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {}
 func (countingListener) Abort(context.Context, api.Module, api.FunctionDefinition, error)    {}
 
-// NewFunctionListener implements experimental.FunctionListenerFactory. wazero asks for every
-// defined function in index order before any runs.
+// NewFunctionListener implements experimental.FunctionListenerFactory. A function asked for again
+// (the module compiled again) gets the same counter: wazero names a compiled module by its listeners
+// too, so the same listeners find the module in its cache.
 func (c *callCounter) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
-	for int(def.Index()) >= len(c.names) {
-		c.names = append(c.names, "")
+	k := fnKey{def.ModuleName(), def.Index()}
+	i, ok := c.index[k]
+	if !ok {
+		if c.index == nil {
+			c.index = map[fnKey]int{}
+		}
+		i = len(c.fns)
+		c.index[k] = i
+		c.fns = append(c.fns, countedFunc{module: k.module, name: def.DebugName(), host: def.GoFunction() != nil, n: new(atomic.Int64)})
 	}
-	c.names[def.Index()] = def.DebugName()
-	if len(c.counts) < len(c.names) {
-		c.counts = make([]atomic.Int64, 2*len(c.names)+4096)
-	}
-	return countingListener{&c.counts[def.Index()]}
+	return countingListener{c.fns[i].n}
 }
 
 func (c *callCounter) snapshot() []int64 {
-	out := make([]int64, len(c.names))
+	out := make([]int64, len(c.fns))
 	for i := range out {
-		out[i] = c.counts[i].Load()
+		out[i] = c.fns[i].n.Load()
 	}
 	return out
 }
@@ -55,91 +76,139 @@ func (c *callCounter) snapshot() []int64 {
 // guestCallsTop is how many of the functions called most BenchmarkGuestFunctionCalls logs per case.
 var guestCallsTop = flag.Int("guestcalls.top", 15, "functions listed per case by BenchmarkGuestFunctionCalls")
 
+// callCounters holds one counter per module for the whole test binary: wazero caches a module
+// compiled with listeners under those listeners, so one counter serves every plugin of a module and
+// the module is compiled with listeners once.
+var callCounters = struct {
+	sync.Mutex
+	m map[string]*callCounter
+}{m: map[string]*callCounter{}}
+
+// callsPerRequest are the calls one warm request (the whole lifecycle) makes, per function.
+type callsPerRequest struct {
+	counter *callCounter
+	delta   []int64 // per function of counter.fns, over n requests
+	n       int
+}
+
+// countCalls runs c's request 100 times to warm up, then n more times (or b.Loop's count when b is
+// not nil) counting every function's calls.
+func countCalls(tb testing.TB, c lifecycleCase, n int, b *testing.B) callsPerRequest {
+	tb.Helper()
+	callCounters.Lock()
+	counter := callCounters.m[c.module]
+	if counter == nil {
+		counter = &callCounter{}
+		callCounters.m[c.module] = counter
+	}
+	callCounters.Unlock()
+	ctx := experimental.WithFunctionListenerFactory(context.Background(), counter)
+	p, err := envoyhost.NewPlugin(ctx, module(tb, c.module), envoyhost.Config{
+		VMID: c.module, RootID: c.module, PluginConfig: []byte(c.config), Workers: 1, Clock: envoyhost.NewClock(epoch),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer p.Close()
+	vm := p.VM(0)
+	req := get("bench.example", "/api/items?page=2", "203.0.113.77", [2]string{"user-agent", "bench"})
+	round := func() {
+		if _, err := vm.RoundTrip(context.Background(), req, ok200); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for range 100 {
+		round()
+	}
+	before := counter.snapshot()
+	if b != nil {
+		n = 0
+		for b.Loop() {
+			round()
+			n++
+		}
+	} else {
+		for range n {
+			round()
+		}
+	}
+	after := counter.snapshot()
+	delta := make([]int64, len(after))
+	for i := range after {
+		delta[i] = after[i] - before[i]
+	}
+	return callsPerRequest{counter, delta, n}
+}
+
+// guest is the guest's own function calls per request; host is the host calls per request.
+func (r callsPerRequest) guest() float64 { return r.sum(false) }
+func (r callsPerRequest) host() float64  { return r.sum(true) }
+
+func (r callsPerRequest) sum(host bool) float64 {
+	var s int64
+	for i, f := range r.counter.fns[:len(r.delta)] {
+		if f.host == host {
+			s += r.delta[i]
+		}
+	}
+	return float64(s) / float64(r.n)
+}
+
+// of is how often per request the guest function named name (as wazero names it, without the leading
+// dot) was called.
+func (r callsPerRequest) of(name string) float64 {
+	var s int64
+	for i, f := range r.counter.fns[:len(r.delta)] {
+		if !f.host && strings.TrimPrefix(f.name, ".") == name {
+			s += r.delta[i]
+		}
+	}
+	return float64(s) / float64(r.n)
+}
+
 // BenchmarkGuestFunctionCalls counts the guest's own function calls per request (the whole
 // lifecycle, warm) with wazero's function listeners, for the floor and for meshlimit, and logs the
-// functions called most. It also reports the guest's heap allocations per request (calls of the Go
-// runtime's allocator, runtime.mallocgc), whatever asked for them. The counts are deterministic; the time per operation is not meaningful
+// functions called most, the host calls apart (marked "host"). It also reports the host calls and
+// the guest's heap allocations per request (calls of the Go runtime's allocator, runtime.mallocgc),
+// whatever asked for them. The counts are deterministic; the time per operation is not meaningful
 // (every call goes through a listener). Run it with -v to see the table:
 //
 //	go test -run='^$' -bench='^BenchmarkGuestFunctionCalls$' -benchtime=2000x -v ./e2e/
 func BenchmarkGuestFunctionCalls(b *testing.B) {
-	// wazero caches compiled modules with their listeners, so one counter serves every plugin of a
-	// module; the counts are taken as differences around each case's loop.
-	counters := map[string]*callCounter{}
 	for _, c := range lifecycleCases {
 		b.Run(c.short, func(b *testing.B) {
-			counter := counters[c.module]
-			if counter == nil {
-				counter = &callCounter{}
-				counters[c.module] = counter
-			}
-			ctx := experimental.WithFunctionListenerFactory(context.Background(), counter)
-			p, err := envoyhost.NewPlugin(ctx, module(b, c.module), envoyhost.Config{
-				VMID: c.module, RootID: c.module, PluginConfig: []byte(c.config), Workers: 1, Clock: envoyhost.NewClock(epoch),
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			vm := p.VM(0)
-			req := get("bench.example", "/api/items?page=2", "203.0.113.77", [2]string{"user-agent", "bench"})
-			for range 100 {
-				if _, err := vm.RoundTrip(context.Background(), req, ok200); err != nil {
-					b.Fatal(err)
-				}
-			}
-			before := counter.snapshot()
-			n := 0
-			for b.Loop() {
-				if _, err := vm.RoundTrip(context.Background(), req, ok200); err != nil {
-					b.Fatal(err)
-				}
-				n++
-			}
-			after := counter.snapshot()
-			b.ReportMetric(float64(sumCounts(after)-sumCounts(before))/float64(n), "guestfuncs/req")
-			b.ReportMetric(float64(countOf(counter.names, "runtime.mallocgc", before, after))/float64(n), "mallocs/req")
-			b.Log(topCalls(counter.names, before, after, n, *guestCallsTop))
+			r := countCalls(b, c, 0, b)
+			b.ReportMetric(r.guest(), "guestfuncs/req")
+			b.ReportMetric(r.host(), "hostcalls/req")
+			b.ReportMetric(r.of("runtime.mallocgc"), "mallocs/req")
+			b.Log(r.top(*guestCallsTop))
 		})
 	}
 }
 
-func sumCounts(xs []int64) (s int64) {
-	for _, x := range xs {
-		s += x
-	}
-	return s
-}
-
-// countOf is how often the function named name (as wazero names it, without the leading dot) was
-// called between the two snapshots.
-func countOf(names []string, name string, before, after []int64) (n int64) {
-	for i := range names {
-		if strings.TrimPrefix(names[i], ".") == name {
-			n += after[i] - before[i]
-		}
-	}
-	return n
-}
-
-func topCalls(names []string, before, after []int64, n, top int) string {
+// top lists the functions called most per request, host calls marked.
+func (r callsPerRequest) top(n int) string {
 	type row struct {
 		name  string
 		calls float64
 	}
 	var rows []row
-	for i := range names {
-		if d := after[i] - before[i]; d > 0 {
-			rows = append(rows, row{names[i], float64(d) / float64(n)})
+	for i, f := range r.counter.fns[:len(r.delta)] {
+		if d := r.delta[i]; d > 0 {
+			name := f.name
+			if f.host {
+				name = "host " + f.module + "." + strings.TrimPrefix(name, f.module+".")
+			}
+			rows = append(rows, row{name, float64(d) / float64(r.n)})
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].calls > rows[j].calls })
 	var sb strings.Builder
-	for i, r := range rows {
-		if i == top {
+	for i, row := range rows {
+		if i == n {
 			break
 		}
-		fmt.Fprintf(&sb, "\n%8.1f  %s", r.calls, r.name)
+		fmt.Fprintf(&sb, "\n%8.1f  %s", row.calls, row.name)
 	}
 	return sb.String()
 }
