@@ -403,11 +403,11 @@ func TestABodyStageDenialNamesItsOwnKeyWhenAnotherStreamCameBetween(t *testing.T
 	assert.Equal(t, alone, deny(true), "bob's headers came between alice's headers and body")
 }
 
-// TestARequestBodyEndedByTrailersIsDecidedWithItsDefaultAndPassesWithThem: trailers end a body that
+// TestARequestBodyEndedByTrailersIsDecidedFromTheHeldBodyAndPassesWithThem: trailers end a body that
 // never said end_of_stream (gRPC, HTTP/2 with trailers). Envoy calls the filter that holds the body
-// with the trailers; the rule decides with its default reservation, and the held body passes
-// upstream before the trailers. Without that the request would hang until the client gave up.
-func TestARequestBodyEndedByTrailersIsDecidedWithItsDefaultAndPassesWithThem(t *testing.T) {
+// with the trailers; the rule decides from the held body, and the held body passes upstream before
+// the trailers. Without that the request would hang until the client gave up.
+func TestARequestBodyEndedByTrailersIsDecidedFromTheHeldBodyAndPassesWithThem(t *testing.T) {
 	p := load(t, module(t, "meshlimit"), budgetConfig("", ""), 1)
 	s := p.VM(0).NewStream(envoyhost.StreamInfo{})
 	h := envoyhost.Headers{{":method", "POST"}, {":path", "/v1/x"}, {":authority", "llm.test"}, {"x-user", "alice"}}

@@ -51,7 +51,9 @@ func (h *httpContext) OnHttpRequestBody(size int, eos bool) (act types.Action) {
 
 // OnHttpRequestTrailers implements types.HttpContext. Trailers end a request whose body did not
 // (gRPC, or a body sent without end_of_stream): the rules still waiting for the body decide now,
-// each reserving its default (bad_body), instead of letting the held body through undecided.
+// from the body held so far (Envoy still offers it to the filter that buffered it), instead of
+// letting it through undecided. A client that ends its body with trailers reserves what the body
+// says, as one that ends it with end_of_stream does.
 func (h *httpContext) OnHttpRequestTrailers(int) (act types.Action) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -68,7 +70,22 @@ func (h *httpContext) OnHttpRequestTrailers(int) (act types.Action) {
 	case len(st.pend) == 0 && !st.global:
 		return types.ActionContinue
 	}
-	return h.bodyRead(nil, false)
+	body, complete := h.heldBody()
+	return h.bodyRead(body, complete)
+}
+
+// heldBody returns the request body the filter holds when trailers end it, and whether it is whole
+// (within the bound of the rules that read it, and readable).
+func (h *httpContext) heldBody() ([]byte, bool) {
+	st := h.settle
+	if !st.buffering || st.reqBytes == 0 {
+		return nil, st.reqBytes == 0 // no body at all: an empty one
+	}
+	if st.reqBytes > int64(h.bodyLimit()) {
+		return nil, false
+	}
+	body, err := proxywasm.GetHttpRequestBody(0, int(st.reqBytes))
+	return body, err == nil && len(body) == int(st.reqBytes)
 }
 
 // bodyRead decides the rules that waited for the body, read up to max_body (complete when it ended
@@ -162,7 +179,7 @@ func (p *pluginContext) decideReserved(st *settling, pb pendingBody, cost, now i
 		return r.FailureMode == rules.FailDeny && enforced
 	}
 	p.count(rs, out.Allowed, enforced)
-	if out.Allowed {
+	if out.Allowed && r.Settle() != nil { // a cost read from the body without a settle is final
 		st.res = append(st.res, reservation{rs: rs, set: pb.set, key: pb.key, placement: out.Placement, at: now, reserved: cost})
 	}
 	if enforced {
@@ -231,4 +248,18 @@ func (st *settling) onEvent(data []byte) {
 			}
 		}
 	}
+}
+
+// OnHttpResponseTrailers implements types.HttpContext. Trailers end a response whose body did not
+// (HTTP/2, gRPC): the answer is whole, as if its last body chunk had said end_of_stream, so it
+// settles as one (an event stream's last event without its blank line is passed on).
+func (h *httpContext) OnHttpResponseTrailers(int) types.Action {
+	defer h.plugin.recoverPanic("the response trailers")
+	if st := h.settle; st != nil {
+		st.respEnded = true
+		if st.readJSON && st.sse && st.status < 500 {
+			st.events.Close(st.onEvent)
+		}
+	}
+	return types.ActionContinue
 }

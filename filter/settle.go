@@ -23,7 +23,8 @@ import (
 //   - an answer without a usable cost (the field missing or not an integer, a body that is not JSON or
 //     is larger than max_body, a response cut short, no response at all) keeps the reservation, and is
 //     counted (settle_kept): a client that never reads its answer, or an upstream that never reports
-//     usage, pays what it reserved and no less;
+//     usage, pays what it reserved and no less; an event stream cut short settles to the usage of
+//     its last event seen only when that is above the reservation (partialEvents);
 //   - a request denied by any rule refunds what its earlier rules reserved: it never reached upstream.
 //
 // A rule that reserves from the request body (request_json) decides when the body has arrived:
@@ -235,8 +236,25 @@ func (h *httpContext) settleDone() {
 			}
 		}
 	}
+	if st.sse && !st.respEnded {
+		st.partialEvents()
+	}
 	for i := range st.res {
 		p.settleOne(st, &st.res[i], now)
+	}
+}
+
+// partialEvents lets an event stream cut short (the client went away, or the stream was reset)
+// charge an over-run but never refund: the usage of the last event seen may be an early count (an
+// upstream that reports usage as it goes), so below the reservation it is not taken, and the
+// reservation is kept. Without this, a client could read what it wanted and leave before the
+// event that carries the whole usage, paying for the first one.
+func (st *settling) partialEvents() {
+	for i := range st.res {
+		r := &st.res[i]
+		if r.found && r.value < r.reserved && r.rs.rule.Settle().Source == rules.SettleResponseJSON {
+			r.found = false
+		}
 	}
 }
 

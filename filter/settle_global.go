@@ -171,7 +171,7 @@ func (h *httpContext) callWithBody(body []byte, complete bool) types.Action {
 func (h *httpContext) bodyWhileSent(size int) types.Action {
 	st := h.settle
 	if h.held() {
-		st.reqBytes = int64(size) // the whole buffer
+		st.reqBytes = max(st.reqBytes, int64(size)) // the whole buffer (trailers come with size 0)
 		return types.ActionPause
 	}
 	st.sent, st.buffering = false, false

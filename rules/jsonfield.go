@@ -2,9 +2,15 @@ package rules
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Errors of a body a settling rule reads. The filter counts them; each leaves the reservation as it
@@ -21,70 +27,164 @@ var (
 
 // JSONInt returns the non-negative integer at path (object member names, outermost first) in the
 // JSON document doc. It reads doc token by token and skips every value off the path without
-// building it, so its work is linear in len(doc). The whole document must be valid JSON. A member
+// building it, so its work is linear in len(doc). The whole document must be valid JSON (see
+// readJSON for the encodings and the member names it takes as an upstream's parser would). A member
 // given more than once counts at its highest value, as a repeated cost header does: JSON parsers
 // disagree on which duplicate wins (most keep the last), so a client cannot reserve little with one
 // copy of max_tokens while the upstream reads another. It returns ErrNoField when the path is
 // absent, ErrNotInteger when a value there is anything but an integer from 0 to 10^18 (a fraction,
 // a sign, a string, an object), and another error for a document that is not JSON.
 func JSONInt(doc []byte, path []string) (int64, error) {
-	if !json.Valid(doc) {
-		return 0, errNotJSON
-	}
-	d := json.NewDecoder(bytes.NewReader(doc))
-	d.UseNumber()
-	n, found, err := highestAt(d, path)
+	rd, err := readJSON(doc, path)
 	switch {
 	case err != nil:
 		return 0, err
-	case !found:
+	case !rd.found:
 		return 0, ErrNoField
+	case !rd.plain:
+		return 0, ErrNotInteger
 	}
-	return n, nil
+	return rd.n, nil
 }
 
-// highestAt reads one whole value and returns the highest integer at path in it: found is false
-// when path is absent. Its recursion is as deep as path is long.
-func highestAt(d *json.Decoder, path []string) (n int64, found bool, err error) {
+// reading is what a document holds at a path, over every copy of it.
+type reading struct {
+	found bool  // the path is present
+	plain bool  // every copy is a plain integer from 0 to 10^18
+	n     int64 // the highest plain integer
+	// lenient is the highest value a lenient parser could read from a copy that is not a plain
+	// integer (a number with a fraction or an exponent, rounded up; a number too large; a string
+	// holding a number), bounded by maxLenient; 0 when none.
+	lenient int64
+}
+
+// maxLenient bounds a lenient reading (every rule's max is far below it).
+const maxLenient = 1 << 62
+
+// readJSON reads the copies of the value at path in doc. doc may be in any encoding that RFC 8259
+// parsers detect (UTF-8 with or without a byte order mark, UTF-16 and UTF-32: Python's json.loads
+// reads them all), and a member name matches a path segment regardless of case (Go's
+// encoding/json matches struct fields so), so that a body the upstream reads never escapes the
+// reading. Every copy counts: the caller takes the highest.
+func readJSON(doc []byte, path []string) (reading, error) {
+	doc = utf8JSON(doc)
+	if !json.Valid(doc) {
+		return reading{}, errNotJSON
+	}
+	d := json.NewDecoder(bytes.NewReader(doc))
+	d.UseNumber()
+	rd := reading{plain: true}
+	if err := readAt(d, path, &rd); err != nil {
+		return reading{}, err
+	}
+	return rd, nil
+}
+
+// readAt reads one whole value and adds the copies at path in it to rd. Its recursion is as deep
+// as path is long.
+func readAt(d *json.Decoder, path []string, rd *reading) error {
 	tok, err := d.Token()
 	if err != nil {
-		return 0, false, err
+		return err
 	}
 	if len(path) == 0 {
-		num, ok := tok.(json.Number)
-		if !ok {
-			return 0, false, ErrNotInteger
-		}
-		n, ok := parseCost(string(num))
-		if !ok && string(num) != "0" {
-			return 0, false, ErrNotInteger
-		}
-		return n, true, nil
+		rd.add(tok)
+		return skipRest(d, tok)
 	}
 	if tok != json.Delim('{') {
-		return 0, false, skipRest(d, tok)
+		return skipRest(d, tok)
 	}
 	for d.More() {
 		key, err := d.Token()
 		if err != nil {
-			return 0, false, err
+			return err
 		}
-		if key != path[0] {
+		if name, _ := key.(string); !strings.EqualFold(name, path[0]) {
 			if err := skipValue(d); err != nil {
-				return 0, false, err
+				return err
 			}
 			continue
 		}
-		v, ok, err := highestAt(d, path[1:])
-		if err != nil {
-			return 0, false, err
-		}
-		if ok && (!found || v > n) {
-			n, found = v, true
+		if err := readAt(d, path[1:], rd); err != nil {
+			return err
 		}
 	}
 	_, err = d.Token() // the closing brace
-	return n, found, err
+	return err
+}
+
+// add counts one copy of the value at the path, whose first token is tok.
+func (rd *reading) add(tok json.Token) {
+	rd.found = true
+	var s string
+	switch v := tok.(type) {
+	case json.Number:
+		if n, ok := parseCost(string(v)); ok || v == "0" {
+			rd.n = max(rd.n, n)
+			return
+		}
+		s = string(v)
+	case string:
+		s = strings.ReplaceAll(strings.TrimSpace(v), "_", "")
+	}
+	rd.plain = false
+	if f, err := strconv.ParseFloat(s, 64); (err == nil || errors.Is(err, strconv.ErrRange)) && f > 0 {
+		rd.lenient = max(rd.lenient, int64(math.Ceil(min(f, maxLenient))))
+	}
+}
+
+// utf8JSON returns doc in UTF-8 without a byte order mark: a document in UTF-16 or UTF-32 (told by
+// its byte order mark, or by the zero bytes of its first two characters, as RFC 4627 and Python's
+// json.detect_encoding tell them) is transcoded into a new slice.
+func utf8JSON(doc []byte) []byte {
+	if b, ok := bytes.CutPrefix(doc, []byte("\xef\xbb\xbf")); ok {
+		return b
+	}
+	var order binary.ByteOrder
+	width := 0
+	switch {
+	case bytes.HasPrefix(doc, []byte{0xff, 0xfe, 0, 0}):
+		doc, order, width = doc[4:], binary.LittleEndian, 4
+	case bytes.HasPrefix(doc, []byte{0, 0, 0xfe, 0xff}):
+		doc, order, width = doc[4:], binary.BigEndian, 4
+	case bytes.HasPrefix(doc, []byte{0xff, 0xfe}):
+		doc, order, width = doc[2:], binary.LittleEndian, 2
+	case bytes.HasPrefix(doc, []byte{0xfe, 0xff}):
+		doc, order, width = doc[2:], binary.BigEndian, 2
+	case len(doc) >= 4 && doc[0] == 0 && doc[1] == 0:
+		order, width = binary.BigEndian, 4
+	case len(doc) >= 4 && doc[1] == 0 && doc[2] == 0 && doc[3] == 0:
+		order, width = binary.LittleEndian, 4
+	case len(doc) >= 2 && doc[0] == 0:
+		order, width = binary.BigEndian, 2
+	case len(doc) >= 2 && doc[1] == 0:
+		order, width = binary.LittleEndian, 2
+	default:
+		return doc
+	}
+	return transcode(doc, order, width)
+}
+
+// transcode returns the UTF-8 form of doc in UTF-16 (width 2) or UTF-32 (width 4) of order; a
+// malformed unit becomes U+FFFD.
+func transcode(doc []byte, order binary.ByteOrder, width int) []byte {
+	out := make([]byte, 0, len(doc))
+	for i := 0; i+width <= len(doc); i += width {
+		var r rune
+		if width == 4 {
+			r = rune(order.Uint32(doc[i:]))
+		} else {
+			r = rune(order.Uint16(doc[i:]))
+			if utf16.IsSurrogate(r) && i+4 <= len(doc) {
+				r = utf16.DecodeRune(r, rune(order.Uint16(doc[i+2:])))
+				if r != utf8.RuneError {
+					i += 2
+				}
+			}
+		}
+		out = utf8.AppendRune(out, r)
+	}
+	return out
 }
 
 // skipRest reads the rest of a value whose first token was tok.

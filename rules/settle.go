@@ -107,19 +107,31 @@ func (r *Rule) CountsBytes() bool { return r.cost.reserve != nil && r.cost.reser
 // non-nil error says why, when the body was cut at MaxBody (complete is false), is not JSON, lacks
 // the field, or holds there anything but a positive integer (max_tokens: 0 reserves the default:
 // a client cannot make its reservation vanish).
+//
+// A client cannot reserve less than the upstream may read: every copy of the field counts and the
+// highest is reserved; a copy that is not a plain positive integer counts as the default, or as the
+// value a lenient parser reads in it when that is higher (1e3 and 1000.0 and "1000" reserve 1000,
+// 999.5 reserves 1000, a number too large reserves max); the body may be in UTF-16 or UTF-32 or
+// start with a byte order mark, and the member's name may be in any case (see JSONInt).
 func (r *Rule) BodyCost(body []byte, complete bool) (int64, error) {
 	c := &r.cost
 	if !complete {
 		return c.def, errBodyTooLarge
 	}
-	n, err := JSONInt(body, c.reserve.requestJSON)
-	if err != nil {
+	rd, err := readJSON(body, c.reserve.requestJSON)
+	switch {
+	case err != nil:
 		return c.def, err
+	case !rd.found:
+		return c.def, ErrNoField
+	case rd.plain && rd.n >= 1:
+		return min(rd.n, c.max), nil
 	}
-	if n < 1 {
-		return c.def, errNotPositive
+	n := max(rd.n, rd.lenient, c.def)
+	if rd.plain {
+		return min(n, c.max), errNotPositive
 	}
-	return min(n, c.max), nil
+	return min(n, c.max), ErrNotInteger
 }
 
 // SettledHeader returns the cost in a SettleResponseHeader value: a non-negative integer, at most

@@ -53,6 +53,22 @@ func TestTheReservationFromARequestBodyIsBoundedAndNeverVanishes(t *testing.T) {
 		{"a malformed body reserves the default", `{"max_tokens": 3`, true, 500, true},
 		{"a body that is not an object reserves the default", `[1, 2]`, true, 500, true},
 		{"a body past max_body reserves the default", `{"max_tokens": 1}`, false, 500, true},
+		{"a client writing max_tokens as 1e3 reserves 1000", `{"max_tokens": 1e3}`, true, 1000, true},
+		{"a client writing max_tokens as 3000.0 reserves 3000", `{"max_tokens": 3000.0}`, true, 3000, true},
+		{"a client writing max_tokens as 2999.5 reserves 3000", `{"max_tokens": 2999.5}`, true, 3000, true},
+		{"a client writing max_tokens as a string reserves its number", `{"max_tokens": " 3_000 "}`, true, 3000, true},
+		{"a client writing max_tokens too large for an int64 reserves max", `{"max_tokens": 100000000000000000000000}`, true, 4000, true},
+		{"a client writing max_tokens as 1e400 reserves max", `{"max_tokens": 1e400}`, true, 4000, true},
+		{"a client hiding max_tokens behind a null copy reserves the other", `{"max_tokens": 3000, "max_tokens": null}`, true, 3000, true},
+		{"a client escaping the member name reserves max_tokens", `{"max\u005ftokens": 3000}`, true, 3000, false},
+		{"a client writing the member name in upper case reserves it", `{"max_tokens": 1, "MAX_TOKENS": 3000}`, true, 3000, false},
+		{"a client starting its body with a byte order mark reserves max_tokens", "\ufeff{\"max_tokens\": 3000}", true, 3000, false},
+		{"a client sending its body in UTF-16LE reserves max_tokens", utf16LE(`{"max_tokens": 3000}`), true, 3000, false},
+		{"a client sending its body in UTF-16BE with a byte order mark reserves max_tokens", "\xfe\xff" + utf16BE(`{"max_tokens": 3000}`), true, 3000, false},
+		{"a client sending its body in UTF-32LE reserves max_tokens", utf32LE(`{"max_tokens": 3000}`), true, 3000, false},
+		{"max_tokens inside a string is not max_tokens", `{"prompt": "\"max_tokens\": 3000", "max_tokens": 10}`, true, 10, false},
+		{"max_tokens of a nested object is not the request's", `{"max_tokens": 10, "tools": {"max_tokens": 3000}}`, true, 10, false},
+		{"a body with a comment is not JSON", `{"max_tokens": 3000 /* x */}`, true, 500, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,6 +77,30 @@ func TestTheReservationFromARequestBodyIsBoundedAndNeverVanishes(t *testing.T) {
 			assert.Equal(t, tt.err, err != nil, "%v", err)
 		})
 	}
+}
+
+func utf16LE(s string) string {
+	var b []byte
+	for _, c := range []byte(s) {
+		b = append(b, c, 0)
+	}
+	return string(b)
+}
+
+func utf16BE(s string) string {
+	var b []byte
+	for _, c := range []byte(s) {
+		b = append(b, 0, c)
+	}
+	return string(b)
+}
+
+func utf32LE(s string) string {
+	var b []byte
+	for _, c := range []byte(s) {
+		b = append(b, c, 0, 0, 0)
+	}
+	return string(b)
 }
 
 func TestSettleConfigErrorsNameTheirField(t *testing.T) {
@@ -160,6 +200,9 @@ func FuzzJSONInt(f *testing.F) {
 	f.Add([]byte(`{"usage": {"total_tokens": 42}}`))
 	f.Add([]byte(`{"usage": [`))
 	f.Add([]byte(`{"a": {"b": [1, {"c": 2}]}, "usage": {"total_tokens": 1e3}}`))
+	f.Add([]byte(utf16LE(`{"usage": {"total_tokens": "\ud83d\ude00"}}`)))
+	f.Add([]byte("\xff\xfe\x00\x00{\x00\x00\x00}\x00\x00\x00"))
+	f.Add([]byte("\xff\xfe=\xd8\x00\xde"))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		n, err := JSONInt(doc, []string{"usage", "total_tokens"})
 		if err == nil {
