@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -44,9 +47,31 @@ var lifecycleResponseCases = []lifecycleCase{
 		&envoyhost.Response{Headers: envoyhost.Headers{{":status", "200"}, {"content-type", "text/plain"}, {"x-cost", "3"}}, Body: []byte("ok")}},
 }
 
-// allLifecycleCases is every case of the wazero side, in the order of its figures.
+// lifecycleAgainst is another build of meshlimit.wasm to measure in the same alternated run.
+var lifecycleAgainst = flag.String("lifecycle.against", "", "another meshlimit.wasm (e.g. the previous commit's build) whose allowed, noquota and denied cases join the wazero side of BenchmarkLifecycleAlternated as base-allowed, base-noquota and base-denied")
+
+// allLifecycleCases is every case of the wazero side, in the order of its figures: with
+// -lifecycle.against, the other module's cases come last.
 func allLifecycleCases() []lifecycleCase {
-	return append(append([]lifecycleCase(nil), lifecycleCases...), lifecycleResponseCases...)
+	all := append(append([]lifecycleCase(nil), lifecycleCases...), lifecycleResponseCases...)
+	if *lifecycleAgainst != "" {
+		for _, c := range lifecycleCases[1:] {
+			all = append(all, lifecycleCase{"base-" + c.short, *lifecycleAgainst, c.config, nil})
+		}
+	}
+	return all
+}
+
+// wasm is the case's module: build/<module>.wasm, or the file module names when it ends in .wasm.
+func (c lifecycleCase) wasm(tb testing.TB) []byte {
+	if !strings.HasSuffix(c.module, ".wasm") {
+		return module(tb, c.module)
+	}
+	b, err := os.ReadFile(c.module)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
 }
 
 // lifecycleBatch is how many requests of one case run before the next case takes its turn.
@@ -76,7 +101,7 @@ func lifecycleOnWazero(b *testing.B) []lifecycleFigures {
 	vms := make([]*envoyhost.VM, len(cases))
 	resps := make([]*envoyhost.Response, len(cases))
 	for i, c := range cases {
-		vms[i] = load(b, module(b, c.module), c.config, 1).VM(0)
+		vms[i] = load(b, c.wasm(b), c.config, 1).VM(0)
 		resps[i] = ok200
 		if c.resp != nil {
 			resps[i] = c.resp
