@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -60,6 +61,9 @@ type RedisStore struct {
 	settle  [len(algorithms.Kinds) + 1]*rueidis.Lua // indexed by Kind, for the kinds that settle
 	sources []string                                // every script's Lua from index 1, for SCRIPT LOAD
 	health  redisHealth
+	clock   redisClock    // Redis TIME estimated locally, for CountWindow's counters
+	done    chan struct{} // closed by Close: stops the clock's syncs
+	closed  sync.Once
 }
 
 // NewRedisStore connects to Redis and returns a RedisStore. It fails if no address in
@@ -108,6 +112,9 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*cfg.DialTimeout)
 	defer cancel()
 	_ = s.loadScripts(ctx)
+	_ = s.syncClock(ctx) // until it succeeds, the local clock (re-synced every second)
+	s.done = make(chan struct{})
+	go s.keepClockSynced(s.done)
 	return s, nil
 }
 
@@ -206,7 +213,10 @@ func (s *RedisStore) redisErr(err error) error {
 
 // Close implements Store.
 func (s *RedisStore) Close() error {
-	s.client.Close()
+	s.closed.Do(func() {
+		close(s.done)
+		s.client.Close()
+	})
 	return nil
 }
 
