@@ -244,3 +244,28 @@ func TestARuleChargingMaxTokensWithoutASettleLetsALaterRuleSettle(t *testing.T) 
 	assert.False(t, ok, "990 of 1000 were charged")
 	assert.Zero(t, counter(p, "meshlimit.panics"))
 }
+
+// TestATinyMaxBodyNeverMakesTheFilterReadAnEventStreamByteByByte: max_body 16 bounds the event the
+// filter keeps, not the pieces it reads: a chunk of 64 KiB from the upstream is read in pieces of
+// 4 KiB (16 host calls, not 65536), and the stream still settles from its last usage.
+func TestATinyMaxBodyNeverMakesTheFilterReadAnEventStreamByteByByte(t *testing.T) {
+	cfg := `{"rules": [{"name": "tokens", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/d"}],
+		"cost": {"header": "x-max-tokens", "default": 800, "max_body": 40, "settle": {"response_json": "usage.total_tokens"}}}]}`
+	p := load(t, module(t, "meshlimit"), cfg, 1)
+	s := p.VM(0).NewStream(envoyhost.StreamInfo{})
+	_, err := s.SendRequestHeaders(envoyhost.Headers{{":method", "GET"}, {":path", "/v1/x"}, {":authority", "llm.test"}, {"x-user", "alice"}}, true)
+	require.NoError(t, err)
+	pad := strings.Repeat("data: {\"t\": \"x\"}\n\n", (64<<10)/19)
+	tail := "\n\ndata: {\"usage\":{\"total_tokens\":5}}"
+	chunk := pad + strings.Repeat(":", 64<<10-len(pad)-len(tail)) + tail
+	require.Equal(t, 64<<10, len(chunk))
+	_, err = s.SendResponseHeaders(envoyhost.Headers{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
+	require.NoError(t, err)
+	_, err = s.SendResponseBody([]byte(chunk), true)
+	require.NoError(t, err)
+	_, resp := s.BodyStats()
+	require.NoError(t, s.Close())
+	assert.Equal(t, 16, resp.Copies)
+	assert.Equal(t, 4<<10, resp.MaxCopy)
+	assert.Equal(t, int64(795), counter(p, "meshlimit.rule.tokens.settle_refund"))
+}

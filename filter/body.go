@@ -218,12 +218,11 @@ func (h *httpContext) OnHttpResponseBody(size int, eos bool) types.Action {
 		st.body = append(st.body, chunk...)
 		return types.ActionContinue
 	}
-	// An event stream is read in pieces of at most max_body: one large chunk from the upstream
-	// never becomes one large copy in the guest (the splitter keeps at most one event's data).
-	step := st.maxBody
-	if step <= 0 {
-		step = size
-	}
+	// An event stream is read in pieces of at most max_body (or minSSEPiece, when max_body is
+	// smaller: a tiny max_body must not make a host call per byte): one large chunk from the
+	// upstream never becomes one large copy in the guest (the splitter keeps at most one event's
+	// data).
+	step := max(st.maxBody, minSSEPiece)
 	for off := 0; off < size; off += step {
 		piece, err := proxywasm.GetHttpResponseBody(off, min(step, size-off))
 		if err != nil {
@@ -236,6 +235,9 @@ func (h *httpContext) OnHttpResponseBody(size int, eos bool) types.Action {
 	}
 	return types.ActionContinue
 }
+
+// minSSEPiece is the least piece an event stream is read in.
+const minSSEPiece = 4 << 10
 
 // onEvent reads the JSON fields of the reservations from one SSE event's data: the last event
 // that carries a field settles it.

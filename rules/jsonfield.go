@@ -240,6 +240,11 @@ type SSE struct {
 	buf     []byte
 	skip    bool // the event in progress passed Max: drop it up to its end
 	data    []byte
+	// lineBytes counts the bytes of the line in progress, kept or not, and lastCR says whether
+	// the last of them was '\r': a line is blank by its bytes, not by what was kept of it (a
+	// line dropped for its length does not end its event).
+	lineBytes int
+	lastCR    bool
 }
 
 // Write feeds a chunk of the body.
@@ -258,6 +263,10 @@ func (s *SSE) Write(chunk []byte, event func(data []byte)) {
 
 // add appends part of a line, or drops the event when it grows past Max.
 func (s *SSE) add(b []byte) {
+	if len(b) > 0 {
+		s.lineBytes += len(b)
+		s.lastCR = b[len(b)-1] == '\r'
+	}
 	if s.skip {
 		return
 	}
@@ -272,8 +281,9 @@ func (s *SSE) add(b []byte) {
 // line ends the line in buf: a data line adds to the event, an empty line ends it.
 func (s *SSE) line(event func([]byte)) {
 	l := bytes.TrimSuffix(s.buf, []byte{'\r'})
-	s.buf = s.buf[:0]
-	if len(l) == 0 {
+	blank := s.lineBytes == 0 || s.lineBytes == 1 && s.lastCR
+	s.buf, s.lineBytes, s.lastCR = s.buf[:0], 0, false
+	if blank {
 		if !s.skip && len(s.data) > 0 {
 			event(s.data)
 		}
@@ -299,7 +309,7 @@ func (s *SSE) line(event func([]byte)) {
 
 // Close ends the body: an event that was not followed by an empty line is still passed.
 func (s *SSE) Close(event func([]byte)) {
-	if len(s.buf) > 0 {
+	if s.lineBytes > 0 {
 		s.line(event)
 	}
 	s.line(event)

@@ -196,6 +196,23 @@ func TestSSEPassesEachEventsDataAndDropsEventsOverTheBound(t *testing.T) {
 	assert.Equal(t, 1, s.Dropped)
 }
 
+// An event over the bound is dropped whole: neither a line dropped for its length nor the lines
+// after it end the event, so no part of it is taken for an event of its own (an upstream whose one
+// event holds a long text, then its usage, is not settled from the usage alone).
+func TestSSEDropsAnEventOverTheBoundToItsEnd(t *testing.T) {
+	var got []string
+	collect := func(d []byte) { got = append(got, string(d)) }
+	s := SSE{Max: 32}
+	long := strings.Repeat("z", 100)
+	body := "data: " + long + "\ndata: {\"usage\": 1}\n\ndata: {\"usage\": 2}\r\n" + long + "\r\ndata: {\"usage\": 3}\r\n\r\ndata: ok\n\n"
+	for i := 0; i < len(body); i += 5 {
+		s.Write([]byte(body[i:min(i+5, len(body))]), collect)
+	}
+	s.Close(collect)
+	assert.Equal(t, []string{"ok"}, got)
+	assert.Equal(t, 2, s.Dropped)
+}
+
 func FuzzJSONInt(f *testing.F) {
 	f.Add([]byte(`{"usage": {"total_tokens": 42}}`))
 	f.Add([]byte(`{"usage": [`))
