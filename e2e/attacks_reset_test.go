@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,4 +140,42 @@ func TestAFloodOfResetsIsAppliedAPageATickAndFreesItsUsers(t *testing.T) {
 	assert.Equal(t, 200, userLogin(t, p.VM(0), "alice"))
 	assert.Equal(t, 429, userLogin(t, p.VM(0), "bob"))
 	assert.Zero(t, counter(p, "meshlimit.panics"))
+}
+
+// TestALateAnswerOfTheResetLogNeverFreesAKeyThatWasBoxedAgainAfterItsReset: one worker's poll is
+// answered slowly; in the next period another worker polls from the same position and applies
+// alice's reset; alice fails her logins again and is back in the box. Then the slow answer arrives
+// with the same entry: it is not applied again (the position already covers it), so alice stays in
+// the box she earned after her reset.
+func TestALateAnswerOfTheResetLogNeverFreesAKeyThatWasBoxedAgainAfterItsReset(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	log := &scriptedLog{}
+	cfg := logConfig(localLogin)
+	p := logProxy(t, cfg, 2, clock, startService(t, clock), log)
+	tickAndWait(t, clock, 20*time.Millisecond, p)
+	failLogins(t, p.VM(0), "alice", 5)
+	log.add(resetKey(t, cfg, "login", "alice"))
+	release := make(chan struct{})
+	var held atomic.Bool
+	log.setAnswer(func(w http.ResponseWriter, req wire.ResetsRequest) {
+		a := log.page0(req.Since)
+		if held.CompareAndSwap(false, true) {
+			<-release // the first poll's answer is slow (within the call's timeout)
+		}
+		_, _ = w.Write(wire.AppendResetsAnswer(nil, &a))
+	})
+
+	clock.Advance(resetPollTest)
+	require.Eventually(t, held.Load, 5*time.Second, time.Millisecond, "a worker polled and waits")
+	clock.Advance(resetPollTest) // the next period: another worker polls and applies the reset
+	require.Eventually(t, func() bool { return counter(p, "meshlimit.global.resets_applied") == 1 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, uint64(2), position(t, p))
+	failLogins(t, p.VM(0), "alice", 5) // freed, then boxed again
+
+	close(release)
+	require.Eventually(t, func() bool { return p.CallsInFlight() == 0 }, 5*time.Second, time.Millisecond, "the slow answer arrived")
+	assert.Equal(t, 429, userLogin(t, p.VM(1), "alice"), "the stale entry does not free her again")
+	assert.Equal(t, int64(1), counter(p, "meshlimit.global.resets_applied"))
+	assert.Equal(t, uint64(2), position(t, p))
+	assert.Len(t, log.seen(), 3, "the first poll, the slow one, the one that applied")
 }

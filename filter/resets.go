@@ -128,8 +128,9 @@ func (p *pluginContext) onResetsAnswer(since uint64, numHeaders, bodySize int) {
 		p.resetsFailed(now, err)
 		return
 	}
+	applied := p.resetPosition(since)
 	for i := range a.Resets {
-		if p.applyReset(a.Resets[i].Key) {
+		if a.Resets[i].Seq > applied && p.applyReset(a.Resets[i].Key) {
 			rp.metrics.applied.Increment(1)
 		}
 	}
@@ -141,6 +142,20 @@ func (p *pluginContext) onResetsAnswer(since uint64, numHeaders, bodySize int) {
 		rp.nextRead = 0
 	}
 	p.advanceResets(since, &a)
+}
+
+// resetPosition returns the position applied as the poll record says now, at least since: a worker
+// whose answer comes late (after another worker polled in a later period and applied the same
+// entries) applies none of those again. Applying an entry twice is not idempotent in time: between
+// the two, the key may have earned new state (a penalty box after its reset), which a stale entry
+// must not forget.
+func (p *pluginContext) resetPosition(since uint64) uint64 {
+	v, _, err := p.records.Updater().Read(p.resets.key)
+	if err != nil {
+		return since
+	}
+	seq, _ := parseResetRecord(v)
+	return max(seq, since)
 }
 
 // readResetsAnswer reads the answer of a reset log call: a 200 with a well-formed body.
