@@ -179,3 +179,29 @@ func TestALateAnswerOfTheResetLogNeverFreesAKeyThatWasBoxedAgainAfterItsReset(t 
 	assert.Equal(t, uint64(2), position(t, p))
 	assert.Len(t, log.seen(), 3, "the first poll, the slow one, the one that applied")
 }
+
+// TestAnAdminResetAlsoFreesAKeyFromTheFallbackWhileTheServiceIsOutOfReach: the decision service is
+// unreachable (the breaker opens) and the global rule's fallback (2/m) has limited alice. An admin
+// reset of alice's key reaches the proxy through the log: the fallback forgets her too, so she
+// passes at once, while bob, also limited, stays so.
+func TestAnAdminResetAlsoFreesAKeyFromTheFallbackWhileTheServiceIsOutOfReach(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	log := &scriptedLog{}
+	svc := startService(t, clock)
+	cfg := logConfig(`{"name":"api","scope":"global","key":[{"header":"x-user"}],"limits":[{"rate":"100/h"}],"fallback":[{"rate":"2/m"}]}`)
+	p := logProxy(t, cfg, 1, clock, svc, log)
+	tickAndWait(t, clock, 20*time.Millisecond, p)
+	svc.down.Store(true)
+	call := func(user string) int {
+		return status(roundTrip(t, p.VM(0), get("app.example", "/", "192.0.2.1", [2]string{"x-user", user})))
+	}
+	for _, user := range []string{"alice", "bob"} {
+		assert.Equal(t, []int{200, 200, 429}, []int{call(user), call(user), call(user)}, "%s: the fallback's 2/m", user)
+	}
+
+	log.add(resetKey(t, cfg, "api", "alice"))
+	tickAndWait(t, clock, resetPollTest, p)
+	assert.Equal(t, int64(1), counter(p, "meshlimit.global.resets_applied"))
+	assert.Equal(t, 200, call("alice"), "the reset reached the fallback")
+	assert.Equal(t, 429, call("bob"))
+}

@@ -31,9 +31,11 @@ import (
 //   - each entry names a descriptor key "<plugin>/<rule>/<fingerprint>/<value>". It is applied
 //     when the plugin has a rule of that name with a limit of that fingerprint: the value is
 //     forgotten (sharedstate.Cursor.Forget, owner-checked) in the tables of every limit set
-//     holding that limit and in the rule's over-limit cache or penalty box. Other keys are
+//     holding that limit, in the rule's over-limit cache or penalty box, and in a global rule's
+//     fallback table (what decides for the service while it is out of reach). Other keys are
 //     ignored, and so are values the key encoder hashed (a "#" form): their original value is
-//     not known. A key decided in a table's overflow state has no record to forget;
+//     not known. A key decided in a table's overflow state has no record to forget. An entry at
+//     or before the position applied (a late answer) is not applied again (resetPosition);
 //   - the position then advances by compare-and-swap, never backwards, except when the service
 //     says the proxy's position is no longer in its log (truncated: the proxy fell behind the
 //     log's bound, or the log was lost): the proxy adopts the service's position, counts it
@@ -266,6 +268,11 @@ func (p *pluginContext) applyReset(key string) bool {
 	}
 	if matched && rs.blocked != nil {
 		if _, err := p.records.Forget(rs.blocked, []byte(value)); err != nil {
+			proxywasm.LogWarnf("meshlimit: rule %s: forgetting a reset key: %v", rs.rule.Name, err)
+		}
+	}
+	if matched && rs.fallback != nil { // the global limit's stand-in while the service is out of reach
+		if _, err := p.limiter.Forget(rs.fallback, []byte(value)); err != nil {
 			proxywasm.LogWarnf("meshlimit: rule %s: forgetting a reset key: %v", rs.rule.Name, err)
 		}
 	}
