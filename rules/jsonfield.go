@@ -31,9 +31,11 @@ var (
 // readJSON for the encodings and the member names it takes as an upstream's parser would). A member
 // given more than once counts at its highest value, as a repeated cost header does: JSON parsers
 // disagree on which duplicate wins (most keep the last), so a client cannot reserve little with one
-// copy of max_tokens while the upstream reads another. It returns ErrNoField when the path is
-// absent, ErrNotInteger when a value there is anything but an integer from 0 to 10^18 (a fraction,
-// a sign, a string, an object), and another error for a document that is not JSON.
+// copy of max_tokens while the upstream reads another; and a copy that is not a plain integer from
+// 0 to 10^18 counts as the number a lenient parser reads in it (1e3, 999.5 rounded up, "1000", a
+// number too large), so that no copy lowers what the others say. It returns ErrNoField when the path
+// is absent, ErrNotInteger when no copy there holds a non-negative number (a negative number, an
+// object, a string that is not a number), and another error for a document that is not JSON.
 func JSONInt(doc []byte, path []string) (int64, error) {
 	rd, err := readJSON(doc, path)
 	switch {
@@ -41,17 +43,18 @@ func JSONInt(doc []byte, path []string) (int64, error) {
 		return 0, err
 	case !rd.found:
 		return 0, ErrNoField
-	case !rd.plain:
+	case !rd.anyPlain && rd.lenient == 0:
 		return 0, ErrNotInteger
 	}
-	return rd.n, nil
+	return max(rd.n, rd.lenient), nil
 }
 
 // reading is what a document holds at a path, over every copy of it.
 type reading struct {
-	found bool  // the path is present
-	plain bool  // every copy is a plain integer from 0 to 10^18
-	n     int64 // the highest plain integer
+	found    bool  // the path is present
+	plain    bool  // every copy is a plain integer from 0 to 10^18
+	anyPlain bool  // some copy is
+	n        int64 // the highest plain integer
 	// lenient is the highest value a lenient parser could read from a copy that is not a plain
 	// integer (a number with a fraction or an exponent, rounded up; a number too large; a string
 	// holding a number), bounded by maxLenient; 0 when none.
@@ -120,7 +123,7 @@ func (rd *reading) add(tok json.Token) {
 	switch v := tok.(type) {
 	case json.Number:
 		if n, ok := parseCost(string(v)); ok || v == "0" {
-			rd.n = max(rd.n, n)
+			rd.n, rd.anyPlain = max(rd.n, n), true
 			return
 		}
 		s = string(v)

@@ -170,7 +170,11 @@ func TestJSONIntFindsTheFieldAndRejectsTheRest(t *testing.T) {
 		{"a field given twice counts at its highest, first", `{"usage": {"total_tokens": 900, "total_tokens": 1}}`, 900, nil},
 		{"a field given twice counts at its highest, last", `{"usage": {"total_tokens": 1}, "x": [{}], "usage": {"total_tokens": 900}}`, 900, nil},
 		{"a parent given twice, one without the field", `{"usage": {"total_tokens": 7}, "usage": null}`, 7, nil},
-		{"a duplicate that is not an integer spoils the field", `{"usage": {"total_tokens": 7, "total_tokens": "9"}}`, 0, ErrNotInteger},
+		{"a duplicate holding a number as a string counts at that number", `{"usage": {"total_tokens": 7, "total_tokens": "9"}}`, 9, nil},
+		{"a duplicate that is no number never lowers the field", `{"usage": {"total_tokens": 700, "total_tokens": "x"}}`, 700, nil},
+		{"an echoed member in another case never lowers the field", `{"usage": {"total_tokens": 700}, "Usage": {"total_tokens": null}}`, 700, nil},
+		{"an exponent counts at its value", `{"usage": {"total_tokens": 1.5e3}}`, 1500, nil},
+		{"a string that is no number", `{"usage": {"total_tokens": "x"}}`, 0, ErrNotInteger},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
