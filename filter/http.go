@@ -94,7 +94,11 @@ func (h *httpContext) requestHeaders() types.Action {
 		}
 	}
 	s.deciding = -1
-	h.adoptSettles(denied, now)
+	if len(s.settle.res) > 0 || len(s.settle.pend) > 0 {
+		h.adoptSettles(denied, now)
+	} else {
+		s.settle.eos = false // what adoptSettles leaves when there is nothing to adopt
+	}
 	if denied {
 		s.acquired = p.releasePermits(s.acquired, now)
 		h.deny()
@@ -140,7 +144,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if unlimited {
 		return false
 	}
-	if p.deferToBody(rs, set, key) { // settle.go: a reservation read from the body
+	if r.ReservesFromBody() && p.deferToBody(rs, set, key) { // settle.go: a reservation read from the body
 		return false
 	}
 	cost, err := r.Cost(&s.req)
@@ -153,7 +157,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if r.Scope != rules.ScopeLocal && p.queueGlobal(rs, set, key, cost, now) {
 		return false
 	}
-	enforced := p.cfg.Enforce && !r.Shadow && r.EnforcedFor(key)
+	enforced := p.cfg.Enforce && !r.Shadow && (r.EnforcePercent == 100 || r.EnforcedFor(key))
 	if rs.permits != nil {
 		return p.acquirePermit(rs, key, now, enforced)
 	}
@@ -182,7 +186,7 @@ func (p *pluginContext) queueGlobal(rs *ruleState, set *rules.LimitSet, key []by
 func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []byte, cost, now int64, enforced bool) (denied bool) {
 	s, r := &p.scratch, rs.rule
 	out, err := p.limiter.Take(rs.tables[set.Index], key, now, cost)
-	if err := p.updated(rs, out.Attempts, err); err != nil {
+	if (out.Attempts > 1 || err != nil) && p.updated(rs, out.Attempts, err) != nil {
 		return p.failed(rs, enforced)
 	}
 	specs := rs.placed(out.Placement, set.Limits)
@@ -259,8 +263,10 @@ func fieldViews(dst [][2]string, fields []rules.Field) [][2]string {
 func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 	defer h.plugin.recoverPanic("the response headers")
 	testPanic(panicResponseHeaders)
-	paused := h.chargeCounted()
-	h.settleHeaders(eos)
+	paused := len(h.charges) > 0 && h.chargeCounted()
+	if h.settle != nil {
+		h.settleHeaders(eos)
+	}
 	if h.shedHeld && h.responded == 0 && h.plugin.sheds[h.shedIdx].cfg.Adaptive != nil {
 		h.responded = abi.UnixNano()
 	}
@@ -312,10 +318,20 @@ func (h *httpContext) recycle() {
 func (h *httpContext) OnHttpStreamDone() {
 	defer h.recycle() // runs last
 	defer h.plugin.recoverPanic("the end of a stream")
-	h.chargeUnanswered()
-	h.settleDone()
-	h.endStream()
-	h.endGlobalPermits() // global_concurrency.go: before unwait, which forgets the call
+	// Each step below does nothing for a stream that holds nothing of its kind; the checks keep the
+	// steps' code out of a plain request's path.
+	if len(h.charges) > 0 {
+		h.chargeUnanswered()
+	}
+	if h.settle != nil {
+		h.settleDone()
+	}
+	if len(h.permits) > 0 || h.shedHeld {
+		h.endStream()
+	}
+	if h.plugin.global != nil {
+		h.endGlobalPermits() // global_concurrency.go: before unwait, which forgets the call
+	}
 	if h.deadline != 0 {
 		h.plugin.global.unwait(h)
 	}

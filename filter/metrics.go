@@ -79,6 +79,13 @@ func defineRuleMetrics(rule string) ruleMetrics {
 // placed counts where a Take found the key's state and returns the limits its decisions are of: the
 // rule's overflow limits when the key had no room, else the set's own.
 func (rs *ruleState) placed(pl sharedstate.Placement, own []rules.LimitSpec) []rules.LimitSpec {
+	if pl < sharedstate.Evicted { // Owned, Claimed: inlined at the caller, nothing to count
+		return own
+	}
+	return rs.placedElsewhere(pl, own)
+}
+
+func (rs *ruleState) placedElsewhere(pl sharedstate.Placement, own []rules.LimitSpec) []rules.LimitSpec {
 	switch pl {
 	case sharedstate.Overflow:
 		rs.metrics.overflow.Increment(1)

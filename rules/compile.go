@@ -311,6 +311,7 @@ func (v *validator) match(path string, mj *matchJSON) match {
 	for i := range mj.Headers {
 		m.headers = append(m.headers, v.headerMatch(path+".headers["+strconv.Itoa(i)+"]", &mj.Headers[i]))
 	}
+	m.finish()
 	return m
 }
 

@@ -38,6 +38,7 @@ type Request interface {
 
 // match is a compiled rule match: every condition that is set must hold.
 type match struct {
+	all        bool // no condition: every request matches (see finish)
 	routeNames []string
 	hosts      []hostPattern
 	methods    []string
@@ -140,7 +141,12 @@ func (h *headerMatch) matches(req HeaderSource) bool {
 //
 // Paths are compared in their normalized form (AppendNormalizedPath), hosts lower-case without
 // their port and trailing dot, and repeated headers value by value (headerMatch.matches).
-func (r *Rule) Matches(req Request) bool { return r.match.matches(req) }
+func (r *Rule) Matches(req Request) bool { return r.match.all || r.match.matches(req) }
+
+// finish marks a compiled match that has no condition, so that Matches answers it without a call.
+func (m *match) finish() {
+	m.all = len(m.routeNames) == 0 && len(m.hosts) == 0 && len(m.methods) == 0 && m.path.kind == matchNone && len(m.headers) == 0
+}
 
 // matches reports whether every condition of m holds for req (see Rule.Matches).
 func (m *match) matches(req Request) bool {

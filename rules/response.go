@@ -159,9 +159,13 @@ type PartitionKey struct {
 // The same key gets the same pk on every worker and every proxy with the same configuration.
 // Partition does not allocate.
 func (r *Response) Partition(rule *Rule, key []byte) PartitionKey {
-	if !r.partitionKey || rule == nil {
+	if !r.partitionKey || rule == nil { // inlined at the caller: no call when partition_key is off
 		return PartitionKey{}
 	}
+	return r.partition(rule, key)
+}
+
+func (r *Response) partition(rule *Rule, key []byte) PartitionKey {
 	pk := PartitionKey{set: true}
 	binary.BigEndian.PutUint64(pk.sum[:], siphash.Sum64(r.pkKey[0], r.pkKey[1], rule.fingerprint, key))
 	return pk
@@ -432,8 +436,15 @@ func appendPolicyParams(buf []byte, l *LimitSpec) []byte {
 }
 
 // sortOutcomes orders outcomes most restrictive first (see Response). It is an
-// insertion sort: stable, allocation-free, and the lists are short.
+// insertion sort: stable, allocation-free, and the lists are short. A single outcome (the
+// common case) costs no call.
 func sortOutcomes(o []Outcome) {
+	if len(o) > 1 {
+		insertionSort(o)
+	}
+}
+
+func insertionSort(o []Outcome) {
 	for i := 1; i < len(o); i++ {
 		for j := i; j > 0 && moreRestrictive(&o[j], &o[j-1]); j-- {
 			o[j], o[j-1] = o[j-1], o[j]

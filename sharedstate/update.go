@@ -100,7 +100,7 @@ func (u *Updater) Store() Store { return u.store }
 // key reads as (nil, the creation cas, nil), so that Write creates it only if it is still missing.
 func (u *Updater) Read(key string) ([]byte, uint32, error) {
 	v, cas, err := u.store.Get(key)
-	if errors.Is(err, ErrNotFound) {
+	if err != nil && errors.Is(err, ErrNotFound) {
 		return nil, u.createCas, nil
 	}
 	if err != nil {
