@@ -269,3 +269,29 @@ func TestATinyMaxBodyNeverMakesTheFilterReadAnEventStreamByteByByte(t *testing.T
 	assert.Equal(t, 4<<10, resp.MaxCopy)
 	assert.Equal(t, int64(795), counter(p, "meshlimit.rule.tokens.settle_refund"))
 }
+
+// TestAGlobalRuleReadsTheBodyThatTrailersEnd: the same trailers, on a global rule: the call to the
+// service goes out when the trailers come, with the reservation the held body names (900 of 1000),
+// so the next request of 101 is denied.
+func TestAGlobalRuleReadsTheBodyThatTrailersEnd(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	p := load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	s := p.VM(0).NewStream(envoyhost.StreamInfo{})
+	_, err := s.SendRequestHeaders(envoyhost.Headers{{":method", "POST"}, {":path", "/v1/x"}, {":authority", "llm.test"}, {"x-user", "alice"}}, false)
+	require.NoError(t, err)
+	_, err = s.SendRequestBody([]byte(maxTokens(900)), false)
+	require.NoError(t, err)
+	_, err = s.SendRequestTrailers(envoyhost.Headers{{"x-checksum", "1"}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	act, err := s.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, envoyhost.ActionContinue, act)
+	assert.Equal(t, maxTokens(900), string(s.UpstreamBody()))
+	require.NoError(t, s.Close()) // no answer: the reservation is kept
+	_, ok := postJSON(t, p.VM(0), "alice", maxTokens(101))
+	assert.False(t, ok, "900 were reserved")
+	assert.Zero(t, counter(p, "meshlimit.rule.tokens.bad_body"))
+}
