@@ -54,6 +54,7 @@ type reading struct {
 	found    bool  // the path is present
 	plain    bool  // every copy is a plain integer from 0 to 10^18
 	anyPlain bool  // some copy is
+	zero     bool  // some copy is 0
 	n        int64 // the highest plain integer
 	// lenient is the highest value a lenient parser could read from a copy that is not a plain
 	// integer (a number with a fraction or an exponent, rounded up; a number too large; a string
@@ -123,7 +124,7 @@ func (rd *reading) add(tok json.Token) {
 	switch v := tok.(type) {
 	case json.Number:
 		if n, ok := parseCost(string(v)); ok || v == "0" {
-			rd.n, rd.anyPlain = max(rd.n, n), true
+			rd.n, rd.anyPlain, rd.zero = max(rd.n, n), true, rd.zero || n == 0
 			return
 		}
 		s = string(v)

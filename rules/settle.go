@@ -109,10 +109,11 @@ func (r *Rule) CountsBytes() bool { return r.cost.reserve != nil && r.cost.reser
 // a client cannot make its reservation vanish).
 //
 // A client cannot reserve less than the upstream may read: every copy of the field counts and the
-// highest is reserved; a copy that is not a plain positive integer counts as the default, or as the
-// value a lenient parser reads in it when that is higher (1e3 and 1000.0 and "1000" reserve 1000,
-// 999.5 reserves 1000, a number too large reserves max); the body may be in UTF-16 or UTF-32 or
-// start with a byte order mark, and the member's name may be in any case (see JSONInt).
+// highest is reserved; a copy that is not a plain positive integer (0 included: an upstream may
+// take it for "no limit") counts as the default, or as the value a lenient parser reads in it when
+// that is higher (1e3 and 1000.0 and "1000" reserve 1000, 999.5 reserves 1000, a number too large
+// reserves max); the body may be in UTF-16 or UTF-32 or start with a byte order mark, and the
+// member's name may be in any case (see JSONInt).
 func (r *Rule) BodyCost(body []byte, complete bool) (int64, error) {
 	c := &r.cost
 	if !complete {
@@ -124,7 +125,7 @@ func (r *Rule) BodyCost(body []byte, complete bool) (int64, error) {
 		return c.def, err
 	case !rd.found:
 		return c.def, ErrNoField
-	case rd.plain && rd.n >= 1:
+	case rd.plain && !rd.zero:
 		return min(rd.n, c.max), nil
 	}
 	n := max(rd.n, rd.lenient, c.def)

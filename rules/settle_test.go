@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -69,6 +70,7 @@ func TestTheReservationFromARequestBodyIsBoundedAndNeverVanishes(t *testing.T) {
 		{"max_tokens inside a string is not max_tokens", `{"prompt": "\"max_tokens\": 3000", "max_tokens": 10}`, true, 10, false},
 		{"max_tokens of a nested object is not the request's", `{"max_tokens": 10, "tools": {"max_tokens": 3000}}`, true, 10, false},
 		{"a body with a comment is not JSON", `{"max_tokens": 3000 /* x */}`, true, 500, true},
+		{"a client hiding max_tokens 0 behind a copy of 1 reserves the default", `{"max_tokens": 0, "Max_Tokens": 1}`, true, 500, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -261,4 +263,31 @@ func TestAByteCostAdvertisesItsQuotaUnitAsContentBytes(t *testing.T) {
 		}
 	}
 	assert.Equal(t, `"up";q=1000;w=1;qu="content-bytes", "calls";q=10;w=1;qu="requests"`, policy)
+}
+
+// FuzzABodyCostNeverFallsWhenACopyIsAdded: whatever a client adds as a second copy of the field (in
+// any case), the reservation never falls below what the first copy alone reserves.
+func FuzzABodyCostNeverFallsWhenACopyIsAdded(f *testing.F) {
+	f.Add("1000", "1")
+	f.Add("1e3", `"x"`)
+	f.Add(`"1000"`, "0")
+	f.Add("999.5", "null")
+	f.Add("5", "-7")
+	r := fuzzTokenRule(f)
+	f.Fuzz(func(t *testing.T, a, b string) {
+		one := []byte(`{"max_tokens": ` + a + `}`)
+		two := []byte(`{"max_tokens": ` + a + `, "Max_Tokens": ` + b + `}`)
+		c1, _ := r.BodyCost(one, true)
+		c2, err2 := r.BodyCost(two, true)
+		if errors.Is(err2, errNotJSON) {
+			return
+		}
+		assert.GreaterOrEqual(t, c2, c1, "%s then %s", a, b)
+	})
+}
+
+func fuzzTokenRule(f *testing.F) *Rule {
+	cfg, err := ParseConfig([]byte(`{"rules": [` + tokenRule + `]}`))
+	require.NoError(f, err)
+	return cfg.Rules()[0]
 }
