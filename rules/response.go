@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"math/bits"
-	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -284,7 +283,7 @@ func (r *Response) appendRetryAfter(dst []Field, buf []byte, outcomes []Outcome,
 		retry += int64(random % uint64(r.jitterSecond+1))
 	}
 	start := len(buf)
-	buf = strconv.AppendInt(buf, min(retry, maxSFInteger), 10)
+	buf = appendDecimal(buf, min(retry, maxSFInteger))
 	return append(dst, Field{HeaderRetryAfter, buf[start:]}), buf
 }
 
@@ -350,12 +349,12 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 				buf = appendSFString(buf, l.Name)
 			}
 			buf = append(buf, ";r="...)
-			buf = strconv.AppendInt(buf, clampSF(d.Remaining), 10)
+			buf = appendDecimal(buf, clampSF(d.Remaining))
 			// A concurrency limit has no t: when a permit comes back depends on requests in
 			// flight, not on a clock.
 			if outcomes[i].Limit.Concurrency == 0 {
 				buf = append(buf, ";t="...)
-				buf = strconv.AppendInt(buf, resetSeconds(&outcomes[i]), 10)
+				buf = appendDecimal(buf, resetSeconds(&outcomes[i]))
 			}
 			buf = appendPK(buf, &outcomes[i].Partition)
 		}
@@ -363,22 +362,22 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 	}
 	if r.sets&setDraft03 != 0 {
 		start := len(buf)
-		buf = strconv.AppendInt(buf, clampSF(outcomes[0].Limit.Limit.Quota), 10)
+		buf = appendDecimal(buf, clampSF(outcomes[0].Limit.Limit.Quota))
 		for i := range outcomes {
 			l := outcomes[i].Limit
 			buf = append(buf, ", "...)
-			buf = strconv.AppendInt(buf, clampSF(l.Limit.Quota), 10)
+			buf = appendDecimal(buf, clampSF(l.Limit.Quota))
 			buf = append(buf, ";w="...)
-			buf = strconv.AppendInt(buf, windowSeconds(l.Limit.Window), 10)
+			buf = appendDecimal(buf, windowSeconds(l.Limit.Window))
 			buf = append(buf, ";name="...)
 			buf = appendSFString(buf, l.Name)
 		}
 		dst = append(dst, Field{HeaderXRateLimitLimit, buf[start:]})
 		start = len(buf)
-		buf = strconv.AppendInt(buf, clampSF(outcomes[0].Decision.Remaining), 10)
+		buf = appendDecimal(buf, clampSF(outcomes[0].Decision.Remaining))
 		dst = append(dst, Field{HeaderXRateLimitRemaining, buf[start:]})
 		start = len(buf)
-		buf = strconv.AppendInt(buf, resetSeconds(&outcomes[0]), 10)
+		buf = appendDecimal(buf, resetSeconds(&outcomes[0]))
 		dst = append(dst, Field{HeaderXRateLimitReset, buf[start:]})
 	}
 	return dst, buf
@@ -422,13 +421,13 @@ func (l *LimitSpec) appendPolicy(buf []byte) []byte {
 func appendPolicyParams(buf []byte, l *LimitSpec) []byte {
 	if c := l.Concurrency; c > 0 { // no window: a permit lasts as long as its request
 		buf = append(buf, ";q="...)
-		buf = strconv.AppendInt(buf, clampSF(c), 10)
+		buf = appendDecimal(buf, clampSF(c))
 		return append(buf, `;qu="concurrent-requests"`...)
 	}
 	buf = append(buf, ";q="...)
-	buf = strconv.AppendInt(buf, clampSF(l.Limit.Quota), 10)
+	buf = appendDecimal(buf, clampSF(l.Limit.Quota))
 	buf = append(buf, ";w="...)
-	buf = strconv.AppendInt(buf, windowSeconds(l.Limit.Window), 10)
+	buf = appendDecimal(buf, windowSeconds(l.Limit.Window))
 	if l.ContentBytes {
 		return append(buf, `;qu="content-bytes"`...)
 	}
@@ -575,4 +574,24 @@ func Pairs(dst [][2]string, fields []Field) [][2]string {
 		off += len(f.Value)
 	}
 	return dst
+}
+
+// appendDecimal appends n in decimal, as strconv.AppendInt(dst, n, 10) does, with a loop small
+// enough that rendering the quota headers of every response runs little code.
+func appendDecimal(dst []byte, n int64) []byte {
+	u := uint64(n)
+	if n < 0 {
+		dst = append(dst, '-')
+		u = -u
+	}
+	var b [20]byte
+	i := len(b)
+	for u >= 10 {
+		i--
+		b[i] = byte('0' + u%10)
+		u /= 10
+	}
+	i--
+	b[i] = byte('0' + u)
+	return append(dst, b[i:]...)
 }
