@@ -295,3 +295,44 @@ func TestAGlobalRuleReadsTheBodyThatTrailersEnd(t *testing.T) {
 	assert.False(t, ok, "900 were reserved")
 	assert.Zero(t, counter(p, "meshlimit.rule.tokens.bad_body"))
 }
+
+// TestAClientAskingForACompressedAnswerCannotHideItsUsage: a client that sends accept-encoding: gzip
+// (most HTTP clients do by default) would get a compressed answer the filter cannot read: no usage,
+// the reservation kept, an over-run never charged. So a request whose reservation settles from the
+// response's JSON asks the upstream for identity, whatever the rule's scope and wherever its
+// reservation comes from; a request of a rule that does not read the answer keeps its header.
+func TestAClientAskingForACompressedAnswerCannotHideItsUsage(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	const other = `{"name": "plain", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/d"}]}`
+	for _, tc := range []struct {
+		name, config, want string
+		overrun            int64 // 690 per reservation: the usage (700) was read
+	}{
+		{"a local rule reserving from the body", budgetConfig("", ""), "identity", 690},
+		{"a global rule reserving from a header", globalBudget(""), "identity", 690},
+		{"a global rule reserving from the body", globalBodyBudget("global", ""), "identity", 690},
+		{"a rule of both scopes reserving from the body", globalBodyBudget("both", ""), "identity", 2 * 690},
+		{"a rule that does not read the answer", `{"rules": [` + other + `]}`, "gzip, br", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := load(t, module(t, "meshlimit"), tc.config, 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+			s := p.VM(0).NewStream(envoyhost.StreamInfo{})
+			body := maxTokens(10)
+			_, err := s.SendRequestHeaders(envoyhost.Headers{{":method", "POST"}, {":path", "/v1/x"}, {":authority", "llm.test"},
+				{"x-user", "u-" + strconv.Itoa(len(tc.name))}, {"x-max-tokens", "10"}, {"accept-encoding", "gzip, br"}}, false)
+			require.NoError(t, err)
+			_, err = s.SendRequestBody([]byte(body), true)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			act, err := s.Wait(ctx)
+			require.NoError(t, err)
+			require.Equal(t, envoyhost.ActionContinue, act)
+			got, _ := s.UpstreamHeaders().Get("accept-encoding")
+			assert.Equal(t, tc.want, got)
+			settleAnswer(t, s, 200, "application/json", usageOf(700))
+			assert.Equal(t, tc.overrun, counter(p, "meshlimit.rule.tokens.settle_overrun"))
+		})
+	}
+}

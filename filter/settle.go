@@ -113,6 +113,7 @@ type settling struct {
 	status    int    // the response status, 0 before one
 	respEnded bool   // the response body (or headers) ended the stream
 	readJSON  bool   // a reservation settles from a JSON field of the response body
+	identity  bool   // the request asks the upstream for an answer without content coding
 	sse       bool   // the response is a text/event-stream
 	maxBody   int    // the largest max_body of the reservations that read a JSON field
 	body      []byte // the response body copied so far, at most maxBody
@@ -165,6 +166,26 @@ func (h *httpContext) adoptSettles(denied bool, now int64) {
 	st.res = append(st.res, s.res...)
 	st.pend = append(st.pend, s.pend...)
 	h.settle = st
+	for i := range st.res {
+		st.askReadable(st.res[i].rs)
+	}
+	for i := range st.pend {
+		st.askReadable(st.pend[i].rs)
+	}
+}
+
+// askReadable asks the upstream for an answer the filter can read when rs settles from a JSON field
+// of the response: the request's accept-encoding becomes "identity". A compressed answer is not
+// JSON to the filter, so a client that asks for gzip (most HTTP clients do by default) would keep
+// its reservation and never be charged an over-run. Compression towards the client stays the
+// business of Envoy's compressor filter, placed before meshlimit. It works while the request
+// headers are the filter's (their callback, or a callout answered before they continue); later it
+// is a no-op. Once per stream.
+func (st *settling) askReadable(rs *ruleState) {
+	if st.identity || rs.rule.Settle() == nil || rs.rule.Settle().Source != rules.SettleResponseJSON {
+		return
+	}
+	st.identity = proxywasm.ReplaceHttpRequestHeader("accept-encoding", "identity") == nil
 }
 
 // refundSettles refunds every reservation of a stream the filter denies (a later rule, the global

@@ -54,6 +54,7 @@ func (h *httpContext) reserveGlobal(decisions []wire.Decision, sent int64) {
 			h.settle = &settling{}
 		}
 		h.settle.res = append(h.settle.res, reservation{rs: it.rs, key: it.key, at: sent, reserved: it.cost, spec: it.spec, charged: charged})
+		h.settle.askReadable(it.rs) // the request is still paused at its headers, unless at the body stage
 	}
 }
 
@@ -133,6 +134,9 @@ func (h *httpContext) deferGlobal() bool {
 	}
 	h.settle.global = true
 	h.globals = append(h.globals[:0], s.globals...)
+	for i := range h.globals {
+		h.settle.askReadable(h.globals[i].rs)
+	}
 	h.localOutcomes = append(h.localOutcomes[:0], s.outcomes...)
 	h.delay = s.delay
 	return true
