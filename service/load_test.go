@@ -12,7 +12,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,11 +95,15 @@ func TestLoadFigures(t *testing.T) {
 	for r := range rounds {
 		for i := range phases {
 			p := phases[(i+r)%len(phases)] // rotate the order too: no phase always follows another
-			self0 := selfCPU()
-			redis0, cmds0, reads0 := redisStats(rs)
+			self0, rt0 := selfCPU(), readRuntimeStats()
+			redis0, cmds0, reads0, pid := redisStats(rs)
+			wait0, redisWait0 := runQueueWait(os.Getpid()), runQueueWait(pid)
 			res, err := leanLoad(p.addr, conns, d, reqs)
 			require.NoError(t, err, p.name)
-			redis1, cmds1, reads1 := redisStats(rs)
+			rt := readRuntimeStats().since(rt0)
+			rt += fmt.Sprintf("; waited for a CPU: this process %.0f ms/s, redis-server %.0f ms/s",
+				ms(runQueueWait(os.Getpid())-wait0)/d.Seconds(), ms(runQueueWait(pid)-redisWait0)/d.Seconds())
+			redis1, cmds1, reads1, _ := redisStats(rs)
 			self, redis := (selfCPU()-self0).Seconds()/d.Seconds(), (redis1-redis0).Seconds()/d.Seconds()
 			res.cpuUs = (self + redis) * 1e6 / res.rps
 			batch := ""
@@ -105,8 +111,8 @@ func TestLoadFigures(t *testing.T) {
 				batch = fmt.Sprintf(", %.1f scripts per Redis read", (cmds1-cmds0)/(reads1-reads0))
 			}
 			results[p.name] = append(results[p.name], res)
-			t.Logf("round %d %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d requests, %d not 200 allowed; CPU: this process %.2f, redis-server %.2f, %.1f µs/request%s)",
-				r+1, p.name, res.rps, ms(res.p50), ms(res.p99), res.n, res.errors, self, redis, res.cpuUs, batch)
+			t.Logf("round %d %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d requests, %d not 200 allowed; CPU: this process %.2f, redis-server %.2f, %.1f µs/request%s; %s)",
+				r+1, p.name, res.rps, ms(res.p50), ms(res.p99), res.n, res.errors, self, redis, res.cpuUs, batch, rt)
 		}
 	}
 	med := map[string]loadResult{}
@@ -119,8 +125,12 @@ func TestLoadFigures(t *testing.T) {
 		for _, name := range []string{"service+redis", "service+memory"} {
 			if m, ok := med[name]; ok {
 				ratios := roundRatios(results[name], results["floor"])
-				t.Logf("%s / floor = %.2f (ratio of medians; median of the rounds' ratios %.2f, rounds %s), p99 %.3f vs %.3f ms",
-					name, m.rps/f.rps, medianOf(ratios), fmtRatios(ratios), ms(m.p99), ms(f.p99))
+				errs, n := 0, 0
+				for _, r := range results[name] {
+					errs, n = errs+r.errors, n+r.n+r.errors
+				}
+				t.Logf("%s / floor = %.2f (ratio of medians; median of the rounds' ratios %.2f, rounds %s), p99 %.3f vs %.3f ms, CPU per request floor / service %.2f, errors %d of %d (%.3f%%)",
+					name, m.rps/f.rps, medianOf(ratios), fmtRatios(ratios), ms(m.p99), ms(f.p99), f.cpuUs/m.cpuUs, errs, n, 100*float64(errs)/float64(n))
 			}
 		}
 	}
@@ -154,16 +164,18 @@ func selfCPU() time.Duration {
 
 // redisStats returns the CPU time the redis-server process has used, the commands it has
 // processed and the socket reads it took to get them (INFO).
-func redisStats(rs *redisServer) (cpu time.Duration, cmds, reads float64) {
+func redisStats(rs *redisServer) (cpu time.Duration, cmds, reads float64, pid int) {
 	out, err := rs.Do("INFO", "all")
 	if err != nil {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	var total float64
 	for _, line := range strings.Split(out, "\n") {
 		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
 		f, _ := strconv.ParseFloat(v, 64)
 		switch k {
+		case "process_id":
+			pid = int(f)
 		case "used_cpu_sys", "used_cpu_user":
 			total += f
 		case "total_reads_processed":
@@ -173,7 +185,25 @@ func redisStats(rs *redisServer) (cpu time.Duration, cmds, reads float64) {
 			cmds, _ = strconv.ParseFloat(calls, 64)
 		}
 	}
-	return time.Duration(total * float64(time.Second)), cmds, reads
+	return time.Duration(total * float64(time.Second)), cmds, reads, pid
+}
+
+// runQueueWait returns how long the threads of process pid have waited, runnable, for a CPU
+// (the second field of /proc/PID/task/*/schedstat; 0 where Linux does not report it).
+func runQueueWait(pid int) time.Duration {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/schedstat")
+	var total int64
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if fields := strings.Fields(string(b)); len(fields) >= 2 {
+			n, _ := strconv.ParseInt(fields[1], 10, 64)
+			total += n
+		}
+	}
+	return time.Duration(total)
 }
 
 type loadResult struct {
@@ -367,4 +397,36 @@ func readAnswer(br *bufio.Reader) (bool, error) {
 	ok := status && string(body) == want
 	_, err = br.Discard(n)
 	return ok, err
+}
+
+// runtimeStats is a snapshot of the Go runtime's scheduling figures (runtime/metrics).
+type runtimeStats struct {
+	sched, gcPause *metrics.Float64Histogram // time runnable before running; GC stop-the-world pauses
+	gcCycles       uint64
+}
+
+func readRuntimeStats() runtimeStats {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}, {Name: "/sched/pauses/total/gc:seconds"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return runtimeStats{sched: s[0].Value.Float64Histogram(), gcPause: s[1].Value.Float64Histogram(), gcCycles: s[2].Value.Uint64()}
+}
+
+// since describes what happened between a and b: GC cycles, the longest GC pause and the
+// 99th and 99.9th percentiles of the time goroutines waited to run (bucket upper bounds).
+func (b runtimeStats) since(a runtimeStats) string {
+	q := func(h0, h1 *metrics.Float64Histogram, f float64) float64 {
+		var n uint64
+		for i := range h1.Counts {
+			n += h1.Counts[i] - h0.Counts[i]
+		}
+		var seen uint64
+		for i := range h1.Counts {
+			if seen += h1.Counts[i] - h0.Counts[i]; n > 0 && float64(seen) >= f*float64(n) {
+				return h1.Buckets[i+1] * 1e3
+			}
+		}
+		return 0
+	}
+	return fmt.Sprintf("GC %d cycles, max pause %.2f ms; goroutines wait to run p99 %.2f ms, p99.9 %.2f ms",
+		b.gcCycles-a.gcCycles, q(a.gcPause, b.gcPause, 1), q(a.sched, b.sched, 0.99), q(a.sched, b.sched, 0.999))
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,7 +58,9 @@ func benchEnv(name string, def int) int {
 // requests on POST /json against a no-op HTTP handler, over 64 keep-alive connections (with
 // net/http's client: compare /json with its floor, not with the gRPC phases). The phases
 // alternate for MESHLIMIT_BENCH_ROUNDS (3) rounds of MESHLIMIT_BENCH_SECONDS (3) after a
-// warm-up; the figures are the medians. Loopback only, bounded, opt-in:
+// warm-up; the figures are the medians. MESHLIMIT_BENCH_ONLY (e.g. grpc-rls+redis) keeps some
+// phases only, MESHLIMIT_BENCH_NO_REDIS_BENCHMARK=1 skips redis-benchmark (for a profile).
+// Loopback only, bounded, opt-in:
 //
 //	MESHLIMIT_BENCH=1 go test -run TestGRPCLoadFigures -v ./service/rls/
 func TestGRPCLoadFigures(t *testing.T) {
@@ -102,6 +105,15 @@ func TestGRPCLoadFigures(t *testing.T) {
 		{name: "grpc-floor", addr: serveGRPC(t, floorServer{})}, {name: "grpc-rls+redis", addr: serveGRPC(t, srv)},
 		{name: "http-floor", addr: serveHTTP(t, floorHTTP), http: true}, {name: "json-rls+redis", addr: serveHTTP(t, jsonMux), http: true},
 	}
+	if only := os.Getenv("MESHLIMIT_BENCH_ONLY"); only != "" { // e.g. "grpc-rls+redis" for a profile
+		phases = slices.DeleteFunc(phases, func(p struct {
+			name string
+			addr string
+			http bool
+		}) bool {
+			return !slices.Contains(strings.Split(only, ","), p.name)
+		})
+	}
 	load := func(i int, d time.Duration) (grpcResult, error) {
 		if phases[i].http {
 			return jsonLoad(phases[i].addr, inflight, d, bodies)
@@ -118,10 +130,15 @@ func TestGRPCLoadFigures(t *testing.T) {
 		for i := range phases {
 			j := (i + r) % len(phases)
 			p := phases[j]
+			self0, redis0 := selfCPU(), redisCPU(rs)
 			res, err := load(j, d)
 			require.NoError(t, err, p.name)
+			self, redis := selfCPU()-self0, redisCPU(rs)-redis0
+			res.cpuUs = float64((self+redis)/time.Microsecond) / float64(res.n+res.errors)
 			results[p.name] = append(results[p.name], res)
-			t.Logf("round %d %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d requests, %d errors)", r+1, p.name, res.rps, msOf(res.p50), msOf(res.p99), res.n, res.errors)
+			t.Logf("round %d %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d requests, %d errors = %.2f%%; CPU: this process %.2f, redis-server %.2f, %.1f µs/request)",
+				r+1, p.name, res.rps, msOf(res.p50), msOf(res.p99), res.n, res.errors, 100*float64(res.errors)/float64(res.n+res.errors),
+				self.Seconds()/d.Seconds(), redis.Seconds()/d.Seconds(), res.cpuUs)
 		}
 	}
 	for _, p := range phases {
@@ -129,20 +146,31 @@ func TestGRPCLoadFigures(t *testing.T) {
 		t.Logf("median %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms", p.name, m.rps, msOf(m.p50), msOf(m.p99))
 	}
 	for _, pair := range [][2]string{{"grpc-rls+redis", "grpc-floor"}, {"json-rls+redis", "http-floor"}} {
-		var ratios, p99s []float64
+		if len(results[pair[0]]) == 0 || len(results[pair[1]]) == 0 {
+			continue
+		}
+		var ratios, p99s, cpus []float64
+		errs, n := 0, 0
 		for r := range rounds {
 			a, b := results[pair[0]][r], results[pair[1]][r]
 			ratios, p99s = append(ratios, a.rps/b.rps), append(p99s, float64(a.p99)/float64(b.p99))
+			cpus = append(cpus, b.cpuUs/a.cpuUs)
+			errs, n = errs+a.errors, n+a.n+a.errors
 		}
 		slices.Sort(ratios)
 		slices.Sort(p99s)
-		t.Logf("%s / %s: throughput median %.2f (rounds %.2f), p99 median %.2f", pair[0], pair[1], ratios[len(ratios)/2], ratios, p99s[len(p99s)/2])
+		slices.Sort(cpus)
+		t.Logf("%s / %s: throughput median %.2f (rounds %.2f), p99 median %.2f, CPU per request: floor / service median %.2f (rounds %.2f), errors %d of %d (%.3f%%)",
+			pair[0], pair[1], ratios[len(ratios)/2], ratios, p99s[len(p99s)/2], cpus[len(cpus)/2], cpus, errs, n, 100*float64(errs)/float64(n))
 	}
-	redisBenchmark(t, rs, inflight, d)
+	if os.Getenv("MESHLIMIT_BENCH_NO_REDIS_BENCHMARK") != "1" {
+		redisBenchmark(t, rs, inflight, d)
+	}
 }
 
-// redisBenchmark runs redis-benchmark on the RLS front's exact store call: the fixed-window
-// script as a counter (quota 10^12, a one-second window, cost 1, Redis TIME) over 10,000 keys.
+// redisBenchmark runs redis-benchmark on the fixed-window script as a counter (quota 10^12, a
+// one-second window, cost 1, Redis TIME; the RLS front's store call before its counter became
+// INCRBY + PEXPIRE NX, and still /v1/check's fixed window) and on INCRBY, over 10,000 keys.
 func redisBenchmark(t *testing.T, rs *redistest.Server, conns int, d time.Duration) {
 	src, err := service.Script(algorithms.FixedWindow)
 	require.NoError(t, err)
@@ -153,10 +181,13 @@ func redisBenchmark(t *testing.T, rs *redistest.Server, conns int, d time.Durati
 		"evalsha", sha, "1", "ml:{rls:bench|remote_address=__rand_int__@second}:fixed_window", "1000000000000", "1000000", "0", "1", "1000"}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*d)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "redis-benchmark", args...).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	lines := strings.FieldsFunc(string(out), func(r rune) bool { return r == '\r' || r == '\n' })
-	t.Logf("redis-benchmark %v\n%s", args, strings.TrimSpace(lines[len(lines)-1]))
+	incr := append(slices.Clone(args[:11]), "incrby", "ml:{rls:bench|remote_address=__rand_int__@second}:count", "1")
+	for _, args := range [][]string{args, incr} {
+		out, err := exec.CommandContext(ctx, "redis-benchmark", args...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		lines := strings.FieldsFunc(string(out), func(r rune) bool { return r == '\r' || r == '\n' })
+		t.Logf("redis-benchmark %v\n%s", args, strings.TrimSpace(lines[len(lines)-1]))
+	}
 }
 
 func serveGRPC(t *testing.T, s pb.RateLimitServiceServer) string {
@@ -175,6 +206,33 @@ type grpcResult struct {
 	p50, p99 time.Duration
 	n        int
 	errors   int
+	cpuUs    float64 // CPU µs (this process and redis-server) per request, answered or not
+}
+
+// selfCPU returns the CPU time (user and system) this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU returns the CPU time redis-server has used (INFO cpu).
+func redisCPU(rs *redistest.Server) time.Duration {
+	out, err := rs.Do("INFO", "cpu")
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for _, line := range strings.Split(out, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
