@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
@@ -204,4 +205,46 @@ func TestAnAdminResetAlsoFreesAKeyFromTheFallbackWhileTheServiceIsOutOfReach(t *
 	assert.Equal(t, int64(1), counter(p, "meshlimit.global.resets_applied"))
 	assert.Equal(t, 200, call("alice"), "the reset reached the fallback")
 	assert.Equal(t, 429, call("bob"))
+}
+
+// TestAfterRedisLosesTheResetLogTheProxiesStartAgainAndMissNoLaterReset: on a real Redis, a reset of
+// a local rule's key reaches two proxies (position 2); then Redis loses everything (FLUSHALL). At
+// their next poll the proxies are ahead of the log: told it is truncated, they take its position (1)
+// and count it; the next admin reset is logged at position 2 again, and reaches them.
+func TestAfterRedisLosesTheResetLogTheProxiesStartAgainAndMissNoLaterReset(t *testing.T) {
+	redis := redistest.Start(t)
+	addr := startAdminService(t, redis.Addr())
+	cfg := loginResetConfig(``)
+	a, b, clock := twoProxies(t, addr, cfg)
+	const alice, bob = "203.0.113.9", "203.0.113.10"
+	box := func(ip string) {
+		for _, p := range []*envoyhost.Plugin{a, b} {
+			for range 5 {
+				require.Nil(t, login(t, p.VM(0), ip, answer(401)).LocalReply)
+			}
+			require.Equal(t, 429, status(login(t, p.VM(1), ip, answer(200))))
+		}
+	}
+	box(alice)
+	adminResetKeys(t, addr, cfg, "login", alice)
+	tickAndWait(t, clock, resetPollTest, a, b)
+	for _, p := range []*envoyhost.Plugin{a, b} {
+		require.Equal(t, uint64(2), position(t, p))
+	}
+
+	_, err := redis.Do("FLUSHALL")
+	require.NoError(t, err)
+	tickAndWait(t, clock, resetPollTest, a, b)
+	for i, p := range []*envoyhost.Plugin{a, b} {
+		assert.Equal(t, uint64(1), position(t, p), "proxy %d takes the position of the lost log", i)
+		assert.Equal(t, int64(1), counter(p, "meshlimit.global.resets_truncated"))
+	}
+
+	box(bob)
+	adminResetKeys(t, addr, cfg, "login", bob)
+	tickAndWait(t, clock, resetPollTest, a, b)
+	for i, p := range []*envoyhost.Plugin{a, b} {
+		assert.Nil(t, login(t, p.VM(1), bob, answer(200)).LocalReply, "proxy %d: bob's reset, logged at position 2 again, reached it", i)
+		assert.Equal(t, uint64(2), position(t, p))
+	}
 }
