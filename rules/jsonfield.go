@@ -19,6 +19,7 @@ var (
 	errBodyTooLarge = errors.New("the body is larger than max_body")
 	errNotPositive  = errors.New("the field is not a positive integer")
 	errNotJSON      = errors.New("the body is not JSON")
+	errTooDeep      = errors.New("the body nests deeper than 10000 levels")
 	// ErrNoField is returned by JSONInt when the document lacks the field.
 	ErrNoField = errors.New("the JSON field is missing")
 	// ErrNotInteger is returned by JSONInt when the field is not a non-negative integer.
@@ -73,6 +74,9 @@ const maxLenient = 1 << 62
 func readJSON(doc []byte, path []string) (reading, error) {
 	doc = utf8JSON(doc)
 	if !json.Valid(doc) {
+		if tooDeep(doc) {
+			return reading{}, errTooDeep
+		}
 		return reading{}, errNotJSON
 	}
 	d := json.NewDecoder(bytes.NewReader(doc))
@@ -135,6 +139,31 @@ func (rd *reading) add(tok json.Token) {
 	if f, err := strconv.ParseFloat(s, 64); (err == nil || errors.Is(err, strconv.ErrRange)) && f > 0 {
 		rd.lenient = max(rd.lenient, int64(math.Ceil(min(f, maxLenient))))
 	}
+}
+
+// maxJSONDepth is how deeply encoding/json nests (its scanner refuses more).
+const maxJSONDepth = 10000
+
+// tooDeep reports whether doc nests arrays and objects deeper than encoding/json reads: a document
+// that a parser without that bound (V8's JSON.parse is iterative) may still read.
+func tooDeep(doc []byte) bool {
+	depth, inString := 0, false
+	for i := 0; i < len(doc); i++ {
+		switch c := doc[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			if depth++; depth > maxJSONDepth {
+				return true
+			}
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return false
 }
 
 // utf8JSON returns doc in UTF-8 without a byte order mark: a document in UTF-16 or UTF-32 (told by

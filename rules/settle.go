@@ -113,7 +113,8 @@ func (r *Rule) CountsBytes() bool { return r.cost.reserve != nil && r.cost.reser
 // take it for "no limit") counts as the default, or as the value a lenient parser reads in it when
 // that is higher (1e3 and 1000.0 and "1000" reserve 1000, 999.5 reserves 1000, a number too large
 // reserves max); the body may be in UTF-16 or UTF-32 or start with a byte order mark, and the
-// member's name may be in any case (see JSONInt).
+// member's name may be in any case (see JSONInt). A body nested deeper than this reader goes (10000
+// levels, which no client needs) reserves max.
 func (r *Rule) BodyCost(body []byte, complete bool) (int64, error) {
 	c := &r.cost
 	if !complete {
@@ -121,6 +122,8 @@ func (r *Rule) BodyCost(body []byte, complete bool) (int64, error) {
 	}
 	rd, err := readJSON(body, c.reserve.requestJSON)
 	switch {
+	case err == errTooDeep: // another parser may read what this one cannot: the most
+		return c.max, err
 	case err != nil:
 		return c.def, err
 	case !rd.found:

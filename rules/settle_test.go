@@ -70,6 +70,10 @@ func TestTheReservationFromARequestBodyIsBoundedAndNeverVanishes(t *testing.T) {
 		{"max_tokens inside a string is not max_tokens", `{"prompt": "\"max_tokens\": 3000", "max_tokens": 10}`, true, 10, false},
 		{"max_tokens of a nested object is not the request's", `{"max_tokens": 10, "tools": {"max_tokens": 3000}}`, true, 10, false},
 		{"a body with a comment is not JSON", `{"max_tokens": 3000 /* x */}`, true, 500, true},
+		{"a body nested deeper than the reader goes reserves max", `{"x": ` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `, "max_tokens": 3000}`, true, 4000, true},
+		{"brackets inside strings are not nesting", `{"x": "` + strings.Repeat("[", 20000) + `\"` + `", "max_tokens": 3000}`, true, 3000, false},
+		{"a body that is not JSON and not deep reserves the default", `{"x": [[[}`, true, 500, true},
+		{"a body nested 5000 deep around another member is read", `{"x": ` + strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + `, "max_tokens": 3000}`, true, 3000, false},
 		{"a client hiding max_tokens 0 behind a copy of 1 reserves the default", `{"max_tokens": 0, "Max_Tokens": 1}`, true, 500, true},
 	}
 	for _, tt := range tests {
