@@ -68,16 +68,18 @@ const maxLenient = 1 << 62
 
 // readJSON reads the copies of the value at path in doc. doc may be in any encoding that RFC 8259
 // parsers detect (UTF-8 with or without a byte order mark, UTF-16 and UTF-32: Python's json.loads
-// reads them all), and a member name matches a path segment regardless of case (Go's
-// encoding/json matches struct fields so), so that a body the upstream reads never escapes the
-// reading. Every copy counts: the caller takes the highest.
+// reads them all) and hold NaN and Infinity (Python reads them too), and a member name matches a
+// path segment regardless of case (Go's encoding/json matches struct fields so), so that a body
+// the upstream reads never escapes the reading. Every copy counts: the caller takes the highest.
 func readJSON(doc []byte, path []string) (reading, error) {
 	doc = utf8JSON(doc)
 	if !json.Valid(doc) {
 		if tooDeep(doc) {
 			return reading{}, errTooDeep
 		}
-		return reading{}, errNotJSON
+		if doc = nonFinite(doc); doc == nil || !json.Valid(doc) {
+			return reading{}, errNotJSON
+		}
 	}
 	d := json.NewDecoder(bytes.NewReader(doc))
 	d.UseNumber()
@@ -164,6 +166,39 @@ func tooDeep(doc []byte) bool {
 		}
 	}
 	return false
+}
+
+// nonFinite returns a copy of doc whose NaN, Infinity and -Infinity literals (outside strings:
+// Python's json.loads reads them by default, so a body holding one is a body its upstream reads) are
+// written as numbers of the same length or shorter padded with spaces (NaN as 0, Infinity as a
+// number too large, which reads as the most); nil when doc holds none.
+func nonFinite(doc []byte) []byte {
+	var out []byte
+	inString := false
+	for i := 0; i < len(doc); i++ {
+		c := doc[i]
+		switch {
+		case inString && c == '\\':
+			i++
+			continue
+		case c == '"':
+			inString = !inString
+			continue
+		case inString:
+			continue
+		}
+		for _, lit := range [...][2]string{{"NaN", "0  "}, {"Infinity", "1e999   "}, {"-Infinity", "-1e999   "}} {
+			if bytes.HasPrefix(doc[i:], []byte(lit[0])) {
+				if out == nil {
+					out = append([]byte(nil), doc...)
+				}
+				copy(out[i:], lit[1])
+				i += len(lit[0]) - 1
+				break
+			}
+		}
+	}
+	return out
 }
 
 // utf8JSON returns doc in UTF-8 without a byte order mark: a document in UTF-16 or UTF-32 (told by
