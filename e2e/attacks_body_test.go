@@ -336,3 +336,30 @@ func TestAClientAskingForACompressedAnswerCannotHideItsUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestABothScopesClientLeavingAnEventStreamEarlyKeepsBothReservations: a rule of both scopes
+// reserves 800 locally and at the service. The client leaves the stream after an early usage event
+// (5): neither half is refunded, so neither this proxy nor another one (its own shared data, the
+// same service) admits 201 more.
+func TestABothScopesClientLeavingAnEventStreamEarlyKeepsBothReservations(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	onClock := func(c *envoyhost.Config) { c.Clock = clock }
+	a := load(t, module(t, "meshlimit"), globalBodyBudget("both", ""), 1, withService(svc, nil), onClock)
+	b := load(t, module(t, "meshlimit"), globalBodyBudget("both", ""), 1, withService(svc, nil), onClock)
+	s, ok := postJSON(t, a.VM(0), "alice", maxTokens(800))
+	require.True(t, ok)
+	_, err := s.SendResponseHeaders(envoyhost.Headers{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
+	require.NoError(t, err)
+	_, err = s.SendResponseBody([]byte("data: {\"usage\": {\"total_tokens\": 5}}\n\n"), false)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	assert.Equal(t, int64(2), counter(a, "meshlimit.rule.tokens.settle_kept"), "the local and the global halves")
+	assert.Zero(t, counter(a, "meshlimit.rule.tokens.settle_refund"))
+	for i, p := range []*envoyhost.Plugin{a, b} {
+		_, ok = postJSON(t, p.VM(0), "alice", maxTokens(201))
+		assert.False(t, ok, "proxy %d: 800 stay reserved", i)
+	}
+	_, ok = postJSON(t, b.VM(0), "alice", maxTokens(200))
+	assert.True(t, ok, "the other proxy's local half is its own: 200 fit both")
+}
