@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -56,7 +57,9 @@ func benchEnv(name string, def int) int {
 // load: MESHLIMIT_BENCH_CONNS (64) requests in flight over MESHLIMIT_BENCH_GRPC_CONNS (8)
 // HTTP/2 connections, one descriptor per request over 10,000 client addresses; and the same
 // requests on POST /json against a no-op HTTP handler, over 64 keep-alive connections (with
-// net/http's client: compare /json with its floor, not with the gRPC phases). The phases
+// net/http's client: compare /json with its floor, not with the gRPC phases); and
+// grpc-rls+script, the gRPC front with its counters kept by the fixed-window Lua script, as
+// before they were INCRBY + PEXPIRE NX. The phases
 // alternate for MESHLIMIT_BENCH_ROUNDS (3) rounds of MESHLIMIT_BENCH_SECONDS (3) after a
 // warm-up; the figures are the medians. MESHLIMIT_BENCH_ONLY (e.g. grpc-rls+redis) keeps some
 // phases only, MESHLIMIT_BENCH_NO_REDIS_BENCHMARK=1 skips redis-benchmark (for a profile).
@@ -77,6 +80,11 @@ func TestGRPCLoadFigures(t *testing.T) {
 		"domain: bench\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n")}})
 	require.NoError(t, err)
 	srv, err := NewServer(Config{Store: store, Rules: func() *rlsconfig.Config { return rules },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	// The same server on the same Redis with the counters kept by the fixed-window script
+	// (Decide), as before the INCRBY counter: a Store that hides RedisStore's own counter.
+	scripted, err := NewServer(Config{Store: struct{ service.Store }{store}, Rules: func() *rlsconfig.Config { return rules },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 
@@ -103,6 +111,7 @@ func TestGRPCLoadFigures(t *testing.T) {
 		http bool
 	}{
 		{name: "grpc-floor", addr: serveGRPC(t, floorServer{})}, {name: "grpc-rls+redis", addr: serveGRPC(t, srv)},
+		{name: "grpc-rls+script", addr: serveGRPC(t, scripted)},
 		{name: "http-floor", addr: serveHTTP(t, floorHTTP), http: true}, {name: "json-rls+redis", addr: serveHTTP(t, jsonMux), http: true},
 	}
 	if only := os.Getenv("MESHLIMIT_BENCH_ONLY"); only != "" { // e.g. "grpc-rls+redis" for a profile
@@ -130,22 +139,22 @@ func TestGRPCLoadFigures(t *testing.T) {
 		for i := range phases {
 			j := (i + r) % len(phases)
 			p := phases[j]
-			self0, redis0 := selfCPU(), redisCPU(rs)
+			self0, redis0, wait0 := selfCPU(), redisCPU(rs), redisWait(rs)
 			res, err := load(j, d)
 			require.NoError(t, err, p.name)
-			self, redis := selfCPU()-self0, redisCPU(rs)-redis0
+			self, redis, wait := selfCPU()-self0, redisCPU(rs)-redis0, redisWait(rs)-wait0
 			res.cpuUs = float64((self+redis)/time.Microsecond) / float64(res.n+res.errors)
 			results[p.name] = append(results[p.name], res)
-			t.Logf("round %d %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d requests, %d errors = %.2f%%; CPU: this process %.2f, redis-server %.2f, %.1f µs/request)",
+			t.Logf("round %d %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d requests, %d errors = %.2f%%; CPU: this process %.2f, redis-server %.2f, %.1f µs/request; redis-server waited for a CPU %.0f ms/s)",
 				r+1, p.name, res.rps, msOf(res.p50), msOf(res.p99), res.n, res.errors, 100*float64(res.errors)/float64(res.n+res.errors),
-				self.Seconds()/d.Seconds(), redis.Seconds()/d.Seconds(), res.cpuUs)
+				self.Seconds()/d.Seconds(), redis.Seconds()/d.Seconds(), res.cpuUs, float64(wait/time.Millisecond)/d.Seconds())
 		}
 	}
 	for _, p := range phases {
 		m := medianGRPC(results[p.name])
 		t.Logf("median %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms", p.name, m.rps, msOf(m.p50), msOf(m.p99))
 	}
-	for _, pair := range [][2]string{{"grpc-rls+redis", "grpc-floor"}, {"json-rls+redis", "http-floor"}} {
+	for _, pair := range [][2]string{{"grpc-rls+redis", "grpc-floor"}, {"grpc-rls+script", "grpc-floor"}, {"json-rls+redis", "http-floor"}} {
 		if len(results[pair[0]]) == 0 || len(results[pair[1]]) == 0 {
 			continue
 		}
@@ -216,6 +225,32 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisWait returns how long redis-server's threads have waited, runnable, for a CPU (the
+// second field of /proc/PID/task/*/schedstat, PID from INFO server; 0 where Linux does not say).
+func redisWait(rs *redistest.Server) time.Duration {
+	out, err := rs.Do("INFO", "server")
+	if err != nil {
+		return 0
+	}
+	pid := ""
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid = v
+		}
+	}
+	files, _ := filepath.Glob("/proc/" + pid + "/task/*/schedstat")
+	var total int64
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			if fields := strings.Fields(string(b)); len(fields) >= 2 {
+				n, _ := strconv.ParseInt(fields[1], 10, 64)
+				total += n
+			}
+		}
+	}
+	return time.Duration(total)
 }
 
 // redisCPU returns the CPU time redis-server has used (INFO cpu).
