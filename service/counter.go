@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -156,5 +155,5 @@ func (s *RedisStore) countWindow(ctx context.Context, req Request, hits int64) (
 // KeyPrefix + "{" + tag + "}:count:" + startUs + ":" + key, with the tag of RedisStore.key (the
 // same Cluster slot as every other state of key).
 func (s *RedisStore) windowKey(key string, startUs int64) string {
-	return s.key("count:"+strconv.FormatInt(startUs, 10), key)
+	return s.keyAt("count", startUs, key)
 }

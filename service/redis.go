@@ -151,9 +151,13 @@ func composeScript(prefix string, files ...string) (string, error) {
 func (s *RedisStore) Key(req Request) string { return s.key(req.Limit.Kind.String(), req.Key) }
 
 // key returns the Redis key of key under kind (an algorithm, or wire.Concurrency).
-func (s *RedisStore) key(kind, key string) string {
-	var b strings.Builder // one allocation
-	b.Grow(len(s.prefix) + 20 + len(kind) + len(key))
+func (s *RedisStore) key(kind, key string) string { return s.keyAt(kind, -1, key) }
+
+// keyAt returns KeyPrefix + "{" + tag + "}:" + kind + ":" + key, with ":" + at after kind
+// when at >= 0, in one allocation.
+func (s *RedisStore) keyAt(kind string, at int64, key string) string {
+	var b strings.Builder
+	b.Grow(len(s.prefix) + 42 + len(kind) + len(key))
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
 	h := fnv.String(key)
@@ -163,6 +167,11 @@ func (s *RedisStore) key(kind, key string) string {
 	b.WriteString("}:")
 	b.WriteString(kind)
 	b.WriteByte(':')
+	if at >= 0 {
+		var num [20]byte
+		b.Write(strconv.AppendInt(num[:0], at, 10))
+		b.WriteByte(':')
+	}
 	b.WriteString(key)
 	return b.String()
 }

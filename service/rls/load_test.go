@@ -58,8 +58,8 @@ func benchEnv(name string, def int) int {
 // HTTP/2 connections, one descriptor per request over 10,000 client addresses; and the same
 // requests on POST /json against a no-op HTTP handler, over 64 keep-alive connections (with
 // net/http's client: compare /json with its floor, not with the gRPC phases); and
-// grpc-rls+script, the gRPC front with its counters kept by the fixed-window Lua script, as
-// before they were INCRBY + PEXPIRE NX. The phases
+// grpc-rls+script and json-rls+script, the fronts with their counters kept by the
+// fixed-window Lua script, as before they were INCRBY + PEXPIRE NX. The phases
 // alternate for MESHLIMIT_BENCH_ROUNDS (3) rounds of MESHLIMIT_BENCH_SECONDS (3) after a
 // warm-up; the figures are the medians. MESHLIMIT_BENCH_ONLY (e.g. grpc-rls+redis) keeps some
 // phases only, MESHLIMIT_BENCH_NO_REDIS_BENCHMARK=1 skips redis-benchmark (for a profile).
@@ -100,6 +100,8 @@ func TestGRPCLoadFigures(t *testing.T) {
 	}
 	jsonMux := http.NewServeMux()
 	jsonMux.Handle("POST /json", srv.JSONHandler())
+	scriptedJSON := http.NewServeMux()
+	scriptedJSON.Handle("POST /json", scripted.JSONHandler())
 	floorHTTP := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
@@ -113,6 +115,7 @@ func TestGRPCLoadFigures(t *testing.T) {
 		{name: "grpc-floor", addr: serveGRPC(t, floorServer{})}, {name: "grpc-rls+redis", addr: serveGRPC(t, srv)},
 		{name: "grpc-rls+script", addr: serveGRPC(t, scripted)},
 		{name: "http-floor", addr: serveHTTP(t, floorHTTP), http: true}, {name: "json-rls+redis", addr: serveHTTP(t, jsonMux), http: true},
+		{name: "json-rls+script", addr: serveHTTP(t, scriptedJSON), http: true},
 	}
 	if only := os.Getenv("MESHLIMIT_BENCH_ONLY"); only != "" { // e.g. "grpc-rls+redis" for a profile
 		phases = slices.DeleteFunc(phases, func(p struct {
@@ -154,7 +157,7 @@ func TestGRPCLoadFigures(t *testing.T) {
 		m := medianGRPC(results[p.name])
 		t.Logf("median %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms", p.name, m.rps, msOf(m.p50), msOf(m.p99))
 	}
-	for _, pair := range [][2]string{{"grpc-rls+redis", "grpc-floor"}, {"grpc-rls+script", "grpc-floor"}, {"json-rls+redis", "http-floor"}} {
+	for _, pair := range [][2]string{{"grpc-rls+redis", "grpc-floor"}, {"grpc-rls+script", "grpc-floor"}, {"json-rls+redis", "http-floor"}, {"json-rls+script", "http-floor"}} {
 		if len(results[pair[0]]) == 0 || len(results[pair[1]]) == 0 {
 			continue
 		}
