@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/redistest"
 )
 
 // Attacks on the reservations read from request bodies and the settlements read from answers: each
@@ -362,4 +363,42 @@ func TestABothScopesClientLeavingAnEventStreamEarlyKeepsBothReservations(t *test
 	}
 	_, ok = postJSON(t, b.VM(0), "alice", maxTokens(200))
 	assert.True(t, ok, "the other proxy's local half is its own: 200 fit both")
+}
+
+// TestAClientWhoseBodyNeverEndsIsStillCountedByTheGlobalRulesThatReadNoBody: a global rule of 3
+// requests per minute per user, and a global token budget reserved from the body. A client sends
+// headers and a body it never finishes, again and again, to hold upstream requests open. The rule
+// that reads no body decides each request with its headers: the fourth is answered 429 at once and
+// never reaches the upstream; the three stalled ones are charged the body rule's default when they
+// end.
+func TestAClientWhoseBodyNeverEndsIsStillCountedByTheGlobalRulesThatReadNoBody(t *testing.T) {
+	redis := redistest.Start(t)
+	svc := startSettleService(t, redis.Addr())
+	cfg := globalBodyBudget("global", `, {"name": "per-user", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "3/m"}]}`)
+	p := load(t, module(t, "meshlimit"), cfg, 1, toReplica(svc.addr))
+	var stalled []*envoyhost.Stream
+	for i := range 3 {
+		s, ok := openHeaders(t, p.VM(0), "mallory")
+		require.True(t, ok, "request %d: within 3/m", i)
+		assert.NotNil(t, s.UpstreamHeaders(), "request %d: the headers went upstream", i)
+		act, err := s.SendRequestBody([]byte(`{"max_tokens": `), false)
+		require.NoError(t, err)
+		assert.Equal(t, envoyhost.ActionPause, act, "request %d: the body is held, never ended", i)
+		stalled = append(stalled, s)
+	}
+	s, ok := openHeaders(t, p.VM(0), "mallory")
+	assert.False(t, ok, "the fourth request is denied with its headers")
+	require.NotNil(t, s.LocalReply())
+	assert.Equal(t, 429, s.LocalReply().Status)
+	assert.Nil(t, s.UpstreamHeaders(), "and never reaches the upstream")
+	assert.Equal(t, "per-user", s.FilterState()["wasm.meshlimit.rule"])
+	require.NoError(t, s.Close())
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.per-user.limited"))
+	assert.Equal(t, int64(4), counter(p, "meshlimit.global.calls"), "one call per request, with its headers; none with a body")
+	for _, s := range stalled {
+		require.NoError(t, s.Close())
+	}
+	svc.waitSettles(t, 3)
+	assert.Equal(t, int64(3), counter(p, "meshlimit.rule.tokens.settle_kept"), "each stalled request is charged the body rule's default")
+	assert.Zero(t, counter(p, "meshlimit.panics"))
 }

@@ -473,29 +473,134 @@ func TestGlobalClientsThatReserveOneTokenAndUseTenThousandPutTheKeyIntoADebtOfAt
 	settleAnswer(t, s, 200, "application/json", usageOf(500))
 }
 
-// TestAGlobalBodyRuleTakesEveryGlobalItemOfTheRequestIntoOneCallMadeWithTheBody: a request with a
-// global rule reading the body, a global rule counting calls and a local rule: the local rule
-// decides with the headers (a denial there waits for nothing), both global rules go in the one call
-// made once the body is read.
-func TestAGlobalBodyRuleTakesEveryGlobalItemOfTheRequestIntoOneCallMadeWithTheBody(t *testing.T) {
+// openHeaders sends the headers of a POST of user that a body will follow, with extra headers, and
+// waits for the filter's decision on them: the stream, still open, and whether they went upstream.
+func openHeaders(t *testing.T, vm *envoyhost.VM, user string, extra ...[2]string) (*envoyhost.Stream, bool) {
+	t.Helper()
+	s := vm.NewStream(envoyhost.StreamInfo{SourceAddress: "10.0.0.1:40000"})
+	h := envoyhost.Headers{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "llm.test"},
+		{":scheme", "http"}, {"x-user", user}, {"content-type", "application/json"}}
+	_, err := s.SendRequestHeaders(append(h, extra...), false)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	act, err := s.Wait(ctx)
+	require.NoError(t, err)
+	return s, act == envoyhost.ActionContinue
+}
+
+// finishBody sends the rest of a request's body and waits for the filter's decision on it: whether
+// the request was admitted (the body went on) or answered with a 429.
+func finishBody(t *testing.T, s *envoyhost.Stream, body string) bool {
+	t.Helper()
+	_, err := s.SendRequestBody([]byte(body), true)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	act, err := s.Wait(ctx)
+	require.NoError(t, err)
+	if act != envoyhost.ActionContinue {
+		require.NotNil(t, s.LocalReply())
+		assert.Equal(t, 429, s.LocalReply().Status)
+		return false
+	}
+	return true
+}
+
+// TestAGlobalRuleThatReadsNoBodyIsDecidedWithTheHeadersWhileABodyRuleWaitsForTheBody: a request
+// with a global rule reading the body, a global rule counting calls and a local rule. The local
+// rule and the counting rule decide with the headers (a denial there waits for no body, and the
+// headers never reach the upstream); only the body rule waits for the body, in a call of its own.
+func TestAGlobalRuleThatReadsNoBodyIsDecidedWithTheHeadersWhileABodyRuleWaitsForTheBody(t *testing.T) {
 	clock := envoyhost.NewClock(epoch)
 	svc := startService(t, clock)
 	cfg := globalBodyBudget("global", `, {"name": "calls", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "2/d", "name": "calls"}]},
 		{"name": "local", "key": [{"header": "x-user"}], "limits": [{"rate": "3/d", "name": "local"}]}`)
 	p := load(t, module(t, "meshlimit"), cfg, 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
-	for i, want := range []bool{true, true, false} {
-		s, ok := postJSON(t, p.VM(0), "alice", maxTokens(100))
-		require.Equal(t, want, ok, "request %d", i)
-		if ok {
-			settleAnswer(t, s, 200, "application/json", usageOf(100))
-		}
+	for i := range 2 {
+		s, ok := openHeaders(t, p.VM(0), "alice")
+		require.True(t, ok, "request %d: the headers are admitted", i)
+		assert.NotNil(t, s.UpstreamHeaders(), "request %d: the headers went on before the body", i)
+		assert.Equal(t, int64(2*i+1), counter(p, "meshlimit.global.calls"), "request %d: the headers' call", i)
+		require.True(t, finishBody(t, s, maxTokens(100)), "request %d", i)
+		assert.Equal(t, int64(2*i+2), counter(p, "meshlimit.global.calls"), "request %d: the body's call", i)
+		settleAnswer(t, s, 200, "application/json", usageOf(100))
 	}
-	assert.Equal(t, int64(3), counter(p, "meshlimit.global.calls"), "one call per request, with both global rules")
+	s, ok := openHeaders(t, p.VM(0), "alice")
+	assert.False(t, ok, "the third call of 2/d is denied with its headers")
+	require.NotNil(t, s.LocalReply())
+	assert.Equal(t, 429, s.LocalReply().Status)
+	assert.Nil(t, s.UpstreamHeaders(), "denied headers never reach the upstream")
+	assert.Equal(t, "calls", s.FilterState()["wasm.meshlimit.rule"])
+	require.NoError(t, s.Close())
+	assert.Equal(t, int64(5), counter(p, "meshlimit.global.calls"), "no body call for a request denied with its headers")
 	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.calls.limited"))
-	_, ok := postJSON(t, p.VM(0), "alice", maxTokens(100))
+	assert.Equal(t, int64(2), counter(p, "meshlimit.rule.tokens.allowed"), "the denied request never reserved tokens")
+	assert.Zero(t, counter(p, "meshlimit.rule.tokens.settle_kept"), "nor is it charged the body rule's default")
+	_, ok = openHeaders(t, p.VM(0), "alice")
 	assert.False(t, ok, "the local rule's third of 3 was spent by the denied request")
 	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.local.limited"))
-	assert.Equal(t, int64(3), counter(p, "meshlimit.global.calls"), "denied with the headers: no call")
+	assert.Equal(t, int64(5), counter(p, "meshlimit.global.calls"), "denied by the local rule: no call")
+	assert.Zero(t, counter(p, "meshlimit.panics"))
+}
+
+// TestARequestWithBothKindsOfGlobalRulesMakesOneCallAtTheHeadersAndOneWithTheBody: the call made
+// with the headers carries the rule that reads no body, the one made with the body the rule that
+// reads it; the quota the answer reports names both, and each reservation settles.
+func TestARequestWithBothKindsOfGlobalRulesMakesOneCallAtTheHeadersAndOneWithTheBody(t *testing.T) {
+	redis := redistest.Start(t)
+	svc := startSettleService(t, redis.Addr())
+	cfg := globalBodyBudget("global", `, {"name": "budget", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "5000/d", "name": "budget"}],
+		"cost": {"header": "x-cost", "default": 1, "settle": {"response_header": "x-used"}}}`)
+	p := load(t, module(t, "meshlimit"), cfg, 1, toReplica(svc.addr))
+	s, ok := openHeaders(t, p.VM(0), "alice", [2]string{"x-cost", "2000"})
+	require.True(t, ok)
+	assert.Equal(t, int64(1), counter(p, "meshlimit.global.calls"), "the headers' call, made before any body")
+	assert.Empty(t, s.UpstreamBody())
+	require.True(t, finishBody(t, s, maxTokens(300)))
+	assert.Equal(t, int64(2), counter(p, "meshlimit.global.calls"), "the body's call")
+	assert.Equal(t, []byte(maxTokens(300)), s.UpstreamBody(), "the held body went on whole")
+	h := envoyhost.Headers{{":status", "200"}, {"content-type", "application/json"}, {"x-used", "500"}}
+	_, err := s.SendResponseHeaders(h, false)
+	require.NoError(t, err)
+	rl, _ := s.DownstreamHeaders().Get("ratelimit")
+	assert.Contains(t, rl, `"tokens";r=700;`, "the body's reservation of 300")
+	assert.Contains(t, rl, `"budget";r=3000;`, "the headers' reservation of 2000")
+	_, err = s.SendResponseBody([]byte(usageOf(100)), true)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	svc.waitSettles(t, 2)
+	assert.Equal(t, int64(1500+200), counter(p, "meshlimit.rule.budget.settle_refund")+counter(p, "meshlimit.rule.tokens.settle_refund"))
+	s, ok = openHeaders(t, p.VM(0), "alice", [2]string{"x-cost", "4500"})
+	require.True(t, ok, "500 of 5000 used: 4500 fit")
+	require.True(t, finishBody(t, s, maxTokens(900)), "100 of 1000 used: 900 fit")
+	settleAnswer(t, s, 200, "application/json", usageOf(900))
+	assert.Zero(t, counter(p, "meshlimit.global.failures"))
+	assert.Zero(t, counter(p, "meshlimit.panics"))
+}
+
+// TestABodyStageDenialRefundsWhatTheHeadersStageReserved: the headers' call reserves 600 of a
+// budget that settles; the body's call then denies the request (its max_tokens does not fit). The
+// request never reached the upstream but for its headers: the 600 are refunded, the rule that
+// denied is named, and a request reserving the whole budget fits.
+func TestABodyStageDenialRefundsWhatTheHeadersStageReserved(t *testing.T) {
+	redis := redistest.Start(t)
+	svc := startSettleService(t, redis.Addr())
+	cfg := globalBodyBudget("global", `, {"name": "budget", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/d", "name": "budget"}],
+		"cost": {"header": "x-cost", "default": 1, "settle": {"response_header": "x-used"}}}`)
+	p := load(t, module(t, "meshlimit"), cfg, 1, toReplica(svc.addr))
+	s, ok := openHeaders(t, p.VM(0), "alice", [2]string{"x-cost", "600"})
+	require.True(t, ok, "600 of the budget's 1000 reserved with the headers")
+	assert.False(t, finishBody(t, s, maxTokens(2000)), "2000 tokens of 1000: denied with the body")
+	assert.Equal(t, "tokens", s.FilterState()["wasm.meshlimit.rule"], "the body's rule denied")
+	require.NoError(t, s.Close())
+	svc.waitSettles(t, 1)
+	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.tokens.limited"))
+	s, ok = openHeaders(t, p.VM(0), "alice", [2]string{"x-cost", "1000"})
+	require.True(t, ok, "the 600 of the denied request were refunded")
+	require.True(t, finishBody(t, s, maxTokens(1000)), "the denied request reserved no tokens")
+	settleAnswer(t, s, 200, "application/json", usageOf(1000))
+	assert.Zero(t, counter(p, "meshlimit.panics"))
 }
 
 // TestAScopeBothRuleSettlesLocallyAndGlobally: two proxies on one Redis. A rule of both scopes

@@ -12,9 +12,9 @@ import (
 // OnHttpRequestBody implements types.HttpContext. Only a stream with reservations looks at the
 // request body: it counts the bytes, and while a rule waits to reserve from the body it holds the
 // body (StopIterationAndBuffer: Envoy then calls again with size the whole buffered body) until it
-// ends or passes max_body. When global items wait for the body too, the call to the service is made
-// then, and the body stays held until the answer resumes the request (settle_global.go). A panic is
-// recovered: the body goes on.
+// ends or passes max_body. When global items that read the body wait for it too, their call to the
+// service is made then, and the body stays held until the answer resumes the request
+// (settle_global.go). A panic is recovered: the body goes on.
 func (h *httpContext) OnHttpRequestBody(size int, eos bool) (act types.Action) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -109,10 +109,8 @@ func (h *httpContext) bodyLimit() int {
 		limit = max(limit, pb.rs.rule.MaxBody())
 	}
 	if h.settle.global {
-		for i := range h.globals {
-			if it := &h.globals[i]; it.fromBody {
-				limit = max(limit, it.rs.rule.MaxBody())
-			}
+		for i := range h.settle.bodyItems {
+			limit = max(limit, h.settle.bodyItems[i].rs.rule.MaxBody())
 		}
 	}
 	return limit

@@ -321,6 +321,9 @@ func (h *httpContext) finishGlobal(denied, paused bool, now int64) types.Action 
 		h.deny()
 		return types.ActionPause
 	}
+	if st := h.settle; st != nil && st.global {
+		h.keepForBody() // settle_global.go: the headers' decision; the body's items are still to come
+	}
 	if len(s.outcomes) > 0 && h.plugin.cfg.Response.QuotaHeadersOnAllowed {
 		h.quota = append(h.inline[:0], s.outcomes...)
 	}

@@ -106,7 +106,7 @@ type settling struct {
 	res       []reservation
 	pend      []pendingBody
 	buffering bool // the request body is held until it ends, for a pending reservation
-	global    bool // the request's global items (h.globals) wait for the body (settle_global.go)
+	global    bool // global items that read the body wait for it (bodyItems; settle_global.go)
 	sent      bool // the body stage paused the request: for the service's answer or a shaping delay
 	reqBytes  int64
 	respBytes int64
@@ -119,6 +119,8 @@ type settling struct {
 	body      []byte // the response body copied so far, at most maxBody
 	cut       bool   // the response body passed maxBody
 	events    rules.SSE
+	// bodyItems are the request's global items that wait for the body (settle_global.go).
+	bodyItems []globalItem
 }
 
 // deferToBody records a rule that reserves from the request body, instead of deciding it now, and
@@ -245,7 +247,7 @@ func (h *httpContext) settleDone() {
 		p.adjust(&r, def, now)
 	}
 	if st.global {
-		h.chargeUnsent(now) // settle_global.go: the same, for the global items that waited
+		h.chargeUnsent(st, now) // settle_global.go: the same, for the global items that waited
 	}
 	if st.readJSON && !st.sse && st.respEnded && !st.cut {
 		for i := range st.res {

@@ -107,19 +107,25 @@ func (p *pluginContext) onSettleAnswer(m *settleRule, numHeaders int) {
 }
 
 // A global rule that reserves from the request body (request_json) cannot be decided with the
-// request headers. When one applies, every global item of the request waits for the body and goes
-// in the one call made then (the local rules are decided with the headers as always, a local rule
-// reading the body with the body): the headers continue, the body is held (StopIterationAndBuffer,
-// at most the largest max_body of the rules reading it, plus what arrives while the call is out)
-// until it ends or passes that bound, the reservations are read from it (a bad body reserves the
-// default and counts bad_body, as locally), and the call is made with the request paused at the
-// body stage; the answer resumes it (the held body goes on) or denies it (the local reply; the
-// upstream, which may have seen the headers, is reset). A request whose headers end it reserves
-// the default at once; one whose body never ends is charged the default of each such rule when the
-// stream ends (a settle, which may put the key into debt), as locally.
+// request headers; every other global rule of the request must be, as if no rule read the body: a
+// rule that reads no body never waits for one (a client whose body never ends would otherwise hold
+// its request open upstream, the headers gone on, without counting against a per-request limit).
+// So a request with both kinds makes two calls: the items that read no body go in the call made
+// with the headers (paused; a denial answers at once, an admission resumes them), and the items that
+// read the body wait for it and go in the call made then. The local rules are decided with the
+// headers as always, a local rule reading the body with the body. At the body stage the body is held
+// (StopIterationAndBuffer, at most the largest max_body of the rules reading it, plus what arrives
+// while the call is out) until it ends or passes that bound, the reservations are read from it (a
+// bad body reserves the default and counts bad_body, as locally), and the call is made with the
+// request paused at the body stage; the answer resumes it (the held body goes on) or denies it (the
+// local reply; the upstream, which has seen the headers, is reset, and what the headers' call
+// reserved is refunded). A request whose headers end it reserves the default at once; one whose
+// body never ends is charged the default of each rule reading the body when the stream ends (a
+// settle, which may put the key into debt), as locally.
 
-// deferGlobal keeps the current request's global items for the body stage when one of them reads
-// its cost from the request body, and reports whether it did.
+// deferGlobal keeps, for the body stage, the current request's global items that read their cost
+// from the request body, taking them out of the scratch list, and reports whether no item is left
+// to decide with the headers (then the headers continue at once).
 func (h *httpContext) deferGlobal() bool {
 	s := &h.plugin.scratch
 	wants := false
@@ -132,19 +138,34 @@ func (h *httpContext) deferGlobal() bool {
 	if h.settle == nil {
 		h.settle = &settling{}
 	}
-	h.settle.global = true
-	h.globals = append(h.globals[:0], s.globals...)
-	for i := range h.globals {
-		h.settle.askReadable(h.globals[i].rs)
+	st := h.settle
+	st.global = true
+	kept := s.globals[:0]
+	for _, it := range s.globals {
+		if !it.fromBody {
+			kept = append(kept, it)
+			continue
+		}
+		st.bodyItems = append(st.bodyItems, it)
+		st.askReadable(it.rs)
 	}
+	s.globals = kept
 	h.localOutcomes = append(h.localOutcomes[:0], s.outcomes...)
 	h.delay = s.delay
-	return true
+	return len(kept) == 0
 }
 
-// callWithBody decides a request whose global items waited for its body, read up to max_body
-// (complete when it ended within): the local rules that waited for the body first, then every
-// global item in one call (checkGlobal), which pauses the request at the body stage.
+// keepForBody, when the headers' global decision admits a request whose body-reading items wait
+// for the body, carries what the headers decided into the body stage: the outcomes (for the quota
+// headers and a denial's fields); the shaping delay is spent with the headers.
+func (h *httpContext) keepForBody() {
+	h.localOutcomes = append(h.localOutcomes[:0], h.plugin.scratch.outcomes...)
+	h.delay = 0
+}
+
+// callWithBody decides a request whose body-reading global items waited for its body, read up to
+// max_body (complete when it ended within): the local rules that waited for the body first, then
+// those global items in one call (checkGlobal), which pauses the request at the body stage.
 func (h *httpContext) callWithBody(body []byte, complete bool) types.Action {
 	p, st := h.plugin, h.settle
 	s := &p.scratch
@@ -152,11 +173,10 @@ func (h *httpContext) callWithBody(body []byte, complete bool) types.Action {
 	now := abi.UnixNano()
 	h.restoreScratch()
 	s.resp.denier = nil
-	s.globals = append(s.globals[:0], h.globals...)
+	s.globals = append(s.globals[:0], st.bodyItems...)
 	for i := range s.globals {
-		if it := &s.globals[i]; it.fromBody {
-			it.cost = p.bodyCost(it.rs, body, complete, it.rs.rule.Scope == rules.ScopeGlobal) // both: counted once, locally
-		}
+		it := &s.globals[i]
+		it.cost = p.bodyCost(it.rs, body, complete, it.rs.rule.Scope == rules.ScopeGlobal) // both: counted once, locally
 	}
 	if h.decidePending(body, complete, now) {
 		h.deny()
@@ -197,16 +217,13 @@ func (h *httpContext) held() bool {
 }
 
 // chargeUnsent charges, when the stream ends, the global items that waited for a body that never
-// came: each one reading its cost from the body is charged its default, as a settle (which may put
-// the key into debt), and counted as kept. The request was never decided: the other global items are
-// not charged (it never reached the upstream but for its headers).
-func (h *httpContext) chargeUnsent(now int64) {
+// came: each one (they all read their cost from the body) is charged its default, as a settle
+// (which may put the key into debt), and counted as kept. The other global items of the request
+// were decided with its headers.
+func (h *httpContext) chargeUnsent(st *settling, now int64) {
 	p := h.plugin
-	for i := range h.globals {
-		it := &h.globals[i]
-		if !it.fromBody {
-			continue
-		}
+	for i := range st.bodyItems {
+		it := &st.bodyItems[i]
 		def, _ := it.rs.rule.Cost(&p.scratch.req) // a request_json rule's cost before the body: its default
 		r := reservation{rs: it.rs, key: it.key, at: now, spec: it.spec}
 		for k := range it.spec {
