@@ -83,8 +83,6 @@ test-v8: need-node wasm ## the shared scenarios (e2e/scenarios) on V8 and on waz
 bench-lifecycle: need-node wasm ## the request lifecycle on wazero and on V8, side by side (CPU time, alternated)
 	$(GO) test -run='^$$' -bench='^BenchmarkLifecycleAlternated$$' -count=$(BENCHCOUNT) ./e2e/ | tee $(BUILD)/bench-lifecycle.txt
 	node e2e/v8host/table.js $(BUILD)/bench-lifecycle.txt
-	@echo "response counting and settling (wazero only), against allowed (the same rule charged on arrival):"
-	@awk -v bench='^BenchmarkLifecycleAlternated/wazero' -v units='^(allowed|countonpass|counted401|settleheader)-' -f scripts/bench-medians.awk $(BUILD)/bench-lifecycle.txt
 
 bench-buffering: wasm ## memory bound of buffering: linear memory per open stream holding max_body (JSON, SSE, request) vs a rule reading no body
 	$(GO) test -run='^$$' -bench='^BenchmarkBufferingMemory$$' -benchtime=3x -count=3 ./e2e/ | tee $(BUILD)/bench-buffering.txt

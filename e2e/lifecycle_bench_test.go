@@ -33,8 +33,8 @@ var lifecycleCases = []lifecycleCase{
 	{"denied", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1/h"}]}]}`, nil},
 }
 
-// lifecycleResponseCases run after lifecycleCases in the same alternated run, on wazero only (the V8
-// host's bench.js has no response cases): the per-request cost of reading the response, against
+// lifecycleResponseCases run after lifecycleCases in the same alternated run, on both engines (the
+// V8 side in v8host/bench.js, in the same order): the per-request cost of reading the response, against
 // "allowed", the same rule charged on arrival. count_on with an answer it does not count (a check on
 // the request, nothing on the response), with one it counts (a check, then the charge on the
 // response), and a reservation of 1 settled from a response header saying 3 (a charge, then an
@@ -172,7 +172,7 @@ func lifecycleOnV8(b *testing.B) []lifecycleFigures {
 			GuestAllocs float64 `json:"guestallocs"`
 		} `json:"cases"`
 	}
-	if err := json.Unmarshal(out, &res); err != nil || len(res.Cases) != len(lifecycleCases) {
+	if err := json.Unmarshal(out, &res); err != nil || len(res.Cases) != len(lifecycleCases)+len(lifecycleResponseCases) {
 		b.Fatalf("v8host bench: %v: %s", err, out)
 	}
 	figs := make([]lifecycleFigures, len(res.Cases))
@@ -184,7 +184,7 @@ func lifecycleOnV8(b *testing.B) []lifecycleFigures {
 
 // reportLifecycle reports, per case, CPU ns per request, its ratio to the floor and its overhead
 // over the floor as a multiple of the floor, then the calls across the boundary per request. figs
-// are the figures of the first cases of allLifecycleCases (V8 runs only lifecycleCases).
+// are the figures of the first cases of allLifecycleCases (V8 runs all but -lifecycle.against's).
 func reportLifecycle(b *testing.B, figs []lifecycleFigures) {
 	b.StopTimer()
 	floor := figs[0].cpuNs

@@ -3,7 +3,7 @@
 //
 // Lifecycle: one whole request (context create, request headers, response headers and body, log, done,
 // delete) through the pass-through module (the floor) and through meshlimit allowed with quota
-// headers, allowed without them, and denied. The cases run alternated, batch by batch, in one warm
+// headers, allowed without them, and denied, then three cases that read the response. The cases run alternated, batch by batch, in one warm
 // process, and are timed in CPU time (process.cpuUsage), so that their ratios mean something on a
 // shared machine. Host calls, guest calls (exports and the allocator) and guest allocations are
 // counted per request; they are deterministic.
@@ -17,11 +17,21 @@ const { upstream } = require('./scenario');
 
 const rule = (rate, extra = '') => `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"${rate}"}]}]${extra}}`;
 
+const countOn = '{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}],"count_on":{"status":["401"],"penalty":"1m"}}]}';
+const settleHeader = '{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}],"cost":{"default":1,"max":100,"settle":{"response_header":"x-cost"}}}]}';
+const answer = (status, extra) => ({ headers: [[':status', status], ['content-type', 'text/plain'], ...extra], body: 'ok' });
+
 const cases = [
   { name: 'passthrough', module: 'passthrough', config: '{}' },
   { name: 'meshlimit/allowed', module: 'meshlimit', config: rule('1000000000/s') },
   { name: 'meshlimit/allowed-no-quota-headers', module: 'meshlimit', config: rule('1000000000/s', ',"response":{"quota_headers_on_allowed":false}') },
   { name: 'meshlimit/denied', module: 'meshlimit', config: rule('1/h') },
+  // Reading the response (e2e/lifecycle_bench_test.go's lifecycleResponseCases, in the same order):
+  // count_on with an answer it does not count, with a 401 it counts, and a reservation of 1 settled
+  // from a response header saying 3.
+  { name: 'meshlimit/countonpass', module: 'meshlimit', config: countOn },
+  { name: 'meshlimit/counted401', module: 'meshlimit', config: countOn, resp: answer('401', []) },
+  { name: 'meshlimit/settleheader', module: 'meshlimit', config: settleHeader, resp: answer('200', [['x-cost', '3']]) },
 ];
 
 const benchRequest = {
@@ -43,13 +53,13 @@ function lifecycle(wasm, rounds, batch) {
     const p = new Plugin({ vmId: c.module, rootId: c.module, pluginConfig: c.config, workers: 1, logLevel: LogLevel.info, module: modules[c.module] }).load(bytes);
     return { c, p, vm: p.vms[0], cpu: 0, wall: 0n, n: 0, perRound: [] };
   });
-  for (const s of states) for (let i = 0; i < 2000; i++) roundTrip(s.vm, benchRequest, upstream); // warm up
+  for (const s of states) for (let i = 0; i < 2000; i++) roundTrip(s.vm, benchRequest, s.c.resp || upstream); // warm up
   const counts = states.map((s) => [s.vm.hostCalls, s.vm.guestCalls, s.vm.guestAllocs, new Map(s.vm.callsByName)]);
   for (let r = 0; r < rounds; r++) {
     for (const s of states) {
       const c0 = cpuNs();
       const w0 = process.hrtime.bigint();
-      for (let i = 0; i < batch; i++) roundTrip(s.vm, benchRequest, upstream);
+      for (let i = 0; i < batch; i++) roundTrip(s.vm, benchRequest, s.c.resp || upstream);
       const cpu = cpuNs() - c0;
       s.wall += process.hrtime.bigint() - w0;
       s.cpu += cpu;

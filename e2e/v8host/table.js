@@ -24,8 +24,12 @@ const header = ['case'];
 for (const e of engines) header.push(`${e} CPU µs/req`, `${e} overhead ×floor`);
 header.push('host calls/req', 'guest allocs/req', 'guest calls/req (v8)');
 const rows = [header];
-for (const c of ['floor', 'allowed', 'noquota', 'denied']) {
-  const row = [{ floor: 'pass-through (floor)', allowed: 'allowed, quota headers', noquota: 'allowed, no quota headers', denied: 'denied' }[c]];
+const names = {
+  floor: 'pass-through (floor)', allowed: 'allowed, quota headers', noquota: 'allowed, no quota headers', denied: 'denied',
+  countonpass: 'count_on, answer not counted', counted401: 'count_on, 401 counted', settleheader: 'settled from a response header',
+};
+for (const c of Object.keys(names).filter((k) => engines.some((e) => runs[e][`${k}-cpu-ns/req`]))) {
+  const row = [names[c]];
   for (const e of engines) {
     row.push(fmt(median(runs[e][`${c}-cpu-ns/req`]) / 1000, 2), c === 'floor' ? '-' : fmt(median(runs[e][`${c}-overhead-x`]), 2));
   }
