@@ -59,3 +59,22 @@ func TestTheProtocolOnARedisCluster(t *testing.T) {
 func TestTheProtocolInMemory(t *testing.T) {
 	exercise(t, newFixture(t, memoryStore(t), HeadersOff))
 }
+
+// TestAFixedWindowCounterOnRedisIsOneRoundTripWithNoScript: the fronts' counters cost Redis an
+// INCRBY and a PEXPIRE NX, not a Lua script (a sixth of the Redis CPU).
+func TestAFixedWindowCounterOnRedisIsOneRoundTripWithNoScript(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	f := newFixture(t, redisStore(t, rs.Addr()), HeadersOff)
+	_, err := rs.Do("CONFIG", "RESETSTAT")
+	require.NoError(t, err)
+	for range 5 {
+		f.call(req("edge_proxy_per_ip", desc("remote_address", "7.7.7.7")))
+	}
+	stats, err := rs.Do("INFO", "commandstats")
+	require.NoError(t, err)
+	assert.NotContains(t, stats, "cmdstat_evalsha")
+	assert.NotContains(t, stats, "cmdstat_eval:")
+	assert.Contains(t, stats, "cmdstat_incrby:calls=5,")
+	assert.Contains(t, stats, "cmdstat_pexpire:calls=5,")
+}
