@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/algorithms"
@@ -133,6 +134,16 @@ func TestLoadFigures(t *testing.T) {
 					name, m.rps/f.rps, medianOf(ratios), fmtRatios(ratios), ms(m.p99), ms(f.p99), f.cpuUs/m.cpuUs, errs, n, 100*float64(errs)/float64(n))
 			}
 		}
+	}
+	for _, h := range []*Handler{withRedis, withMemory} {
+		var kinds []string
+		for k := range numErrKinds {
+			var m dto.Metric
+			if h.metrics.errors[k].Write(&m) == nil && m.GetCounter().GetValue() > 0 {
+				kinds = append(kinds, fmt.Sprintf("%s %.0f", errKindNames[k], m.GetCounter().GetValue()))
+			}
+		}
+		t.Logf("errors by kind, %T store (warm-up included): %v", h.store, kinds)
 	}
 	if _, ok := med["service+redis"]; !ok || os.Getenv("MESHLIMIT_BENCH_NO_REDIS_BENCHMARK") == "1" {
 		return
