@@ -52,7 +52,9 @@ const DefaultFlushDelay = 100 * time.Microsecond
 // of the algorithm's Lua script (lua/*.lua), which reads the state, decides with the same
 // integer arithmetic as package algorithms, writes the state back with a PEXPIRE of
 // Limit.TTL, and takes the time from Redis TIME. The client pipelines concurrent calls over a
-// few connections and reloads a script that Redis reports missing (NOSCRIPT).
+// few connections and reloads a script that Redis reports missing (NOSCRIPT). CountWindow's
+// counters need no script (countWindow): they are timed by an estimate of Redis TIME that
+// the store keeps, re-reading TIME every second until Close.
 type RedisStore struct {
 	client  rueidis.Client
 	prefix  string
@@ -156,8 +158,12 @@ func (s *RedisStore) key(kind, key string) string { return s.keyAt(kind, -1, key
 // keyAt returns KeyPrefix + "{" + tag + "}:" + kind + ":" + key, with ":" + at after kind
 // when at >= 0, in one allocation.
 func (s *RedisStore) keyAt(kind string, at int64, key string) string {
+	n := len(s.prefix) + 20 + len(kind) + len(key) // prefix, {16 hex digits}, two ':'
+	if at >= 0 {
+		n += 21 // up to 20 digits and a ':'
+	}
 	var b strings.Builder
-	b.Grow(len(s.prefix) + 42 + len(kind) + len(key))
+	b.Grow(n)
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
 	h := fnv.String(key)
