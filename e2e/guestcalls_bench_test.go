@@ -112,8 +112,12 @@ func countCalls(tb testing.TB, c lifecycleCase, n int, b *testing.B) callsPerReq
 	defer p.Close()
 	vm := p.VM(0)
 	req := get("bench.example", "/api/items?page=2", "203.0.113.77", [2]string{"user-agent", "bench"})
+	resp := ok200
+	if c.resp != nil {
+		resp = c.resp
+	}
 	round := func() {
-		if _, err := vm.RoundTrip(context.Background(), req, ok200); err != nil {
+		if _, err := vm.RoundTrip(context.Background(), req, resp); err != nil {
 			tb.Fatal(err)
 		}
 	}

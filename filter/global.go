@@ -325,7 +325,7 @@ func (h *httpContext) finishGlobal(denied, paused bool, now int64) types.Action 
 		h.keepForBody() // settle_global.go: the headers' decision; the body's items are still to come
 	}
 	if len(s.outcomes) > 0 && h.plugin.cfg.Response.QuotaHeadersOnAllowed {
-		h.quota = append(h.inline[:0], s.outcomes...)
+		h.setQuota(s.outcomes)
 	}
 	if s.delay > 0 {
 		h.plugin.shaper.hold(h.id, now+s.delay)

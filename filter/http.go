@@ -22,6 +22,7 @@ type scratch struct {
 	globals  []globalItem // the global rules that apply to the current request
 	key      []byte
 	outcomes []rules.Outcome
+	respHdr  []byte // a response header value just read (responseHeader)
 	fields   []rules.Field
 	buf      []byte
 	local    rules.LocalResponse
@@ -41,12 +42,14 @@ type httpContext struct {
 	id     uint32
 	quota  []rules.Outcome // what to report on the upstream's response; nil when nothing
 	inline [2]rules.Outcome
+	spare  []rules.Outcome // a larger array for quota, kept when the context is recycled
 
 	globals       []globalItem    // while waiting for the global service: what it was asked
 	localOutcomes []rules.Outcome // and the outcomes of the local rules already decided
 	delay         int64           // and the shaping delay they asked for
 	deadline      int64           // and when to stop waiting (unix ns); 0 when not waiting
 	settle        *settling       // the reservations to settle when the stream ends (settle.go)
+	settleMem     *settling       // the settling newSettling reuses, kept when the context is recycled
 
 	permits   []heldPermit // the concurrency permits the stream holds, released when it ends
 	shedClass int          // the shedder's class of the slot the stream holds, if shedHeld
@@ -55,8 +58,9 @@ type httpContext struct {
 	admitted  int64 // when the shedder admitted the stream (unix ns)
 	responded int64 // when the upstream's response headers arrived (unix ns), or 0
 
-	charges  []charge // the counted rules' charges, decided by the response (respond.go)
-	charging bool     // the response waits for the service's answer to a charge
+	charges    []charge // the counted rules' charges, decided by the response (respond.go)
+	chargeKeys []byte   // the bytes of their keys
+	charging   bool     // the response waits for the service's answer to a charge
 }
 
 // OnHttpRequestHeaders implements types.HttpContext. It runs the matching rules in order, each against
@@ -81,8 +85,8 @@ func (h *httpContext) requestHeaders() types.Action {
 	s.globals = s.globals[:0]
 	s.delay = 0
 	s.deciding = -1
-	s.resp.charges, s.resp.denier = s.resp.charges[:0], nil
-	s.settle.res, s.settle.pend = s.settle.res[:0], s.settle.pend[:0]
+	s.resp.charges, s.resp.keys, s.resp.denier = s.resp.charges[:0], s.resp.keys[:0], nil
+	s.settle.res, s.settle.pend, s.settle.keys = s.settle.res[:0], s.settle.pend[:0], s.settle.keys[:0]
 	s.acquired = s.acquired[:0]
 	defer h.adoptPermits() // also after a panic: a permit taken is always released
 	now := abi.UnixNano()
@@ -115,7 +119,7 @@ func (h *httpContext) requestHeaders() types.Action {
 		return h.checkGlobal(now)
 	}
 	if len(s.outcomes) > 0 && p.cfg.Response.QuotaHeadersOnAllowed {
-		h.quota = append(h.inline[:0], s.outcomes...) // allocates only beyond two limits
+		h.setQuota(s.outcomes)
 	}
 	if s.delay > 0 {
 		p.shaper.hold(h.id, now+s.delay)
@@ -309,8 +313,23 @@ func (h *httpContext) recycle() {
 	if p.global != nil || len(p.scratch.free) >= maxFreeContexts {
 		return
 	}
-	*h = httpContext{}
+	spare, charges, keys, st := h.spare, h.charges, h.chargeKeys, h.settleMem
+	clear(spare[:cap(spare)]) // no outcome or charge keeps the old configuration's rules alive
+	clear(charges[:cap(charges)])
+	*h = httpContext{spare: spare[:0], charges: charges[:0], chargeKeys: keys[:0], settleMem: st}
 	p.scratch.free = append(p.scratch.free, h)
+}
+
+// setQuota keeps outcomes for the response's quota headers: in the context's inline array, or in
+// its spare one (allocated once per context, by the first request with more limits than inline
+// holds, and kept across recycling), so that a warm request allocates nothing whatever its limits.
+func (h *httpContext) setQuota(outcomes []rules.Outcome) {
+	if len(outcomes) <= len(h.inline) {
+		h.quota = append(h.inline[:0], outcomes...)
+		return
+	}
+	h.quota = append(h.spare[:0], outcomes...)
+	h.spare = h.quota[:0]
 }
 
 // OnHttpStreamDone implements types.HttpContext: a request that was still waiting for the service (the

@@ -32,15 +32,17 @@ import (
 
 // charge is one counted rule's pending charge for an admitted request.
 type charge struct {
-	rs   *ruleState
-	set  int    // the index of the limit set (an override's, or the rule's own)
-	key  string // the rule's key value
-	cost int64
+	rs     *ruleState
+	set    int    // the index of the limit set (an override's, or the rule's own)
+	key    string // the rule's key value (in the context's chargeKeys: valid while the stream lives)
+	keyLen int
+	cost   int64
 }
 
 // respondState is what the request path hands to the response path through the scratch space.
 type respondState struct {
-	charges []charge
+	charges []charge // their keys are keyed ranges of keys until keepCharges
+	keys    []byte
 	denier  *ruleState // the enforced rule that denied the current request, or nil
 	hash    []byte     // the denier's key hash, rendered (explain.go)
 }
@@ -89,7 +91,8 @@ func (p *pluginContext) checkCounted(rs *ruleState, set *rules.LimitSet, key []b
 	if p.count(rs, allowed, enforced) {
 		return true
 	}
-	s.resp.charges = append(s.resp.charges, charge{rs: rs, set: set.Index, key: string(key), cost: cost})
+	s.resp.keys = append(s.resp.keys, key...) // keepCharges gives the key its string
+	s.resp.charges = append(s.resp.charges, charge{rs: rs, set: set.Index, keyLen: len(key), cost: cost})
 	return false
 }
 
@@ -119,20 +122,39 @@ func (p *pluginContext) penalize(rs *ruleState, key string, idx int, until int64
 // keepCharges moves the charges of an admitted request from the scratch space to its context.
 func (h *httpContext) keepCharges() {
 	s := &h.plugin.scratch
+	h.chargeKeys = append(h.chargeKeys[:0], s.resp.keys...)
 	h.charges = append(h.charges[:0], s.resp.charges...)
+	off := 0
+	for i := range h.charges {
+		c := &h.charges[i]
+		c.key = bytesString(h.chargeKeys[off : off+c.keyLen])
+		off += c.keyLen
+	}
+}
+
+// responseHeader returns the first value of the response header name (as proxy_get_header_map_value
+// gives it), read into the plugin's scratch buffer: the value is valid until the next read, so the
+// caller uses it at once. It allocates nothing once the buffer has grown.
+func (p *pluginContext) responseHeader(name string) (string, bool) {
+	v, st := abi.GetHeader(abi.ResponseHeaders, name, p.scratch.respHdr)
+	p.scratch.respHdr = v
+	if st != abi.StatusOK {
+		return "", false
+	}
+	return bytesString(v), true
 }
 
 // responseHeaders reads the upstream's response headers for count_on: the first value of a header,
-// as Envoy's proxy_get_header_map_value returns it.
-type responseHeaders struct{}
+// as Envoy's proxy_get_header_map_value returns it (valid until the next read: a condition uses it
+// at once).
+type responseHeaders struct{ p *pluginContext }
 
 // HeaderValue implements rules.HeaderSource.
-func (responseHeaders) HeaderValue(name string, i int) (string, bool) {
+func (r responseHeaders) HeaderValue(name string, i int) (string, bool) {
 	if i > 0 {
 		return "", false
 	}
-	v, err := proxywasm.GetHttpResponseHeader(name)
-	return v, err == nil
+	return r.p.responseHeader(name)
 }
 
 // chargeCounted decides the charges of an admitted request from its response, and reports whether
@@ -142,10 +164,10 @@ func (h *httpContext) chargeCounted() (paused bool) {
 		return false
 	}
 	status := 0
-	if v, err := proxywasm.GetHttpResponseHeader(":status"); err == nil {
+	if v, ok := h.plugin.responseHeader(":status"); ok {
 		status, _ = strconv.Atoi(v)
 	}
-	var hs responseHeaders
+	hs := responseHeaders{h.plugin}
 	for i := range h.charges {
 		c := &h.charges[i]
 		if c.rs.rule.CountOn.Counts(status, hs) {

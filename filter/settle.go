@@ -2,6 +2,7 @@ package filter
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 
@@ -75,6 +76,7 @@ type reservation struct {
 	rs        *ruleState
 	set       int // the index of the limit set in rs.tables
 	key       string
+	keyLen    int // set by reserve: the key's bytes are in keys until resolveKeys
 	placement sharedstate.Placement
 	at        int64 // when it was admitted (unix ns)
 	reserved  int64
@@ -99,6 +101,7 @@ type settleScratch struct {
 	eos     bool // the request headers ended the request: no body will come
 	res     []reservation
 	pend    []pendingBody
+	keys    []byte // the bytes of the keys of res (resolveKeys)
 }
 
 // settling is what a stream with reservations keeps until it ends.
@@ -121,6 +124,36 @@ type settling struct {
 	events    rules.SSE
 	// bodyItems are the request's global items that wait for the body (settle_global.go).
 	bodyItems []globalItem
+	keys      []byte // the bytes of the keys of the reservations reserve made
+}
+
+// newSettling gives the stream a fresh settling: the one its context kept from an earlier stream
+// (arrays kept, everything else cleared), so that a warm request with reservations allocates none.
+func (h *httpContext) newSettling() *settling {
+	st := h.settleMem
+	if st == nil {
+		st = &settling{}
+		h.settleMem = st
+	} else {
+		res, pend, items, keys := st.res, st.pend, st.bodyItems, st.keys
+		clear(res[:cap(res)]) // nothing of an old stream keeps its rules alive
+		clear(pend[:cap(pend)])
+		clear(items[:cap(items)])
+		*st = settling{res: res[:0], pend: pend[:0], bodyItems: items[:0], keys: keys[:0]}
+	}
+	h.settle = st
+	return st
+}
+
+// resolveKeys gives the reservations reserve made (keyLen > 0, key unset) their keys, in keys.
+func resolveKeys(res []reservation, keys []byte) {
+	off := 0
+	for i := range res {
+		if r := &res[i]; r.keyLen > 0 && r.key == "" {
+			r.key = bytesString(keys[off : off+r.keyLen])
+			off += r.keyLen
+		}
+	}
 }
 
 // deferToBody records a rule that reserves from the request body, instead of deciding it now, and
@@ -147,27 +180,30 @@ func (p *pluginContext) reserve(rs *ruleState, set int, key []byte, out *shareds
 		return
 	}
 	s := &p.scratch.settle
-	s.res = append(s.res, reservation{rs: rs, set: set, key: string(key), placement: out.Placement, at: now, reserved: cost})
+	s.keys = append(s.keys, key...) // adoptSettles gives the reservation its key
+	s.res = append(s.res, reservation{rs: rs, set: set, keyLen: len(key), placement: out.Placement, at: now, reserved: cost})
 }
 
 // adoptSettles hands the current request's reservations to its stream; a denied request refunds
 // them at once.
 func (h *httpContext) adoptSettles(denied bool, now int64) {
 	s := &h.plugin.scratch.settle
-	defer func() { s.res, s.pend, s.eos = s.res[:0], s.pend[:0], false }()
+	defer func() { s.res, s.pend, s.keys, s.eos = s.res[:0], s.pend[:0], s.keys[:0], false }()
 	if len(s.res) == 0 && len(s.pend) == 0 {
 		return
 	}
 	if denied {
+		resolveKeys(s.res, s.keys)
 		for i := range s.res {
 			h.plugin.adjust(&s.res[i], -s.res[i].reserved, now)
 		}
 		return
 	}
-	st := &settling{}
+	st := h.newSettling()
+	st.keys = append(st.keys, s.keys...)
 	st.res = append(st.res, s.res...)
+	resolveKeys(st.res, st.keys)
 	st.pend = append(st.pend, s.pend...)
-	h.settle = st
 	for i := range st.res {
 		st.askReadable(st.res[i].rs)
 	}
@@ -211,17 +247,18 @@ func (h *httpContext) settleHeaders(eos bool) {
 	if st == nil {
 		return
 	}
-	v, _ := proxywasm.GetHttpResponseHeader(":status")
+	p := h.plugin
+	v, _ := p.responseHeader(":status")
 	st.status, _ = strconv.Atoi(v)
 	st.respEnded = eos
-	ct, _ := proxywasm.GetHttpResponseHeader("content-type")
-	st.sse = len(ct) >= 17 && asciiLower(ct[:17]) == "text/event-stream"
+	ct, _ := p.responseHeader("content-type")
+	st.sse = len(ct) >= 17 && strings.EqualFold(ct[:17], "text/event-stream")
 	for i := range st.res {
 		r := &st.res[i]
 		s := r.rs.rule.Settle()
 		switch s.Source {
 		case rules.SettleResponseHeader:
-			if hv, err := proxywasm.GetHttpResponseHeader(s.Header); err == nil {
+			if hv, ok := p.responseHeader(s.Header); ok {
 				r.value, r.found = r.rs.rule.SettledHeader(hv)
 			}
 		case rules.SettleResponseJSON:
@@ -333,20 +370,4 @@ func (p *pluginContext) adjust(r *reservation, delta, now int64) {
 	if _, err := s.settler.Adjust(t, []byte(r.key), r.placement, now, r.at, delta); err != nil {
 		proxywasm.LogWarnf("meshlimit: rule %s: settling %d units: %v", r.rs.rule.Name, delta, err)
 	}
-}
-
-// asciiLower lower-cases ASCII letters.
-func asciiLower(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= 'A' && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if c := b[j]; c >= 'A' && c <= 'Z' {
-					b[j] = c + 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return s
 }

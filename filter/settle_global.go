@@ -51,7 +51,7 @@ func (h *httpContext) reserveGlobal(decisions []wire.Decision, sent int64) {
 			continue
 		}
 		if h.settle == nil {
-			h.settle = &settling{}
+			h.newSettling()
 		}
 		h.settle.res = append(h.settle.res, reservation{rs: it.rs, key: it.key, at: sent, reserved: it.cost, spec: it.spec, charged: charged})
 		h.settle.askReadable(it.rs) // the request is still paused at its headers, unless at the body stage
@@ -136,7 +136,7 @@ func (h *httpContext) deferGlobal() bool {
 		return false
 	}
 	if h.settle == nil {
-		h.settle = &settling{}
+		h.newSettling()
 	}
 	st := h.settle
 	st.global = true
