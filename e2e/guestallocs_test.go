@@ -25,6 +25,7 @@ func TestAWarmRequestAllocatesNothingOnTheGuestHeap(t *testing.T) {
 		{"a count_on request whose 401 is counted", lifecycleResponseCases[1]},
 		{"a reservation settled from a response header", lifecycleResponseCases[2]},
 		{"an allowed request of a rule with three limits (more than the context keeps inline)", threeLimits},
+		{"a local rule's request in a plugin that also has a global service", withGlobalSection},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := countCalls(t, c.c, 200, nil)
@@ -37,6 +38,10 @@ func TestAWarmRequestAllocatesNothingOnTheGuestHeap(t *testing.T) {
 // threeLimits is a rule with three limits: more outcomes than a context keeps inline for its quota
 // headers (its spare array is allocated once and kept when the context is recycled).
 var threeLimits = lifecycleCase{"three", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"},{"rate":"1000000000/m"},{"rate":"1000000000/h"}]}]}`, nil}
+
+// withGlobalSection is a local rule in a plugin configured with a decision service (its reset log
+// not read): a stream that made no call to the service is recycled like any other.
+var withGlobalSection = lifecycleCase{"global-section", "meshlimit", `{"global":{"cluster":"outbound|8081||meshlimit","reset_poll":"off"},"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}]}`, nil}
 
 // The counter above does see an allocation: at log level debug, the filter formats a debug line
 // for each decision (fmt allocates), which is why debug is not a level for production traffic.

@@ -153,6 +153,7 @@ func (h *httpContext) checkGlobal(now int64) types.Action {
 		return h.finishGlobal(h.fallback(s.globals, now), false, now)
 	}
 	g.metrics.calls.Increment(1)
+	h.calls++ // onGlobalResponse is bound to h: h is not recycled until it has run
 	// Other requests reuse the scratch space while this one waits: keep what the answer needs.
 	h.globals = append(h.globals[:0], s.globals...)
 	h.localOutcomes = append(h.localOutcomes[:0], s.outcomes...)
@@ -260,6 +261,7 @@ func (h *httpContext) failureMode(items []globalItem) (denied bool) {
 // effective context (and not at all if the stream is gone).
 func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
 	p, g := h.plugin, h.plugin.global
+	h.calls--
 	if h.deadline == 0 {
 		g.metrics.lateAnswers.Increment(1) // the request was decided at its deadline
 		return

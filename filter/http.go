@@ -58,6 +58,7 @@ type httpContext struct {
 	admitted  int64 // when the shedder admitted the stream (unix ns)
 	responded int64 // when the upstream's response headers arrived (unix ns), or 0
 
+	calls      int      // callouts bound to this context not answered yet (see recycle)
 	charges    []charge // the counted rules' charges, decided by the response (respond.go)
 	chargeKeys []byte   // the bytes of their keys
 	charging   bool     // the response waits for the service's answer to a charge
@@ -305,12 +306,13 @@ func (p *pluginContext) newHTTPContext(id uint32) *httpContext {
 
 // recycle clears the context of a stream that has ended and keeps it for the next stream, so that a
 // request allocates nothing. Envoy calls nothing for the stream after OnHttpStreamDone. Only callouts
-// outlive a stream's callbacks holding its context (their callbacks are bound to it, see global.go),
-// and every callout goes to the global service, so a plugin without one recycles; one with a global
-// service never does.
+// outlive a stream's callbacks holding its context (a check's or a charge's answer is bound to it,
+// global.go, respond.go): a context with such a call unanswered is never recycled (if Envoy cancels
+// the call with the stream, the context is left to the collector), so a late answer never reaches
+// the next stream that would have reused it.
 func (h *httpContext) recycle() {
 	p := h.plugin
-	if p.global != nil || len(p.scratch.free) >= maxFreeContexts {
+	if h.calls > 0 || len(p.scratch.free) >= maxFreeContexts {
 		return
 	}
 	spare, charges, keys, st := h.spare, h.charges, h.chargeKeys, h.settleMem

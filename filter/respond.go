@@ -266,6 +266,7 @@ func (h *httpContext) chargeGlobal(c *charge, now int64) bool {
 		return false
 	}
 	g.metrics.calls.Increment(1)
+	h.calls++ // onChargeAnswer is bound to h: h is not recycled until it has run
 	h.charging = true
 	h.deadline = now + int64(g.cfg.Timeout+deadlineSlack)
 	g.waiting = append(g.waiting, h)
@@ -276,6 +277,7 @@ func (h *httpContext) chargeGlobal(c *charge, now int64) bool {
 // response is resumed in every case.
 func (h *httpContext) onChargeAnswer(numHeaders, bodySize, _ int) {
 	p, g := h.plugin, h.plugin.global
+	h.calls--
 	if h.deadline == 0 {
 		g.metrics.lateAnswers.Increment(1)
 		return
