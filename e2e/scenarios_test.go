@@ -85,14 +85,28 @@ type scenarioResponse struct {
 }
 
 // scenarioBody is the body of a request or a response and how it arrives: Chunks as given, or
-// Body (or BodySize bytes of 'x') in pieces of ChunkSize bytes. The last chunk (or, without a body,
-// the headers) carries end_of_stream unless EndStream is false.
+// Body (or BodySize bytes of 'x') in pieces of ChunkSize bytes. Trailers, when given, end the stream
+// after the body; otherwise the last chunk (or, without a body, the headers) carries end_of_stream.
+// EndStream false leaves the stream unended: no end_of_stream and no trailers.
 type scenarioBody struct {
-	Body      *string  `json:"body"`
-	BodySize  int      `json:"body_size"`
-	Chunks    []string `json:"chunks"`
-	ChunkSize int      `json:"chunk_size"`
-	EndStream *bool    `json:"end_stream"`
+	Body      *string     `json:"body"`
+	BodySize  int         `json:"body_size"`
+	Chunks    []string    `json:"chunks"`
+	ChunkSize int         `json:"chunk_size"`
+	EndStream *bool       `json:"end_stream"`
+	Trailers  [][2]string `json:"trailers"`
+}
+
+// ending is how the message ends: whether its last chunk (or its headers) carries end_of_stream,
+// and the trailers that end it instead (nil when none are sent).
+func (b *scenarioBody) ending() (eos bool, trailers envoyhost.Headers) {
+	if b.EndStream != nil && !*b.EndStream {
+		return false, nil
+	}
+	if b.Trailers != nil {
+		return false, envoyhost.Headers(b.Trailers)
+	}
+	return true, nil
 }
 
 // expectation is what a step's observations must show; absent fields are not checked.
@@ -360,14 +374,19 @@ func runStepOnWazero(t *testing.T, p *envoyhost.Plugin, open map[string]*scenari
 	return obs
 }
 
-// sendRequest sends a scenario request's headers and body chunks through a new stream.
+// sendRequest sends a scenario request's headers, body chunks and trailers through a new stream.
 func sendRequest(t *testing.T, s *envoyhost.Stream, r *scenarioRequest) {
 	t.Helper()
-	chunks, eos := r.chunks(), r.EndStream == nil || *r.EndStream
+	chunks := r.chunks()
+	eos, trailers := r.ending()
 	_, err := s.SendRequestHeaders(r.build().Headers, eos && len(chunks) == 0)
 	require.NoError(t, err)
 	for i, c := range chunks {
 		_, err := s.SendRequestBody(c, eos && i == len(chunks)-1)
+		require.NoError(t, err)
+	}
+	if trailers != nil {
+		_, err := s.SendRequestTrailers(trailers)
 		require.NoError(t, err)
 	}
 }
@@ -377,6 +396,7 @@ func sendRequest(t *testing.T, s *envoyhost.Stream, r *scenarioRequest) {
 func sendResponse(t *testing.T, s *envoyhost.Stream, r *scenarioResponse) {
 	t.Helper()
 	h, chunks, eos := ok200.Headers, [][]byte{ok200.Body}, true
+	var trailers envoyhost.Headers
 	if r != nil {
 		h = envoyhost.Headers{{":status", strconv.Itoa(cmp.Or(r.Status, 200))}}
 		if r.Headers == nil {
@@ -384,12 +404,17 @@ func sendResponse(t *testing.T, s *envoyhost.Stream, r *scenarioResponse) {
 		} else {
 			h = append(h, *r.Headers...)
 		}
-		chunks, eos = r.chunks(), r.EndStream == nil || *r.EndStream
+		chunks = r.chunks()
+		eos, trailers = r.ending()
 	}
 	_, err := s.SendResponseHeaders(h, eos && len(chunks) == 0)
 	require.NoError(t, err)
 	for i, c := range chunks {
 		_, err := s.SendResponseBody(c, eos && i == len(chunks)-1)
+		require.NoError(t, err)
+	}
+	if trailers != nil {
+		_, err := s.SendResponseTrailers(trailers)
 		require.NoError(t, err)
 	}
 }

@@ -19,7 +19,7 @@ const sorted = (h) => (h ? h.map(([k, v]) => [text(k), text(v)]).sort((a, b) => 
 function request(r) {
   const h = [[':method', r.method || 'GET'], [':path', r.path || '/'], [':authority', r.authority || 'a.example'], [':scheme', 'http']];
   for (const [k, v] of r.headers || []) h.push([bin(k), bin(v)]);
-  return { headers: h, info: { source: r.source || '192.0.2.1:40000', routeName: r.route || '' }, chunks: chunks(r), endStream: r.end_stream };
+  return { headers: h, info: { source: r.source || '192.0.2.1:40000', routeName: r.route || '' }, chunks: chunks(r), endStream: r.end_stream, trailers: trailers(r) };
 }
 
 // response turns a scenario response into the host's form; without one the upstream answers 200 ok.
@@ -27,7 +27,12 @@ function response(r) {
   if (!r) return upstream;
   const h = [[':status', String(r.status || 200)]];
   for (const [k, v] of r.headers || [['content-type', 'text/plain']]) h.push([bin(k), bin(v)]);
-  return { headers: h, chunks: chunks(r), endStream: r.end_stream };
+  return { headers: h, chunks: chunks(r), endStream: r.end_stream, trailers: trailers(r) };
+}
+
+// trailers are a scenario message's trailers in the host's form, null without any.
+function trailers(m) {
+  return m.trailers ? m.trailers.map(([k, v]) => [bin(k), bin(v)]) : null;
 }
 
 // chunks is the body of a scenario request or response as the list of chunks it arrives in: the

@@ -14,7 +14,14 @@
 // connection's limit (bufferLimit, Envoy's per_connection_buffer_limit_bytes, 1 MiB by default) ends
 // the stream: a request with a 413 local reply (request_payload_too_large), a response, whose headers
 // already went downstream, with a reset. Any other stop holds later chunks back until the direction
-// resumes, then delivers them as one chunk. Trailers are not delivered.
+// resumes, then delivers them as one chunk.
+//
+// Trailers: proxy_on_request_trailers / proxy_on_response_trailers get the number of trailers, which
+// are readable as header map 1 or 3 during the call. A headers pause (StopAll) holds them back until
+// the direction resumes. A body stop is not a StopAll: a filter that stopped its body (buffering, or
+// any other stop) with no chunk held back is still called with the trailers, and the body it held
+// is still readable then; when the trailers callback continues, the held body passes, then the
+// trailers.
 const { asciiLower } = require('./abi');
 
 const REQ = 0;
@@ -97,6 +104,35 @@ class Stream {
     return this.bodyCallback(dir, body, eos);
   }
 
+  // sendTrailers delivers dir's trailers: to the filter, or held back while the direction is
+  // stopped (a headers pause, or body chunks still held back).
+  sendTrailers(dir, h) {
+    return this.deliverTrailers(dir, lowerAll(h));
+  }
+
+  // deliverTrailers calls dir's trailers callback, or holds the trailers back while dir is stopped
+  // for all frames; a filter that stopped only its body is called.
+  deliverTrailers(dir, h) {
+    const d = this.dirs[dir];
+    if (this.ended) return 'stop';
+    if (d.paused && d.pausedAt === BODY && d.pendBody === undefined && !this.vm.failed) {
+      // A body stop is Envoy's StopSingleIteration, not a StopAll: the filter manager still calls
+      // the filter's trailers callback; continuing it lets the held body pass, then the trailers.
+      d.paused = d.buffering = false;
+    }
+    if (d.paused || !d.headersPassed) {
+      d.pendTrailers = h;
+      return 'pause';
+    }
+    if (this.vm.failed) return this.failedVM(dir, TRAILERS);
+    if (dir === REQ) {
+      [this.reqTrailers, this.open.reqTrailers] = [h, true];
+      return this.callback(dir, TRAILERS, 'proxy_on_request_trailers', h.length);
+    }
+    [this.respTrailers, this.open.respTrailers] = [h, true];
+    return this.callback(dir, TRAILERS, 'proxy_on_response_trailers', h.length);
+  }
+
   // bodyCallback adds body to what the filter holds of dir's body and calls the body callback with the
   // size of all of it.
   bodyCallback(dir, body, eos) {
@@ -164,7 +200,10 @@ class Stream {
         this.upstreamBody += this.reqBody;
         this.reqBody = '';
       } else {
-        this.open.reqTrailers = false;
+        // a body held until the trailers passes before them
+        [this.open.reqTrailers, this.open.reqBody] = [false, false];
+        this.upstreamBody += this.reqBody;
+        this.reqBody = '';
       }
       return;
     }
@@ -177,14 +216,16 @@ class Stream {
       this.downstreamBody += this.respBody;
       this.respBody = '';
     } else {
-      this.open.respTrailers = false;
+      [this.open.respTrailers, this.open.respBody] = [false, false];
+      this.downstreamBody += this.respBody;
+      this.respBody = '';
     }
   }
 
   action(dir) {
     const d = this.dirs[dir];
     if (this.ended) return 'stop';
-    return d.paused || d.pendBody !== undefined ? 'pause' : 'continue';
+    return d.paused || d.pendBody !== undefined || d.pendTrailers !== undefined ? 'pause' : 'continue';
   }
 
   // state is the stream's state over both directions.
@@ -193,7 +234,10 @@ class Stream {
     return a === 'continue' ? this.action(RESP) : a;
   }
 
-  // resume continues a direction after proxy_continue_stream and delivers held-back body.
+  // resume continues a direction after proxy_continue_stream and delivers held-back body, then
+  // held-back trailers, as Envoy's commonContinue does (doData, then doTrailers): a body callback
+  // that stops again is a single-filter stop, so the trailers still reach the filter; only a stream
+  // that ended (a local reply, a reset) gets no trailers.
   resume(dir) {
     const d = this.dirs[dir];
     if (this.ended || !d.paused) return;
@@ -203,6 +247,12 @@ class Stream {
       const [body, eos] = [d.pendBody, d.pendEOS];
       d.pendBody = undefined;
       this.sendBody(dir, body, eos);
+      if (this.ended) return;
+    }
+    if (d.pendTrailers !== undefined) {
+      const h = d.pendTrailers;
+      d.pendTrailers = undefined;
+      this.deliverTrailers(dir, h);
     }
   }
 
@@ -272,14 +322,15 @@ class Stream {
 
 function newDirection() {
   // buffering: the last body callback returned StopIterationAndBuffer.
-  return { headersPassed: false, paused: false, pausedAt: HEADERS, pendBody: undefined, pendEOS: false, buffering: false };
+  return { headersPassed: false, paused: false, pausedAt: HEADERS, pendBody: undefined, pendEOS: false, pendTrailers: undefined, buffering: false };
 }
 
-// roundTrip runs a whole request lifecycle: request headers and body, then, unless the stream stopped
-// or paused, the upstream response, then close. It returns the stream. req and resp have headers and
-// either body (one chunk) or chunks (each a binary string); endStream false leaves the last chunk
-// (or the headers) without end_of_stream: the client never finishes the request, or resets the
-// stream before the response ends.
+// roundTrip runs a whole request lifecycle: request headers, body and trailers, then, unless the
+// stream stopped or paused, the upstream response, then close. It returns the stream. req and resp
+// have headers and either body (one chunk) or chunks (each a binary string), and may have trailers
+// (a list of [name, value]), which end the stream instead of the last chunk; endStream false leaves
+// the last chunk (or the headers) without end_of_stream and sends no trailers: the client never
+// finishes the request, or resets the stream before the response ends.
 function roundTrip(vm, req, resp) {
   const s = new Stream(vm, req.info || {});
   sendRequest(s, req);
@@ -288,20 +339,27 @@ function roundTrip(vm, req, resp) {
   return s;
 }
 
-// sendRequest sends a request's headers and body chunks through a new stream.
+// sendRequest sends a request's headers, body chunks and trailers through a new stream.
 function sendRequest(s, req) {
-  const chunks = bodyChunks(req);
-  const eos = req.endStream !== false;
+  const [chunks, eos, trailers] = ending(req);
   s.sendRequestHeaders(req.headers, eos && chunks.length === 0);
   chunks.forEach((c, i) => s.sendBody(REQ, c, eos && i === chunks.length - 1));
+  if (trailers) s.sendTrailers(REQ, trailers);
 }
 
 // finishResponse sends the upstream response through a stream whose request was forwarded.
 function finishResponse(s, resp) {
-  const chunks = bodyChunks(resp);
-  const eos = resp.endStream !== false;
+  const [chunks, eos, trailers] = ending(resp);
   s.sendResponseHeaders(resp.headers, eos && chunks.length === 0);
   chunks.forEach((c, i) => s.sendBody(RESP, c, eos && i === chunks.length - 1));
+  if (trailers) s.sendTrailers(RESP, trailers);
+}
+
+// ending is how a message ends: its chunks, whether the last chunk (or the headers) carries
+// end_of_stream, and the trailers that end it instead (null when none are sent).
+function ending(m) {
+  const trailers = m.endStream !== false && m.trailers ? m.trailers : null;
+  return [bodyChunks(m), m.endStream !== false && !trailers, trailers];
 }
 
 function bodyChunks(m) {
