@@ -390,10 +390,13 @@ func (s *Stream) resume(dir int) {
 	if d.pendBodySet {
 		body, eos := d.pendBody, d.pendEOS
 		d.pendBody, d.pendBodySet = nil, false
-		if s.deliverBody(dir, body, eos) != ActionContinue {
+		s.deliverBody(dir, body, eos)
+		if s.ended {
 			s.signal()
 			return
 		}
+		// Held trailers follow even when the body callback stopped: a body stop is a single-filter
+		// stop, so Envoy's commonContinue still hands the trailers to the filter (deliverTrailers).
 	}
 	if d.pendTrailersSet {
 		h := d.pendTrailers
