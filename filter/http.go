@@ -341,6 +341,12 @@ func (h *httpContext) OnHttpStreamDone() {
 	defer h.plugin.recoverPanic("the end of a stream")
 	// Each step below does nothing for a stream that holds nothing of its kind; the checks keep the
 	// steps' code out of a plain request's path.
+	if h.plugin.global != nil {
+		h.endGlobalPermits() // global_concurrency.go: before unwait, which forgets the call
+	}
+	if h.deadline != 0 {
+		h.plugin.global.unwait(h) // before chargeUnanswered, whose call takes h.globals and the deadline
+	}
 	if len(h.charges) > 0 {
 		h.chargeUnanswered()
 	}
@@ -350,10 +356,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	if len(h.permits) > 0 || h.shedHeld {
 		h.endStream()
 	}
-	if h.plugin.global != nil {
-		h.endGlobalPermits() // global_concurrency.go: before unwait, which forgets the call
-	}
 	if h.deadline != 0 {
-		h.plugin.global.unwait(h)
+		h.plugin.global.unwait(h) // the unanswered charge's call: its answer never comes to a stream gone
 	}
 }

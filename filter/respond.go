@@ -168,19 +168,21 @@ func (h *httpContext) chargeCounted() (paused bool) {
 		status, _ = strconv.Atoi(v)
 	}
 	hs := responseHeaders{h.plugin}
+	h.plugin.scratch.globals = h.plugin.scratch.globals[:0] // the global charges, sent together (chargeGlobal)
 	for i := range h.charges {
 		c := &h.charges[i]
 		if c.rs.rule.CountOn.Counts(status, hs) {
-			paused = h.chargeOne(c) || paused
+			h.chargeOne(c)
 		}
 	}
 	h.charges = h.charges[:0]
-	return paused
+	return h.chargeGlobal(abi.UnixNano())
 }
 
 // chargeUnanswered charges, at the end of a stream that got no response headers, the rules that
 // count unanswered requests.
 func (h *httpContext) chargeUnanswered() {
+	h.plugin.scratch.globals = h.plugin.scratch.globals[:0]
 	for i := range h.charges {
 		if c := &h.charges[i]; c.rs.rule.CountOn.CountUnanswered {
 			c.rs.metrics.unanswered.Increment(1)
@@ -188,24 +190,27 @@ func (h *httpContext) chargeUnanswered() {
 		}
 	}
 	h.charges = h.charges[:0]
+	h.chargeGlobal(abi.UnixNano())
 }
 
-// chargeOne charges one counted response: in shared data for a local rule, through the service for
-// a global one (then it reports true: the answer resumes the response).
-func (h *httpContext) chargeOne(c *charge) (called bool) {
+// chargeOne charges one counted response: in shared data for a local rule; a global one is added to
+// the scratch list of global items, which chargeGlobal sends to the service in one call once every
+// charge is decided.
+func (h *httpContext) chargeOne(c *charge) {
 	p, rs := h.plugin, c.rs
 	rs.metrics.counted.Increment(1)
-	now := abi.UnixNano()
-	if rs.rule.Scope != rules.ScopeLocal {
-		return h.chargeGlobal(c, now)
-	}
 	set := &rs.rule.LimitSets()[c.set]
+	if rs.rule.Scope != rules.ScopeLocal {
+		p.scratch.globals = append(p.scratch.globals, globalItem{rs: rs, spec: set.Limits, key: c.key, cost: c.cost})
+		return
+	}
+	now := abi.UnixNano()
 	out, err := p.limiter.Take(rs.tables[c.set], []byte(c.key), now, c.cost)
 	if err != nil {
 		if !errors.Is(err, sharedstate.ErrContention) {
 			proxywasm.LogWarnf("meshlimit: rule %s: charging a counted response: %v", rs.rule.Name, err)
 		}
-		return false
+		return
 	}
 	specs := rs.placed(out.Placement, set.Limits)
 	p.nearLimit(rs, out.Decisions, specs)
@@ -222,7 +227,6 @@ func (h *httpContext) chargeOne(c *charge) (called bool) {
 			break
 		}
 	}
-	return false
 }
 
 // nearLimit counts a rule's decision that left some limit with less than a tenth of its quota.
@@ -245,18 +249,25 @@ func (p *pluginContext) nearLimitWire(rs *ruleState, ds []wire.Decision, specs [
 	}
 }
 
-// chargeGlobal sends a counted response's charge to the service and pauses the response until the
-// answer (bounded by global.timeout): a denied charge puts the key in the penalty box before the
-// client sees the response. Without the service (breaker open, dispatch failed) the charge is lost
-// and the response goes on: the rule's next counted response is charged again.
-func (h *httpContext) chargeGlobal(c *charge, now int64) bool {
+// chargeGlobal sends a counted response's global charges (the scratch list of global items) to the
+// service in one call, and reports whether it pauses the response until the answer (bounded by
+// global.timeout): a denied charge puts its key in the penalty box before the client sees the
+// response. Without the service (breaker open, dispatch failed) the charges are lost and the
+// response goes on: the rules' next counted response is charged again. One call per response: its
+// answer, bound to h, is the only one h waits for (a second call would leave h in g.waiting once the
+// first answer resumed it). Nor is a charge sent while a check of the stream is still out (an
+// upstream that answers before the request body's call is answered): h.globals and h.deadline are
+// that call's.
+func (h *httpContext) chargeGlobal(now int64) bool {
 	p, g := h.plugin, h.plugin.global
+	if len(p.scratch.globals) == 0 || h.deadline != 0 {
+		return false
+	}
 	if !g.breaker.allow(now) {
 		g.metrics.shortCircuited.Increment(1)
 		return false
 	}
-	set := &c.rs.rule.LimitSets()[c.set]
-	h.globals = append(h.globals[:0], globalItem{rs: c.rs, spec: set.Limits, key: c.key, cost: c.cost})
+	h.globals = append(h.globals[:0], p.scratch.globals...) // the answer's items (their keys in h.chargeKeys)
 	g.body = appendCheckBody(g.body[:0], p.name, h.globals)
 	if _, err := proxywasm.DispatchHttpCall(g.cfg.Cluster, g.headers, g.body, nil, g.timeout, h.onChargeAnswer); err != nil {
 		g.metrics.failures.Increment(1)
@@ -295,7 +306,18 @@ func (h *httpContext) onChargeAnswer(numHeaders, bodySize, _ int) {
 		return
 	}
 	g.breaker.success()
-	it := &h.globals[0]
+	j := 0
+	for i := range h.globals {
+		it := &h.globals[i]
+		n := len(it.spec)
+		p.chargeAnswered(it, ds[j:j+n], now) // readCheckResponse checked the count
+		j += n
+	}
+}
+
+// chargeAnswered applies the service's decisions of one global charge: the first limit the charge
+// exhausted (denied, or left unable to admit the same cost) puts the key in the penalty box.
+func (p *pluginContext) chargeAnswered(it *globalItem, ds []wire.Decision, now int64) {
 	p.nearLimitWire(it.rs, ds, it.spec)
 	pen := it.rs.rule.CountOn.Penalty
 	for k := range ds {
