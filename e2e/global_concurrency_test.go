@@ -59,10 +59,7 @@ func heldInRedis(t testing.TB, addr string) int {
 // openMany opens n streams at once, spread over the VMs of proxies, and returns the admitted
 // and the denied ones.
 func openMany(t *testing.T, proxies []*envoyhost.Plugin, n int) (admitted, denied []*envoyhost.Stream) {
-	var vms []*envoyhost.VM
-	for _, p := range proxies {
-		vms = append(vms, p.VMs()...)
-	}
+	vms := vmsOf(proxies)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i := range n {

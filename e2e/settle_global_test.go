@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,31 +83,12 @@ func openGlobalReserving(t *testing.T, vm *envoyhost.VM, user string, reserve in
 	return s, true
 }
 
-// openGlobalReservingTogether opens n streams of user at once through every VM of the proxies, each reserving
-// reserve, and returns those admitted, still open.
+// openGlobalReservingTogether opens n streams of user at once through every VM of the proxies, each
+// reserving reserve, and returns those admitted, still open.
 func openGlobalReservingTogether(t *testing.T, proxies []*envoyhost.Plugin, user string, n, reserve int) []*envoyhost.Stream {
-	var mu sync.Mutex
-	var open []*envoyhost.Stream
-	var wg sync.WaitGroup
-	var vms []*envoyhost.VM
-	for _, p := range proxies {
-		vms = append(vms, p.VMs()...)
-	}
-	for _, vm := range vms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range n / len(vms) {
-				if s, ok := openGlobalReserving(t, vm, user, reserve); ok {
-					mu.Lock()
-					open = append(open, s)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return open
+	return openTogether(vmsOf(proxies), n, func(vm *envoyhost.VM) (*envoyhost.Stream, bool) {
+		return openGlobalReserving(t, vm, user, reserve)
+	})
 }
 
 // TestAGlobalTokenBudgetIsOvershotByNoMoreThanTheOverRunsOfRequestsInFlight: two proxies of two
@@ -247,33 +227,6 @@ func globalBodyBudget(scope, extra string) string {
 		"cost": {"request_json": "max_tokens", "default": 500, "max": 4000, "max_body": 256, "settle": {"response_json": "usage.total_tokens"}}}` + extra)
 }
 
-// openBodiesTogether opens n streams of user at once through every VM of the proxies, each with the
-// body maxTokens(reserve), and returns those admitted, still open.
-func openBodiesTogether(t *testing.T, proxies []*envoyhost.Plugin, user string, n, reserve int) []*envoyhost.Stream {
-	var mu sync.Mutex
-	var open []*envoyhost.Stream
-	var wg sync.WaitGroup
-	var vms []*envoyhost.VM
-	for _, p := range proxies {
-		vms = append(vms, p.VMs()...)
-	}
-	for _, vm := range vms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range n / len(vms) {
-				if s, ok := postJSON(t, vm, user, maxTokens(reserve)); ok {
-					mu.Lock()
-					open = append(open, s)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return open
-}
-
 // TestAGlobalRuleReservesMaxTokensFromTheRequestBodyAndSettlesFromUsage: the call to the service
 // waits for the body; the reservation is max_tokens, the body reaches the upstream whole, and the
 // settle gives back what the usage did not take.
@@ -314,13 +267,13 @@ func TestConcurrentGlobalRequestsReservingFromTheirBodiesOvershootByNoMoreThanTh
 	for range 2 {
 		proxies = append(proxies, load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 2, toReplica(svc.addr)))
 	}
-	open := openBodiesTogether(t, proxies, "alice", 32, 100)
+	open := openReserving(t, vmsOf(proxies), "alice", 32, 100)
 	require.Len(t, open, 10, "reservations admitted together never exceed the budget")
 	for _, s := range open {
 		settleAnswer(t, s, 200, "application/json", usageOf(30))
 	}
 	svc.waitSettles(t, 10)
-	open = openBodiesTogether(t, proxies, "alice", 32, 100)
+	open = openReserving(t, vmsOf(proxies), "alice", 32, 100)
 	require.Len(t, open, 7, "the 700 refunded fit 7 more reservations of 100")
 	for _, s := range open {
 		settleAnswer(t, s, 200, "application/json", usageOf(150))

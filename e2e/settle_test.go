@@ -71,27 +71,44 @@ func usageOf(n int) string {
 
 func maxTokens(n int) string { return fmt.Sprintf(`{"model": "m", "max_tokens": %d}`, n) }
 
-// openReserving opens n streams of user, alternating between two workers, each reserving reserve,
+// openReserving opens n streams of user at once through vms, each with the body maxTokens(reserve),
 // and returns those admitted, still open.
-func openReserving(t *testing.T, p *envoyhost.Plugin, user string, n, reserve int) []*envoyhost.Stream {
+func openReserving(t *testing.T, vms []*envoyhost.VM, user string, n, reserve int) []*envoyhost.Stream {
+	return openTogether(vms, n, func(vm *envoyhost.VM) (*envoyhost.Stream, bool) {
+		return postJSON(t, vm, user, maxTokens(reserve))
+	})
+}
+
+// openTogether opens n streams at once, n/len(vms) through each of vms (the workers decide at the
+// same time, through shared data), each by open, and returns those admitted, still open.
+func openTogether(vms []*envoyhost.VM, n int, open func(*envoyhost.VM) (*envoyhost.Stream, bool)) []*envoyhost.Stream {
 	var mu sync.Mutex
-	var open []*envoyhost.Stream
+	var admitted []*envoyhost.Stream
 	var wg sync.WaitGroup
-	for w := range 2 { // the two workers decide at the same time, through shared data
+	for _, vm := range vms {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range n / 2 {
-				if s, ok := postJSON(t, p.VM(w), user, maxTokens(reserve)); ok {
+			for range n / len(vms) {
+				if s, ok := open(vm); ok {
 					mu.Lock()
-					open = append(open, s)
+					admitted = append(admitted, s)
 					mu.Unlock()
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return open
+	return admitted
+}
+
+// vmsOf lists the VMs of every one of proxies.
+func vmsOf(proxies []*envoyhost.Plugin) []*envoyhost.VM {
+	var vms []*envoyhost.VM
+	for _, p := range proxies {
+		vms = append(vms, p.VMs()...)
+	}
+	return vms
 }
 
 // TestConcurrentRequestsOvershootTheBudgetByNoMoreThanTheyUseBeyondTheirReservations: 30 requests
@@ -101,14 +118,14 @@ func openReserving(t *testing.T, p *envoyhost.Plugin, user string, n, reserve in
 // the over-runs, which is charged: the key is in debt and denied.
 func TestConcurrentRequestsOvershootTheBudgetByNoMoreThanTheyUseBeyondTheirReservations(t *testing.T) {
 	p := load(t, module(t, "meshlimit"), budgetConfig("", ""), 2)
-	open := openReserving(t, p, "alice", 30, 100)
+	open := openReserving(t, p.VMs(), "alice", 30, 100)
 	require.Len(t, open, 10, "reservations admitted together never exceed the budget")
 	for _, s := range open {
 		settleAnswer(t, s, 200, "application/json", usageOf(30))
 	}
 	assert.Equal(t, int64(10), counter(p, "meshlimit.rule.tokens.settled"))
 	assert.Equal(t, int64(700), counter(p, "meshlimit.rule.tokens.settle_refund"))
-	open = openReserving(t, p, "alice", 30, 100)
+	open = openReserving(t, p.VMs(), "alice", 30, 100)
 	require.Len(t, open, 7, "the 700 refunded fit 7 more reservations of 100")
 	for _, s := range open {
 		settleAnswer(t, s, 200, "application/json", usageOf(150)) // each over-runs by 50
