@@ -65,6 +65,17 @@ func settleAnswer(t *testing.T, s *envoyhost.Stream, status int, contentType str
 	require.NoError(t, s.Close())
 }
 
+// cutAnswer sends the upstream's 200 of contentType and the start of its body, then the client goes
+// away before the body ends.
+func cutAnswer(t *testing.T, s *envoyhost.Stream, contentType, start string) {
+	t.Helper()
+	_, err := s.SendResponseHeaders(envoyhost.Headers{{":status", "200"}, {"content-type", contentType}}, false)
+	require.NoError(t, err)
+	_, err = s.SendResponseBody([]byte(start), false)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+}
+
 func usageOf(n int) string {
 	return fmt.Sprintf(`{"id": "c1", "usage": {"prompt_tokens": 1, "total_tokens": %d}}`, n)
 }
@@ -234,11 +245,7 @@ func TestAResponseThatIsNeverReadToTheEndKeepsItsReservation(t *testing.T) {
 	p := load(t, module(t, "meshlimit"), budgetConfig("", ""), 1)
 	s, ok := postJSON(t, p.VM(0), "alice", maxTokens(800))
 	require.True(t, ok)
-	_, err := s.SendResponseHeaders(envoyhost.Headers{{":status", "200"}, {"content-type", "application/json"}}, false)
-	require.NoError(t, err)
-	_, err = s.SendResponseBody([]byte(`{"usage": {"total_tokens": 5}`), false)
-	require.NoError(t, err)
-	require.NoError(t, s.Close())
+	cutAnswer(t, s, "application/json", `{"usage": {"total_tokens": 5}`)
 	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.tokens.settle_kept"))
 	_, ok = postJSON(t, p.VM(0), "alice", maxTokens(201))
 	assert.False(t, ok, "800 stay reserved")
