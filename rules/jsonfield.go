@@ -262,6 +262,9 @@ func skipRest(d *json.Decoder, tok json.Token) error {
 	}
 	for depth := 1; depth > 0; {
 		tok, err := d.Token()
+		if err == io.EOF {
+			return io.ErrUnexpectedEOF
+		}
 		if err != nil {
 			return err
 		}
@@ -277,25 +280,14 @@ func skipRest(d *json.Decoder, tok json.Token) error {
 
 // skipValue reads one whole value.
 func skipValue(d *json.Decoder) error {
-	depth := 0
-	for {
-		tok, err := d.Token()
-		if err == io.EOF {
-			return io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return err
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			depth++
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-		if depth == 0 {
-			return nil
-		}
+	tok, err := d.Token()
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
 	}
+	if err != nil {
+		return err
+	}
+	return skipRest(d, tok)
 }
 
 // SSE splits a text/event-stream body into events, holding at most max bytes of the event in
