@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"errors"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -240,22 +239,7 @@ func (g *globalClient) forget(gp *globalPermit) {
 
 // readPermitAnswer reads the answer to a renew or release call: a 200 with the counts.
 func readPermitAnswer(numHeaders, bodySize int) (wire.Answer, error) {
-	if numHeaders == 0 {
-		return wire.Answer{}, errors.New("the call failed (reset)")
-	}
-	headers, err := proxywasm.GetHttpCallResponseHeaders()
-	if err != nil {
-		return wire.Answer{}, err
-	}
-	for _, h := range headers {
-		if h[0] == ":status" && h[1] != "200" {
-			return wire.Answer{}, errors.New("status " + h[1])
-		}
-	}
-	if bodySize == 0 || bodySize > wire.MaxAnswerBytes {
-		return wire.Answer{}, errors.New("body of " + strconv.Itoa(bodySize) + " bytes")
-	}
-	body, err := proxywasm.GetHttpCallResponseBody(0, bodySize)
+	body, err := readCallBody(numHeaders, bodySize)
 	if err != nil {
 		return wire.Answer{}, err
 	}

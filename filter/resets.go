@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
@@ -162,24 +161,9 @@ func (p *pluginContext) resetPosition(since uint64) uint64 {
 
 // readResetsAnswer reads the answer of a reset log call: a 200 with a well-formed body.
 func (p *pluginContext) readResetsAnswer(numHeaders, bodySize int) (wire.ResetsAnswer, error) {
-	if numHeaders == 0 {
-		return wire.ResetsAnswer{}, errors.New("the call failed (reset)")
-	}
-	headers, err := proxywasm.GetHttpCallResponseHeaders()
+	body, err := readCallBody(numHeaders, bodySize)
 	if err != nil {
-		return wire.ResetsAnswer{}, fmt.Errorf("reading the headers: %w", err)
-	}
-	for _, h := range headers {
-		if h[0] == ":status" && h[1] != "200" {
-			return wire.ResetsAnswer{}, newStatusError(h[1], bodySize)
-		}
-	}
-	if bodySize == 0 || bodySize > wire.MaxAnswerBytes {
-		return wire.ResetsAnswer{}, errors.New("body of " + strconv.Itoa(bodySize) + " bytes")
-	}
-	body, err := proxywasm.GetHttpCallResponseBody(0, bodySize)
-	if err != nil {
-		return wire.ResetsAnswer{}, fmt.Errorf("reading the body: %w", err)
+		return wire.ResetsAnswer{}, err
 	}
 	a, err := wire.DecodeResetsAnswer(body, p.resets.answer)
 	p.resets.answer = a.Resets[:0]

@@ -30,6 +30,21 @@ var answerScratch = make([]wire.Decision, 0, wire.MaxDescriptors)
 // (503), an error of the service (503 when its store is down), a reset (no headers at all). The
 // decisions are valid until the next call.
 func readCheckResponse(numHeaders, bodySize, n int) ([]wire.Decision, error) {
+	body, err := readCallBody(numHeaders, bodySize)
+	if err != nil {
+		return nil, err
+	}
+	_, answerScratch, err = wire.DecodeAnswer(body, n, answerScratch)
+	if err != nil {
+		return nil, fmt.Errorf("decoding the body: %w", err)
+	}
+	return answerScratch, nil
+}
+
+// readCallBody reads the body of the service's answer in an http-call callback: a reset (no
+// headers), a status other than 200 (a *statusError) or a body that is empty or over
+// wire.MaxAnswerBytes is an error.
+func readCallBody(numHeaders, bodySize int) ([]byte, error) {
 	if numHeaders == 0 {
 		return nil, errors.New("the call failed (reset)")
 	}
@@ -53,11 +68,7 @@ func readCheckResponse(numHeaders, bodySize, n int) ([]wire.Decision, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the body: %w", err)
 	}
-	_, answerScratch, err = wire.DecodeAnswer(body, n, answerScratch)
-	if err != nil {
-		return nil, fmt.Errorf("decoding the body: %w", err)
-	}
-	return answerScratch, nil
+	return body, nil
 }
 
 // statusError is an answer other than 200. A 4xx is the service refusing the check (a request it
