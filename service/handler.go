@@ -145,10 +145,32 @@ func (h *Handler) method(w http.ResponseWriter, r *http.Request, want string) bo
 	return false
 }
 
+// authorized reports whether r carries the secret (or none is configured); otherwise it answers
+// 401.
+func (h *Handler) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if h.secret == nil || subtle.ConstantTimeCompare([]byte(r.Header.Get(SecretHeader)), h.secret) == 1 {
+		return true
+	}
+	h.metrics.error(errUnauthorized)
+	h.writeError(w, http.StatusUnauthorized, SecretHeader+": missing or wrong")
+	return false
+}
+
+// bodyFailed answers a request body that could not be read: 413 beyond limit bytes, 400 otherwise
+// (the client went away or sent a broken body).
+func (h *Handler) bodyFailed(w http.ResponseWriter, err error, limit int64) {
+	var me *http.MaxBytesError
+	if errors.As(err, &me) {
+		h.metrics.error(errTooLarge)
+		h.writeError(w, http.StatusRequestEntityTooLarge, "body: larger than "+strconv.FormatInt(limit, 10)+" bytes")
+		return
+	}
+	h.metrics.error(errBadRequest)
+	h.writeError(w, http.StatusBadRequest, "body: "+err.Error())
+}
+
 func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
-	if h.secret != nil && subtle.ConstantTimeCompare([]byte(r.Header.Get(SecretHeader)), h.secret) != 1 {
-		h.metrics.error(errUnauthorized)
-		h.writeError(w, http.StatusUnauthorized, SecretHeader+": missing or wrong")
+	if !h.authorized(w, r) {
 		return
 	}
 	s := h.scratch.Get().(*checkScratch)
@@ -157,14 +179,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) {
 		h.scratch.Put(s)
 	}()
 	if err := s.readBody(http.MaxBytesReader(w, r.Body, h.maxBody), r.ContentLength); err != nil {
-		var me *http.MaxBytesError
-		if errors.As(err, &me) {
-			h.metrics.error(errTooLarge)
-			h.writeError(w, http.StatusRequestEntityTooLarge, "body: larger than "+strconv.FormatInt(h.maxBody, 10)+" bytes")
-			return
-		}
-		h.metrics.error(errBadRequest) // the client went away or sent a broken body
-		h.writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		h.bodyFailed(w, err, h.maxBody)
 		return
 	}
 	if err := wire.DecodeRequest(s.body, h.parse, &s.req); err != nil {

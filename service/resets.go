@@ -2,11 +2,8 @@ package service
 
 import (
 	"context"
-	"crypto/subtle"
-	"errors"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/meshlimit/meshlimit/wire"
@@ -81,9 +78,7 @@ func distinctKeys(descs []wire.Descriptor) []string {
 
 // resets serves POST /v1/resets: the entries of the reset log for one plugin's proxies.
 func (h *Handler) resets(w http.ResponseWriter, r *http.Request) {
-	if h.secret != nil && subtle.ConstantTimeCompare([]byte(r.Header.Get(SecretHeader)), h.secret) != 1 {
-		h.metrics.error(errUnauthorized)
-		h.writeError(w, http.StatusUnauthorized, SecretHeader+": missing or wrong")
+	if !h.authorized(w, r) {
 		return
 	}
 	if h.resetLog == nil {
@@ -92,14 +87,7 @@ func (h *Handler) resets(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, resetsBodyBytes))
 	if err != nil {
-		var me *http.MaxBytesError
-		if errors.As(err, &me) {
-			h.metrics.error(errTooLarge)
-			h.writeError(w, http.StatusRequestEntityTooLarge, "body: larger than "+strconv.Itoa(resetsBodyBytes)+" bytes")
-			return
-		}
-		h.metrics.error(errBadRequest)
-		h.writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		h.bodyFailed(w, err, resetsBodyBytes)
 		return
 	}
 	var req wire.ResetsRequest
