@@ -99,11 +99,7 @@ func (h *httpContext) requestHeaders() types.Action {
 		}
 	}
 	s.deciding = -1
-	if len(s.settle.res) > 0 || len(s.settle.pend) > 0 {
-		h.adoptSettles(denied, now)
-	} else {
-		s.settle.eos = false // what adoptSettles leaves when there is nothing to adopt
-	}
+	h.adoptSettles(denied, now)
 	if denied {
 		s.acquired = p.releasePermits(s.acquired, now)
 		h.deny()

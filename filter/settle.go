@@ -188,10 +188,11 @@ func (p *pluginContext) reserve(rs *ruleState, set int, key []byte, out *shareds
 // them at once.
 func (h *httpContext) adoptSettles(denied bool, now int64) {
 	s := &h.plugin.scratch.settle
-	defer func() { s.res, s.pend, s.keys, s.eos = s.res[:0], s.pend[:0], s.keys[:0], false }()
-	if len(s.res) == 0 && len(s.pend) == 0 {
+	if len(s.res) == 0 && len(s.pend) == 0 { // a plain request: nothing to adopt, no deferred reset
+		s.eos = false
 		return
 	}
+	defer func() { s.res, s.pend, s.keys, s.eos = s.res[:0], s.pend[:0], s.keys[:0], false }()
 	if denied {
 		resolveKeys(s.res, s.keys)
 		for i := range s.res {
