@@ -16,12 +16,7 @@ import (
 // service is made then, and the body stays held until the answer resumes the request
 // (settle_global.go). A panic is recovered: the body goes on.
 func (h *httpContext) OnHttpRequestBody(size int, eos bool) (act types.Action) {
-	defer func() {
-		if r := recover(); r != nil {
-			h.plugin.recovered("the request body", r)
-			act = types.ActionContinue
-		}
-	}()
+	defer h.plugin.recoverContinue("the request body", &act)
 	st := h.settle
 	if st == nil {
 		return types.ActionContinue
@@ -55,12 +50,7 @@ func (h *httpContext) OnHttpRequestBody(size int, eos bool) (act types.Action) {
 // letting it through undecided. A client that ends its body with trailers reserves what the body
 // says, as one that ends it with end_of_stream does.
 func (h *httpContext) OnHttpRequestTrailers(int) (act types.Action) {
-	defer func() {
-		if r := recover(); r != nil {
-			h.plugin.recovered("the request trailers", r)
-			act = types.ActionContinue
-		}
-	}()
+	defer h.plugin.recoverContinue("the request trailers", &act)
 	st := h.settle
 	switch {
 	case st == nil:

@@ -34,6 +34,15 @@ func (p *pluginContext) recoverPanic(where string) {
 	}
 }
 
+// recoverContinue, deferred by a request body or trailers callback, recovers a panic and lets the
+// request go on (*act = ActionContinue).
+func (p *pluginContext) recoverContinue(where string, act *types.Action) {
+	if r := recover(); r != nil {
+		p.recovered(where, r)
+		*act = types.ActionContinue
+	}
+}
+
 // panicked decides a request whose OnHttpRequestHeaders panicked: by the failure_mode of the rule
 // being decided, or of the global rules already collected. It returns the callback's action.
 func (h *httpContext) panicked(where string, r any) types.Action {
