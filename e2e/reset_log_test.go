@@ -205,6 +205,7 @@ func TestAClientCannotTriggerOrForgeAReset(t *testing.T) {
 	tickAndWait(t, clock, 20*time.Millisecond, p)
 	failLogins(t, p.VM(0), "alice", 5)
 	polls := len(log.seen())
+	t.Logf("%d polls in two minutes", polls)
 
 	// A client sends what the service would: to the path of the log, with the secret and an
 	// answer of the log as its body; and its upstream answers with one too.
@@ -316,6 +317,26 @@ func TestTwoWorkersDoNotBothPollInOneInterval(t *testing.T) {
 	assert.GreaterOrEqual(t, len(seen), intervals-1, "the log is read about once per interval")
 	assert.LessOrEqual(t, len(seen), intervals+1, "by one worker of the five")
 	assert.Zero(t, counter(p, "meshlimit.global.resets_poll_failed"))
+}
+
+// TestAServiceThatDoesNotServeTheResetLogIsAskedOnceAMinutePerWorker: an older service (a rolling
+// upgrade) answers 404 to /v1/resets; each worker that got one waits a minute before it asks
+// again, instead of every reset_poll, and says why once per wait; requests are decided as ever.
+func TestAServiceThatDoesNotServeTheResetLogIsAskedOnceAMinutePerWorker(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	log := &scriptedLog{}
+	log.setAnswer(func(w http.ResponseWriter, _ wire.ResetsRequest) { http.NotFound(w, nil) })
+	p := logProxy(t, logConfig(localLogin), 2, clock, startService(t, clock), log) // 2 workers and the main thread
+	for range 1200 {                                                               // two minutes in steps of 100 ms: 600 reset_poll periods
+		tickAndWait(t, clock, 100*time.Millisecond, p)
+	}
+	polls := len(log.seen())
+	t.Logf("%d polls in two minutes", polls)
+	assert.GreaterOrEqual(t, polls, 3, "each VM asks again after its wait")
+	assert.LessOrEqual(t, polls, 3*3, "three VMs, each at most once a minute (and once at the start): not one call a period")
+	assert.Equal(t, int64(polls), counter(p, "meshlimit.global.resets_poll_failed"))
+	assert.True(t, logsContain(p, envoyhost.LogWarn, "does not serve the reset log"))
+	failLogins(t, p.VM(0), "alice", 5) // limiting goes on: five failures, then the penalty box
 }
 
 func TestAnAnswerWithMoreEntriesIsFollowedAtTheNextTick(t *testing.T) {

@@ -26,7 +26,10 @@ import (
 //   - the call carries the global headers and secret and the global timeout, and only from the
 //     tick: the request path is unchanged. It is never the breaker's probe and never counts
 //     towards the breaker: a failure is counted (resets_poll_failed), warned about at most once
-//     per rejectLogEvery per worker, and retried after the next period, from the same position;
+//     per rejectLogEvery per worker, and retried after the next period, from the same position; a
+//     404 (a service that does not serve the log: an older version, during a rolling upgrade)
+//     makes the worker that got it wait resetsMissingBackoff before it claims a poll again, so
+//     such a cluster costs each worker one call and one warning a minute, not one a period;
 //   - each entry names a descriptor key "<plugin>/<rule>/<fingerprint>/<value>". It is applied
 //     when the plugin has a rule of that name with a limit of that fingerprint: the value is
 //     forgotten (sharedstate.Cursor.Forget, owner-checked) in the tables of every limit set
@@ -43,6 +46,10 @@ import (
 //
 // Only the service's answer to the proxy's own call is read: a client has no way to add to or
 // forge the log (the admin API needs its token; the reset log endpoint the proxies' secret).
+
+// resetsMissingBackoff is how long a worker waits to poll again after the service answered 404 to
+// the reset log (when global.reset_poll is shorter).
+const resetsMissingBackoff = int64(time.Minute)
 
 // resetRecordSize is the size of the poll record: a version byte, the position applied and the
 // time the last poll was claimed (unix ns).
@@ -126,6 +133,11 @@ func (p *pluginContext) onResetsAnswer(since uint64, numHeaders, bodySize int) {
 	now := abi.UnixNano()
 	a, err := p.readResetsAnswer(numHeaders, bodySize)
 	if err != nil {
+		if se, ok := err.(*statusError); ok && se.status == "404" {
+			rp.nextRead = now + max(rp.every, resetsMissingBackoff)
+			rp.nextLogAt = 0 // say so at once, and then once per wait
+			err = fmt.Errorf("%w: the service does not serve the reset log (an older version?); this worker asks again in %v (global.reset_poll \"off\" stops asking)", err, time.Duration(max(rp.every, resetsMissingBackoff)))
+		}
 		p.resetsFailed(now, err)
 		return
 	}
