@@ -25,11 +25,8 @@ import (
 // after the fingerprint, so they may hold '/'. Users "a/b", "a" and "b", all in the penalty box: the
 // reset of "a/b" frees "a/b" alone, and a value that imitates the rest of a key ("<fp>/a") is its own.
 func TestAResetOfAKeyValueHoldingSlashesFreesThatValueOnly(t *testing.T) {
-	clock := envoyhost.NewClock(epoch)
-	log := &scriptedLog{}
 	cfg := logConfig(localLogin)
-	p := logProxy(t, cfg, 1, clock, startService(t, clock), log)
-	tickAndWait(t, clock, 20*time.Millisecond, p)
+	clock, log, p := startedLogProxy(t, cfg, 1)
 	key := resetKey(t, cfg, "login", "a/b")
 	_, fp, _, ok := wire.ParseKey(key, pluginName)
 	require.True(t, ok)
@@ -55,11 +52,8 @@ const compositeLogin = `{"name":"login","key":[{"header":"x-user"},{"header":"x-
 // in the penalty box; the reset of the first (as the admin names it: its escaped key value) frees it
 // alone.
 func TestAResetOfAKeyOfTwoPartsNeverFreesTheKeyThatJoinsTheSameText(t *testing.T) {
-	clock := envoyhost.NewClock(epoch)
-	log := &scriptedLog{}
 	cfg := logConfig(compositeLogin)
-	p := logProxy(t, cfg, 1, clock, startService(t, clock), log)
-	tickAndWait(t, clock, 20*time.Millisecond, p)
+	clock, log, p := startedLogProxy(t, cfg, 1)
 	pairs := [][2]string{{"a|b", "c"}, {"a", "b|c"}}
 	for _, pr := range pairs {
 		for i := range 5 {
@@ -95,11 +89,8 @@ func hashedWireValue(t *testing.T, value string) string {
 // as her own key value. When the admin resets the victim's descriptor key, the proxies cannot know
 // which value it stood for, and forget none: Mallory is not freed by another's reset.
 func TestAClientImitatingTheHashedFormOfAnotherKeyIsNotFreedByItsReset(t *testing.T) {
-	clock := envoyhost.NewClock(epoch)
-	log := &scriptedLog{}
 	cfg := logConfig(localLogin)
-	p := logProxy(t, cfg, 1, clock, startService(t, clock), log)
-	tickAndWait(t, clock, 20*time.Millisecond, p)
+	clock, log, p := startedLogProxy(t, cfg, 1)
 	victim := strings.Repeat("|", 200)
 	imitation := hashedWireValue(t, strings.Repeat(`\|`, 200)) // the victim's key value, escaped
 	require.True(t, strings.HasPrefix(imitation, "#"), "the victim's key value is hashed on the wire")
@@ -119,11 +110,8 @@ func TestAClientImitatingTheHashedFormOfAnotherKeyIsNotFreedByItsReset(t *testin
 // tick, so no tick's work grows with the flood, follows the pages tick after tick, and every user of
 // the flood is freed while the others stay in the box.
 func TestAFloodOfResetsIsAppliedAPageATickAndFreesItsUsers(t *testing.T) {
-	clock := envoyhost.NewClock(epoch)
-	log := &scriptedLog{}
 	cfg := logConfig(localLogin)
-	p := logProxy(t, cfg, 1, clock, startService(t, clock), log)
-	tickAndWait(t, clock, 20*time.Millisecond, p)
+	clock, log, p := startedLogProxy(t, cfg, 1)
 	failLogins(t, p.VM(0), "alice", 5)
 	failLogins(t, p.VM(0), "bob", 5)
 	for i := range 999 {
@@ -149,11 +137,8 @@ func TestAFloodOfResetsIsAppliedAPageATickAndFreesItsUsers(t *testing.T) {
 // with the same entry: it is not applied again (the position already covers it), so alice stays in
 // the box she earned after her reset.
 func TestALateAnswerOfTheResetLogNeverFreesAKeyThatWasBoxedAgainAfterItsReset(t *testing.T) {
-	clock := envoyhost.NewClock(epoch)
-	log := &scriptedLog{}
 	cfg := logConfig(localLogin)
-	p := logProxy(t, cfg, 2, clock, startService(t, clock), log)
-	tickAndWait(t, clock, 20*time.Millisecond, p)
+	clock, log, p := startedLogProxy(t, cfg, 2)
 	failLogins(t, p.VM(0), "alice", 5)
 	log.add(resetKey(t, cfg, "login", "alice"))
 	release := make(chan struct{})

@@ -123,6 +123,16 @@ func logConfig(rules string) string {
 		"reset_poll":"200ms"},"rules":[` + rules + `]}`
 }
 
+// startedLogProxy is logProxy with a fresh clock, an empty scripted log and the real decision
+// service, after its first poll (the proxy has taken the log's position).
+func startedLogProxy(t *testing.T, cfg string, workers int) (*envoyhost.Clock, *scriptedLog, *envoyhost.Plugin) {
+	t.Helper()
+	clock, log := envoyhost.NewClock(epoch), &scriptedLog{}
+	p := logProxy(t, cfg, workers, clock, startService(t, clock), log)
+	tickAndWait(t, clock, 20*time.Millisecond, p)
+	return clock, log, p
+}
+
 // localLogin is a local counted login rule: 5 failures a minute per x-user, then 15 minutes out.
 const localLogin = `{"name":"login","key":[{"header":"x-user"}],"limits":[{"rate":"5/m"}],"count_on":{"status":["401"],"penalty":"15m"}}`
 
@@ -180,11 +190,8 @@ func userLogin(t *testing.T, vm *envoyhost.VM, user string) int {
 }
 
 func TestAResetOfAliceNeverFreesBob(t *testing.T) {
-	clock := envoyhost.NewClock(epoch)
-	log := &scriptedLog{}
 	cfg := logConfig(localLogin)
-	p := logProxy(t, cfg, 2, clock, startService(t, clock), log)
-	tickAndWait(t, clock, 20*time.Millisecond, p) // the first poll: the proxy takes the log's position
+	clock, log, p := startedLogProxy(t, cfg, 2) // the first poll: the proxy takes the log's position
 	for _, user := range []string{"alice", "bob"} {
 		failLogins(t, p.VM(0), user, 5)
 	}
@@ -198,11 +205,8 @@ func TestAResetOfAliceNeverFreesBob(t *testing.T) {
 }
 
 func TestAClientCannotTriggerOrForgeAReset(t *testing.T) {
-	clock := envoyhost.NewClock(epoch)
-	log := &scriptedLog{}
 	cfg := logConfig(localLogin)
-	p := logProxy(t, cfg, 1, clock, startService(t, clock), log)
-	tickAndWait(t, clock, 20*time.Millisecond, p)
+	clock, log, p := startedLogProxy(t, cfg, 1)
 	failLogins(t, p.VM(0), "alice", 5)
 	polls := len(log.seen())
 	t.Logf("%d polls in two minutes", polls)
@@ -327,7 +331,8 @@ func TestAServiceThatDoesNotServeTheResetLogIsAskedOnceAMinutePerWorker(t *testi
 	log := &scriptedLog{}
 	log.setAnswer(func(w http.ResponseWriter, _ wire.ResetsRequest) { http.NotFound(w, nil) })
 	p := logProxy(t, logConfig(localLogin), 2, clock, startService(t, clock), log) // 2 workers and the main thread
-	for range 1200 {                                                               // two minutes in steps of 100 ms: 600 reset_poll periods
+	// Two minutes in steps of 100 ms: 600 reset_poll periods.
+	for range 1200 {
 		tickAndWait(t, clock, 100*time.Millisecond, p)
 	}
 	polls := len(log.seen())
@@ -363,11 +368,8 @@ func TestAnAnswerWithMoreEntriesIsFollowedAtTheNextTick(t *testing.T) {
 }
 
 func TestEntriesThatNameNoLimitOfThePluginAreIgnored(t *testing.T) {
-	clock := envoyhost.NewClock(epoch)
-	log := &scriptedLog{}
 	cfg := logConfig(localLogin)
-	p := logProxy(t, cfg, 1, clock, startService(t, clock), log)
-	tickAndWait(t, clock, 20*time.Millisecond, p)
+	clock, log, p := startedLogProxy(t, cfg, 1)
 	failLogins(t, p.VM(0), "alice", 5)
 	good := resetKey(t, cfg, "login", "alice")
 	rule, fp, _, ok := wire.ParseKey(good, pluginName)

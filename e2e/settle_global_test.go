@@ -497,14 +497,20 @@ func TestAGlobalRuleThatReadsNoBodyIsDecidedWithTheHeadersWhileABodyRuleWaitsFor
 	assert.Zero(t, counter(p, "meshlimit.panics"))
 }
 
+// headerBudget is a second global rule, read from no body: a budget of rate per x-user reserved
+// from the x-cost header and settled from the answer's x-used header (globalBodyBudget's extra).
+func headerBudget(rate string) string {
+	return `, {"name": "budget", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "` + rate + `", "name": "budget"}],
+		"cost": {"header": "x-cost", "default": 1, "settle": {"response_header": "x-used"}}}`
+}
+
 // TestARequestWithBothKindsOfGlobalRulesMakesOneCallAtTheHeadersAndOneWithTheBody: the call made
 // with the headers carries the rule that reads no body, the one made with the body the rule that
 // reads it; the quota the answer reports names both, and each reservation settles.
 func TestARequestWithBothKindsOfGlobalRulesMakesOneCallAtTheHeadersAndOneWithTheBody(t *testing.T) {
 	redis := redistest.Start(t)
 	svc := startSettleService(t, redis.Addr())
-	cfg := globalBodyBudget("global", `, {"name": "budget", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "5000/d", "name": "budget"}],
-		"cost": {"header": "x-cost", "default": 1, "settle": {"response_header": "x-used"}}}`)
+	cfg := globalBodyBudget("global", headerBudget("5000/d"))
 	p := load(t, module(t, "meshlimit"), cfg, 1, toReplica(svc.addr))
 	s, ok := openHeaders(t, p.VM(0), "alice", [2]string{"x-cost", "2000"})
 	require.True(t, ok)
@@ -539,8 +545,7 @@ func TestARequestWithBothKindsOfGlobalRulesMakesOneCallAtTheHeadersAndOneWithThe
 func TestABodyStageDenialRefundsWhatTheHeadersStageReserved(t *testing.T) {
 	redis := redistest.Start(t)
 	svc := startSettleService(t, redis.Addr())
-	cfg := globalBodyBudget("global", `, {"name": "budget", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/d", "name": "budget"}],
-		"cost": {"header": "x-cost", "default": 1, "settle": {"response_header": "x-used"}}}`)
+	cfg := globalBodyBudget("global", headerBudget("1000/d"))
 	p := load(t, module(t, "meshlimit"), cfg, 1, toReplica(svc.addr))
 	s, ok := openHeaders(t, p.VM(0), "alice", [2]string{"x-cost", "600"})
 	require.True(t, ok, "600 of the budget's 1000 reserved with the headers")
