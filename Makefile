@@ -14,7 +14,7 @@ BENCHCOUNT ?= 6
 IMAGE_NAME ?= meshlimit/meshlimit
 IMAGE_TAG  ?= 0.1.0
 
-.PHONY: help wasm need-redis test test-wasip1 test-deploy image demo bench accuracy fuzz plots check fmt vet tidy clean
+.PHONY: help wasm need-redis test test-unit test-e2e test-busy test-redis test-wasip1 test-deploy image demo bench accuracy fuzz plots check fmt vet tidy clean
 
 help: ## list every target (one without a description is listed as such)
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -32,10 +32,43 @@ $(BUILD)/passthrough.wasm:
 	@mkdir -p $(BUILD)
 	$(WASMENV) $(GO) build $(WASMFLAGS) -o $@ ./cmd/passthrough
 
-test: need-redis need-node wasm ## the README's test command: install Redis and node if missing, build the wasm, run every test with -race (the V8 scenarios included)
-	$(GO) test -race -count=1 ./...
-	$(MAKE) test-wasip1
-	$(MAKE) test-deploy
+# make test runs its stages one after another (scripts/stages): each has its own time bound, every
+# stage runs even when one before it failed, and the closing table says what each took. gotestsum
+# (a tool in go.mod) prints a line per package as it ends, and one per e2e test.
+TEST_STAGES  := test-unit test-e2e test-wasip1 test-deploy
+GOTESTSUM    := $(CURDIR)/$(BUILD)/bin/gotestsum
+TESTOUT      := $(CURDIR)/$(BUILD)/test
+UNIT_TIMEOUT ?= 10m
+E2E_TIMEOUT  ?= 15m
+TESTFLAGS    ?= -count=1
+E2EFLAGS     ?= -race
+
+test: need-redis need-node wasm $(GOTESTSUM) ## the README's test command: install Redis and node if missing, build the wasm, run every stage below and report each
+	@sh scripts/stages $(TEST_STAGES)
+
+test-unit: need-redis $(GOTESTSUM) ## every package but e2e, with -race
+	@mkdir -p $(TESTOUT)
+	$(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TESTOUT)/unit.json -- \
+	  -race $(TESTFLAGS) -timeout=$(UNIT_TIMEOUT) $$($(GO) list ./... | grep -v '/e2e$$')
+
+test-e2e: need-redis need-node wasm $(GOTESTSUM) ## the compiled module on internal/envoyhost and V8 (e2e/), with the real service and Redis
+	@mkdir -p $(TESTOUT)
+	$(GOTESTSUM) --format testname --jsonfile $(TESTOUT)/e2e.json -- $(E2EFLAGS) $(TESTFLAGS) -timeout=$(E2E_TIMEOUT) ./e2e/
+
+# The packages whose tests start redis-server, but e2e (the Redis half of the lead's proof run).
+REDIS_PKGS := ./internal/redistest/ ./service/... ./cmd/meshlimit-admin/
+
+test-redis: need-redis $(GOTESTSUM) ## the packages whose tests start redis-server (but e2e), with -race; TESTFLAGS=-count=2 to repeat
+	@mkdir -p $(TESTOUT)
+	$(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TESTOUT)/redis.json -- -race $(TESTFLAGS) -timeout=$(UNIT_TIMEOUT) $(REDIS_PKGS)
+
+test-busy: ## the proof run: 3 × make test, then test-redis with -count=2, beside stress-ng --cpu 4; seconds per stage (scripts/busy)
+	@sh scripts/need stress-ng:stress-ng
+	@sh scripts/busy
+
+$(GOTESTSUM): go.mod
+	@mkdir -p $(BUILD)/bin
+	$(GO) build -o $@ gotest.tools/gotestsum
 
 # The service and e2e tests start real redis-server processes on loopback ports. As root on
 # Debian/Ubuntu this installs redis-server and redis-tools; otherwise it stops with the command to run.
@@ -44,8 +77,10 @@ need-redis: ## install redis-server and redis-cli if missing (as root), or print
 
 # envoy/ is its own module, so that go-control-plane, istio.io/api and k8s.io/api stay out of the
 # filter's dependencies. The first run compiles them (about 3 minutes on 2 cores).
-test-deploy: ## validate envoy/ and envoy/istio/ against Envoy's, Istio's and Kubernetes' schemas
-	cd envoy && $(GO) test -count=1 ./...
+test-deploy: $(GOTESTSUM) ## validate envoy/ and envoy/istio/ against Envoy's, Istio's and Kubernetes' schemas
+	@mkdir -p $(TESTOUT)
+	cd envoy && $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TESTOUT)/deploy.json -- \
+	  $(TESTFLAGS) -timeout=$(UNIT_TIMEOUT) ./...
 
 image: wasm ## the OCI image Istio pulls: build/image/oci (layout) and build/image/meshlimit.tar (archive)
 	cd envoy && $(GO) run ./cmd/wasmimage -wasm $(CURDIR)/$(BUILD)/meshlimit.wasm \
@@ -54,8 +89,10 @@ image: wasm ## the OCI image Istio pulls: build/image/oci (layout) and build/ima
 
 # The pure packages also run as wasm, where the filter runs them, on wazero through the Go
 # distribution's wasip1 exec script.
-test-wasip1: $(BUILD)/bin/wazero ## run the pure packages' tests (algorithms, shed) compiled to wasip1
-	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" GOWASIRUNTIME=wazero $(WASMENV) $(GO) test -count=1 \
+test-wasip1: $(BUILD)/bin/wazero $(GOTESTSUM) ## run the pure packages' tests (algorithms, shed) compiled to wasip1
+	@mkdir -p $(TESTOUT)
+	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" GOWASIRUNTIME=wazero $(WASMENV) $(GOTESTSUM) --format pkgname-and-test-fails \
+	  --jsonfile $(TESTOUT)/wasip1.json -- $(TESTFLAGS) -timeout=$(UNIT_TIMEOUT) \
 	  -exec="$$($(GO) env GOROOT)/lib/wasm/go_wasip1_wasm_exec" ./algorithms/ ./shed/
 
 $(BUILD)/bin/wazero: go.mod
