@@ -34,7 +34,9 @@
 // A [Clock] is the virtual time source behind WASI clock_time_get,
 // proxy_get_current_time_nanoseconds, the request.time property and the tick timers:
 // [Clock.Advance] fires due ticks on every VM of every plugin that uses it. HTTP
-// callouts are real HTTP requests to 127.0.0.1 and their timeouts use real time.
+// callouts are real HTTP requests to 127.0.0.1; their timeouts use real time, or the
+// Clock with [Config.CallTimeoutsOnClock] (a timeout then fires within Advance, never
+// while the clock stands still: what tests on a loaded machine need).
 //
 // # Example
 //
@@ -82,7 +84,7 @@
 //   - Time is virtual. WASI clock_time_get, proxy_get_current_time_nanoseconds, request.time
 //     and the tick timers read a [Clock] that moves only when [Clock.Advance] is called; in
 //     Envoy they follow the dispatcher's real clock. HTTP callout timeouts, however, run in
-//     real time.
+//     real time unless [Config.CallTimeoutsOnClock] puts them on the Clock too.
 //   - In the #533 generation poll_oneoff advances the calling VM's private monotonic clock by
 //     the requested timeout, so that a guest sleep ends on the virtual clock (Envoy returns at
 //     once and the guest busy-waits).

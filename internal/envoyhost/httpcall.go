@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -43,6 +44,16 @@ type callResponse struct {
 type pendingCall struct {
 	token  uint32
 	cancel context.CancelFunc
+	vm     *VM
+	due    time.Time   // with Config.CallTimeoutsOnClock: when the call times out on the clock
+	ended  atomic.Bool // the call no longer counts in Plugin.CallsInFlight
+}
+
+// end stops counting the call in flight, once.
+func (c *pendingCall) end() {
+	if c.ended.CompareAndSwap(false, true) {
+		c.vm.p.inflight.Add(-1)
+	}
 }
 
 // proxyHTTPCall implements spec#proxy_http_call as Envoy's Context::httpCall (§3): a
@@ -96,31 +107,48 @@ func proxyHTTPCall(v *VM, s []uint64) Status {
 		trailers:  parsePairs(trl),
 		timeout:   time.Duration(timeout) * time.Millisecond,
 	}
-	if v.p.cfg.NoCallTimeouts {
-		req.timeout = 0
-	}
 	ctx, cancel := context.WithCancel(v.p.ctx)
-	call := &pendingCall{token: token, cancel: cancel}
+	call := &pendingCall{token: token, cancel: cancel, vm: v}
+	onClock := v.p.cfg.CallTimeoutsOnClock && req.timeout > 0
+	if onClock {
+		call.due = v.p.clock.Now().Add(req.timeout)
+	}
+	if v.p.cfg.NoCallTimeouts || onClock {
+		req.timeout = 0 // no real-time timeout
+	}
 	if v.calls == nil {
 		v.calls = make(map[uint32]*pendingCall)
 	}
 	v.calls[token] = call
 	started := v.p.goAsync(func() {
-		defer v.p.inflight.Add(-1)
+		defer call.end()
 		defer cancel()
 		resp := v.p.send(ctx, req)
-		if resp == nil { // cancelled: the root context or the plugin is gone
+		if resp == nil { // cancelled: the root context or the plugin is gone, or it timed out on the clock
 			return
 		}
 		v.deliverCallResponse(call, resp)
 	})
 	if !started {
-		v.p.inflight.Add(-1)
+		call.end()
 		cancel()
 		delete(v.calls, token)
 		return StatusInternalFailure
 	}
+	if onClock {
+		v.p.clock.addCallTimeout(call)
+	}
 	return StatusOK
+}
+
+// timeOut answers call, if it is still outstanding, as Envoy's router answers a request past its
+// timeout (a 504), and cancels its request. Clock.Advance calls it at the call's due time, without
+// the clock's lock.
+func (c *pendingCall) timeOut() {
+	if c.vm.deliverCallResponse(c, synthesized(504, bodyTimeout)) {
+		c.cancel()
+		c.end()
+	}
 }
 
 // outbound is an HTTP call's request, copied out of guest memory.
@@ -230,16 +258,20 @@ func synthesized(status int, body string) *callResponse {
 }
 
 // deliverCallResponse calls proxy_on_http_call_response on the root context, between
-// guest calls, with the response readable only during the callback (§3).
-func (v *VM) deliverCallResponse(call *pendingCall, r *callResponse) {
+// guest calls, with the response readable only during the callback (§3). It reports whether
+// the call was still outstanding (not answered, timed out or cancelled before).
+func (v *VM) deliverCallResponse(call *pendingCall, r *callResponse) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.calls[call.token] != call {
-		return // cancelled meanwhile
+		return false // answered, timed out or cancelled meanwhile
 	}
 	delete(v.calls, call.token)
+	if !call.due.IsZero() {
+		v.p.clock.removeCallTimeout(call)
+	}
 	if v.failed != nil || v.closed || v.ex.onHTTPCallResponse == nil {
-		return
+		return true
 	}
 	var nh, nb, nt int
 	if r.failed {
@@ -253,6 +285,7 @@ func (v *VM) deliverCallResponse(call *pendingCall, r *callResponse) {
 		uint64(v.rootID), uint64(call.token), uint64(nh), uint64(nb), uint64(nt))
 	v.callResp = nil
 	v.runDeferred()
+	return true
 }
 
 // deliverQueueReady calls proxy_on_queue_ready on the root context.

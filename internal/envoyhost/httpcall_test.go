@@ -173,3 +173,69 @@ func TestHTTPCallsFromManyVMsConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// now reads a stream's action without waiting: Pause while the filter still waits.
+func now(t *testing.T, s *envoyhost.Stream) envoyhost.Action {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	act, _ := s.Wait(ctx)
+	return act
+}
+
+func TestACalloutTimedOnTheClockTimesOutWhenTheClockPassesItsTimeoutAndNeverBefore(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	held := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) })
+	clock := envoyhost.NewClock(time.Unix(1_700_000_000, 0))
+	p := newPlugin(t, "guest", envoyhost.Config{Clock: clock, CallTimeoutsOnClock: true, Clusters: map[string]string{"held": held}})
+	s := p.VM(0).NewStream(envoyhost.StreamInfo{})
+	defer s.Close()
+	act, err := s.SendRequestHeaders(op("httpcall", "x-cluster", "held", "x-path", "/", "x-timeout", "50"), true)
+	require.NoError(t, err)
+	require.Equal(t, envoyhost.ActionPause, act)
+	<-arrived
+	assert.Equal(t, 1, p.CallsInFlight())
+
+	clock.Advance(49 * time.Millisecond)
+	assert.Equal(t, envoyhost.ActionPause, now(t, s), "49 ms of the clock: no timeout, however long the upstream has taken in real time")
+	clock.Advance(time.Millisecond)
+	assert.Equal(t, envoyhost.ActionStop, now(t, s), "the 504 was delivered at 50 ms, within Advance")
+	assert.Equal(t, 0, p.CallsInFlight())
+	r := s.LocalReply()
+	require.NotNil(t, r)
+	st, _ := r.Headers.Get("x-callout-status")
+	assert.Equal(t, "504", st)
+	assert.Equal(t, "upstream request timeout", string(r.Body))
+}
+
+func TestACalloutTimedOnTheClockIsAnsweredByItsUpstreamWhileTheClockStandsStill(t *testing.T) {
+	release := make(chan struct{})
+	slow := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release // answers only when the test says, long after its 1 ms timeout in real time
+		w.WriteHeader(201)
+	})
+	clock := envoyhost.NewClock(time.Unix(1_700_000_000, 0))
+	p := newPlugin(t, "guest", envoyhost.Config{Clock: clock, CallTimeoutsOnClock: true, Clusters: map[string]string{"slow": slow}})
+	s := p.VM(0).NewStream(envoyhost.StreamInfo{})
+	defer s.Close()
+	_, err := s.SendRequestHeaders(op("httpcall", "x-cluster", "slow", "x-path", "/", "x-timeout", "1"), true)
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond) // 20 times the timeout in real time: not a timeout on the clock
+	close(release)
+	act, err := s.Wait(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, envoyhost.ActionStop, act)
+	st, _ := s.LocalReply().Headers.Get("x-callout-status")
+	assert.Equal(t, "201", st)
+	clock.Advance(time.Second)
+	assert.Equal(t, "201", func() string { st, _ := s.LocalReply().Headers.Get("x-callout-status"); return st }(),
+		"the answered call's timeout no longer fires")
+}

@@ -72,6 +72,13 @@ type Config struct {
 	// callout timeout never fired did (Kuadrant wasm-shim #425): a call to an upstream that
 	// never answers then never completes. For tests of a guest's own deadline.
 	NoCallTimeouts bool
+	// CallTimeoutsOnClock measures proxy_http_call timeouts on Clock rather than in real
+	// time: a call that has no answer when Clock.Advance reaches its dispatch time plus its
+	// timeout gets Envoy's 504 at that instant, and a call never times out while the clock
+	// stands still, however slow its answer. Tests that move the clock themselves use it, so
+	// that a slow machine never turns an answer into a timeout and a timeout is exactly where
+	// the test puts it. NoCallTimeouts wins over it.
+	CallTimeoutsOnClock bool
 	// Node is the Envoy node, readable under xds.node.
 	Node Node
 	// Properties adds or overrides properties for every stream and the root context,

@@ -325,5 +325,8 @@ func (v *VM) cancelCalls() {
 	for id, c := range v.calls {
 		c.cancel()
 		delete(v.calls, id)
+		if !c.due.IsZero() {
+			v.p.clock.removeCallTimeout(c)
+		}
 	}
 }
