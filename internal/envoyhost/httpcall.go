@@ -109,7 +109,7 @@ func proxyHTTPCall(v *VM, s []uint64) Status {
 	}
 	ctx, cancel := context.WithCancel(v.p.ctx)
 	call := &pendingCall{token: token, cancel: cancel, vm: v}
-	onClock := v.p.cfg.CallTimeoutsOnClock && req.timeout > 0
+	onClock := v.p.cfg.CallTimeoutsOnClock && !v.p.cfg.NoCallTimeouts && req.timeout > 0
 	if onClock {
 		call.due = v.p.clock.Now().Add(req.timeout)
 	}

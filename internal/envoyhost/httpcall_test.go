@@ -239,3 +239,22 @@ func TestACalloutTimedOnTheClockIsAnsweredByItsUpstreamWhileTheClockStandsStill(
 	assert.Equal(t, "201", func() string { st, _ := s.LocalReply().Headers.Get("x-callout-status"); return st }(),
 		"the answered call's timeout no longer fires")
 }
+
+func TestNoCallTimeoutsWinsOverCallTimeoutsOnClock(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	held := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done()
+	})
+	clock := envoyhost.NewClock(time.Unix(1_700_000_000, 0))
+	p := newPlugin(t, "guest", envoyhost.Config{Clock: clock, CallTimeoutsOnClock: true, NoCallTimeouts: true,
+		Clusters: map[string]string{"held": held}})
+	s := p.VM(0).NewStream(envoyhost.StreamInfo{})
+	defer s.Close()
+	_, err := s.SendRequestHeaders(op("httpcall", "x-cluster", "held", "x-path", "/", "x-timeout", "50"), true)
+	require.NoError(t, err)
+	<-arrived
+	clock.Advance(time.Minute)
+	assert.Equal(t, envoyhost.ActionPause, now(t, s), "the call never times out")
+	assert.Equal(t, 1, p.CallsInFlight())
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,8 +24,21 @@ const MaxMemoryPages = 16384
 const maxLogEntries = 100_000
 
 // compilationCache lets plugins created from the same module bytes share compiled
-// code.
-var compilationCache = wazero.NewCompilationCache()
+// code: in memory, and in the directory ENVOYHOST_CACHE_DIR names when it is set,
+// where several processes share it (`make test` points the test binaries of every
+// package at build/wazero-cache, so that a module is compiled once for the whole run).
+var compilationCache = newCompilationCache(os.Getenv("ENVOYHOST_CACHE_DIR"))
+
+// newCompilationCache returns a cache kept in dir, or in memory when dir is empty or
+// cannot be used.
+func newCompilationCache(dir string) wazero.CompilationCache {
+	if dir != "" {
+		if c, err := wazero.NewCompilationCacheWithDir(dir); err == nil {
+			return c
+		}
+	}
+	return wazero.NewCompilationCache()
+}
 
 // runtimeConfig returns wazero's compiler configuration with the shared cache. The
 // compiler is slow under the race detector (about 10 s for a Go module on 2 cores)
