@@ -31,7 +31,7 @@ func startAdminService(t *testing.T, addr string) string {
 	store, err := service.NewRedisStore(service.RedisConfig{Addrs: []string{addr}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	h, err := service.NewHandler(service.Config{Store: store, Timeout: 150 * time.Millisecond})
+	h, err := service.NewHandler(service.Config{Store: store, Timeout: 10 * time.Second}) // as startRedisService
 	require.NoError(t, err)
 	admin, err := service.NewAdmin(service.AdminConfig{Store: store, Token: adminToken})
 	require.NoError(t, err)

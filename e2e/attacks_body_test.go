@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -192,7 +191,8 @@ func TestARequestBodyOfOneByteChunksIsReadOnce(t *testing.T) {
 func TestTrailersWhileTheBodyStageCallIsOutKeepTheRequestBytesCounted(t *testing.T) {
 	clock := envoyhost.NewClock(epoch)
 	svc := startService(t, clock)
-	svc.slow.Store(int64(100 * time.Millisecond))
+	release := svc.hold() // the answer comes when the test says: after the chunks and trailers below
+	defer release()
 	cfg := globalBodyBudget("global", `, {"name": "up", "key": [{"header": "x-user"}], "limits": [{"rate": "100000/d"}],
 		"cost": {"request_bytes": true, "max": 100000}}`)
 	p := load(t, module(t, "meshlimit"), cfg, 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
@@ -207,7 +207,8 @@ func TestTrailersWhileTheBodyStageCallIsOutKeepTheRequestBytesCounted(t *testing
 	act, err = s.SendRequestTrailers(envoyhost.Headers{{"x-checksum", "1"}})
 	require.NoError(t, err)
 	assert.Equal(t, envoyhost.ActionPause, act, "the trailers wait with the body for the answer")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	release()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	act, err = s.Wait(ctx)
 	require.NoError(t, err)
@@ -277,7 +278,7 @@ func TestAGlobalRuleReadsTheBodyThatTrailersEnd(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.SendRequestTrailers(envoyhost.Headers{{"x-checksum", "1"}})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	act, err := s.Wait(ctx)
 	require.NoError(t, err)
@@ -317,7 +318,7 @@ func TestAClientAskingForACompressedAnswerCannotHideItsUsage(t *testing.T) {
 			require.NoError(t, err)
 			_, err = s.SendRequestBody([]byte(body), true)
 			require.NoError(t, err)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), patience)
 			defer cancel()
 			act, err := s.Wait(ctx)
 			require.NoError(t, err)

@@ -152,14 +152,14 @@ func TestALateAnswerOfTheResetLogNeverFreesAKeyThatWasBoxedAgainAfterItsReset(t 
 	})
 
 	clock.Advance(resetPollTest)
-	require.Eventually(t, held.Load, 5*time.Second, time.Millisecond, "a worker polled and waits")
+	require.Eventually(t, held.Load, patience, time.Millisecond, "a worker polled and waits")
 	clock.Advance(resetPollTest) // the next period: another worker polls and applies the reset
-	require.Eventually(t, func() bool { return counter(p, "meshlimit.global.resets_applied") == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return counter(p, "meshlimit.global.resets_applied") == 1 }, patience, time.Millisecond)
 	require.Equal(t, uint64(2), position(t, p))
 	failLogins(t, p.VM(0), "alice", 5) // freed, then boxed again
 
 	close(release)
-	require.Eventually(t, func() bool { return p.CallsInFlight() == 0 }, 5*time.Second, time.Millisecond, "the slow answer arrived")
+	require.Eventually(t, func() bool { return p.CallsInFlight() == 0 }, patience, time.Millisecond, "the slow answer arrived")
 	assert.Equal(t, 429, userLogin(t, p.VM(1), "alice"), "the stale entry does not free her again")
 	assert.Equal(t, int64(1), counter(p, "meshlimit.global.resets_applied"))
 	assert.Equal(t, uint64(2), position(t, p))

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +33,7 @@ func openGlobal(t testing.TB, vm *envoyhost.VM, req *envoyhost.Request) (*envoyh
 	s := vm.NewStream(req.Info)
 	_, err := s.SendRequestHeaders(req.Headers, true)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	_, err = s.Wait(ctx)
 	require.NoError(t, err, "the filter decides within its timeout")
@@ -106,13 +105,13 @@ func TestTwoProxiesOnTwoServiceReplicasHoldExactlyTheGlobalConcurrencyLimit(t *t
 	require.NoError(t, err)
 	require.NoError(t, admitted[0].Close())
 	require.NoError(t, admitted[1].Close())
-	redistest.WaitFor(t, 5*time.Second, "the two releases reach Redis", func() bool { return heldInRedis(t, redis.Addr()) == 3 })
+	eventually(t, "the two releases reach Redis", func() bool { return heldInRedis(t, redis.Addr()) == 3 })
 	more, _ := openMany(t, proxies, 6)
 	assert.Len(t, more, 2, "the two released permits, and no more, are taken again")
 	for _, s := range append(append(admitted, more...), denied...) {
 		require.NoError(t, s.Close())
 	}
-	redistest.WaitFor(t, 5*time.Second, "every permit is released", func() bool { return heldInRedis(t, redis.Addr()) == 0 })
+	eventually(t, "every permit is released", func() bool { return heldInRedis(t, redis.Addr()) == 0 })
 	for _, p := range proxies {
 		assert.Zero(t, counter(p, "meshlimit.global.failures"))
 		assert.Zero(t, counter(p, "meshlimit.global.permit_failures"))
@@ -133,7 +132,7 @@ func TestAPermitWhoseReleaseIsLostIsReclaimedAtTheEndOfItsLease(t *testing.T) {
 	start := time.Now()
 	_, ok := openGlobal(t, other.VM(0), tenant("acme"))
 	assert.False(t, ok, "the dropped proxy's permits are still held")
-	redistest.WaitFor(t, 10*time.Second, "the leases end and the other proxy is admitted", func() bool {
+	eventually(t, "the leases end and the other proxy is admitted", func() bool {
 		s, ok := openGlobal(t, other.VM(0), tenant("acme"))
 		require.NoError(t, s.Close())
 		return ok
@@ -153,10 +152,12 @@ func TestLiveStreamsKeepTheirPermitsBeyondTheLeaseByRenewingThem(t *testing.T) {
 		require.True(t, ok)
 		held = append(held, s)
 	}
-	// 7 s of real time (past the 5 s lease in Redis TIME), with the proxy's clock ticking a
-	// second every half second of it: its renewals go out on the ticks.
+	// 7 s of real time (past the 5 s lease in Redis TIME: Redis's clock is real), with the proxy's
+	// clock moved a second, a tick at a time with every renewal answered, every half second of it: its
+	// renewals go out on the ticks. Only a machine that took over 4 s for one such second would lose a
+	// permit (it survives four lost renewals).
 	for deadline := time.Now().Add(7 * time.Second); time.Now().Before(deadline); {
-		holder.Clock().Advance(time.Second)
+		advanceSettled(t, holder.Clock(), time.Second, holder)
 		time.Sleep(500 * time.Millisecond)
 	}
 	assert.Equal(t, 2, heldInRedis(t, redis.Addr()))
@@ -168,7 +169,7 @@ func TestLiveStreamsKeepTheirPermitsBeyondTheLeaseByRenewingThem(t *testing.T) {
 	for _, s := range held {
 		require.NoError(t, s.Close())
 	}
-	redistest.WaitFor(t, 5*time.Second, "the releases reach Redis", func() bool { return heldInRedis(t, redis.Addr()) == 0 })
+	eventually(t, "the releases reach Redis", func() bool { return heldInRedis(t, redis.Addr()) == 0 })
 }
 
 func TestARedisRestartLosesTheGlobalPermitsAndTheFilterCountsThemLost(t *testing.T) {
@@ -185,22 +186,15 @@ func TestARedisRestartLosesTheGlobalPermitsAndTheFilterCountsThemLost(t *testing
 	assert.True(t, ok, "failure_mode allow: the request goes on without a permit while Redis is down")
 	assert.Equal(t, int64(1), counter(open, "meshlimit.global.failures"))
 	redis.Start()
-	redistest.WaitFor(t, 5*time.Second, "the service is ready again", func() bool {
-		res, err := http.Get("http://" + svc + "/readyz")
-		if err != nil {
-			return false
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK
-	})
+	waitReady(t, svc)
 	// The service's client may still meet a broken connection once (a failure: admitted without
 	// a permit); every request is admitted until 2 permits are held again.
-	redistest.WaitFor(t, 5*time.Second, "the restart forgot the 2 permits in flight: 2 more are taken (API.md)", func() bool {
+	eventually(t, "the restart forgot the 2 permits in flight: 2 more are taken (API.md)", func() bool {
 		_, ok := openGlobal(t, open.VM(0), tenant("acme"))
 		require.True(t, ok)
 		return heldInRedis(t, redis.Addr()) == 2
 	})
-	redistest.WaitFor(t, 5*time.Second, "then the limit holds again", func() bool {
+	eventually(t, "then the limit holds again", func() bool {
 		failures := counter(open, "meshlimit.global.failures")
 		_, ok := openGlobal(t, open.VM(0), tenant("acme"))
 		if ok {
@@ -211,15 +205,11 @@ func TestARedisRestartLosesTheGlobalPermitsAndTheFilterCountsThemLost(t *testing
 	// Each renewal round (a second of the proxy's clock) renews the 4 streams' permits: the 2
 	// forgotten ones come back not renewed, are counted once and renewed no more. (A round whose
 	// call meets the service's last broken connection counts in permit_failures instead.)
-	redistest.WaitFor(t, 5*time.Second, "the renewals of the forgotten permits come back not renewed", func() bool {
-		open.Clock().Advance(time.Second)
-		time.Sleep(50 * time.Millisecond)
+	eventually(t, "the renewals of the forgotten permits come back not renewed", func() bool {
+		advanceSettled(t, open.Clock(), time.Second, open)
 		return counter(open, "meshlimit.global.permits_lost") >= 2
 	})
-	for range 3 {
-		open.Clock().Advance(time.Second)
-		time.Sleep(50 * time.Millisecond)
-	}
+	advanceSettled(t, open.Clock(), 3*time.Second, open)
 	assert.Equal(t, int64(2), counter(open, "meshlimit.global.permits_lost"), "each lost permit is counted once")
 	assert.Equal(t, 2, heldInRedis(t, redis.Addr()), "the renewals keep the 2 live permits")
 }
@@ -248,7 +238,7 @@ func TestAGlobalConcurrencyLimitOnARedisClusterOfThreeMasters(t *testing.T) {
 	for _, s := range streams {
 		require.NoError(t, s.Close())
 	}
-	redistest.WaitFor(t, 5*time.Second, "every permit is released", func() bool {
+	eventually(t, "every permit is released", func() bool {
 		for _, n := range nodes {
 			if k, err := n.Do("DBSIZE"); err != nil || k != "0" {
 				return false
@@ -263,19 +253,19 @@ func TestAStreamThatEndsBeforeItsCheckIsAnsweredLeavesNoPermitBehind(t *testing.
 	clock := envoyhost.NewClock(epoch)
 	svc := startService(t, clock)
 	p := load(t, module(t, "meshlimit"), globalConcConfig(1, "allow"), 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
-	svc.slow.Store(int64(100 * time.Millisecond))
+	release := svc.hold()
 	req := tenant("acme")
 	s := p.VM(0).NewStream(req.Info)
 	_, err := s.SendRequestHeaders(req.Headers, true) // paused on the check
 	require.NoError(t, err)
 	require.NoError(t, s.Close()) // the client leaves before the answer; the service still acquires
-	time.Sleep(300 * time.Millisecond)
-	svc.slow.Store(0)
+	release()
+	settle(t, p)
 	other, ok := openGlobal(t, p.VM(0), tenant("acme"))
 	require.NoError(t, other.Close())
 	assert.False(t, ok, "the gone stream's permit is held until its release is due")
 	clock.Advance(500 * time.Millisecond) // two call timeouts: the tick sends the release
-	redistest.WaitFor(t, 5*time.Second, "the release frees the permit", func() bool {
+	eventually(t, "the release frees the permit", func() bool {
 		s, ok := openGlobal(t, p.VM(0), tenant("acme"))
 		require.NoError(t, s.Close())
 		return ok

@@ -24,6 +24,16 @@ type decisionService struct {
 	calls atomic.Int64
 	down  atomic.Bool  // answer nothing: the connection is closed (Envoy: 503 upstream connect error)
 	slow  atomic.Int64 // sleep this long before answering (ns)
+	gate  atomic.Pointer[chan struct{}]
+}
+
+// hold makes the service hold every call until the returned release is called (or the caller gives
+// up on the call): an answer that comes exactly when the test says, however fast this machine.
+func (d *decisionService) hold() (release func()) {
+	gate := make(chan struct{})
+	d.gate.Store(&gate)
+	var once sync.Once
+	return func() { once.Do(func() { d.gate.Store(nil); close(gate) }) }
 }
 
 func startService(t testing.TB, clock *envoyhost.Clock) *decisionService {
@@ -41,6 +51,13 @@ func startService(t testing.TB, clock *envoyhost.Clock) *decisionService {
 			if hj, ok := w.(http.Hijacker); ok {
 				c, _, _ := hj.Hijack()
 				_ = c.Close()
+				return
+			}
+		}
+		if g := d.gate.Load(); g != nil {
+			select {
+			case <-*g:
+			case <-r.Context().Done():
 				return
 			}
 		}
@@ -161,17 +178,21 @@ func TestWhenTheServiceFailsRulesFailOpenOrClosedAsConfigured(t *testing.T) {
 	}
 }
 
-func TestATimedOutCallFailsOpenWithinTheTimeout(t *testing.T) {
+func TestATimedOutCallFailsOpenAtTheTimeout(t *testing.T) {
 	clock := envoyhost.NewClock(epoch)
 	svc := startService(t, clock)
-	svc.slow.Store(int64(2 * time.Second))
+	release := svc.hold()
+	defer release()
 	p := load(t, module(t, "meshlimit"), globalConfig(`{"name":"g","scope":"global","key":["client_ip"],"limits":[{"rate":"100/s"}]}`),
 		1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
-	start := time.Now()
-	res := roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.51"))
-	elapsed := time.Since(start)
-	assert.Equal(t, 200, status(res), "the timeout (a 504 from Envoy) fails open")
-	assert.Less(t, elapsed, 1500*time.Millisecond, "the request waited for the 200ms timeout, not for the slow service")
+	s, act := send(t, p.VM(0), get("a.example", "/", "192.0.2.51"))
+	require.Equal(t, envoyhost.ActionPause, act, "the request waits for the service")
+	eventually(t, "the call reaches the service", func() bool { return svc.calls.Load() == 1 })
+	clock.Advance(199 * time.Millisecond)
+	assert.Equal(t, envoyhost.ActionPause, state(t, s), "before the 200ms timeout the request still waits")
+	clock.Advance(time.Millisecond)
+	assert.Equal(t, envoyhost.ActionContinue, state(t, s), "at the timeout (a 504 from Envoy) the request fails open, with the service still holding the call")
+	assert.Nil(t, s.LocalReply())
 	assert.Equal(t, int64(1), counter(p, "meshlimit.global.failures"))
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
+	"github.com/meshlimit/meshlimit/internal/redistest"
 )
 
 // module reads build/<name>.wasm, which `make wasm` writes. A missing module fails the test: CI must
@@ -29,16 +30,20 @@ func module(t testing.TB, name string) []byte {
 var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 // load starts the module with a plugin configuration on workers worker VMs (plus the main-thread VM).
+// Its callouts time out on the virtual clock (envoyhost.Config.CallTimeoutsOnClock), like every other
+// timer of the filter: a slow machine never turns an answer into a timeout, and a test about a
+// timeout moves the clock past it.
 func load(t testing.TB, wasm []byte, config string, workers int, opts ...func(*envoyhost.Config)) *envoyhost.Plugin {
 	t.Helper()
 	cfg := envoyhost.Config{
-		VMID:         "meshlimit",
-		PluginName:   "istio-system.meshlimit",
-		RootID:       "meshlimit",
-		PluginConfig: []byte(config),
-		Workers:      workers,
-		Clock:        envoyhost.NewClock(epoch),
-		LogLevel:     envoyhost.LogInfo,
+		VMID:                "meshlimit",
+		PluginName:          "istio-system.meshlimit",
+		RootID:              "meshlimit",
+		PluginConfig:        []byte(config),
+		Workers:             workers,
+		Clock:               envoyhost.NewClock(epoch),
+		LogLevel:            envoyhost.LogInfo,
+		CallTimeoutsOnClock: true,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -57,10 +62,49 @@ func get(host, path, ip string, extra ...[2]string) *envoyhost.Request {
 
 var ok200 = &envoyhost.Response{Headers: envoyhost.Headers{{":status", "200"}, {"content-type", "text/plain"}}, Body: []byte("ok")}
 
+// patience bounds every wait of these tests on a real event (a callout's answer, Redis noticing a
+// restart, a lease expiring in Redis's clock). It is a safety net against a hang, far beyond what a
+// loaded machine needs: no test passes or fails by it.
+const patience = 2 * time.Minute
+
+// eventually waits until cond holds, polling, for at most patience.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	redistest.WaitFor(t, patience, what, cond)
+}
+
+// settle waits until no callout of the plugins is in flight: every answer (or timeout) has reached
+// the filter.
+func settle(t testing.TB, plugins ...*envoyhost.Plugin) {
+	t.Helper()
+	eventually(t, "every callout is answered", func() bool {
+		for _, p := range plugins {
+			if p.CallsInFlight() > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// tick is the filter's timer period with a global service (filter/plugin.go's leaseTickMillis).
+const tick = 20 * time.Millisecond
+
+// advanceSettled moves clock on by d, a tick at a time, and lets every callout a tick sent be
+// answered before the next: the service is then always faster than the callout timeout, as the
+// tests not about timeouts assume, however slow this machine.
+func advanceSettled(t testing.TB, clock *envoyhost.Clock, d time.Duration, plugins ...*envoyhost.Plugin) {
+	t.Helper()
+	for ; d > 0; d -= tick {
+		clock.Advance(min(d, tick))
+		settle(t, plugins...)
+	}
+}
+
 // roundTrip runs one request through vm and returns its result.
 func roundTrip(t testing.TB, vm *envoyhost.VM, req *envoyhost.Request) envoyhost.Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	res, err := vm.RoundTrip(ctx, req, ok200)
 	require.NoError(t, err)

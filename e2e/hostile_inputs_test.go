@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -120,7 +119,7 @@ func TestRepeatedHeadersReachTheFilterSeparatelyThroughTheHTTPProxy(t *testing.T
 	done := make(chan error, 1)
 	go func() { done <- proxy.ListenAndServe(ctx, "127.0.0.1:0", func(a net.Addr) { addrc <- a }) }()
 	base := "http://" + (<-addrc).String()
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := &http.Client{Timeout: patience}
 	for i := range 50 {
 		req, err := http.NewRequest("GET", base+"/", nil)
 		require.NoError(t, err)

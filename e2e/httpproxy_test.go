@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,7 +29,7 @@ func TestRealHTTPThroughTheFilterGets200sThen429s(t *testing.T) {
 	go func() { done <- proxy.ListenAndServe(ctx, "127.0.0.1:0", func(a net.Addr) { addrc <- a }) }()
 	base := "http://" + (<-addrc).String()
 
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := &http.Client{Timeout: patience}
 	var codes []int
 	var last *http.Response
 	for range 5 {

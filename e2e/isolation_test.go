@@ -52,24 +52,6 @@ func TestMintingTwentyThousandKeysLeavesAnActiveClientItsWholeQuota(t *testing.T
 		minted, admittedMinted, overflow, counter(p, "meshlimit.rule.per-key.evictions"), remaining)
 }
 
-// settle waits until the proxies' calls to the service have stopped changing for 50 ms of real time:
-// lease calls are answered asynchronously.
-func settle(t *testing.T, svc *decisionService, proxies ...*envoyhost.Plugin) {
-	t.Helper()
-	snapshot := func() [3]int64 {
-		return [3]int64{svc.calls.Load(), sum(proxies, "meshlimit.global.lease_calls"), sum(proxies, "meshlimit.rule.tenant.leased")}
-	}
-	last, stable := snapshot(), time.Now()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Since(stable) < 50*time.Millisecond {
-		require.True(t, time.Now().Before(deadline), "the service calls never settled")
-		time.Sleep(5 * time.Millisecond)
-		if s := snapshot(); s != last {
-			last, stable = s, time.Now()
-		}
-	}
-}
-
 func TestAnotherKeysLeaseCannotTakeOverTheLeasedUnitsOfAVictim(t *testing.T) {
 	clock := envoyhost.NewClock(epoch)
 	svc := startService(t, clock)
@@ -80,7 +62,7 @@ func TestAnotherKeysLeaseCannotTakeOverTheLeasedUnitsOfAVictim(t *testing.T) {
 	request := func(tenant string) bool {
 		admitted := roundTrip(t, p.VM(0), withKey(get("api.example", "/", "192.0.2.1"), "x-tenant", tenant)).LocalReply == nil
 		clock.Advance(20 * time.Millisecond) // the lease tick
-		settle(t, svc, p)
+		settle(t, p)
 		return admitted
 	}
 	victim := 0
@@ -132,7 +114,7 @@ func TestAProxyNeverHoldsTwoBatchesOfLeasedUnits(t *testing.T) {
 		}
 		clock.Advance(time.Millisecond)
 		if step%10 == 9 { // a tick fired: let its lease land before time moves on
-			settle(t, svc, workers...)
+			settle(t, workers...)
 		}
 		maxHeld = max(maxHeld, held(workers[0]), held(workers[1]))
 		maxTotal = max(maxTotal, held(workers[0])+held(workers[1]))

@@ -148,7 +148,7 @@ func tickAndWait(t *testing.T, clock *envoyhost.Clock, d time.Duration, proxies 
 			}
 		}
 		return true
-	}, 10*time.Second, time.Millisecond, "every call the ticks made is answered")
+	}, patience, time.Millisecond, "every call the ticks made is answered")
 }
 
 // position reads the reset log position the proxy has applied, from its shared data.

@@ -35,7 +35,7 @@ func login(t testing.TB, vm *envoyhost.VM, ip string, resp *envoyhost.Response, 
 	t.Helper()
 	req := get("app.example", "/login", ip, extra...)
 	req.Headers[0][1] = "POST"
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	res, err := vm.RoundTrip(ctx, req, resp)
 	require.NoError(t, err)
@@ -255,7 +255,7 @@ func TestAGlobalClientThatLeavesBeforeTheResponseIsStillChargedInTheService(t *t
 		require.NoError(t, err)
 		require.NoError(t, s.Close())
 	}
-	require.Eventually(t, func() bool { return svc.calls.Load() == 5 }, 5*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return svc.calls.Load() == 5 }, patience, 5*time.Millisecond,
 		"each reset stream's charge reaches the service")
 	assert.Equal(t, int64(5), counter(p, "meshlimit.rule.login.unanswered"))
 	// This proxy never saw the answers (their streams were gone): the next counted response is

@@ -80,7 +80,7 @@ func interleave(t *testing.T, vms []*envoyhost.VM, jobs []job, seed uint64, maxO
 // exchange runs one request through vm, answered by the upstream with resp.
 func exchange(t *testing.T, vm *envoyhost.VM, req *envoyhost.Request, resp envoyhost.Headers) envoyhost.Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	res, err := vm.RoundTrip(ctx, req, &envoyhost.Response{Headers: resp})
 	require.NoError(t, err)
@@ -270,7 +270,7 @@ func TestOneResponseCountedByTwoGlobalRulesPenalizesBothKeysAndLeavesNoCallBehin
 	require.NoError(t, err)
 	require.Equal(t, envoyhost.ActionPause, act, "the counted response waits for its charges")
 	require.Equal(t, envoyhost.ActionContinue, wait(t, s))
-	require.Eventually(t, func() bool { return svc.calls.Load() >= 1 && p.CallsInFlight() == 0 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return svc.calls.Load() >= 1 && p.CallsInFlight() == 0 }, patience, 5*time.Millisecond)
 	clock.Advance(300 * time.Millisecond) // ticks past every deadline, with the stream still open
 	assert.Zero(t, counter(p, "meshlimit.global.deadline_expired"), "no charge was left waiting")
 	assert.Zero(t, counter(p, "meshlimit.global.failures"))
@@ -300,6 +300,7 @@ func TestALateAnswerToAClosedStreamDecidesNoLaterStreamOnTheSameVM(t *testing.T)
 	var calls atomic.Int64
 	deny := `{"allowed":false,"decisions":[{"allowed":false,"limit":1,"remaining":0,"reset_ms":1000,"retry_after_ms":1000}]}`
 	allow := `{"allowed":true,"decisions":[{"allowed":true,"limit":1000,"remaining":999,"reset_ms":1000}]}`
+	var gate atomic.Pointer[chan struct{}] // holds the first stream's answer until the test closes it
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == wire.ResetsPath { // the ticks' polls of the reset log are not checks
 			w.WriteHeader(http.StatusNotFound)
@@ -309,7 +310,11 @@ func TestALateAnswerToAClosedStreamDecidesNoLaterStreamOnTheSameVM(t *testing.T)
 		b, _ := io.ReadAll(r.Body)
 		body := allow
 		if strings.Contains(string(b), "192.0.2.81") { // the first stream's check
-			time.Sleep(300 * time.Millisecond)
+			select {
+			case <-*gate.Load():
+			case <-r.Context().Done():
+				return
+			}
 			body = deny
 		}
 		w.Header().Set("content-type", "application/json")
@@ -322,6 +327,15 @@ func TestALateAnswerToAClosedStreamDecidesNoLaterStreamOnTheSameVM(t *testing.T)
 	}{{"closed before the late answer", true}, {"closed after the late answer", false}} {
 		t.Run(c.name, func(t *testing.T) {
 			calls.Store(0)
+			late := make(chan struct{})
+			gate.Store(&late)
+			defer func() {
+				select {
+				case <-late:
+				default:
+					close(late)
+				}
+			}()
 			p := load(t, module(t, "meshlimit"), globalConfig(`{"name":"g","scope":"global","key":["client_ip"],"limits":[{"rate":"1000/s"}]}`),
 				1, toCluster(strings.TrimPrefix(srv.URL, "http://"), clock), noCallTimeouts)
 			vm := p.VM(0)
@@ -332,6 +346,7 @@ func TestALateAnswerToAClosedStreamDecidesNoLaterStreamOnTheSameVM(t *testing.T)
 			if c.closeBefore {
 				require.NoError(t, first.Close())
 			}
+			close(late) // the denial comes after the deadline
 			var open []*envoyhost.Stream
 			for i := range 40 {
 				s, act := send(t, vm, get("a.example", "/", fmt.Sprintf("192.0.2.%d", 100+i%20)))
@@ -348,7 +363,7 @@ func TestALateAnswerToAClosedStreamDecidesNoLaterStreamOnTheSameVM(t *testing.T)
 					open = open[:0]
 				}
 				if i == 10 {
-					require.Eventually(t, func() bool { return p.CallsInFlight() == 0 }, 5*time.Second, 5*time.Millisecond, "the late denial arrived")
+					require.Eventually(t, func() bool { return p.CallsInFlight() == 0 }, patience, 5*time.Millisecond, "the late denial arrived")
 				}
 			}
 			if !c.closeBefore {
@@ -381,7 +396,7 @@ func TestAStreamThatLeavesWhileItsCheckIsOutReleasesItsPermitAndIsChargedUnanswe
 	cfg := globalConfig(`{"name":"login","scope":"global","key":["client_ip"],"limits":[{"rate":"100/m"}],"count_on":{"status":["401"]}},
 		{"name":"gpu","scope":"global","key":[{"header":"x-tenant"}],"limits":[{"concurrency":1,"name":"gpu-slots"}]}`)
 	p := load(t, module(t, "meshlimit"), cfg, 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
-	svc.slow.Store(int64(100 * time.Millisecond))
+	release := svc.hold()
 	req := tenant("acme")
 	s := p.VM(0).NewStream(req.Info)
 	act, err := s.SendRequestHeaders(req.Headers, true)
@@ -389,9 +404,9 @@ func TestAStreamThatLeavesWhileItsCheckIsOutReleasesItsPermitAndIsChargedUnanswe
 	require.Equal(t, envoyhost.ActionPause, act, "paused on the check")
 	require.NoError(t, s.Close()) // the client leaves before the answer; the service still acquires
 	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.login.unanswered"))
-	require.Eventually(t, func() bool { return svc.calls.Load() == 2 }, 5*time.Second, 5*time.Millisecond, "the check and the charge")
-	time.Sleep(300 * time.Millisecond)
-	svc.slow.Store(0)
+	eventually(t, "the check and the charge reach the service", func() bool { return svc.calls.Load() == 2 })
+	release()
+	settle(t, p)
 	other, ok := openGlobal(t, p.VM(0), tenant("acme"))
 	require.NoError(t, other.Close())
 	assert.False(t, ok, "the gone stream's permit is held until its release is due")
@@ -400,7 +415,7 @@ func TestAStreamThatLeavesWhileItsCheckIsOutReleasesItsPermitAndIsChargedUnanswe
 		s, ok := openGlobal(t, p.VM(0), tenant("acme"))
 		require.NoError(t, s.Close())
 		return ok
-	}, 5*time.Second, 20*time.Millisecond, "the release frees the permit")
+	}, patience, 20*time.Millisecond, "the release frees the permit")
 	assert.Zero(t, counter(p, "meshlimit.global.deadline_expired"))
 	assert.NoError(t, p.VM(0).Failed())
 }

@@ -70,6 +70,29 @@ func answering(t *testing.T, status int, body string, delay time.Duration, calls
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
+// heldAnswer returns the address of a loopback server that answers every call with status and body
+// once release is called, and counts the calls.
+func heldAnswer(t *testing.T, status int, body string, calls *atomic.Int64) (addr string, release func()) {
+	t.Helper()
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("content-type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(release)
+	return strings.TrimPrefix(srv.URL, "http://"), release
+}
+
 func toCluster(addr string, clock *envoyhost.Clock) func(*envoyhost.Config) {
 	return func(c *envoyhost.Config) {
 		c.Clusters = map[string]string{serviceCluster: addr}
@@ -91,7 +114,7 @@ func send(t *testing.T, vm *envoyhost.VM, req *envoyhost.Request) (*envoyhost.St
 
 func wait(t *testing.T, s *envoyhost.Stream) envoyhost.Action {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	act, err := s.Wait(ctx)
 	require.NoError(t, err)
@@ -150,13 +173,15 @@ func TestAnAnswerAfterTheDeadlineIsIgnored(t *testing.T) {
 	clock := envoyhost.NewClock(epoch)
 	var calls atomic.Int64
 	deny := `{"allowed":false,"decisions":[{"allowed":false,"limit":1,"remaining":0,"reset_ms":1000,"retry_after_ms":1000}]}`
+	addr, release := heldAnswer(t, 200, deny, &calls)
 	p := load(t, module(t, "meshlimit"), globalConfig(`{"name":"g","scope":"global","key":["client_ip"],"limits":[{"rate":"1/s"}]}`),
-		1, toCluster(answering(t, 200, deny, 300*time.Millisecond, &calls), clock), noCallTimeouts)
+		1, toCluster(addr, clock), noCallTimeouts)
 	s, act := send(t, p.VM(0), get("a.example", "/", "192.0.2.81"))
 	require.Equal(t, envoyhost.ActionPause, act)
 	clock.Advance(225 * time.Millisecond)
 	assert.Equal(t, envoyhost.ActionContinue, wait(t, s), "resumed at the deadline (failure_mode allow)")
-	require.Eventually(t, func() bool { return counter(p, "meshlimit.global.late_answers") == 1 }, 5*time.Second, 5*time.Millisecond)
+	release() // the denial comes after the deadline
+	eventually(t, "the late answer arrives", func() bool { return counter(p, "meshlimit.global.late_answers") == 1 })
 	assert.Nil(t, s.LocalReply(), "the late denial is ignored")
 	assert.Zero(t, counter(p, "meshlimit.rule.g.limited"))
 	assert.NoError(t, p.VM(0).Failed())
@@ -316,7 +341,7 @@ func TestAPanicInACallbackAppliesTheRulesFailureModeAndLimitingGoesOn(t *testing
 				ok.Headers = append(ok.Headers, [2]string{"x-meshlimit-test-panic", tc.where})
 			}
 			for i := range 4 { // two panics per worker
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), patience)
 				res, err := p.VM(i%2).RoundTrip(ctx, panicking(get("a.example", "/", "192.0.2.10"+strconv.Itoa(i)), tc.where), ok)
 				cancel()
 				require.NoError(t, err)
@@ -394,7 +419,7 @@ func TestALeaseTheServiceRefusesIsNotAnOutageEither(t *testing.T) {
 		require.Eventually(t, func() bool {
 			return counter(p, "meshlimit.global.lease_calls") == counter(p, "meshlimit.global.rejected")-int64(i+1)
 		},
-			5*time.Second, time.Millisecond, "every lease call was answered")
+			patience, time.Millisecond, "every lease call was answered")
 	}
 	assert.Positive(t, counter(p, "meshlimit.global.lease_calls"))
 	assert.Zero(t, counter(p, "meshlimit.global.failures"))

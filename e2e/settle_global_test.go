@@ -52,7 +52,7 @@ func startSettleService(t *testing.T, redisAddr string) *settleService {
 // waitSettles waits until the service has applied n settle calls in all.
 func (s *settleService) waitSettles(t *testing.T, n int64) {
 	t.Helper()
-	redistest.WaitFor(t, 10*time.Second, strconv.FormatInt(n, 10)+" settles applied", func() bool { return s.settles.Load() >= n })
+	eventually(t, strconv.FormatInt(n, 10)+" settles applied", func() bool { return s.settles.Load() >= n })
 }
 
 // globalBudget is a global budget of 1000 tokens per user per day, reserved from the x-max-tokens
@@ -70,7 +70,7 @@ func openGlobalReserving(t *testing.T, vm *envoyhost.VM, user string, reserve in
 		{":scheme", "http"}, {"x-user", user}, {"x-max-tokens", strconv.Itoa(reserve)}}
 	_, err := s.SendRequestHeaders(append(h, extra...), true)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	act, err := s.Wait(ctx)
 	require.NoError(t, err)
@@ -186,7 +186,7 @@ func TestAGlobalSettleThatIsLostKeepsTheReservationAndNeverBlocksTheStream(t *te
 	svc.down.Store(true)
 	settleAnswer(t, s, 200, "application/json", usageOf(100))
 	assert.Equal(t, []byte(usageOf(100)), s.DownstreamBody())
-	redistest.WaitFor(t, 10*time.Second, "the refund reached the service, which was down", func() bool { return svc.calls.Load() == 2 })
+	eventually(t, "the refund reached the service, which was down", func() bool { return svc.calls.Load() == 2 })
 	assert.Equal(t, int64(500), counter(p, "meshlimit.rule.tokens.settle_refund"), "the refund was decided")
 	assert.Zero(t, counter(p, "meshlimit.global.failures"), "a settle is not a check: the breaker does not count it")
 	svc.down.Store(false)
@@ -338,7 +338,7 @@ func TestABodyOverTheBoundOfAGlobalRuleReservesTheDefaultAndPassesWhole(t *testi
 	act, err = s.SendRequestBody([]byte(body[200:400]), false)
 	require.NoError(t, err)
 	assert.Equal(t, envoyhost.ActionPause, act, "past the bound: the call is out")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	act, err = s.Wait(ctx)
 	require.NoError(t, err)
@@ -414,7 +414,7 @@ func TestGlobalClientsThatReserveOneTokenAndUseTenThousandPutTheKeyIntoADebtOfAt
 	settleAnswer(t, s1, 200, "application/json", usageOf(10000))
 	settleAnswer(t, s2, 200, "application/json", usageOf(10000))
 	assert.Equal(t, int64(2*3999), counter(p, "meshlimit.rule.tokens.settle_overrun"), "each charged up to the rule's max")
-	redistest.WaitFor(t, 10*time.Second, "both settles applied", func() bool { return svc.calls.Load() == 4 })
+	eventually(t, "both settles applied", func() bool { return svc.calls.Load() == 4 })
 	_, ok = postJSON(t, p.VM(0), "mallory", maxTokens(1))
 	assert.False(t, ok, "the key is in debt")
 	clock.Advance(85 * time.Minute)
@@ -435,7 +435,7 @@ func openHeaders(t *testing.T, vm *envoyhost.VM, user string, extra ...[2]string
 		{":scheme", "http"}, {"x-user", user}, {"content-type", "application/json"}}
 	_, err := s.SendRequestHeaders(append(h, extra...), false)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	act, err := s.Wait(ctx)
 	require.NoError(t, err)
@@ -448,7 +448,7 @@ func finishBody(t *testing.T, s *envoyhost.Stream, body string) bool {
 	t.Helper()
 	_, err := s.SendRequestBody([]byte(body), true)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	act, err := s.Wait(ctx)
 	require.NoError(t, err)
@@ -613,7 +613,8 @@ func TestAGlobalBodyRequestWhoseServiceFailsIsDecidedByTheFallbackWithItsBodysRe
 func TestChunksThatArriveWhileTheBodyStageCallIsOutWaitAndPassWhole(t *testing.T) {
 	clock := envoyhost.NewClock(epoch)
 	svc := startService(t, clock)
-	svc.slow.Store(int64(100 * time.Millisecond)) // within the 200ms timeout
+	release := svc.hold() // the answer comes when the test says: after the chunks and trailers below
+	defer release()
 	p := load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
 	body := `{"max_tokens": 300, "messages": "` + strings.Repeat("m", 500) + `"}`
 	s := p.VM(0).NewStream(envoyhost.StreamInfo{})
@@ -626,7 +627,8 @@ func TestChunksThatArriveWhileTheBodyStageCallIsOutWaitAndPassWhole(t *testing.T
 		assert.Equal(t, envoyhost.ActionPause, act, "chunk %d: held", i)
 	}
 	assert.Empty(t, s.UpstreamBody(), "nothing passed while the call was out")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	release()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	act, err := s.Wait(ctx)
 	require.NoError(t, err)

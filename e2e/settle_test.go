@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -39,7 +38,7 @@ func postJSON(t *testing.T, vm *envoyhost.VM, user, body string) (*envoyhost.Str
 		_, err = s.SendRequestBody([]byte(body), true)
 		require.NoError(t, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	act, err := s.Wait(ctx)
 	require.NoError(t, err)
@@ -337,7 +336,7 @@ func TestARequestTheGlobalServiceDeniesRefundsWhatLocalRulesReserved(t *testing.
 		if second {
 			r.Headers = append(r.Headers, [2]string{"x-second", "1"})
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		res, err := p.VM(0).RoundTrip(ctx, r, &envoyhost.Response{Headers: envoyhost.Headers{{":status", "200"}, {"x-tokens-used", "100"}}})
 		require.NoError(t, err)
