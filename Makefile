@@ -43,7 +43,13 @@ E2E_TIMEOUT  ?= 15m
 TESTFLAGS    ?= -count=1
 E2EFLAGS     ?= -race
 
+# The test binaries of every package share the wasm they compile (internal/envoyhost's compilation
+# cache): one compilation of build/meshlimit.wasm serves the whole run. Entries older than a day go.
+WAZERO_CACHE := $(CURDIR)/$(BUILD)/wazero-cache
+test test-unit test-e2e test-redis test-busy: export ENVOYHOST_CACHE_DIR = $(WAZERO_CACHE)
+
 test: need-redis need-node wasm $(GOTESTSUM) ## the README's test command: install Redis and node if missing, build the wasm, run every stage below and report each
+	@find $(WAZERO_CACHE) -type f -mmin +1440 -delete 2>/dev/null || true
 	@sh scripts/stages $(TEST_STAGES)
 
 test-unit: need-redis $(GOTESTSUM) ## every package but e2e, with -race
