@@ -243,7 +243,7 @@ func TestARedisRestartLosesThePermits(t *testing.T) {
 	t.Parallel()
 	rs := startRedis(t)
 	s := newRedisStore(t, rs.Addr())
-	h := newTestHandler(t, Config{Store: s, Timeout: 200 * time.Millisecond})
+	h := newTestHandler(t, Config{Store: s, Timeout: 10 * time.Second}) // a stopped Redis fails at once; a slow one never reaches it
 	acquire := func(id string) (int, string) {
 		return serve(h, "POST", "/v1/check", `{"descriptors":[{"key":"gpu","algorithm":"concurrency","quota":1,"permit":"`+id+`","lease_ms":60000}]}`)
 	}

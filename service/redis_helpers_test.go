@@ -17,8 +17,11 @@ func startRedis(t testing.TB, extra ...string) *redisServer { return redistest.S
 
 func startCluster(t testing.TB) []*redisServer { return redistest.StartCluster(t) }
 
+// waitFor waits for cond, polling, for at least a minute whatever d says: the bound is a safety net
+// against a hang, never what a test passes or fails by on a loaded machine.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	redistest.WaitFor(t, d, what, cond)
+	t.Helper()
+	redistest.WaitFor(t, max(d, time.Minute), what, cond)
 }
 
 // newRedisStore returns a RedisStore on addrs, closed when the test ends.
