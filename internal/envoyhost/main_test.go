@@ -119,7 +119,7 @@ var ok200 = &envoyhost.Response{Headers: envoyhost.Headers{{":status", "200"}}}
 // roundTrip runs one request on vm and fails the test on a host error.
 func roundTrip(t testing.TB, vm *envoyhost.VM, h envoyhost.Headers) envoyhost.Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a safety net
 	defer cancel()
 	res, err := vm.RoundTrip(ctx, &envoyhost.Request{Headers: h}, ok200)
 	require.NoError(t, err)

@@ -169,7 +169,7 @@ func TestSharedQueueNotifiesTheRegisteringVM(t *testing.T) {
 	require.Equal(t, "0", replyHeader(t, res, "x-status"))
 	assert.Eventually(t, func() bool {
 		return string(p.Process().SharedData("qv")["dequeued"]) == "hello"
-	}, 5*time.Second, 5*time.Millisecond, "proxy_on_queue_ready ran on VM 0 and dequeued the value")
+	}, 2*time.Minute, 5*time.Millisecond, "proxy_on_queue_ready ran on VM 0 and dequeued the value")
 	res = roundTrip(t, p.VM(1), op("qenq", "x-vm-id", "nope", "x-value", "x"))
 	assert.Equal(t, "1", replyHeader(t, res, "x-status"), "an unknown queue is NotFound")
 }
