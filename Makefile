@@ -38,8 +38,8 @@ $(BUILD)/passthrough.wasm:
 TEST_STAGES  := test-unit test-e2e test-e2e-race test-wasip1 test-deploy
 GOTESTSUM    := $(CURDIR)/$(BUILD)/bin/gotestsum
 TESTOUT      := $(CURDIR)/$(BUILD)/test
-UNIT_TIMEOUT ?= 10m
-E2E_TIMEOUT  ?= 15m
+UNIT_TIMEOUT ?= 15m
+E2E_TIMEOUT  ?= 20m
 TESTFLAGS    ?= -count=1
 # e2e runs without the race detector: under it wazero's compiler (instrumented Go) makes the package
 # three times slower, and what it would race on, the host and the service, runs with -race in
