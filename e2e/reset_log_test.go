@@ -141,14 +141,7 @@ const localLogin = `{"name":"login","key":[{"header":"x-user"}],"limits":[{"rate
 func tickAndWait(t *testing.T, clock *envoyhost.Clock, d time.Duration, proxies ...*envoyhost.Plugin) {
 	t.Helper()
 	clock.Advance(d)
-	require.Eventually(t, func() bool {
-		for _, p := range proxies {
-			if p.CallsInFlight() > 0 {
-				return false
-			}
-		}
-		return true
-	}, patience, time.Millisecond, "every call the ticks made is answered")
+	settle(t, proxies...)
 }
 
 // position reads the reset log position the proxy has applied, from its shared data.

@@ -363,7 +363,7 @@ func TestALateAnswerToAClosedStreamDecidesNoLaterStreamOnTheSameVM(t *testing.T)
 					open = open[:0]
 				}
 				if i == 10 {
-					require.Eventually(t, func() bool { return p.CallsInFlight() == 0 }, patience, 5*time.Millisecond, "the late denial arrived")
+					settle(t, p) // the late denial arrived
 				}
 			}
 			if !c.closeBefore {
