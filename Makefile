@@ -32,14 +32,15 @@ $(BUILD)/passthrough.wasm:
 	@mkdir -p $(BUILD)
 	$(WASMENV) $(GO) build $(WASMFLAGS) -o $@ ./cmd/passthrough
 
-# make test runs its stages one after another (scripts/stages): each has its own time bound, every
-# stage runs even when one before it failed, and the closing table says what each took. gotestsum
-# (a tool in go.mod) prints a line per package as it ends, and one per e2e test.
-TEST_STAGES  := test-unit test-e2e test-e2e-race test-wasip1 test-deploy
+# make test runs its stages one after another (scripts/stages), those joined by + side by side (e2e
+# keeps one core busy, wasip1 and deploy take the other): each has its own time bound, every stage
+# runs even when one before it failed, and the closing table says what each took. gotestsum (a tool
+# in go.mod) prints a line per package as it ends, and one per e2e test.
+TEST_STAGES  := test-unit test-e2e+test-wasip1+test-deploy test-e2e-race
 GOTESTSUM    := $(CURDIR)/$(BUILD)/bin/gotestsum
 TESTOUT      := $(CURDIR)/$(BUILD)/test
 UNIT_TIMEOUT ?= 15m
-E2E_TIMEOUT  ?= 20m
+E2E_TIMEOUT  ?= 30m
 TESTFLAGS    ?= -count=1
 # e2e runs without the race detector: under it wazero's compiler (instrumented Go) makes the package
 # three times slower, and what it would race on, the host and the service, runs with -race in
@@ -79,7 +80,7 @@ test-busy: ## the proof run: 3 × make test, then test-redis with -count=2, besi
 
 test-e2e-race: need-redis wasm $(GOTESTSUM) ## the e2e tests that drive the module from many goroutines at once, with -race
 	@mkdir -p $(TESTOUT)
-	$(GOTESTSUM) --format testname --jsonfile $(TESTOUT)/e2e-race.json -- -race $(TESTFLAGS) -timeout=$(E2E_TIMEOUT) \
+	$(GOTESTSUM) --format testname --jsonfile $(TESTOUT)/e2e-race.json -- -race $(TESTFLAGS) -timeout=$(UNIT_TIMEOUT) \
 	  -run '$(E2E_RACE_RUN)' ./e2e/
 
 $(GOTESTSUM): go.mod
