@@ -23,6 +23,20 @@ func serveLimited(t *testing.T, max int, h http.Handler) (*ConnLimiter, string) 
 	return ln, tcp.Addr().String()
 }
 
+// held counts the connections the limiter holds in state s: a test waits for the server to have
+// seen a request (StateActive) or its end (StateIdle), which it learns after the client does.
+func held(ln *ConnLimiter, s http.ConnState) int {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	n := 0
+	for c := range ln.conns {
+		if c.state == s {
+			n++
+		}
+	}
+	return n
+}
+
 // get sends one GET on a new connection and returns the status, or 0 if the connection was
 // closed first.
 func get(addr, path string) int {
@@ -61,8 +75,8 @@ func TestANewConnectionIsClosedAtOnceWhenEveryHeldOneIsBusy(t *testing.T) {
 	for range 2 {
 		go func() { done <- get(addr, "/slow") }()
 	}
-	require.Eventually(t, func() bool { return ln.Len() == 2 }, 5*time.Second, time.Millisecond)
-	time.Sleep(2 * minQuiet) // both are busy, not merely quiet
+	require.Eventually(t, func() bool { return held(ln, http.StateActive) == 2 }, time.Minute, time.Millisecond,
+		"both are busy, not merely quiet")
 
 	start := time.Now()
 	assert.Equal(t, 0, get(addr, "/fast"), "closed, not served")
@@ -72,7 +86,7 @@ func TestANewConnectionIsClosedAtOnceWhenEveryHeldOneIsBusy(t *testing.T) {
 	close(release)
 	assert.Equal(t, 200, <-done)
 	assert.Equal(t, 200, <-done)
-	require.Eventually(t, func() bool { return get(addr, "/fast") == 200 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return get(addr, "/fast") == 200 }, time.Minute, 10*time.Millisecond)
 	assert.LessOrEqual(t, ln.Len(), 2)
 }
 
@@ -87,10 +101,12 @@ func TestAnIdleConnectionMakesRoomForANewOne(t *testing.T) {
 	buf := make([]byte, 512)
 	_, err = idle.Read(buf)
 	require.NoError(t, err)
+	require.Eventually(t, func() bool { return held(ln, http.StateIdle) == 1 }, time.Minute, time.Millisecond,
+		"the server has seen the response end")
 
 	assert.Equal(t, 200, get(addr, "/"))
 	assert.Equal(t, uint64(1), ln.Reclaimed())
-	_ = idle.SetReadDeadline(time.Now().Add(time.Second))
+	_ = idle.SetReadDeadline(time.Now().Add(time.Minute)) // a safety net: the close is asynchronous
 	_, err = idle.Read(buf)
 	assert.ErrorIs(t, err, io.EOF, "the idle connection was closed")
 }
