@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,9 +12,9 @@ import (
 // TestTheDemoRunsAndReports keeps `make demo` true: it runs the demo on the built module and checks the
 // report says what the README promises.
 func TestTheDemoRunsAndReports(t *testing.T) {
-	// The demo itself takes seconds; under the race detector on a loaded machine, compiling the
-	// module for each VM alone can take a minute.
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// The demo itself takes seconds; under the race detector on a machine busy with other work it
+	// took over 4 minutes. No deadline here: go test's -timeout bounds a hang.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out bytes.Buffer
 	require.NoError(t, run(ctx, &out, "../../build/meshlimit.wasm", "", 2), "run `make wasm` first if the module is missing")
