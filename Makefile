@@ -54,7 +54,7 @@ E2E_RACE_RUN := ^(TestChurningStreamsOnEightWorkersNeverExceedTheLimitInFlight|T
 WAZERO_CACHE := $(CURDIR)/$(BUILD)/wazero-cache
 test test-unit test-e2e test-e2e-race test-redis test-busy: export ENVOYHOST_CACHE_DIR = $(WAZERO_CACHE)
 
-test: need-redis need-node wasm $(GOTESTSUM) ## the README's test command: install Redis and node if missing, build the wasm, run every stage below and report each
+test: need-redis need-node wasm $(GOTESTSUM) ## the README's test command: install Redis and node if missing, build the wasm, run the stages test-unit, test-e2e (test-wasip1 and test-deploy beside it) and test-e2e-race, then a table of their results and seconds
 	@find $(WAZERO_CACHE) -type f -mmin +1440 -delete 2>/dev/null || true
 	@sh scripts/stages $(TEST_STAGES)
 
