@@ -29,11 +29,24 @@ func fuzzPolicy(n uint8, reserves []byte) Policy {
 func checkGuarantees(t *testing.T, p *Policy, s State, c int64, class int, next State, d Decision) {
 	t.Helper()
 	cc := min(max(c, 0), MaxCapacity)
-	if d.Admitted && next.Total() > cc {
+	if d.Admitted != (s.Total() < d.Threshold) {
+		t.Fatalf("class %d at %d in flight, threshold %d: admitted %v", d.Class, s.Total(), d.Threshold, d.Admitted)
+	}
+	if d.Class > 0 && d.Threshold != p.Threshold(c, d.Class) {
+		t.Fatalf("class %d held to %d, not its threshold %d", d.Class, d.Threshold, p.Threshold(c, d.Class))
+	}
+	if d.Admitted && d.Class > 0 && next.Total() > cc {
 		t.Fatalf("admitted class %d to %d in flight over capacity %d", class, next.Total(), cc)
 	}
-	if d.Admitted != (s.Total() < p.Threshold(c, d.Class)) {
-		t.Fatalf("class %d at %d in flight, threshold %d: admitted %v", d.Class, s.Total(), p.Threshold(c, d.Class), d.Admitted)
+	if p.Classes() > 1 {
+		lower := s.Total() - int64(s.InFlight[0])
+		reserve := cc - p.Threshold(c, 1)
+		if d.Admitted && d.Class == 0 && next.Total() > max(cc, lower+reserve) {
+			t.Fatalf("admitted the highest class to %d in flight, over capacity %d and over its reserve %d above the %d below it", next.Total(), cc, reserve, lower)
+		}
+		if d.Class == 0 && int64(s.InFlight[0]) < reserve && !d.Admitted {
+			t.Fatalf("the highest class shed holding %d of its reserve %d (%v, capacity %d)", s.InFlight[0], reserve, s.InFlight, c)
+		}
 	}
 	for higher := range d.Class {
 		if _, dh := p.Admit(s, c, higher); d.Admitted && !dh.Admitted {
@@ -66,32 +79,52 @@ func checkReserves(t *testing.T, p *Policy, s State, c int64) {
 	}
 }
 
-// FuzzAdmit drives a shedder with admissions and releases of random classes. With a fixed
-// capacity, the total never exceeds it and each class keeps its reserve; with a changing
-// capacity, every decision still respects the capacity and the class order of its moment.
+// FuzzAdmit drives a shedder with admissions and releases of random classes from four keys
+// held to a random share. With a fixed capacity, the total never exceeds it and each class
+// keeps its reserve; with a changing capacity, every decision still respects the capacity and
+// the class order of its moment, and the highest class keeps its reserve whatever the lower
+// classes hold; no key ever holds more than KeySlots of the capacity it was admitted at.
 func FuzzAdmit(f *testing.F) {
-	f.Add(uint8(2), []byte{25, 50}, uint16(10), false, []byte{2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0})
-	f.Add(uint8(7), []byte{1, 2, 3, 4, 5, 6, 7}, uint16(100), true, []byte{7, 6, 5, 4, 3, 2, 1, 0, 0x87, 0x80, 3})
-	f.Add(uint8(0), []byte{}, uint16(1), false, []byte{0, 0, 0x80, 0})
-	f.Add(uint8(3), []byte{200, 49, 1}, uint16(3), true, []byte{3, 3, 3, 0x83, 1, 1, 0, 0, 0, 0})
-	f.Fuzz(func(t *testing.T, n uint8, reserves []byte, capacity uint16, vary bool, ops []byte) {
-		p := fuzzPolicy(n, reserves)
+	f.Add(uint8(2), []byte{25, 50}, uint16(10), false, uint16(1000), []byte{2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0})
+	f.Add(uint8(7), []byte{1, 2, 3, 4, 5, 6, 7}, uint16(100), true, uint16(300), []byte{7, 6, 5, 4, 3, 2, 1, 0, 0x87, 0x80, 3})
+	f.Add(uint8(0), []byte{}, uint16(1), false, uint16(1), []byte{0, 0, 0x80, 0})
+	f.Add(uint8(3), []byte{200, 49, 1}, uint16(3), true, uint16(100), []byte{0x23, 0x43, 0x63, 0x83, 1, 1, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, n uint8, reserves []byte, capacity uint16, vary bool, share uint16, ops []byte) {
+		p, err := fuzzPolicy(n, reserves).WithKeyShare(1 + int(share%1000))
+		if err != nil {
+			t.Fatal(err)
+		}
 		c := int64(capacity % 2000)
 		var s State
+		var keys [4][MaxClasses + 1]int64 // slots held per key and class
 		for i, o := range ops {
 			if i >= 2000 {
 				break
 			}
-			class := int(o&0x7f) % (p.Classes() + 1) // one past the last: out of range
+			class := int(o&0x1f) % (p.Classes() + 1) // one past the last: out of range
+			key := int(o>>5) & 3
 			if vary && i%7 == 6 {
 				c = int64(o) % 300
 			}
 			if o&0x80 != 0 {
 				s = p.Release(s, class)
+				keys[key][class] = max(keys[key][class]-1, 0)
 				continue
 			}
-			next, d := p.Admit(s, c, class)
-			checkGuarantees(t, &p, s, c, class, next, d)
+			held := int64(0)
+			for _, k := range keys[key] {
+				held += k
+			}
+			next, d := p.AdmitKey(s, c, class, held)
+			if d.KeyLimited != (held >= p.KeySlots(c)) || d.KeyLimited && (d.Admitted || next != s) {
+				t.Fatalf("key holding %d of %d slots: %+v", held, p.KeySlots(c), d)
+			}
+			if !d.KeyLimited {
+				checkGuarantees(t, &p, s, c, class, next, d)
+			}
+			if d.Admitted {
+				keys[key][class]++
+			}
 			s = next
 			if s.Total() > int64(s.Peak) {
 				t.Fatalf("peak %d below the %d in flight", s.Peak, s.Total())
