@@ -122,15 +122,20 @@ func TestStreamsThatOutliveTheirHeadersDoNotHoldTheController(t *testing.T) {
 	}
 }
 
-// pulseConfig is an upstream with a knee of K = 60 under honest traffic that keeps 40 requests
-// in flight (2000 per second of 20 ms): no request needs to be shed.
-func pulseConfig(sources ...shedsim.Source) shedsim.Config {
+// kneeAt60 is an upstream of 20 ms with a knee of K = 60, under honest default traffic of
+// perSecond requests and the other sources.
+func kneeAt60(perSecond float64, span time.Duration, seed uint64, sources ...shedsim.Source) shedsim.Config {
 	return shedsim.Config{
 		Gradient: shed.DefaultGradient(), Policy: shed.DefaultPolicy(), Base: upstreamBase, Noise: 0.1,
 		K:       []shedsim.Change{{At: 0, K: 60}},
-		Offered: []shedsim.Offer{{Class: normal, PerSecond: 2000}},
-		Sources: sources, Tick: tick, Span: 3 * time.Minute, Seed: 13,
+		Offered: []shedsim.Offer{{Class: normal, PerSecond: perSecond}},
+		Sources: sources, Tick: tick, Span: span, Seed: seed,
 	}
+}
+
+// pulseConfig keeps 40 requests in flight (2000 per second of 20 ms): none needs to be shed.
+func pulseConfig(sources ...shedsim.Source) shedsim.Config {
+	return kneeAt60(2000, 3*time.Minute, 13, sources...)
 }
 
 // Finding 2: an attacker who sees the capacity drop answers bursts of 404s in 1 µs during the
@@ -161,14 +166,9 @@ func TestInstantAnswersDuringAProbeCannotSetTheIdealLatency(t *testing.T) {
 	}
 }
 
-// floodConfig is an upstream with a knee of K = 60 offered twice what it serves.
+// floodConfig offers twice what the upstream serves.
 func floodConfig(sources ...shedsim.Source) shedsim.Config {
-	return shedsim.Config{
-		Gradient: shed.DefaultGradient(), Policy: shed.DefaultPolicy(), Base: upstreamBase, Noise: 0.1,
-		K:       []shedsim.Change{{At: 0, K: 60}},
-		Offered: []shedsim.Offer{{Class: normal, PerSecond: 6000}},
-		Sources: sources, Tick: tick, Span: 80 * time.Second, Seed: 14,
-	}
+	return kneeAt60(6000, 80*time.Second, 14, sources...)
 }
 
 // Finding 2, the other way: a steady flood of 404s answered in 1 µs used to be most of every

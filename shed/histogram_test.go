@@ -27,7 +27,7 @@ func TestBucketsTileTheRangeWithoutGapsAndNoWiderThanAnEighth(t *testing.T) {
 	assert.Equal(t, histBuckets-1, bucketOf(1<<40), "beyond the top, the last bucket")
 }
 
-func TestQuantileIsWithinAnEighthOfTheExactValue(t *testing.T) {
+func TestQuantilesAreWithinAnEighthOfTheExactValue(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, spread := range []float64{0.01, 0.1, 1, 5} {
 		var h Histogram
@@ -40,27 +40,31 @@ func TestQuantileIsWithinAnEighthOfTheExactValue(t *testing.T) {
 		slices.Sort(exact)
 		for _, pm := range []int{1, 100, 500, 900, 990, 1000} {
 			want := exact[max((len(exact)*pm+999)/1000, 1)-1]
-			got := h.Quantile(pm)
-			assert.InDelta(t, float64(want), float64(got), float64(want)/8, "spread %v, p%v", spread, float64(pm)/10)
+			assert.InDelta(t, float64(want), float64(h.Quantile(pm)), float64(want)/8, "spread %v, p%v", spread, float64(pm)/10)
+			want = exactWeighted(exact, pm)
+			assert.InDelta(t, float64(want), float64(h.WeightedQuantile(pm)), float64(want)/8, "spread %v, weighted p%v", spread, float64(pm)/10)
 		}
 	}
 }
 
-func TestQuantileOfFewSamples(t *testing.T) {
+func TestQuantilesOfFewSamples(t *testing.T) {
 	tests := []struct {
-		name    string
-		samples []time.Duration
-		pm      int
-		want    time.Duration
+		name     string
+		samples  []time.Duration
+		pm       int
+		want     time.Duration
+		weighted time.Duration
 	}{
-		{"an empty histogram has no quantile", nil, 500, 0},
-		{"one sample is every quantile", []time.Duration{20 * time.Millisecond}, 1, 20 * time.Millisecond},
-		{"one sample is every quantile, the maximum too", []time.Duration{20 * time.Millisecond}, 1000, 20 * time.Millisecond},
-		{"latencies below 8 µs are exact", []time.Duration{3 * time.Microsecond, 5 * time.Microsecond, 7 * time.Microsecond}, 500, 5 * time.Microsecond},
-		{"the maximum is exact", []time.Duration{time.Millisecond, 3 * time.Second}, 1000, 3 * time.Second},
-		{"the minimum is exact", []time.Duration{1234 * time.Microsecond, 3 * time.Second}, 0, 1234 * time.Microsecond},
-		{"a negative latency counts as zero", []time.Duration{-time.Second}, 500, 0},
-		{"a latency above the top bucket keeps its maximum", []time.Duration{10 * time.Minute}, 500, 10 * time.Minute},
+		{"an empty histogram has no quantile", nil, 500, 0, 0},
+		{"one sample is every quantile", []time.Duration{20 * time.Millisecond}, 1, 20 * time.Millisecond, 20 * time.Millisecond},
+		{"one sample is every quantile, the maximum too", []time.Duration{20 * time.Millisecond}, 1000, 20 * time.Millisecond, 20 * time.Millisecond},
+		{"latencies below 8 µs are exact", []time.Duration{3 * time.Microsecond, 5 * time.Microsecond, 7 * time.Microsecond}, 500, 5 * time.Microsecond, 5 * time.Microsecond},
+		{"the maximum is exact", []time.Duration{time.Millisecond, 3 * time.Second}, 1000, 3 * time.Second, 3 * time.Second},
+		{"the minimum is exact", []time.Duration{1234 * time.Microsecond, 3 * time.Second}, 0, 1234 * time.Microsecond, 1234 * time.Microsecond},
+		{"a negative latency counts as zero", []time.Duration{-time.Second}, 500, 0, 0},
+		{"a latency above the top bucket keeps its maximum", []time.Duration{10 * time.Minute}, 500, 10 * time.Minute, 10 * time.Minute},
+		{"by weight, a slow sample outweighs many fast ones", []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, 100 * time.Millisecond}, 500, time.Millisecond, 100 * time.Millisecond},
+		{"zero latencies weigh a microsecond each", []time.Duration{0, 0, 0, 0, 0, 0, 0}, 500, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,6 +73,7 @@ func TestQuantileOfFewSamples(t *testing.T) {
 				h.Record(d)
 			}
 			assert.Equal(t, tt.want, h.Quantile(tt.pm))
+			assert.Equal(t, tt.weighted, h.WeightedQuantile(tt.pm), "weighted")
 		})
 	}
 }
@@ -168,49 +173,6 @@ func exactWeighted(sorted []time.Duration, permille int) time.Duration {
 		}
 	}
 	return sorted[len(sorted)-1]
-}
-
-func TestWeightedQuantileIsWithinAnEighthOfTheExactValue(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
-	for _, spread := range []float64{0.01, 0.1, 1, 5} {
-		var h Histogram
-		var exact []time.Duration
-		for range 5000 {
-			d := time.Duration(float64(20*time.Millisecond) * (1 + spread*r.ExpFloat64()))
-			h.Record(d)
-			exact = append(exact, d.Truncate(time.Microsecond))
-		}
-		slices.Sort(exact)
-		for _, pm := range []int{1, 100, 500, 900, 1000} {
-			want := exactWeighted(exact, pm)
-			assert.InDelta(t, float64(want), float64(h.WeightedQuantile(pm)), float64(want)/8, "spread %v, p%v", spread, float64(pm)/10)
-		}
-	}
-}
-
-func TestWeightedQuantileOfFewSamples(t *testing.T) {
-	tests := []struct {
-		name    string
-		samples []time.Duration
-		pm      int
-		want    time.Duration
-	}{
-		{"an empty histogram has none", nil, 500, 0},
-		{"one sample is every quantile", []time.Duration{20 * time.Millisecond}, 500, 20 * time.Millisecond},
-		{"a slow sample outweighs many fast ones", []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, 100 * time.Millisecond}, 500, 100 * time.Millisecond},
-		{"zero latencies weigh a microsecond each", []time.Duration{0, 0, 0, 0, 0, 0, 0}, 500, 0},
-		{"the minimum is exact", []time.Duration{1234 * time.Microsecond, 3 * time.Second}, 0, 1234 * time.Microsecond},
-		{"the maximum is exact", []time.Duration{time.Millisecond, 3 * time.Second}, 1000, 3 * time.Second},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var h Histogram
-			for _, d := range tt.samples {
-				h.Record(d)
-			}
-			assert.Equal(t, tt.want, h.WeightedQuantile(tt.pm))
-		})
-	}
 }
 
 // A caller who answers many requests at once, or very few very slowly, weighs only the time its
