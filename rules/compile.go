@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -21,15 +20,7 @@ func (v *validator) failf(path, format string, args ...any) {
 	}
 }
 
-func (v *validator) err() error {
-	switch len(v.errs) {
-	case 0:
-		return nil
-	case 1:
-		return v.errs[0]
-	}
-	return errors.Join(v.errs...)
-}
+func (v *validator) err() error { return joinErrors(v.errs) }
 
 func (v *validator) config(doc *configJSON) *Config {
 	c := &Config{Enforce: true, LogLevel: LogInfo}
