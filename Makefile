@@ -14,7 +14,7 @@ BENCHCOUNT ?= 6
 IMAGE_NAME ?= meshlimit/meshlimit
 IMAGE_TAG  ?= 0.1.0
 
-.PHONY: help wasm need-redis test test-wasip1 test-deploy image demo bench accuracy fuzz plots check fmt vet tidy clean
+.PHONY: help wasm need-redis test test-wasip1 test-deploy image check-config demo bench accuracy fuzz plots check fmt vet tidy clean
 
 help: ## list every target (one without a description is listed as such)
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -51,6 +51,10 @@ image: wasm ## the OCI image Istio pulls: build/image/oci (layout) and build/ima
 	cd envoy && $(GO) run ./cmd/wasmimage -wasm $(CURDIR)/$(BUILD)/meshlimit.wasm \
 	  -layout $(CURDIR)/$(BUILD)/image/oci -tar $(CURDIR)/$(BUILD)/image/meshlimit.tar \
 	  -name $(IMAGE_NAME) -tag $(IMAGE_TAG)
+
+check-config: ## check a plugin configuration (CONFIG=file: JSON or YAML, a WasmPlugin, an Envoy configuration) and summarize its rules
+	@test -n "$(CONFIG)" || { echo "usage: make check-config CONFIG=file (or CONFIG="file1 file2")"; exit 2; }
+	$(GO) run ./cmd/meshlimit-check $(CONFIG)
 
 # The pure packages also run as wasm, where the filter runs them, on wazero through the Go
 # distribution's wasip1 exec script.

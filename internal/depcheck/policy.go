@@ -42,6 +42,8 @@ var Policy = []Rule{
 	{"service/...", []string{"algorithms", "wire", "service", "internal/fnv", "github.com/redis/rueidis", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane", "github.com/prometheus", "go.yaml.in/yaml"}},
 	{"cmd/meshlimit-service", []string{"service", "wire"}},
 	{"cmd/meshlimit-admin", []string{"rules", "wire"}}, // names keys as the filter does, from its configuration
+	{"internal/pluginconfig", []string{"go.yaml.in/yaml"}},
+	{"cmd/meshlimit-check", []string{"rules", "internal/pluginconfig"}}, // checks configurations with the filter's own decoder
 	{"internal/envoyhost", []string{"github.com/tetratelabs/wazero"}},
 	{"internal/redistest", []string{"github.com/stretchr/testify"}},
 	{"internal/depcheck", nil},
