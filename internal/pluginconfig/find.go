@@ -111,9 +111,6 @@ func parse(data []byte) ([]*yaml.Node, error) {
 
 // inDocument returns the configurations of one document.
 func inDocument(root *yaml.Node) ([]Config, error) {
-	if root.Kind != yaml.MappingNode {
-		return nil, nil
-	}
 	switch kind := scalar(get(root, "kind")); kind {
 	case "WasmPlugin", "TrafficExtension":
 		spec := get(root, "spec")
@@ -129,7 +126,7 @@ func inDocument(root *yaml.Node) ([]Config, error) {
 		c, err := fromNode(src, pc)
 		return []Config{c}, err
 	}
-	if get(root, "rules") != nil {
+	if root.Kind == yaml.MappingNode && get(root, "rules") != nil {
 		c, err := fromNode("the document", root)
 		return []Config{c}, err
 	}

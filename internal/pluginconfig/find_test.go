@@ -124,7 +124,7 @@ func TestATrafficExtensionsConfigurationIsUnderWasm(t *testing.T) {
 }
 
 func TestAFileWithoutAConfigurationIsErrNone(t *testing.T) {
-	for _, doc := range []string{"", "kind: Service\n", "- a\n- b\n", "# only a comment\n"} {
+	for _, doc := range []string{"", "kind: Service\n", "- a\n- b\n", "# only a comment\n", "- rules: []\n"} {
 		_, err := Find([]byte(doc))
 		assert.True(t, errors.Is(err, ErrNone), "%q: %v", doc, err)
 	}
