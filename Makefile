@@ -13,8 +13,11 @@ BENCHCOUNT ?= 6
 
 IMAGE_NAME ?= meshlimit/meshlimit
 IMAGE_TAG  ?= 0.1.0
+SERVICE_IMAGE_NAME ?= meshlimit/meshlimit-service
+ARCH       ?= amd64
+REGISTRY   ?=
 
-.PHONY: help wasm need-redis test test-wasip1 test-deploy image check-config demo bench accuracy fuzz plots check fmt vet tidy clean
+.PHONY: help wasm need-redis test test-wasip1 test-deploy image service-image push check-config demo bench accuracy fuzz plots check fmt vet tidy clean
 
 help: ## list every target (one without a description is listed as such)
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -51,6 +54,18 @@ image: wasm ## the OCI image Istio pulls: build/image/oci (layout) and build/ima
 	cd envoy && $(GO) run ./cmd/wasmimage -wasm $(CURDIR)/$(BUILD)/meshlimit.wasm \
 	  -layout $(CURDIR)/$(BUILD)/image/oci -tar $(CURDIR)/$(BUILD)/image/meshlimit.tar \
 	  -name $(IMAGE_NAME) -tag $(IMAGE_TAG)
+
+# The decision service as a static Linux binary on an empty root, packed without a container engine.
+service-image: ## the service's OCI image (static linux/ARCH binary, user 65532, no base image): build/image/service-oci and build/image/meshlimit-service.tar
+	@mkdir -p $(BUILD)/linux-$(ARCH)
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags=-s -o $(BUILD)/linux-$(ARCH)/meshlimit-service ./cmd/meshlimit-service
+	cd envoy && $(GO) run ./cmd/serviceimage -binary $(CURDIR)/$(BUILD)/linux-$(ARCH)/meshlimit-service -arch $(ARCH) \
+	  -layout $(CURDIR)/$(BUILD)/image/service-oci -tar $(CURDIR)/$(BUILD)/image/meshlimit-service.tar -tag $(IMAGE_TAG)
+
+push: image service-image ## push both images to REGISTRY (make push REGISTRY=registry.example.com IMAGE_TAG=0.1.0), credentials from the Docker configuration
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com [IMAGE_TAG=$(IMAGE_TAG)]"; exit 2; }
+	cd envoy && $(GO) run ./cmd/imagepush -layout $(CURDIR)/$(BUILD)/image/oci -tag $(IMAGE_TAG) -to $(REGISTRY)/$(IMAGE_NAME):$(IMAGE_TAG)
+	cd envoy && $(GO) run ./cmd/imagepush -layout $(CURDIR)/$(BUILD)/image/service-oci -tag $(IMAGE_TAG) -to $(REGISTRY)/$(SERVICE_IMAGE_NAME):$(IMAGE_TAG)
 
 check-config: ## check a plugin configuration (CONFIG=file: JSON or YAML, a WasmPlugin, an Envoy configuration) and summarize its rules
 	@test -n "$(CONFIG)" || { echo "usage: make check-config CONFIG=file (or CONFIG="file1 file2")"; exit 2; }
