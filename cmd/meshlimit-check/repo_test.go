@@ -92,6 +92,7 @@ func TestEveryConfigurationExampleInTheDocsIsValid(t *testing.T) {
 	t.Logf("configuration examples checked: %v", checked)
 	assert.GreaterOrEqual(t, checked["README.md"], 1, "the README's example")
 	assert.GreaterOrEqual(t, checked[filepath.FromSlash("docs/configuration.md")], 8, "the reference's examples")
+	assert.GreaterOrEqual(t, checked[filepath.FromSlash("docs/deploy.md")], 1, "the deploy guide's Envoy filter")
 }
 
 // isRule reports whether a block is one rule: a JSON object with "limits".
