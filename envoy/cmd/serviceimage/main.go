@@ -23,9 +23,6 @@ import (
 	"os"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/meshlimit/meshlimit/envoy/internal/ociimage"
 )
@@ -107,32 +104,18 @@ func buildImage(binary []byte, arch string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err = mutate.Append(img, mutate.Addendum{
-		Layer:     layer,
-		MediaType: types.OCILayer,
-		History:   v1.History{Created: v1.Time{Time: ociimage.Epoch}, CreatedBy: "meshlimit serviceimage", Comment: binaryPath},
+	return ociimage.New(layer, ociimage.Spec{
+		CreatedBy: "meshlimit serviceimage",
+		Comment:   binaryPath,
+		Configure: func(cf *v1.ConfigFile) {
+			cf.OS, cf.Architecture = "linux", arch
+			cf.Config.Entrypoint = []string{binaryPath}
+			cf.Config.User = User
+			cf.Config.ExposedPorts = map[string]struct{}{Port + "/tcp": {}}
+			cf.Config.Env = []string{"MESHLIMIT_LISTEN=:" + Port}
+		},
+		Annotations: map[string]string{"org.opencontainers.image.title": "meshlimit-service"},
 	})
-	if err != nil {
-		return nil, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", arch
-	cf.Created = v1.Time{Time: ociimage.Epoch}
-	cf.Config.Entrypoint = []string{binaryPath}
-	cf.Config.User = User
-	cf.Config.ExposedPorts = map[string]struct{}{Port + "/tcp": {}}
-	cf.Config.Env = []string{"MESHLIMIT_LISTEN=:" + Port}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return nil, err
-	}
-	return mutate.Annotations(img, map[string]string{"org.opencontainers.image.title": "meshlimit-service"}).(v1.Image), nil
 }
 
 // checkStatic reports why binary is not a static Linux executable for arch, or nil.

@@ -6,9 +6,6 @@ import (
 	"fmt"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/meshlimit/meshlimit/envoy/internal/ociimage"
 )
@@ -42,33 +39,16 @@ func buildImage(module []byte, title string) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
-
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err = mutate.Append(img, mutate.Addendum{
-		Layer:     layer,
-		MediaType: types.OCILayer,
-		History:   v1.History{Created: v1.Time{Time: ociimage.Epoch}, CreatedBy: "meshlimit wasmimage", Comment: pluginFile},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("append layer: %w", err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	// The platform of a Go wasip1 build, in the GOOS/GOARCH terms the OCI image spec uses.
-	// Istio ignores it; it tells people and tools what the layer holds.
-	cf.OS, cf.Architecture = "wasip1", "wasm"
-	cf.Created = v1.Time{Time: ociimage.Epoch}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return nil, err
-	}
 	annotations := map[string]string{variantAnnotation: variantCompat}
 	if title != "" {
 		annotations[titleAnnotation] = title
 	}
-	return mutate.Annotations(img, annotations).(v1.Image), nil
+	return ociimage.New(layer, ociimage.Spec{
+		CreatedBy: "meshlimit wasmimage",
+		Comment:   pluginFile,
+		// The platform of a Go wasip1 build, in the GOOS/GOARCH terms the OCI image spec uses.
+		// Istio ignores it; it tells people and tools what the layer holds.
+		Configure:   func(cf *v1.ConfigFile) { cf.OS, cf.Architecture = "wasip1", "wasm" },
+		Annotations: annotations,
+	})
 }

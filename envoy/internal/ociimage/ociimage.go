@@ -19,6 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -188,4 +189,42 @@ func WriteArchive(path string, img v1.Image, tag string) (err error) {
 		return fmt.Errorf("archive %s: %w", path, err)
 	}
 	return nil
+}
+
+// Spec is what an image of one layer is made of, besides the layer.
+type Spec struct {
+	// CreatedBy and Comment are the layer's history entry.
+	CreatedBy, Comment string
+	// Configure sets the image's config (its OS, architecture, entrypoint, user...); Created is
+	// Epoch whatever it sets.
+	Configure func(*v1.ConfigFile)
+	// Annotations are the manifest's.
+	Annotations map[string]string
+}
+
+// New returns an OCI image (OCI manifest and config media types) of the one layer, as s says.
+func New(layer v1.Layer, s Spec) (v1.Image, error) {
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	img, err := mutate.Append(img, mutate.Addendum{
+		Layer:     layer,
+		MediaType: types.OCILayer,
+		History:   v1.History{Created: v1.Time{Time: Epoch}, CreatedBy: s.CreatedBy, Comment: s.Comment},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("append layer: %w", err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	if s.Configure != nil {
+		s.Configure(cf)
+	}
+	cf.Created = v1.Time{Time: Epoch}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return nil, err
+	}
+	return mutate.Annotations(img, s.Annotations).(v1.Image), nil
 }
