@@ -209,3 +209,39 @@ func TestTheCLIRefusesWhatItCannotName(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), "401")
 }
+
+func TestTheCLINamesTheSameKeysFromAWasmPluginManifestInYAML(t *testing.T) {
+	dir := t.TempDir()
+	jsonFile := filepath.Join(dir, "plugin.json")
+	require.NoError(t, os.WriteFile(jsonFile, []byte(pluginConfig), 0o644))
+	yamlFile := filepath.Join(dir, "wasmplugin.yaml")
+	require.NoError(t, os.WriteFile(yamlFile, []byte(`apiVersion: v1
+kind: Namespace
+metadata: {name: other}
+---
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: meshlimit, namespace: istio-system}
+spec:
+  pluginConfig:
+    global: {cluster: "`+cluster+`", timeout: 500ms}
+    rules:
+    - name: login
+      scope: global
+      key: [{header: x-user}]
+      limits: [{rate: 2/h}]
+      overrides: [{value: vip, unlimited: true}]
+    - {name: signup, scope: local, key: [{header: x-user}], limits: [{rate: 1000/h}]}
+`), 0o644))
+	want, wantLocal, err := descriptors(jsonFile, plugin, "login", "alice")
+	require.NoError(t, err)
+	got, local, err := descriptors(yamlFile, plugin, "login", "alice")
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(got))
+	assert.Equal(t, wantLocal, local)
+
+	require.NoError(t, os.WriteFile(yamlFile, []byte("kind: WasmPlugin\nspec: {pluginConfig: {rules: []}}\n---\nkind: WasmPlugin\nspec: {pluginConfig: {rules: []}}\n"), 0o644))
+	_, _, err = descriptors(yamlFile, plugin, "login", "alice")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "holds 2 plugin configurations")
+}

@@ -41,7 +41,7 @@ var Policy = []Rule{
 	{"cmd/passthrough", []string{"abi", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"service/...", []string{"algorithms", "wire", "service", "internal/fnv", "github.com/redis/rueidis", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane", "github.com/prometheus", "go.yaml.in/yaml"}},
 	{"cmd/meshlimit-service", []string{"service", "wire"}},
-	{"cmd/meshlimit-admin", []string{"rules", "wire"}}, // names keys as the filter does, from its configuration
+	{"cmd/meshlimit-admin", []string{"rules", "wire", "internal/pluginconfig"}}, // names keys as the filter does, from its configuration
 	{"internal/pluginconfig", []string{"go.yaml.in/yaml"}},
 	{"cmd/meshlimit-check", []string{"rules", "internal/pluginconfig"}}, // checks configurations with the filter's own decoder
 	{"internal/envoyhost", []string{"github.com/tetratelabs/wazero"}},
