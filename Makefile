@@ -62,10 +62,13 @@ service-image: ## the service's OCI image (static linux/ARCH binary, user 65532,
 	cd envoy && $(GO) run ./cmd/serviceimage -binary $(CURDIR)/$(BUILD)/linux-$(ARCH)/meshlimit-service -arch $(ARCH) \
 	  -layout $(CURDIR)/$(BUILD)/image/service-oci -tar $(CURDIR)/$(BUILD)/image/meshlimit-service.tar -tag $(IMAGE_TAG)
 
-push: image service-image ## push both images to REGISTRY (make push REGISTRY=registry.example.com IMAGE_TAG=0.1.0), credentials from the Docker configuration
-	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com [IMAGE_TAG=$(IMAGE_TAG)]"; exit 2; }
+push: need-registry image service-image ## push both images to REGISTRY (make push REGISTRY=registry.example.com IMAGE_TAG=0.1.0), credentials from the Docker configuration
 	cd envoy && $(GO) run ./cmd/imagepush -layout $(CURDIR)/$(BUILD)/image/oci -tag $(IMAGE_TAG) -to $(REGISTRY)/$(IMAGE_NAME):$(IMAGE_TAG)
 	cd envoy && $(GO) run ./cmd/imagepush -layout $(CURDIR)/$(BUILD)/image/service-oci -tag $(IMAGE_TAG) -to $(REGISTRY)/$(SERVICE_IMAGE_NAME):$(IMAGE_TAG)
+
+.PHONY: need-registry
+need-registry: ## (for push) stop with the usage unless REGISTRY is set
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com [IMAGE_TAG=$(IMAGE_TAG)]"; exit 2; }
 
 check-config: ## check a plugin configuration (CONFIG=file: JSON or YAML, a WasmPlugin, an Envoy configuration) and summarize its rules
 	@test -n "$(CONFIG)" || { echo "usage: make check-config CONFIG=file (or CONFIG="file1 file2")"; exit 2; }
