@@ -5,15 +5,22 @@ import (
 	"slices"
 )
 
-// MetricNames returns the metric names an expression of PromQL (as Grafana sends it: $variables
-// allowed) selects, sorted, each once: the identifiers that are neither functions nor aggregations
-// (followed by "("), nor keywords, nor label names (inside {…}, or the list after by, without, on,
-// ignoring, group_left and group_right). Strings, ranges […] and numbers are skipped. It is a
-// lexer, not a parser: it does not check that the expression is valid (promtool does), and it
-// does not see a name given only as a __name__ matcher. An unterminated string, brace or bracket
-// is an error.
-func MetricNames(expr string) ([]string, error) {
-	var names []string
+// Selection is what an expression of PromQL names: the metrics it selects and the labels it
+// matches on, groups by or joins on, each sorted, each once.
+type Selection struct {
+	Metrics []string
+	Labels  []string
+}
+
+// Scan returns the Selection of an expression of PromQL as Grafana sends it ($variables
+// allowed). Metrics are the identifiers that are neither functions nor aggregations (followed by
+// "("), nor keywords, nor label names; labels are the names matched inside {…} (__name__ aside)
+// and those listed after by, without, on, ignoring, group_left and group_right. Strings, ranges
+// […], numbers and comments are skipped. It is a lexer, not a parser: it does not check that
+// the expression is valid (promtool does), and a metric named only by a __name__ matcher is not
+// seen. An unterminated string or an unbalanced bracket is an error.
+func Scan(expr string) (Selection, error) {
+	var sel Selection
 	labelList := false // the next "(" opens a list of label names
 	depth := 0         // parentheses open
 	for i := 0; i < len(expr); {
@@ -22,30 +29,27 @@ func MetricNames(expr string) ([]string, error) {
 		case c == '"' || c == '\'' || c == '`':
 			end, err := skipString(expr, i)
 			if err != nil {
-				return nil, err
+				return Selection{}, err
 			}
 			i = end
-		case c == '{' || c == '[':
+		case c == '{' || c == '[' || c == '(' && labelList:
 			end, err := skipGroup(expr, i)
 			if err != nil {
-				return nil, err
+				return Selection{}, err
 			}
-			i = end
-		case c == '(' && labelList:
-			end, err := skipGroup(expr, i)
-			if err != nil {
-				return nil, err
+			if c != '[' {
+				sel.Labels = append(sel.Labels, labelsIn(expr[i+1:end-1], c == '{')...)
 			}
 			i, labelList = end, false
 		case c == '(' || c == ')':
 			if c == '(' {
 				depth++
 			} else if depth--; depth < 0 {
-				return nil, fmt.Errorf("promql: unbalanced ')' at offset %d", i)
+				return Selection{}, fmt.Errorf("promql: unbalanced ')' at offset %d", i)
 			}
 			i++
 		case c == ']' || c == '}':
-			return nil, fmt.Errorf("promql: unbalanced %q at offset %d", c, i)
+			return Selection{}, fmt.Errorf("promql: unbalanced %q at offset %d", c, i)
 		case c == '#': // a comment runs to the end of the line
 			for i < len(expr) && expr[i] != '\n' {
 				i++
@@ -66,17 +70,45 @@ func MetricNames(expr string) ([]string, error) {
 				labelList = next == '(' // group_left may stand without a list
 			case keywords[word], next == '(':
 			default:
-				names = append(names, word)
+				sel.Metrics = append(sel.Metrics, word)
 			}
 		default:
 			i++
 		}
 	}
 	if depth != 0 {
-		return nil, fmt.Errorf("promql: %d unclosed '('", depth)
+		return Selection{}, fmt.Errorf("promql: %d unclosed '('", depth)
 	}
-	slices.Sort(names)
-	return slices.Compact(names), nil
+	slices.Sort(sel.Metrics)
+	slices.Sort(sel.Labels)
+	sel.Metrics, sel.Labels = slices.Compact(sel.Metrics), slices.Compact(sel.Labels)
+	return sel, nil
+}
+
+// labelsIn returns the label names in the inside of a {…} matcher list (matchers: the names
+// followed by =, !=, =~ or !~) or of a (…) list of names; strings and variables are skipped.
+func labelsIn(s string, matchers bool) []string {
+	var out []string
+	for i := 0; i < len(s); {
+		switch c := s[i]; {
+		case c == '"' || c == '\'' || c == '`':
+			end, _ := skipString(s, i) // skipGroup has found it terminated
+			i = end
+		case c == '$':
+			i = skipVariable(s, i)
+		case isIdentStart(c):
+			start := i
+			for i < len(s) && isIdentChar(s[i]) {
+				i++
+			}
+			if n := nextByte(s, i); (!matchers || n == '=' || n == '!') && s[start:i] != "__name__" {
+				out = append(out, s[start:i])
+			}
+		default:
+			i++
+		}
+	}
+	return out
 }
 
 // groupingKeywords are followed by a list of label names in parentheses.

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMetricNamesFindsTheSelectedSeries(t *testing.T) {
+func TestScanFindsTheSelectedMetrics(t *testing.T) {
 	for _, tc := range []struct {
 		name, expr string
 		want       []string
@@ -35,23 +35,43 @@ func TestMetricNamesFindsTheSelectedSeries(t *testing.T) {
 		{"an aggregation with its grouping first", `topk by (x) (3, a)`, []string{"a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := MetricNames(tc.expr)
+			got, err := Scan(tc.expr)
 			require.NoError(t, err)
-			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.want, got.Metrics)
 		})
 	}
 }
 
-func TestMetricNamesRefusesAnUnterminatedExpression(t *testing.T) {
+func TestScanFindsTheLabelsMatchedGroupedAndJoinedOn(t *testing.T) {
+	for _, tc := range []struct {
+		name, expr string
+		want       []string
+	}{
+		{"matchers", `a{code=~"5..", front!="grpc", x="a=b", y!~"c"}`, []string{"code", "front", "x", "y"}},
+		{"a matcher with a variable", `a{meshlimit_rule=~"$rule"}`, []string{"meshlimit_rule"}},
+		{"__name__ is no label", `{__name__="a", job="j"}`, []string{"job"}},
+		{"grouping", `sum by (le, front) (rate(a_bucket[5m])) / ignoring(code) b`, []string{"code", "front", "le"}},
+		{"joins", `a * on (pod, ns) group_left (rule) b`, []string{"ns", "pod", "rule"}},
+		{"a range is no label list", `rate(a[5m:1m])`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Scan(tc.expr)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got.Labels)
+		})
+	}
+}
+
+func TestScanRefusesAnUnterminatedExpression(t *testing.T) {
 	for _, expr := range []string{`a{x="y}`, `rate(a[5m)`, `a{x="y"`, `sum by (x (a)`, `a]`, `(a`, `a)`, `a}`, `sum(rate(a[5m])`} {
-		_, err := MetricNames(expr)
+		_, err := Scan(expr)
 		assert.Error(t, err, expr)
 	}
 }
 
-// FuzzMetricNames checks that any input gives names or an error, never a panic, and that each
+// FuzzScan checks that any input gives a selection or an error, never a panic, and that each
 // name is a PromQL identifier that occurs in the input.
-func FuzzMetricNames(f *testing.F) {
+func FuzzScan(f *testing.F) {
 	for _, s := range []string{`sum by (a) (rate(b{c="d"}[5m]))`, `a * on(x) group_left b`, `"\"`, `${`, "`x`", `1e+`, `{[(`} {
 		f.Add(s)
 	}
@@ -59,13 +79,13 @@ func FuzzMetricNames(f *testing.F) {
 		if len(expr) > 1<<12 {
 			return
 		}
-		names, err := MetricNames(expr)
+		sel, err := Scan(expr)
 		if err != nil {
 			return
 		}
-		for _, n := range names {
+		for _, n := range append(sel.Metrics, sel.Labels...) {
 			if n == "" || !isIdentStart(n[0]) || !strings.Contains(expr, n) {
-				t.Fatalf("MetricNames(%q) = %q: %q is not an identifier of the input", expr, names, n)
+				t.Fatalf("Scan(%q) = %+v: %q is not an identifier of the input", expr, sel, n)
 			}
 		}
 	})
