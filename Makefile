@@ -35,7 +35,8 @@ $(BUILD)/passthrough.wasm:
 	@mkdir -p $(BUILD)
 	$(WASMENV) $(GO) build $(WASMFLAGS) -o $@ ./cmd/passthrough
 
-test: need-redis need-node wasm ## the README's test command: install Redis and node if missing, build the wasm, run every test with -race (the V8 scenarios included)
+test: need-redis need-node wasm ## the README's test command: install Redis, node and promtool if missing, build the wasm, run every test with -race (the V8 scenarios included)
+	@sh scripts/need promtool:prometheus
 	$(GO) test -race -count=1 ./...
 	$(MAKE) test-wasip1
 	$(MAKE) test-deploy

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ var (
 // specifiers), a series Prometheus writes itself, or one the rules file records; and every
 // label a query matches, groups or joins on is a label of a series it selects.
 func TestEveryQueriedSeriesIsOneTheCodeExports(t *testing.T) {
-	all := exportedSeries(t)
+	all := sharedSeries(t)
 	dq := dashboardQueries(t, readDashboard(t))
 	rq, recorded := ruleQueries(readRules(t))
 	require.NotEmpty(t, dq)
@@ -105,6 +106,21 @@ func TestEveryQueriedSeriesIsOneTheCodeExports(t *testing.T) {
 			assert.Nil(t, recorded[n], "%s needs the recording rule %s", q.where, n)
 		}
 	}
+}
+
+// shared holds the series exportedSeries found, for every test that needs them (collecting them
+// runs the service and the filter).
+var shared struct {
+	once sync.Once
+	set  seriesSet
+}
+
+// sharedSeries returns the series exportedSeries finds, running it once.
+func sharedSeries(t *testing.T) seriesSet {
+	t.Helper()
+	shared.once.Do(func() { shared.set = exportedSeries(t) })
+	require.NotNil(t, shared.set, "collecting the exported series failed in an earlier test")
+	return shared.set
 }
 
 // exportedSeries runs the decision service and the filter (whose checks and reset polls reach

@@ -20,8 +20,10 @@ const (
 	rulesFile     = "prometheus/meshlimit.rules.yaml"
 )
 
-// query is one PromQL expression of a shipped file, and where it is.
-type query struct{ where, expr string }
+// query is one PromQL expression of a shipped file, where it is, and who uses it as
+// docs/observability.md names them: "Panel title", `AlertName`, $variable, or a recording
+// rule's name.
+type query struct{ where, expr, user string }
 
 // dashboard is the part of a Grafana dashboard the tests read.
 type dashboard struct {
@@ -84,7 +86,7 @@ func dashboardQueries(t testing.TB, d dashboard) []query {
 	var qs []query
 	for _, p := range d.allPanels() {
 		for _, tg := range p.Targets {
-			qs = append(qs, query{fmt.Sprintf("%s: panel %q, target %s", dashboardFile, p.Title, tg.RefID), tg.Expr})
+			qs = append(qs, query{fmt.Sprintf("%s: panel %q, target %s", dashboardFile, p.Title, tg.RefID), tg.Expr, `"` + p.Title + `"`})
 		}
 	}
 	for _, v := range d.Templating.List {
@@ -98,7 +100,7 @@ func dashboardQueries(t testing.TB, d dashboard) []query {
 		if m := labelValues.FindStringSubmatch(q); m != nil {
 			q = m[1]
 		}
-		qs = append(qs, query{fmt.Sprintf("%s: variable %s", dashboardFile, v.Name), q})
+		qs = append(qs, query{fmt.Sprintf("%s: variable %s", dashboardFile, v.Name), q, "$" + v.Name})
 	}
 	return qs
 }
@@ -128,13 +130,14 @@ func ruleQueries(r ruleGroups) (qs []query, recorded map[string][]string) {
 	recorded = map[string][]string{}
 	for _, g := range r.Groups {
 		for _, rule := range g.Rules {
-			name := rule.Alert
+			name, user := rule.Alert, "`"+rule.Alert+"`"
 			if rule.Record != "" {
+				user = rule.Record
 				name = rule.Record
 				sel, _ := Scan(rule.Expr)
 				recorded[name] = append(sel.Labels, "") // non-nil: recorded
 			}
-			qs = append(qs, query{fmt.Sprintf("%s: group %s, rule %s", rulesFile, g.Name, name), rule.Expr})
+			qs = append(qs, query{fmt.Sprintf("%s: group %s, rule %s", rulesFile, g.Name, name), rule.Expr, user})
 		}
 	}
 	return qs, recorded
