@@ -137,3 +137,42 @@ func TestWithoutTheTagsARuleNameStaysInTheSeriesName(t *testing.T) {
 	assert.Equal(t, []string{"meshlimit_rule_per_user_limited"}, series)
 	assert.Nil(t, labels)
 }
+
+// Istio's bootstrap (tools/packaging/common/envoy_bootstrap.json in istio/istio) has tag
+// specifiers that are not anchored; those below read alike in RE2. They leave meshlimit's names
+// alone, except a rule whose name ends in "rbac" and a shedder whose name ends in "cache",
+// "component" or "wasm_filter", which docs/observability.md says to avoid.
+func TestIstiosUnanchoredTagsTakeOnlyTheNamesTheDocsWarnOf(t *testing.T) {
+	istio := []TagSpecifier{
+		{Name: "cache", Regex: `(cache\.(.+?)\.)`},
+		{Name: "component", Regex: `(component\.(.+?)\.)`},
+		{Name: "tag", Regex: `(tag\.(.+?);\.)`},
+		{Name: "wasm_filter", Regex: `(wasm_filter\.(.+?)\.)`},
+		{Name: "authz_enforce_result", Regex: `rbac(\.(allowed|denied))`},
+		{Name: "authz_dry_run_action", Regex: `(\.istio_dry_run_(allow|deny)_)`},
+		{Name: "authz_dry_run_result", Regex: `(\.shadow_(allowed|denied))`},
+		{Name: "response_code", Regex: `_rq(_(\d{3}))$`},
+		{Name: "response_code_class", Regex: `_rq(_(\dxx))$`},
+	}
+	tg, err := NewTagger(istio)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		stat    string
+		touched bool
+	}{
+		{"meshlimit.rule.api.allowed", false},
+		{"meshlimit.rule.cache.cached_denials", false},
+		{"meshlimit.rule.component.limited", false},
+		{"meshlimit.rule.tag.shadow_limited", false},
+		{"meshlimit.shed.cache.admitted", false},
+		{"meshlimit.shed.edge.cache.in_flight", false},
+		{"meshlimit.rule.authz-rbac.allowed", true},
+		{"meshlimit.shed.mycache.critical.shed", true},
+		{"meshlimit.shed.component.default.admitted", true},
+		{"meshlimit.shed.wasm_filter.capacity", false},
+		{"meshlimit.shed.wasm_filter.critical.shed", true},
+	} {
+		name, tags := tg.Extract(WasmNamespace + "." + tc.stat)
+		assert.Equal(t, tc.touched, len(tags) > 0, "%s -> %s %v", tc.stat, name, tags)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -66,14 +67,15 @@ var (
 // service (the binary, on Redis, after requests on each of its fronts) or the compiled filter
 // (on internal/envoyhost, named as Envoy's /stats/prometheus names it under the shipped tag
 // specifiers), a series Prometheus writes itself, or one the rules file records; and every
-// label a query matches, groups or joins on is a label of a series it selects.
+// label a query matches, groups or joins on is a label of a series it selects. The input series
+// of the rules' unit tests are held to the same.
 func TestEveryQueriedSeriesIsOneTheCodeExports(t *testing.T) {
 	all := sharedSeries(t)
 	dq := dashboardQueries(t, readDashboard(t))
 	rq, recorded := ruleQueries(readRules(t))
 	require.NotEmpty(t, dq)
 	require.NotEmpty(t, rq)
-	for _, q := range append(dq, rq...) {
+	for _, q := range slices.Concat(dq, rq, alertTestSeries(t)) {
 		sel, err := Scan(q.expr)
 		require.NoError(t, err, q.where)
 		assert.NotEmpty(t, sel.Metrics, "%s selects no series by name: %s", q.where, q.expr)

@@ -16,8 +16,9 @@ import (
 )
 
 const (
-	dashboardFile = "grafana/meshlimit.json"
-	rulesFile     = "prometheus/meshlimit.rules.yaml"
+	dashboardFile  = "grafana/meshlimit.json"
+	rulesFile      = "prometheus/meshlimit.rules.yaml"
+	rulesTestsFile = "prometheus/meshlimit.rules.test.yaml"
 )
 
 // query is one PromQL expression of a shipped file, where it is, and who uses it as
@@ -143,6 +144,27 @@ func ruleQueries(r ruleGroups) (qs []query, recorded map[string][]string) {
 	return qs, recorded
 }
 
+// alertTestSeries returns the input series of the rules' unit tests, as selectors.
+func alertTestSeries(t testing.TB) []query {
+	t.Helper()
+	b, err := os.ReadFile(rulesTestsFile)
+	require.NoError(t, err)
+	var doc struct {
+		Tests []struct {
+			Name        string
+			InputSeries []struct{ Series string } `yaml:"input_series"`
+		}
+	}
+	require.NoError(t, yaml.Unmarshal(b, &doc))
+	var qs []query
+	for _, tc := range doc.Tests {
+		for _, in := range tc.InputSeries {
+			qs = append(qs, query{fmt.Sprintf("%s: test %q", rulesTestsFile, tc.Name), in.Series, ""})
+		}
+	}
+	return qs
+}
+
 // promtool runs promtool, which `make test` installs (scripts/need promtool:prometheus).
 func promtool(t *testing.T, args ...string) string {
 	t.Helper()
@@ -156,6 +178,12 @@ func promtool(t *testing.T, args ...string) string {
 func TestTheRulesPassPromtool(t *testing.T) {
 	out := promtool(t, "check", "rules", rulesFile)
 	assert.Contains(t, out, "SUCCESS")
+}
+
+// The rules' unit tests (promtool test rules) give each alert series shaped as the code exports
+// them and check that it fires when it should, with its labels and text, and not before.
+func TestTheAlertsFireWhenTheyShould(t *testing.T) {
+	assert.Contains(t, promtool(t, "test", "rules", rulesTestsFile), "SUCCESS")
 }
 
 // Grafana substitutes its variables before Prometheus sees a query; promtool checks the
