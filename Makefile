@@ -123,9 +123,10 @@ fuzz: ## run every fuzz target for FUZZTIME each
 accuracy: ## sliding window counter and fixed window against the exact sliding log on 10M requests
 	ACCURACY_REQUESTS=10000000 $(GO) test -count=1 -run='^TestAccuracy$$' -v ./algorithms/
 
-plots: ## draw docs/algorithms.png (each algorithm over time) and docs/shedding.png (shedding, adaptive capacity)
+plots: ## draw docs/algorithms.png (each algorithm over time), docs/shedding.png (shedding, adaptive capacity) and docs/observability.png (the dashboard's panels)
 	$(GO) run ./cmd/mlplot -o docs/algorithms.png
 	$(GO) run ./cmd/mlplot -shedding -o docs/shedding.png
+	$(GO) run ./cmd/mlplot -dashboard deploy/observability/grafana/meshlimit.json -o docs/observability.png
 
 fmt: ## format the tree
 	gofmt -w $$(git ls-files '*.go')
