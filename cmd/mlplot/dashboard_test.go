@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"image/png"
 	"os"
 	"path/filepath"
 	"testing"
@@ -41,4 +43,15 @@ func TestWrapBreaksAtSpacesAndCutsLongWords(t *testing.T) {
 	assert.Equal(t, []string{"abcd", "ef g"}, wrap("abcdef g", 4))
 	assert.Equal(t, []string{"ab", "cdef", "gh"}, wrap("ab cdefgh", 4))
 	assert.Nil(t, wrap("  ", 4))
+}
+
+// docs/observability.png is the map of the shipped dashboard as it is now.
+func TestTheDocumentedDashboardMapIsCurrent(t *testing.T) {
+	title, panels, err := readDashboard("../../deploy/observability/grafana/meshlimit.json")
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, png.Encode(&buf, dashboardMap(title, panels)))
+	committed, err := os.ReadFile("../../docs/observability.png")
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(buf.Bytes(), committed), "docs/observability.png is out of date: run make plots")
 }
