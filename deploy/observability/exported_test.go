@@ -1,7 +1,6 @@
 package observability
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -141,7 +140,7 @@ func exportedSeries(t *testing.T) seriesSet {
 // envoyproxy/ratelimit front and its admin API.
 type service struct {
 	httpAddr, grpcAddr, confDir string
-	stderr                      *bytes.Buffer
+	stderr                      string // the file its standard error goes to
 }
 
 const adminToken = "observability-test-token"
@@ -164,16 +163,19 @@ func startService(t *testing.T) *service {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(confDir, f.Name()), b, 0o644))
 	}
-	s := &service{httpAddr: freeAddr(t), grpcAddr: freeAddr(t), confDir: confDir, stderr: &bytes.Buffer{}}
+	s := &service{httpAddr: freeAddr(t), grpcAddr: freeAddr(t), confDir: confDir, stderr: filepath.Join(t.TempDir(), "stderr")}
+	stderr, err := os.Create(s.stderr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stderr.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "-listen", s.httpAddr, "-grpc-listen", s.grpcAddr, "-redis", rdb.Addr(),
 		"-ratelimit-config", confDir, "-ratelimit-poll", "20ms", "-log-level", "error")
 	cmd.Env = append(os.Environ(), "MESHLIMIT_ADMIN_TOKEN="+adminToken)
-	cmd.Stderr = s.stderr
+	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
 	base := "http://" + s.httpAddr
-	redistest.WaitFor(t, 60*time.Second, "the service to answer /readyz", func() bool {
+	redistest.WaitFor(t, 2*time.Minute, "the service to answer /readyz", func() bool {
 		resp, err := http.Get(base + "/readyz")
 		if err != nil {
 			return false
@@ -209,11 +211,14 @@ func (s *service) series(t *testing.T, all seriesSet) {
 	require.NoError(t, os.WriteFile(filepath.Join(s.confDir, "broken.yaml"), []byte("domain: x\nnope: 1\n"), 0o644))
 
 	var families map[string]*dto.MetricFamily
-	redistest.WaitFor(t, 60*time.Second, "the refused reload to show in /metrics", func() bool {
+	redistest.WaitFor(t, 2*time.Minute, "the refused reload to show in /metrics", func() bool {
 		families = scrape(t, base+"/metrics")
 		return families["meshlimit_rls_config_reloads_total"] != nil
 	})
-	require.NotNil(t, families["meshlimit_store_evicted_keys_total"], "a Redis store reports its evictions; stderr:\n%s", s.stderr.String())
+	if families["meshlimit_store_evicted_keys_total"] == nil {
+		log, _ := os.ReadFile(s.stderr)
+		t.Fatalf("a Redis store reports its evictions; the service's log:\n%s", log)
+	}
 	for name, f := range families {
 		var labels []string
 		for _, m := range f.GetMetric() {
