@@ -5,16 +5,15 @@ package main
 // band. docs/observability.png comes from deploy/observability/grafana/meshlimit.json.
 
 import (
-	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
-	"os"
 	"strings"
+
+	"github.com/meshlimit/meshlimit/deploy/observability"
 )
 
 const (
-	dashColumns            = 24 // Grafana's grid
 	dashColumn, dashUnit   = 56, 26
 	dashMargin, dashHeader = 20, 50
 )
@@ -25,60 +24,36 @@ var (
 	border    = color.RGBA{0xaa, 0xb4, 0xc4, 0xff}
 )
 
-// gridPanel is the part of a dashboard panel the layout needs.
-type gridPanel struct {
-	Type    string `json:"type"`
-	Title   string `json:"title"`
-	GridPos struct{ H, W, X, Y int }
-	Targets []json.RawMessage `json:"targets"`
-	Panels  []gridPanel       `json:"panels"` // a collapsed row's
-}
-
-// readDashboard returns the title and the panels (those of collapsed rows included) of the
-// dashboard in file.
-func readDashboard(file string) (string, []gridPanel, error) {
-	b, err := os.ReadFile(file)
+// readDashboard returns the title and the panels (rows and the panels of collapsed rows
+// included) of the dashboard in file, each on Grafana's grid.
+func readDashboard(file string) (string, []observability.Panel, error) {
+	d, err := observability.ReadDashboard(file)
 	if err != nil {
 		return "", nil, err
 	}
-	var d struct {
-		Title  string      `json:"title"`
-		Panels []gridPanel `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		return "", nil, fmt.Errorf("%s: %w", file, err)
-	}
-	var all []gridPanel
-	var walk func([]gridPanel)
-	walk = func(ps []gridPanel) {
-		for _, p := range ps {
-			all = append(all, p)
-			walk(p.Panels)
+	panels := d.AllPanels()
+	for _, p := range panels {
+		if !p.GridPos.Fits() {
+			return "", nil, fmt.Errorf("%s: panel %q: gridPos %+v is outside the %d columns", file, p.Title, p.GridPos, observability.Columns)
 		}
 	}
-	walk(d.Panels)
-	for _, p := range all {
-		if g := p.GridPos; g.W <= 0 || g.H <= 0 || g.X < 0 || g.Y < 0 || g.X+g.W > dashColumns {
-			return "", nil, fmt.Errorf("%s: panel %q: gridPos %+v is outside the %d columns", file, p.Title, g, dashColumns)
-		}
-	}
-	return d.Title, all, nil
+	return d.Title, panels, nil
 }
 
 // panelRect is where panel p is drawn.
-func panelRect(p gridPanel) image.Rectangle {
+func panelRect(p observability.Panel) image.Rectangle {
 	g := p.GridPos
 	x, y := dashMargin+g.X*dashColumn, dashHeader+g.Y*dashUnit
 	return image.Rect(x+2, y+2, x+g.W*dashColumn-2, y+g.H*dashUnit-2)
 }
 
 // dashboardMap draws the layout of the panels of a dashboard titled title.
-func dashboardMap(title string, panels []gridPanel) *image.RGBA {
+func dashboardMap(title string, panels []observability.Panel) *image.RGBA {
 	rows := 0
 	for _, p := range panels {
 		rows = max(rows, p.GridPos.Y+p.GridPos.H)
 	}
-	width, height := 2*dashMargin+dashColumns*dashColumn, dashHeader+rows*dashUnit+dashMargin
+	width, height := 2*dashMargin+observability.Columns*dashColumn, dashHeader+rows*dashUnit+dashMargin
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
 	fill(img, 0, 0, width, height, white)
 	drawText(img, dashMargin, 16, scale, strings.ToLower("grafana dashboard "+title+": the panels and where they are"), ink)

@@ -1,7 +1,6 @@
 package observability
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,55 +25,11 @@ const (
 // rule's name.
 type query struct{ where, expr, user string }
 
-// dashboard is the part of a Grafana dashboard the tests read.
-type dashboard struct {
-	SchemaVersion int     `json:"schemaVersion"`
-	UID           string  `json:"uid"`
-	Panels        []panel `json:"panels"`
-	Templating    struct {
-		List []struct {
-			Type, Name string
-			Query      any             `json:"query"`
-			Datasource json.RawMessage `json:"datasource"`
-		} `json:"list"`
-	} `json:"templating"`
-}
-
-type panel struct {
-	ID         int             `json:"id"`
-	Type       string          `json:"type"`
-	Title      string          `json:"title"`
-	Datasource json.RawMessage `json:"datasource"`
-	GridPos    struct{ H, W, X, Y int }
-	Targets    []struct {
-		RefID      string          `json:"refId"`
-		Expr       string          `json:"expr"`
-		Datasource json.RawMessage `json:"datasource"`
-	} `json:"targets"`
-	Panels []panel `json:"panels"` // a collapsed row's
-}
-
-func readDashboard(t testing.TB) dashboard {
+func readDashboard(t testing.TB) Dashboard {
 	t.Helper()
-	b, err := os.ReadFile(dashboardFile)
+	d, err := ReadDashboard(dashboardFile)
 	require.NoError(t, err)
-	var d dashboard
-	require.NoError(t, json.Unmarshal(b, &d))
 	return d
-}
-
-// allPanels returns the panels of d, those inside collapsed rows included.
-func (d dashboard) allPanels() []panel {
-	var out []panel
-	var walk func([]panel)
-	walk = func(ps []panel) {
-		for _, p := range ps {
-			out = append(out, p)
-			walk(p.Panels)
-		}
-	}
-	walk(d.Panels)
-	return out
 }
 
 // labelValues is Grafana's variable query label_values(<selector>, <label>), which is not PromQL.
@@ -82,10 +37,10 @@ var labelValues = regexp.MustCompile(`^\s*label_values\((.*),\s*[A-Za-z_][A-Za-z
 
 // dashboardQueries returns every expression of the dashboard: its panels' targets and its
 // query variables (the selector of a label_values).
-func dashboardQueries(t testing.TB, d dashboard) []query {
+func dashboardQueries(t testing.TB, d Dashboard) []query {
 	t.Helper()
 	var qs []query
-	for _, p := range d.allPanels() {
+	for _, p := range d.AllPanels() {
 		for _, tg := range p.Targets {
 			qs = append(qs, query{fmt.Sprintf("%s: panel %q, target %s", dashboardFile, p.Title, tg.RefID), tg.Expr, `"` + p.Title + `"`})
 		}
@@ -221,13 +176,13 @@ func TestTheDashboardIsPortable(t *testing.T) {
 	ids := map[int]string{}
 	type cell struct{ x, y int }
 	taken := map[cell]string{}
-	for _, p := range d.allPanels() {
+	for _, p := range d.AllPanels() {
 		if prev, dup := ids[p.ID]; dup {
 			t.Errorf("panels %q and %q share id %d", prev, p.Title, p.ID)
 		}
 		ids[p.ID] = p.Title
 		g := p.GridPos
-		assert.True(t, g.W > 0 && g.H > 0 && g.X >= 0 && g.X+g.W <= 24, "panel %q: gridPos %+v outside 24 columns", p.Title, g)
+		assert.True(t, g.Fits(), "panel %q: gridPos %+v outside the grid", p.Title, g)
 		for x := g.X; x < g.X+g.W; x++ {
 			for y := g.Y; y < g.Y+g.H; y++ {
 				if prev, ok := taken[cell{x, y}]; ok {
