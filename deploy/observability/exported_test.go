@@ -124,20 +124,34 @@ func sharedSeries(t *testing.T) seriesSet {
 	return shared.set
 }
 
-// exportedSeries runs the decision service and the filter (whose checks and reset polls reach
-// the service) and returns every series they export, with Prometheus's own.
+// exportedSeries runs the decision service on Redis and on its in-memory store, and the filter
+// (whose checks and reset polls reach the first), and returns every series they export, with
+// Prometheus's own.
 func exportedSeries(t *testing.T) seriesSet {
 	t.Helper()
 	all := seriesSet{}
-	svc := startService(t)
-	filterSeries(t, svc.httpAddr, all)
-	svc.series(t, all)
+	bin := buildService(t)
+	onRedis := startService(t, bin, redistest.Start(t).Addr())
+	filterSeries(t, onRedis.httpAddr, all)
+	onRedis.series(t, all, "meshlimit_store_evicted_keys_total")
+	startService(t, bin, "").series(t, all, "meshlimit_memory_keys")
 	all.add("Prometheus", "up", "gauge", prometheusOwn)
 	return all
 }
 
-// service is cmd/meshlimit-service, built from this tree, running on a real Redis with its
-// envoyproxy/ratelimit front and its admin API.
+// buildService builds cmd/meshlimit-service from this tree and returns the binary's path.
+func buildService(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "meshlimit-service")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/meshlimit-service")
+	build.Dir = moduleRoot(t)
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/meshlimit-service:\n%s", out)
+	return bin
+}
+
+// service is a running cmd/meshlimit-service with its envoyproxy/ratelimit front and its admin
+// API.
 type service struct {
 	httpAddr, grpcAddr, confDir string
 	stderr                      string // the file its standard error goes to
@@ -145,15 +159,10 @@ type service struct {
 
 const adminToken = "observability-test-token"
 
-func startService(t *testing.T) *service {
+// startService runs the binary bin on the Redis at redis, or on its in-memory store when redis
+// is "", and waits until it is ready.
+func startService(t *testing.T, bin, redis string) *service {
 	t.Helper()
-	rdb := redistest.Start(t)
-	bin := filepath.Join(t.TempDir(), "meshlimit-service")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/meshlimit-service")
-	build.Dir = moduleRoot(t)
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/meshlimit-service:\n%s", out)
-
 	confDir := t.TempDir()
 	src := filepath.Join(moduleRoot(t), "service", "rlsconfig", "testdata", "good")
 	files, err := os.ReadDir(src)
@@ -168,7 +177,7 @@ func startService(t *testing.T) *service {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stderr.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "-listen", s.httpAddr, "-grpc-listen", s.grpcAddr, "-redis", rdb.Addr(),
+	cmd := exec.CommandContext(ctx, bin, "-listen", s.httpAddr, "-grpc-listen", s.grpcAddr, "-redis", redis,
 		"-ratelimit-config", confDir, "-ratelimit-poll", "20ms", "-log-level", "error")
 	cmd.Env = append(os.Environ(), "MESHLIMIT_ADMIN_TOKEN="+adminToken)
 	cmd.Stderr = stderr
@@ -187,8 +196,8 @@ func startService(t *testing.T) *service {
 }
 
 // series answers requests on every front of s, has it refuse a bad ratelimit file, and adds to
-// all the series its /metrics then lists.
-func (s *service) series(t *testing.T, all seriesSet) {
+// all the series its /metrics then lists, which must include the family of its store.
+func (s *service) series(t *testing.T, all seriesSet, store string) {
 	t.Helper()
 	base := "http://" + s.httpAddr
 	// The http front: an allowed check, a denied one, a bad one.
@@ -204,8 +213,11 @@ func (s *service) series(t *testing.T, all seriesSet) {
 	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	defer conn.Close()
-	_, err = pb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "edge_proxy_per_ip",
-		Descriptors: []*rlext.RateLimitDescriptor{{Entries: []*rlext.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "50.0.0.5"}}}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err = pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge_proxy_per_ip",
+		Descriptors: []*rlext.RateLimitDescriptor{{Entries: []*rlext.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "50.0.0.5"}}}}},
+		grpc.WaitForReady(true))
 	require.NoError(t, err)
 	// A file that does not parse: the reload fails and the previous configuration stays.
 	require.NoError(t, os.WriteFile(filepath.Join(s.confDir, "broken.yaml"), []byte("domain: x\nnope: 1\n"), 0o644))
@@ -213,11 +225,12 @@ func (s *service) series(t *testing.T, all seriesSet) {
 	var families map[string]*dto.MetricFamily
 	redistest.WaitFor(t, 2*time.Minute, "the refused reload to show in /metrics", func() bool {
 		families = scrape(t, base+"/metrics")
-		return families["meshlimit_rls_config_reloads_total"] != nil
+		ok := families["meshlimit_rls_config_ok"]
+		return ok != nil && len(ok.GetMetric()) == 1 && ok.GetMetric()[0].GetGauge().GetValue() == 0
 	})
-	if families["meshlimit_store_evicted_keys_total"] == nil {
+	if families[store] == nil {
 		log, _ := os.ReadFile(s.stderr)
-		t.Fatalf("a Redis store reports its evictions; the service's log:\n%s", log)
+		t.Fatalf("the service does not report %s; its log:\n%s", store, log)
 	}
 	for name, f := range families {
 		var labels []string
