@@ -1,10 +1,6 @@
 package wire
 
-import (
-	"strconv"
-
-	"github.com/meshlimit/meshlimit/internal/fnv"
-)
+import "strconv"
 
 // The reset log: every admin reset of a descriptor key is appended to a bounded log in the
 // service's store, and each proxy polls it to forget the same keys in its shared data (the
@@ -323,12 +319,7 @@ func cutPluginPrefix(key, plugin string) (string, bool) {
 		return "", false
 	}
 	var buf [hashedBytes + 1]byte
-	h := fnv.String(plugin)
-	p := append(buf[:0], '#')
-	p = strconv.AppendUint(p, h, 16)
-	p = append(p, '-')
-	p = strconv.AppendUint(p, fnv.AddString(h, "\x00"), 16)
-	p = append(p, '/')
+	p := append(appendHashed(buf[:0], plugin), '/')
 	if len(key) >= len(p) && key[:len(p)] == string(p) {
 		return key[len(p):], true
 	}
