@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"encoding/base64"
 	"encoding/binary"
 	"math/bits"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/internal/sfv"
 	"github.com/meshlimit/meshlimit/internal/siphash"
 )
 
@@ -39,8 +39,6 @@ const (
 	// uses it for a key in a count_on penalty box.
 	abnormalType  = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
 	abnormalTitle = "Request not satisfied due to detection of abnormal request pattern"
-	// maxSFInteger is the largest RFC 9651 Integer.
-	maxSFInteger = 999_999_999_999_999
 )
 
 // headerSet is a bit set of quota header dialects.
@@ -183,9 +181,7 @@ func appendPK(buf []byte, pk *PartitionKey) []byte {
 	if !pk.set {
 		return buf
 	}
-	buf = append(buf, ";pk=:"...)
-	buf = base64.StdEncoding.AppendEncode(buf, pk.sum[:])
-	return append(buf, ':')
+	return sfv.AppendByteSequence(append(buf, ";pk="...), pk.sum[:])
 }
 
 // LocalResponse is a rendered denied response, for proxywasm.SendHttpResponse (status,
@@ -283,7 +279,7 @@ func (r *Response) appendRetryAfter(dst []Field, buf []byte, outcomes []Outcome,
 		retry += int64(random % uint64(r.jitterSecond+1))
 	}
 	start := len(buf)
-	buf = appendDecimal(buf, min(retry, maxSFInteger))
+	buf = sfv.AppendInteger(buf, retry)
 	return append(dst, Field{HeaderRetryAfter, buf[start:]}), buf
 }
 
@@ -346,15 +342,15 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 			if l := outcomes[i].Limit; l.policy != nil {
 				buf = append(buf, l.policy[:l.sfName]...)
 			} else {
-				buf = appendSFString(buf, l.Name)
+				buf = sfv.AppendString(buf, l.Name)
 			}
 			buf = append(buf, ";r="...)
-			buf = appendDecimal(buf, clampSF(d.Remaining))
+			buf = sfv.AppendInteger(buf, max(d.Remaining, 0))
 			// A concurrency limit has no t: when a permit comes back depends on requests in
 			// flight, not on a clock.
 			if outcomes[i].Limit.Concurrency == 0 {
 				buf = append(buf, ";t="...)
-				buf = appendDecimal(buf, resetSeconds(&outcomes[i]))
+				buf = sfv.AppendInteger(buf, resetSeconds(&outcomes[i]))
 			}
 			buf = appendPK(buf, &outcomes[i].Partition)
 		}
@@ -362,22 +358,22 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 	}
 	if r.sets&setDraft03 != 0 {
 		start := len(buf)
-		buf = appendDecimal(buf, clampSF(outcomes[0].Limit.Limit.Quota))
+		buf = sfv.AppendInteger(buf, max(outcomes[0].Limit.Limit.Quota, 0))
 		for i := range outcomes {
 			l := outcomes[i].Limit
 			buf = append(buf, ", "...)
-			buf = appendDecimal(buf, clampSF(l.Limit.Quota))
+			buf = sfv.AppendInteger(buf, max(l.Limit.Quota, 0))
 			buf = append(buf, ";w="...)
-			buf = appendDecimal(buf, windowSeconds(l.Limit.Window))
+			buf = sfv.AppendInteger(buf, windowSeconds(l.Limit.Window))
 			buf = append(buf, ";name="...)
-			buf = appendSFString(buf, l.Name)
+			buf = sfv.AppendString(buf, l.Name)
 		}
 		dst = append(dst, Field{HeaderXRateLimitLimit, buf[start:]})
 		start = len(buf)
-		buf = appendDecimal(buf, clampSF(outcomes[0].Decision.Remaining))
+		buf = sfv.AppendInteger(buf, max(outcomes[0].Decision.Remaining, 0))
 		dst = append(dst, Field{HeaderXRateLimitRemaining, buf[start:]})
 		start = len(buf)
-		buf = appendDecimal(buf, resetSeconds(&outcomes[0]))
+		buf = sfv.AppendInteger(buf, resetSeconds(&outcomes[0]))
 		dst = append(dst, Field{HeaderXRateLimitReset, buf[start:]})
 	}
 	return dst, buf
@@ -389,7 +385,7 @@ func (c *Config) renderPolicies() {
 	render := func(set *LimitSet) {
 		for i := range set.Limits {
 			l := &set.Limits[i]
-			l.policy = appendSFString(nil, l.Name)
+			l.policy = sfv.AppendString(nil, l.Name)
 			l.sfName = len(l.policy)
 			l.policy = appendPolicyParams(l.policy, l)
 		}
@@ -412,7 +408,7 @@ func (l *LimitSpec) appendPolicy(buf []byte) []byte {
 	if l.policy != nil {
 		return append(buf, l.policy...)
 	}
-	return appendPolicyParams(appendSFString(buf, l.Name), l)
+	return appendPolicyParams(sfv.AppendString(buf, l.Name), l)
 }
 
 // appendPolicyParams appends the parameters of a RateLimit-Policy member: the quota, the window of a
@@ -421,13 +417,13 @@ func (l *LimitSpec) appendPolicy(buf []byte) []byte {
 func appendPolicyParams(buf []byte, l *LimitSpec) []byte {
 	if c := l.Concurrency; c > 0 { // no window: a permit lasts as long as its request
 		buf = append(buf, ";q="...)
-		buf = appendDecimal(buf, clampSF(c))
+		buf = sfv.AppendInteger(buf, c)
 		return append(buf, `;qu="concurrent-requests"`...)
 	}
 	buf = append(buf, ";q="...)
-	buf = appendDecimal(buf, clampSF(l.Limit.Quota))
+	buf = sfv.AppendInteger(buf, max(l.Limit.Quota, 0))
 	buf = append(buf, ";w="...)
-	buf = appendDecimal(buf, windowSeconds(l.Limit.Window))
+	buf = sfv.AppendInteger(buf, windowSeconds(l.Limit.Window))
 	if l.ContentBytes {
 		return append(buf, `;qu="content-bytes"`...)
 	}
@@ -465,24 +461,7 @@ func moreRestrictive(a, b *Outcome) bool {
 	return da.Reset > db.Reset
 }
 
-// appendSFString appends s as an RFC 9651 sf-string. Policy names never need escaping,
-// but the function escapes '"' and '\' and drops bytes outside printable ASCII, so its
-// output is always a valid sf-string.
-func appendSFString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c >= 0x20 && c < 0x7f:
-			dst = append(dst, c)
-		}
-	}
-	return append(dst, '"')
-}
-
-// ceilSeconds returns d in whole seconds, rounded up, clamped to [0, maxSFInteger].
+// ceilSeconds returns d in whole seconds, rounded up, clamped to [0, sfv.MaxInteger].
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -491,7 +470,7 @@ func ceilSeconds(d time.Duration) int64 {
 	if d%time.Second != 0 {
 		s++
 	}
-	return min(s, maxSFInteger)
+	return min(s, sfv.MaxInteger)
 }
 
 func windowSeconds(w time.Duration) int64 { return max(ceilSeconds(w), 1) }
@@ -533,8 +512,6 @@ func untilMoreQuota(l *algorithms.Limit, d *algorithms.Decision) time.Duration {
 	return d.Reset - time.Duration(refill)
 }
 
-func clampSF(n int64) int64 { return min(max(n, 0), maxSFInteger) }
-
 // headerSetNames renders the enabled sets for the summary.
 func (r *Response) headerSetNames() string {
 	switch r.sets {
@@ -574,24 +551,4 @@ func Pairs(dst [][2]string, fields []Field) [][2]string {
 		off += len(f.Value)
 	}
 	return dst
-}
-
-// appendDecimal appends n in decimal, as strconv.AppendInt(dst, n, 10) does, with a loop small
-// enough that rendering the quota headers of every response runs little code.
-func appendDecimal(dst []byte, n int64) []byte {
-	u := uint64(n)
-	if n < 0 {
-		dst = append(dst, '-')
-		u = -u
-	}
-	var b [20]byte
-	i := len(b)
-	for u >= 10 {
-		i--
-		b[i] = byte('0' + u%10)
-		u /= 10
-	}
-	i--
-	b[i] = byte('0' + u)
-	return append(dst, b[i:]...)
 }

@@ -199,7 +199,7 @@ func TestValuesAreClampedToTheStructuredFieldRange(t *testing.T) {
 	big.Limit.Kind = algorithms.FixedWindow // t is the reset time
 	fields, _ := r.AppendAllowed(nil, nil, []Outcome{{Limit: big, Decision: allowed(-5, 1<<62)}})
 	pol, _ := header(t, fields, HeaderRateLimitPolicy)
-	assert.Equal(t, int64(maxSFInteger), parsePolicies(t, pol)[0].params["q"])
+	assert.Equal(t, int64(sfv.MaxInteger), parsePolicies(t, pol)[0].params["q"])
 	rl, _ := header(t, fields, HeaderRateLimit)
 	assert.Equal(t, map[string]int64{"r": 0, "t": 4611686019}, parsePolicies(t, rl)[0].params, "negative remaining is 0")
 }
