@@ -39,7 +39,7 @@ var Policy = []Rule{
 	{"filter", []string{"abi", "algorithms", "rules", "shed", "sharedstate", "wire", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"cmd/filter", []string{"abi", "filter", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"cmd/passthrough", []string{"abi", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
-	{"service/...", []string{"algorithms", "wire", "service", "internal/fnv", "github.com/redis/rueidis", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane", "github.com/prometheus", "go.yaml.in/yaml"}},
+	{"service/...", []string{"algorithms", "wire", "service", "internal/fnv", "internal/sfv", "github.com/redis/rueidis", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane", "github.com/prometheus", "go.yaml.in/yaml"}},
 	{"cmd/meshlimit-service", []string{"service", "wire"}},
 	{"cmd/meshlimit-admin", []string{"rules", "wire", "internal/pluginconfig"}}, // names keys as the filter does, from its configuration
 	{"internal/pluginconfig", []string{"go.yaml.in/yaml"}},
