@@ -1,6 +1,18 @@
 package rules
 
-import "strings"
+import (
+	"errors"
+	"strings"
+
+	"github.com/meshlimit/meshlimit/rules/body"
+)
+
+// Errors of a body a settling rule reads besides body's. The filter counts them; each leaves the
+// reservation as it is (a request reserves its default).
+var (
+	errBodyTooLarge = errors.New("the body is larger than max_body")
+	errNotPositive  = errors.New("the field is not a positive integer")
+)
 
 // Reserve, then settle. A rule's cost may be known only once the answer is: the tokens an LLM
 // used, the bytes a download sent. Such a rule reserves an estimate when the request is decided
@@ -113,29 +125,29 @@ func (r *Rule) CountsBytes() bool { return r.cost.reserve != nil && r.cost.reser
 // take it for "no limit") counts as the default, or as the value a lenient parser reads in it when
 // that is higher (1e3 and 1000.0 and "1000" reserve 1000, 999.5 reserves 1000, a number too large
 // reserves max); the body may be in UTF-16 or UTF-32 or start with a byte order mark, and the
-// member's name may be in any case (see JSONInt). A body nested deeper than this reader goes (10000
+// member's name may be in any case (see body.JSONInt). A body nested deeper than this reader goes (10000
 // levels, which no client needs) reserves max.
-func (r *Rule) BodyCost(body []byte, complete bool) (int64, error) {
+func (r *Rule) BodyCost(doc []byte, complete bool) (int64, error) {
 	c := &r.cost
 	if !complete {
 		return c.def, errBodyTooLarge
 	}
-	rd, err := readJSON(body, c.reserve.requestJSON)
+	rd, err := body.Read(doc, c.reserve.requestJSON)
 	switch {
-	case err == errTooDeep: // another parser may read what this one cannot: the most
+	case err == body.ErrTooDeep: // another parser may read what this one cannot: the most
 		return c.max, err
 	case err != nil:
 		return c.def, err
-	case !rd.found:
-		return c.def, ErrNoField
-	case rd.plain && !rd.zero:
-		return min(rd.n, c.max), nil
+	case !rd.Found:
+		return c.def, body.ErrNoField
+	case rd.Plain && !rd.Zero:
+		return min(rd.N, c.max), nil
 	}
-	n := max(rd.n, rd.lenient, c.def)
-	if rd.plain {
+	n := max(rd.N, rd.Lenient, c.def)
+	if rd.Plain {
 		return min(n, c.max), errNotPositive
 	}
-	return min(n, c.max), ErrNotInteger
+	return min(n, c.max), body.ErrNotInteger
 }
 
 // SettledHeader returns the cost in a SettleResponseHeader value: a non-negative integer, at most
@@ -272,3 +284,9 @@ func (v *validator) checkSettle(path string, r *Rule) {
 		}
 	}
 }
+
+// JSONInt is body.JSONInt, until the filter calls it there.
+func JSONInt(doc []byte, path []string) (int64, error) { return body.JSONInt(doc, path) }
+
+// SSE is body.SSE, until the filter names it there.
+type SSE = body.SSE

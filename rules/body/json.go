@@ -1,4 +1,4 @@
-package rules
+package body
 
 import (
 	"bytes"
@@ -13,23 +13,23 @@ import (
 	"unicode/utf8"
 )
 
-// Errors of a body a settling rule reads. The filter counts them; each leaves the reservation as it
-// is (a request reserves its default).
+// The errors of a reading. A document that is not JSON is ErrNotJSON, or ErrTooDeep when it is
+// JSON this reader cannot read for its depth (another parser may).
 var (
-	errBodyTooLarge = errors.New("the body is larger than max_body")
-	errNotPositive  = errors.New("the field is not a positive integer")
-	errNotJSON      = errors.New("the body is not JSON")
-	errTooDeep      = errors.New("the body nests deeper than 10000 levels")
 	// ErrNoField is returned by JSONInt when the document lacks the field.
 	ErrNoField = errors.New("the JSON field is missing")
 	// ErrNotInteger is returned by JSONInt when the field is not a non-negative integer.
 	ErrNotInteger = errors.New("the JSON field is not a non-negative integer")
+	// ErrNotJSON is returned for a document that is not JSON (in any of the encodings Read takes).
+	ErrNotJSON = errors.New("the body is not JSON")
+	// ErrTooDeep is returned for a document nested deeper than this reader goes (maxJSONDepth).
+	ErrTooDeep = errors.New("the body nests deeper than 10000 levels")
 )
 
 // JSONInt returns the non-negative integer at path (object member names, outermost first) in the
 // JSON document doc. It reads doc token by token and skips every value off the path without
 // building it, so its work is linear in len(doc). The whole document must be valid JSON (see
-// readJSON for the encodings and the member names it takes as an upstream's parser would). A member
+// Read for the encodings and the member names it takes as an upstream's parser would). A member
 // given more than once counts at its highest value, as a repeated cost header does: JSON parsers
 // disagree on which duplicate wins (most keep the last), so a client cannot reserve little with one
 // copy of max_tokens while the upstream reads another; and a copy that is not a plain integer from
@@ -38,61 +38,61 @@ var (
 // is absent, ErrNotInteger when no copy there holds a non-negative number (a negative number, an
 // object, a string that is not a number), and another error for a document that is not JSON.
 func JSONInt(doc []byte, path []string) (int64, error) {
-	rd, err := readJSON(doc, path)
+	rd, err := Read(doc, path)
 	switch {
 	case err != nil:
 		return 0, err
-	case !rd.found:
+	case !rd.Found:
 		return 0, ErrNoField
-	case !rd.anyPlain && rd.lenient == 0:
+	case !rd.AnyPlain && rd.Lenient == 0:
 		return 0, ErrNotInteger
 	}
-	return max(rd.n, rd.lenient), nil
+	return max(rd.N, rd.Lenient), nil
 }
 
-// reading is what a document holds at a path, over every copy of it.
-type reading struct {
-	found    bool  // the path is present
-	plain    bool  // every copy is a plain integer from 0 to 10^18
-	anyPlain bool  // some copy is
-	zero     bool  // some copy is 0
-	n        int64 // the highest plain integer
-	// lenient is the highest value a lenient parser could read from a copy that is not a plain
+// Reading is what a document holds at a path, over every copy of it.
+type Reading struct {
+	Found    bool  // the path is present
+	Plain    bool  // every copy is a plain integer from 0 to 10^18
+	AnyPlain bool  // some copy is
+	Zero     bool  // some copy is 0
+	N        int64 // the highest plain integer
+	// Lenient is the highest value a lenient parser could read from a copy that is not a plain
 	// integer (a number with a fraction or an exponent, rounded up; a number too large; a string
 	// holding a number), bounded by maxLenient; 0 when none.
-	lenient int64
+	Lenient int64
 }
 
-// maxLenient bounds a lenient reading (every rule's max is far below it).
+// maxLenient bounds a lenient reading (far above any cost a caller bounds it by).
 const maxLenient = 1 << 62
 
-// readJSON reads the copies of the value at path in doc. doc may be in any encoding that RFC 8259
+// Read reads the copies of the value at path (object member names, outermost first) in doc. doc may be in any encoding that RFC 8259
 // parsers detect (UTF-8 with or without a byte order mark, UTF-16 and UTF-32: Python's json.loads
 // reads them all) and hold NaN and Infinity (Python reads them too), and a member name matches a
 // path segment regardless of case (Go's encoding/json matches struct fields so), so that a body
 // the upstream reads never escapes the reading. Every copy counts: the caller takes the highest.
-func readJSON(doc []byte, path []string) (reading, error) {
+func Read(doc []byte, path []string) (Reading, error) {
 	doc = utf8JSON(doc)
 	if !json.Valid(doc) {
 		if tooDeep(doc) {
-			return reading{}, errTooDeep
+			return Reading{}, ErrTooDeep
 		}
 		if doc = nonFinite(doc); doc == nil || !json.Valid(doc) {
-			return reading{}, errNotJSON
+			return Reading{}, ErrNotJSON
 		}
 	}
 	d := json.NewDecoder(bytes.NewReader(doc))
 	d.UseNumber()
-	rd := reading{plain: true}
+	rd := Reading{Plain: true}
 	if err := readAt(d, path, &rd); err != nil {
-		return reading{}, err
+		return Reading{}, err
 	}
 	return rd, nil
 }
 
 // readAt reads one whole value and adds the copies at path in it to rd. Its recursion is as deep
 // as path is long.
-func readAt(d *json.Decoder, path []string, rd *reading) error {
+func readAt(d *json.Decoder, path []string, rd *Reading) error {
 	tok, err := d.Token()
 	if err != nil {
 		return err
@@ -124,23 +124,39 @@ func readAt(d *json.Decoder, path []string, rd *reading) error {
 }
 
 // add counts one copy of the value at the path, whose first token is tok.
-func (rd *reading) add(tok json.Token) {
-	rd.found = true
+func (rd *Reading) add(tok json.Token) {
+	rd.Found = true
 	var s string
 	switch v := tok.(type) {
 	case json.Number:
-		if n, ok := parseCost(string(v)); ok || v == "0" {
-			rd.n, rd.anyPlain, rd.zero = max(rd.n, n), true, rd.zero || n == 0
+		if n, ok := plainInt(string(v)); ok {
+			rd.N, rd.AnyPlain, rd.Zero = max(rd.N, n), true, rd.Zero || n == 0
 			return
 		}
 		s = string(v)
 	case string:
 		s = strings.ReplaceAll(strings.TrimSpace(v), "_", "")
 	}
-	rd.plain = false
+	rd.Plain = false
 	if f, err := strconv.ParseFloat(s, 64); (err == nil || errors.Is(err, strconv.ErrRange)) && f > 0 {
-		rd.lenient = max(rd.lenient, int64(math.Ceil(min(f, maxLenient))))
+		rd.Lenient = max(rd.Lenient, int64(math.Ceil(min(f, maxLenient))))
 	}
+}
+
+// plainInt parses a JSON number written as a plain integer: at most 18 digits, nothing else.
+func plainInt(s string) (int64, bool) {
+	if s == "" || len(s) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // maxJSONDepth is how deeply encoding/json nests (its scanner refuses more).
@@ -288,89 +304,4 @@ func skipValue(d *json.Decoder) error {
 		return err
 	}
 	return skipRest(d, tok)
-}
-
-// SSE splits a text/event-stream body into events, holding at most max bytes of the event in
-// progress: an event longer than that is dropped whole (Dropped counts it). Feed it the body chunk
-// by chunk; for each complete event, it passes the event's data (its data lines joined with "\n")
-// to the callback.
-type SSE struct {
-	Max     int
-	Dropped int
-	buf     []byte
-	skip    bool // the event in progress passed Max: drop it up to its end
-	data    []byte
-	// lineBytes counts the bytes of the line in progress, kept or not, and lastCR says whether
-	// the last of them was '\r': a line is blank by its bytes, not by what was kept of it (a
-	// line dropped for its length does not end its event).
-	lineBytes int
-	lastCR    bool
-}
-
-// Write feeds a chunk of the body.
-func (s *SSE) Write(chunk []byte, event func(data []byte)) {
-	for len(chunk) > 0 {
-		i := bytes.IndexByte(chunk, '\n')
-		if i < 0 {
-			s.add(chunk)
-			return
-		}
-		s.add(chunk[:i])
-		chunk = chunk[i+1:]
-		s.line(event)
-	}
-}
-
-// add appends part of a line, or drops the event when it grows past Max.
-func (s *SSE) add(b []byte) {
-	if len(b) > 0 {
-		s.lineBytes += len(b)
-		s.lastCR = b[len(b)-1] == '\r'
-	}
-	if s.skip {
-		return
-	}
-	if len(s.buf)+len(b) > s.Max {
-		s.skip, s.buf, s.data = true, s.buf[:0], s.data[:0]
-		s.Dropped++
-		return
-	}
-	s.buf = append(s.buf, b...)
-}
-
-// line ends the line in buf: a data line adds to the event, an empty line ends it.
-func (s *SSE) line(event func([]byte)) {
-	l := bytes.TrimSuffix(s.buf, []byte{'\r'})
-	blank := s.lineBytes == 0 || s.lineBytes == 1 && s.lastCR
-	s.buf, s.lineBytes, s.lastCR = s.buf[:0], 0, false
-	if blank {
-		if !s.skip && len(s.data) > 0 {
-			event(s.data)
-		}
-		s.skip, s.data = false, s.data[:0]
-		return
-	}
-	if s.skip {
-		return
-	}
-	if v, ok := bytes.CutPrefix(l, []byte("data:")); ok {
-		v = bytes.TrimPrefix(v, []byte{' '})
-		if len(s.data)+len(v)+1 > s.Max {
-			s.skip, s.data = true, s.data[:0]
-			s.Dropped++
-			return
-		}
-		if len(s.data) > 0 {
-			s.data = append(s.data, '\n')
-		}
-		s.data = append(s.data, v...)
-	}
-}
-
-// Close ends the body: an event that was not followed by an empty line is still passed.
-func (s *SSE) Close(event func([]byte)) {
-	if s.lineBytes > 0 {
-		s.line(event)
-	}
-	s.line(event)
 }
