@@ -284,9 +284,3 @@ func (v *validator) checkSettle(path string, r *Rule) {
 		}
 	}
 }
-
-// JSONInt is body.JSONInt, until the filter calls it there.
-func JSONInt(doc []byte, path []string) (int64, error) { return body.JSONInt(doc, path) }
-
-// SSE is body.SSE, until the filter names it there.
-type SSE = body.SSE
