@@ -99,7 +99,7 @@ func (v *validator) rules(rjs []ruleJSON, maxKeys int64, c *Config) {
 // digit. (A byte loop rather than a package-level regexp: compiling one at start-up costs every VM
 // its share of _initialize.)
 func validRuleName(s string) bool {
-	if len(s) == 0 || len(s) > 64 || s[0] == '_' || s[0] == '-' {
+	if len(s) == 0 || len(s) > maxRuleName || s[0] == '_' || s[0] == '-' {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

@@ -40,6 +40,7 @@ const (
 	maxListItems    = 256 // route_names, hosts, methods, headers of one match
 	maxRegexLen     = 1024
 	maxNameLen      = 64
+	maxRuleName     = 64 // rules[].name; at most wire.MaxRuleBytes (global_bounds.go)
 	maxBodyLen      = 16 << 10
 	maxExtraHeaders = 32
 	maxHeaderValue  = 8 << 10

@@ -32,7 +32,7 @@ var Policy = []Rule{
 	{"internal/sfv", nil},
 	{"internal/siphash", nil},
 	{"rules/body", nil},
-	{"rules", []string{"algorithms", "shed", "rules/body", "internal/fnv", "internal/sfv", "internal/siphash"}},
+	{"rules", []string{"algorithms", "shed", "wire", "rules/body", "internal/fnv", "internal/sfv", "internal/siphash"}},
 	{"wire", []string{"algorithms", "internal/fnv"}},
 	// The SDK reaches sharedstate only through its host store (checked file by file below).
 	{"sharedstate", []string{"algorithms", "internal/fnv", "internal/siphash", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
