@@ -83,6 +83,22 @@ func (r *Rule) limits() []LimitSpec { return r.sets[0].Limits }
 // shared and must not be modified.
 func (r *Rule) LimitSets() []LimitSet { return r.sets }
 
+// Limits returns the set of limits that applies to the key value key (as returned by
+// AppendKey): the set of the override whose value equals key, else the rule's own. unlimited
+// is true when an override declares the key unlimited; set is then nil. The returned set is
+// shared and must not be modified. Limits does not allocate.
+func (r *Rule) Limits(key []byte) (set *LimitSet, unlimited bool) {
+	if len(r.overrides) > 0 {
+		if i, ok := r.overrides[string(key)]; ok {
+			if i < 0 {
+				return nil, true
+			}
+			return &r.sets[i], false
+		}
+	}
+	return &r.sets[0], false
+}
+
 // Fallback returns the limits a global rule applies in the proxy when the service cannot decide,
 // or nil.
 func (r *Rule) Fallback() *LimitSet { return r.fallback }
@@ -361,4 +377,3 @@ func mentions(msg, word string) bool {
 	return false
 }
 
-// validator collects field errors while compiling.

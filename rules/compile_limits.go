@@ -1,0 +1,100 @@
+package rules
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+func (v *validator) limits(path string, ljs []limitJSON, rule string) []LimitSpec {
+	out := make([]LimitSpec, 0, len(ljs))
+	seen := map[string]int{}
+	for i := range ljs {
+		lj := &ljs[i]
+		lp := path + "[" + strconv.Itoa(i) + "]"
+		s := LimitSpec{Name: lj.Name, Index: i}
+		if s.Name == "" {
+			s.Name = rule
+			if len(ljs) > 1 {
+				s.Name = rule + "-" + strconv.Itoa(i)
+			}
+		} else if !validPolicyName(s.Name) {
+			v.failf(lp+".name", "%q is not a valid policy name: want 1 to 64 of [A-Za-z0-9_.-], starting with a letter or digit", s.Name)
+		}
+		if j, dup := seen[s.Name]; dup {
+			v.failf(lp+".name", "policy name %q is already used by %s[%d]", s.Name, path, j)
+		}
+		seen[s.Name] = i
+		if lj.Concurrency.Set {
+			v.concurrencyLimit(lp, lj, &s)
+			out = append(out, s)
+			continue
+		}
+
+		ok := true
+		if lj.Rate == "" {
+			v.failf(lp+".rate", "required")
+			ok = false
+		} else if q, w, err := parseRate(lj.Rate); err != nil {
+			v.failf(lp+".rate", "%v", err)
+			ok = false
+		} else {
+			s.Limit.Quota, s.Limit.Window = q, w
+		}
+		algo := lj.Algorithm
+		if algo == "" {
+			algo = "token_bucket"
+		}
+		if k, err := algorithms.ParseKind(algo); err != nil {
+			v.failf(lp+".algorithm", "unknown algorithm %q (want token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)", algo)
+			ok = false
+		} else {
+			s.Limit.Kind = k
+		}
+		if lj.Burst.Set {
+			if k := s.Limit.Kind; !k.TakesBurst() && k != 0 {
+				v.failf(lp+".burst", "only token_bucket and leaky_bucket take a burst, not %s", k)
+				ok = false
+			} else if lj.Burst.Value < 1 {
+				v.failf(lp+".burst", "%d: want a positive integer", lj.Burst.Value)
+				ok = false
+			}
+			s.Limit.Burst = lj.Burst.Value
+		}
+		if ok {
+			if err := s.Limit.Validate(); err != nil {
+				v.failf(lp, "%v", err)
+			}
+		}
+		s.Fingerprint = limitFingerprint(s.Limit)
+		out = append(out, s)
+	}
+	return out
+}
+
+func (v *validator) cost(path string, cj *costJSON) costSpec {
+	c := costSpec{constant: 1}
+	switch {
+	case cj == nil:
+	case cj.object == nil:
+		c.constant = v.intIn(path, cj.constant, 1, maxCostValue)
+	default:
+		o := cj.object
+		c.constant = 0
+		if o.Header != "" && !isToken(o.Header) {
+			v.failf(path+".header", "%q is not a valid header name", o.Header)
+		}
+		c.header = strings.ToLower(o.Header)
+		c.def = v.intIn(path+".default", o.Default, 1, maxCostValue)
+		c.max = DefaultMaxCost
+		if o.Max.Set {
+			c.max = v.intIn(path+".max", o.Max, 1, maxCostValue)
+		}
+		if c.def > c.max {
+			v.failf(path+".default", "%d is above max %d", c.def, c.max)
+		}
+		v.costSource(path, o, &c) // settle.go: the body and settle forms
+	}
+	return c
+}
