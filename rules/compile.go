@@ -25,12 +25,12 @@ func (v *validator) config(doc *configJSON) *Config {
 		c.Enforce = *doc.Enforce
 	}
 	c.LogLevel = v.logLevel(doc.LogLevel)
-	maxKeys := int64(DefaultMaxKeys)
+	maxKeys := int64(defaultMaxKeys)
 	if doc.MaxKeys.Set {
 		maxKeys = doc.MaxKeys.Value
-		if maxKeys < 1 || maxKeys > MaxMaxKeys {
-			v.failf("max_keys", "%d out of range: want 1 to %d", maxKeys, MaxMaxKeys)
-			maxKeys = DefaultMaxKeys
+		if maxKeys < 1 || maxKeys > maxMaxKeys {
+			v.failf("max_keys", "%d out of range: want 1 to %d", maxKeys, maxMaxKeys)
+			maxKeys = defaultMaxKeys
 		}
 	}
 	if doc.Global != nil {
@@ -110,7 +110,7 @@ func validRuleName(s string) bool {
 // validPolicyName reports whether s is a policy name: 1 to 64 of [A-Za-z0-9_.-], starting with a
 // letter or digit.
 func validPolicyName(s string) bool {
-	if len(s) == 0 || len(s) > 64 || s[0] == '_' || s[0] == '.' || s[0] == '-' {
+	if len(s) == 0 || len(s) > maxNameLen || s[0] == '_' || s[0] == '.' || s[0] == '-' {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -132,8 +132,8 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 	r.match = v.match(path+".match", &rj.Match)
 	v.ruleKey(path, rj, r)
 	if rj.MaxKeys.Set {
-		if n := rj.MaxKeys.Value; n < 1 || n > MaxMaxKeys {
-			v.failf(path+".max_keys", "%d out of range: want 1 to %d", n, MaxMaxKeys)
+		if n := rj.MaxKeys.Value; n < 1 || n > maxMaxKeys {
+			v.failf(path+".max_keys", "%d out of range: want 1 to %d", n, maxMaxKeys)
 		} else {
 			r.MaxKeys = int(n)
 		}

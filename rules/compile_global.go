@@ -36,28 +36,16 @@ func (v *validator) ruleScope(path string, rj *ruleJSON, r *Rule, c *Config) {
 }
 
 func (v *validator) lease(path string, lj *leaseJSON, r *Rule) *Lease {
-	l := &Lease{TTL: time.Second}
+	l := &Lease{}
 	switch {
 	case r.Scope != ScopeGlobal:
 		v.failf(path, "only rules with scope global lease quota")
 	case !lj.Batch.Set:
 		v.failf(path+".batch", "required")
-	case lj.Batch.Value < 1 || lj.Batch.Value > 10000:
-		v.failf(path+".batch", "%d out of range: want 1 to 10000", lj.Batch.Value)
 	default:
-		l.Batch = lj.Batch.Value
+		l.Batch = v.intIn(path+".batch", lj.Batch, 1, maxLeaseBatch)
 	}
-	if lj.TTL != "" {
-		d, err := parseDuration(lj.TTL)
-		switch {
-		case err != nil:
-			v.failf(path+".ttl", "%v", err)
-		case d < 10*time.Millisecond || d > time.Hour:
-			v.failf(path+".ttl", "%s out of range: want 10ms to 1h", lj.TTL)
-		default:
-			l.TTL = d
-		}
-	}
+	l.TTL = v.durationIn(path+".ttl", lj.TTL, defaultLeaseTTL, minLeaseTTL, maxLeaseTTL)
 	for i, spec := range r.limits() {
 		if c := spec.Limit.Capacity(); l.Batch > c {
 			v.failf(path+".batch", "%d exceeds the capacity %d of limits[%d]: such a batch could never be granted", l.Batch, c, i)
@@ -67,9 +55,8 @@ func (v *validator) lease(path string, lj *leaseJSON, r *Rule) *Lease {
 }
 
 func (v *validator) global(gj *globalJSON) *Global {
-	g := &Global{Cluster: gj.Cluster, Authority: gj.Authority, Path: gj.Path, Timeout: DefaultGlobalTimeout,
-		Secret: gj.Secret, BreakerFailures: DefaultBreakerFailures, BreakerCooldown: DefaultBreakerCooldown,
-		ResetPoll: v.resetPoll(gj.ResetPoll)}
+	g := &Global{Cluster: gj.Cluster, Authority: gj.Authority, Path: gj.Path, Secret: gj.Secret,
+		BreakerFailures: defaultBreakerFailures, BreakerCooldown: defaultBreakerCooldown, ResetPoll: v.resetPoll(gj.ResetPoll)}
 	if gj.SecretEnv != "" {
 		if s := os.Getenv(gj.SecretEnv); s != "" {
 			g.Secret = s
@@ -77,23 +64,9 @@ func (v *validator) global(gj *globalJSON) *Global {
 	}
 	if b := gj.Breaker; b != nil {
 		if b.Failures.Set {
-			if n := b.Failures.Value; n < 1 || n > 1000 {
-				v.failf("global.breaker.failures", "%d out of range: want 1 to 1000", n)
-			} else {
-				g.BreakerFailures = int(n)
-			}
+			g.BreakerFailures = int(v.intIn("global.breaker.failures", b.Failures, 1, maxBreakerFailures))
 		}
-		if b.Cooldown != "" {
-			d, err := parseDuration(b.Cooldown)
-			switch {
-			case err != nil:
-				v.failf("global.breaker.cooldown", "%v", err)
-			case d < 100*time.Millisecond || d > time.Hour:
-				v.failf("global.breaker.cooldown", "%s out of range: want 100ms to 1h", b.Cooldown)
-			default:
-				g.BreakerCooldown = d
-			}
-		}
+		g.BreakerCooldown = v.durationIn("global.breaker.cooldown", b.Cooldown, defaultBreakerCooldown, minBreakerCooldown, maxBreakerCooldown)
 	}
 	if g.Cluster == "" {
 		v.failf("global.cluster", "required")
@@ -111,31 +84,16 @@ func (v *validator) global(gj *globalJSON) *Global {
 	} else if !strings.HasPrefix(g.Path, "/") {
 		v.failf("global.path", "%q must start with \"/\"", g.Path)
 	}
-	if gj.Timeout != "" {
-		d, err := parseDuration(gj.Timeout)
-		switch {
-		case err != nil:
-			v.failf("global.timeout", "%v", err)
-		case d < time.Millisecond || d > maxGlobalTime:
-			v.failf("global.timeout", "%s out of range: want 1ms to 1m", gj.Timeout)
-		default:
-			g.Timeout = d
-		}
-	}
+	g.Timeout = v.durationIn("global.timeout", gj.Timeout, defaultGlobalTimeout, minGlobalTimeout, maxGlobalTimeout)
 	return g
 }
 
-// Bounds of global.reset_poll.
-const (
-	minResetPoll = 100 * time.Millisecond
-	maxResetPoll = time.Hour
-)
-
-// resetPoll compiles global.reset_poll: empty is the default (DefaultResetPoll), "off" or a
-// zero duration turns the reset log off (0), anything else must be within 100ms to 1h.
+// resetPoll compiles global.reset_poll: empty is the default (defaultResetPoll), "off" or a
+// zero duration turns the reset log off (0), anything else must be within minResetPoll to
+// maxResetPoll.
 func (v *validator) resetPoll(s string) time.Duration {
 	if s == "" {
-		return DefaultResetPoll
+		return defaultResetPoll
 	}
 	if s == "off" {
 		return 0
@@ -147,9 +105,10 @@ func (v *validator) resetPoll(s string) time.Duration {
 	case d == 0:
 		return 0
 	case d < minResetPoll || d > maxResetPoll:
-		v.failf("global.reset_poll", "%s out of range: want 100ms to 1h, or \"0s\" or \"off\" to never read the reset log", s)
+		v.failf("global.reset_poll", "%s out of range: want %s to %s, or \"0s\" or \"off\" to never read the reset log",
+			s, formatDuration(minResetPoll), formatDuration(maxResetPoll))
 	default:
 		return d
 	}
-	return DefaultResetPoll
+	return defaultResetPoll
 }

@@ -46,8 +46,8 @@ func (v *validator) keyPart(path string, kj *keyPartJSON) (keyPart, bool) {
 		p.kind = keyClientIP
 		cj := kj.ClientIP
 		p.trustedHops = int(v.intIn(path+".client_ip.trusted_hops", cj.TrustedHops, 0, maxTrustedHops))
-		p.v4Bits = v.maskBits(path+".client_ip.ipv4_mask", cj.IPv4Mask, DefaultIPv4Mask, 32)
-		p.v6Bits = v.maskBits(path+".client_ip.ipv6_mask", cj.IPv6Mask, DefaultIPv6Mask, 128)
+		p.v4Bits = v.maskBits(path+".client_ip.ipv4_mask", cj.IPv4Mask, defaultIPv4Mask, 32)
+		p.v6Bits = v.maskBits(path+".client_ip.ipv6_mask", cj.IPv6Mask, defaultIPv6Mask, 128)
 	}
 	if kj.Header != nil {
 		n++

@@ -87,7 +87,7 @@ func (v *validator) cost(path string, cj *costJSON) costSpec {
 		}
 		c.header = strings.ToLower(o.Header)
 		c.def = v.intIn(path+".default", o.Default, 1, maxCostValue)
-		c.max = DefaultMaxCost
+		c.max = defaultMaxCost
 		if o.Max.Set {
 			c.max = v.intIn(path+".max", o.Max, 1, maxCostValue)
 		}

@@ -15,11 +15,6 @@ import (
 // what the document alone decides (the descriptors per check), at plugin start for what depends on
 // the plugin_name property (the descriptor keys it prefixes).
 
-// A rule name is sent as is in every descriptor key (the compile-time check below fails if the
-// configuration allowed a name that wire would hash), so that the keys the service and the admin
-// name stay readable.
-const _ uint = wire.MaxRuleBytes - maxRuleName
-
 // maxDescriptors is the most descriptors one request asks the service about for this rule: one per
 // limit of its largest limit set (0 for a local rule).
 func (r *Rule) maxDescriptors() int {

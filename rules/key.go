@@ -6,9 +6,6 @@ import (
 	"github.com/meshlimit/meshlimit/internal/fnv"
 )
 
-// maxPartLen is the longest part value kept verbatim in a key.
-const maxPartLen = 256
-
 // keyKind is the kind of one key part.
 type keyKind uint8
 
@@ -46,14 +43,6 @@ type keyPart struct {
 	v4Bits      int      // client_ip: prefix length for IPv4, 1 to 32 (32: the whole address)
 	v6Bits      int      // client_ip: prefix length for IPv6, 1 to 128 (128: the whole address)
 }
-
-// Default prefix lengths of the client_ip key part. An IPv4 address is what one subscriber
-// usually gets; an IPv6 subscriber usually gets a whole /64 (RFC 6177, and SLAAC needs one), so
-// keying on the whole IPv6 address would give one client 2^64 buckets.
-const (
-	DefaultIPv4Mask = 32
-	DefaultIPv6Mask = 64
-)
 
 // KeyStatus is the outcome of AppendKey.
 type KeyStatus uint8

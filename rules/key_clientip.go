@@ -5,10 +5,6 @@ import (
 	"strings"
 )
 
-// maxXFFItem bounds one x-forwarded-for entry or source address worth parsing:
-// "[" + a full IPv6 literal with an IPv4 tail + "%" + a zone + "]:65535" fits in it.
-const maxXFFItem = 96
-
 // appendClientIP appends the client address, masked as configured. The address comes from
 // source.address when trustedHops is 0, else from the trustedHops-th entry of
 // x-forwarded-for counted from the right (1 = the rightmost); a repeated x-forwarded-for

@@ -24,16 +24,6 @@ var (
 // while their reservations fit, so they overshoot the limit by at most what they use beyond their
 // reservations, and that is charged afterwards (the key waits).
 
-// Bounds of settling.
-const (
-	// DefaultMaxBody is how many bytes of a body a rule reads for a JSON field when it sets no
-	// max_body: the request body it reserves from, or one response body (or SSE event).
-	DefaultMaxBody = 64 << 10
-	// MaxMaxBody is the largest max_body accepted.
-	MaxMaxBody  = 1 << 20
-	maxJSONPath = 8
-)
-
 // settleJSON is rules[].cost.settle: exactly one of response_header, response_json and body_bytes.
 type settleJSON struct {
 	// ResponseHeader names a response header holding the real cost, a non-negative integer.
@@ -106,7 +96,7 @@ func (r *Rule) ReservesFromBody() bool {
 // MaxBody is how many bytes of a body the rule reads for a JSON field.
 func (r *Rule) MaxBody() int {
 	if r.cost.reserve == nil {
-		return DefaultMaxBody
+		return defaultMaxBody
 	}
 	return r.cost.reserve.maxBody
 }
@@ -181,10 +171,10 @@ func (v *validator) costSource(path string, o *costObjectJSON, c *costSpec) {
 	if o.Settle == nil && o.RequestJSON == "" && !o.RequestBytes {
 		return
 	}
-	rs := &reserveSpec{maxBody: DefaultMaxBody}
+	rs := &reserveSpec{maxBody: defaultMaxBody}
 	c.reserve = rs
 	if o.MaxBody.Set {
-		rs.maxBody = int(v.intIn(path+".max_body", o.MaxBody, 1, MaxMaxBody))
+		rs.maxBody = int(v.intIn(path+".max_body", o.MaxBody, 1, maxMaxBody))
 	}
 	switch {
 	case o.RequestJSON != "":

@@ -22,7 +22,7 @@ func TestASettlingCostCompilesItsReservationAndSettlement(t *testing.T) {
 	assert.Equal(t, SettleResponseJSON, r.Settle().Source)
 	assert.Equal(t, []string{"usage", "total_tokens"}, r.Settle().Path)
 	assert.False(t, r.Settle().KeepOnError)
-	assert.Equal(t, DefaultMaxBody, r.MaxBody())
+	assert.Equal(t, defaultMaxBody, r.MaxBody())
 	cost, err := r.Cost(&fakeRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, int64(500), cost, "before the body arrives the default is the reservation")

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -119,4 +120,14 @@ func TestOptIntAcceptsIntegralNumbersOnly(t *testing.T) {
 			assert.Equal(t, optInt{Value: tc.want, Set: true}, o)
 		})
 	}
+}
+
+// formatRate renders a quota and window as a rate string that parseRate accepts.
+func formatRate(quota int64, window time.Duration) string {
+	w := formatDuration(window)
+	switch w {
+	case "1s", "1m", "1h", "1d":
+		w = w[1:]
+	}
+	return strconv.FormatInt(quota, 10) + "/" + w
 }
