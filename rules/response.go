@@ -282,25 +282,3 @@ var reservedHeaders = []string{
 	HeaderRateLimitPolicy, HeaderRateLimit, HeaderRetryAfter, HeaderXRateLimitLimit,
 	HeaderXRateLimitRemaining, HeaderXRateLimitReset, "content-length", "grpc-status", "grpc-message",
 }
-
-// Pairs converts fields to the [][2]string form of proxywasm.SendHttpResponse, appending to
-// dst. It copies all values into one string, so it allocates once however many fields
-// there are.
-func Pairs(dst [][2]string, fields []Field) [][2]string {
-	n := 0
-	for _, f := range fields {
-		n += len(f.Value)
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, f := range fields {
-		b.Write(f.Value)
-	}
-	all := b.String()
-	off := 0
-	for _, f := range fields {
-		dst = append(dst, [2]string{f.Name, all[off : off+len(f.Value)]})
-		off += len(f.Value)
-	}
-	return dst
-}

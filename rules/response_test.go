@@ -416,15 +416,6 @@ func TestDenyReusesTheLocalResponse(t *testing.T) {
 	assert.NotEmpty(t, buf)
 }
 
-func TestPairsCopiesValuesOnce(t *testing.T) {
-	fields := []Field{{"a", []byte("1")}, {"b", []byte("")}, {"c", []byte("three")}}
-	pairs := Pairs(nil, fields)
-	assert.Equal(t, [][2]string{{"a", "1"}, {"b", ""}, {"c", "three"}}, pairs)
-	fields[2].Value[0] = 'X'
-	assert.Equal(t, "three", pairs[2][1], "the strings own their bytes")
-	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { pairs = Pairs(pairs[:0], fields) }))
-}
-
 func TestRenderingDoesNotAllocate(t *testing.T) {
 	r := responseOf(t, `{"body_format": "problem_json", "rate_limit_headers": ["ietf", "draft03"], "headers": {"x-a": "b"}}`)
 	outcomes := []Outcome{

@@ -101,8 +101,8 @@ func (r *Rule) MaxBody() int {
 	return r.cost.reserve.maxBody
 }
 
-// CountsBytes reports whether the rule's cost is body bytes.
-func (r *Rule) CountsBytes() bool { return r.cost.reserve != nil && r.cost.reserve.bytes }
+// countsBytes reports whether the rule's cost is body bytes.
+func (r *Rule) countsBytes() bool { return r.cost.reserve != nil && r.cost.reserve.bytes }
 
 // BodyCost returns the reservation of a rule that ReservesFromBody, read from the request body:
 // the integer at the rule's JSON path, at most max. The configured default is reserved, and a
@@ -265,7 +265,7 @@ func (v *validator) checkSettle(path string, r *Rule) {
 	}
 	for _, set := range r.sets {
 		for j := range set.Limits {
-			set.Limits[j].ContentBytes = r.CountsBytes()
+			set.Limits[j].ContentBytes = r.countsBytes()
 		}
 		for j, l := range set.Limits {
 			if !l.Limit.Kind.Settles() {

@@ -28,7 +28,7 @@ func TestASettlingCostCompilesItsReservationAndSettlement(t *testing.T) {
 	assert.Equal(t, int64(500), cost, "before the body arrives the default is the reservation")
 
 	b := ruleOf(t, `{"name": "b", "limits": [{"rate": "1000000/m"}], "cost": {"request_bytes": true, "max": 100000}}`)
-	assert.True(t, b.CountsBytes())
+	assert.True(t, b.countsBytes())
 	assert.Equal(t, BytesRequest, b.Settle().Bytes, "request bytes settle to the bytes that passed")
 	cost, err = b.Cost(&fakeRequest{headers: map[string]string{"content-length": "2048"}})
 	require.NoError(t, err)
