@@ -43,11 +43,7 @@ func (v *validator) keyPart(path string, kj *keyPartJSON) (keyPart, bool) {
 	flag(kj.RouteName, keyRouteName)
 	if kj.ClientIP != nil {
 		n++
-		p.kind = keyClientIP
-		cj := kj.ClientIP
-		p.trustedHops = int(v.intIn(path+".client_ip.trusted_hops", cj.TrustedHops, 0, maxTrustedHops))
-		p.v4Bits = v.maskBits(path+".client_ip.ipv4_mask", cj.IPv4Mask, defaultIPv4Mask, 32)
-		p.v6Bits = v.maskBits(path+".client_ip.ipv6_mask", cj.IPv6Mask, defaultIPv6Mask, 128)
+		p = v.clientIPPart(path+".client_ip", kj.ClientIP)
 	}
 	if kj.Header != nil {
 		n++
@@ -73,21 +69,36 @@ func (v *validator) keyPart(path string, kj *keyPartJSON) (keyPart, bool) {
 	if kj.Property != nil {
 		n++
 		p.kind, p.property = keyProperty, kj.Property.segments
-		if len(p.property) == 0 {
-			v.failf(path+".property", "empty property path")
-		}
-		for _, s := range p.property {
-			if s == "" {
-				v.failf(path+".property", "empty segment in %q", strings.Join(p.property, "."))
-				break
-			}
-		}
+		v.propertyPath(path+".property", p.property)
 	}
 	if n != 1 {
 		v.failf(path, "set exactly one of client_ip, header, path, method, host, route_name, query, constant or property")
 		return p, false
 	}
 	return p, true
+}
+
+// clientIPPart compiles a client_ip key part.
+func (v *validator) clientIPPart(path string, cj *clientIPJSON) keyPart {
+	return keyPart{
+		kind:        keyClientIP,
+		trustedHops: int(v.intIn(path+".trusted_hops", cj.TrustedHops, 0, maxTrustedHops)),
+		v4Bits:      v.maskBits(path+".ipv4_mask", cj.IPv4Mask, defaultIPv4Mask, 32),
+		v6Bits:      v.maskBits(path+".ipv6_mask", cj.IPv6Mask, defaultIPv6Mask, 128),
+	}
+}
+
+// propertyPath checks the segments of a property key part: at least one, none empty.
+func (v *validator) propertyPath(path string, segments []string) {
+	if len(segments) == 0 {
+		v.failf(path, "empty property path")
+	}
+	for _, s := range segments {
+		if s == "" {
+			v.failf(path, "empty segment in %q", strings.Join(segments, "."))
+			return
+		}
+	}
 }
 
 // maskBits returns the prefix length set in o, or def when unset. Every value is a prefix

@@ -60,24 +60,7 @@ func checkKeyValue(val string, parts []keyPart) error {
 		if idx >= len(parts) {
 			return nil // counted below
 		}
-		if len(part) == 0 {
-			return fmt.Errorf("part %d (%s) is empty, and an empty part is never a key value", idx+1, parts[idx].kind)
-		}
-		if len(part) > maxPartLen {
-			return fmt.Errorf("part %d (%s) is longer than %d bytes: such values are hashed and cannot be overridden", idx+1, parts[idx].kind, maxPartLen)
-		}
-		if parts[idx].kind == keyClientIP {
-			var buf [64]byte
-			p := parts[idx]
-			want, ok := p.canonicalIP(buf[:0], string(part))
-			if !ok {
-				return fmt.Errorf("part %d (client_ip) %q is not an IP address", idx+1, part)
-			}
-			if string(want) != string(part) {
-				return fmt.Errorf("part %d (client_ip) %q never matches: the key holds %q", idx+1, part, want)
-			}
-		}
-		return checkNormalizedPart(idx, &parts[idx], string(part))
+		return checkOverridePart(idx, &parts[idx], string(part))
 	}
 	for i := 0; i < len(val); i++ {
 		c := val[i]
@@ -105,6 +88,28 @@ func checkKeyValue(val string, parts []keyPart) error {
 		return fmt.Errorf("%d parts, but the key has %d (%s); separate parts with \"|\"", idx+1, len(parts), describeKey(parts))
 	}
 	return nil
+}
+
+// checkOverridePart checks part idx of an override value, unescaped, against its key part p: it is
+// not empty, not hashed, and written as the key holds it.
+func checkOverridePart(idx int, p *keyPart, part string) error {
+	if len(part) == 0 {
+		return fmt.Errorf("part %d (%s) is empty, and an empty part is never a key value", idx+1, p.kind)
+	}
+	if len(part) > maxPartLen {
+		return fmt.Errorf("part %d (%s) is longer than %d bytes: such values are hashed and cannot be overridden", idx+1, p.kind, maxPartLen)
+	}
+	if p.kind == keyClientIP {
+		var buf [64]byte
+		want, ok := p.canonicalIP(buf[:0], part)
+		if !ok {
+			return fmt.Errorf("part %d (client_ip) %q is not an IP address", idx+1, part)
+		}
+		if string(want) != part {
+			return fmt.Errorf("part %d (client_ip) %q never matches: the key holds %q", idx+1, part, want)
+		}
+	}
+	return checkNormalizedPart(idx, p, part)
 }
 
 // canonicalIP appends the key form of an address or prefix written in an override value.

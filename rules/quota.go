@@ -14,63 +14,74 @@ func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]F
 		return dst, buf
 	}
 	if r.sets&setIETF != 0 {
-		if l := outcomes[0].Limit; len(outcomes) == 1 && l.policy != nil && !outcomes[0].Partition.set {
-			dst = append(dst, Field{HeaderRateLimitPolicy, l.policy}) // rendered at compile: no copy
-		} else {
-			start := len(buf)
-			for i := range outcomes {
-				if i > 0 {
-					buf = append(buf, ", "...)
-				}
-				buf = outcomes[i].Limit.appendPolicy(buf)
-				buf = appendPK(buf, &outcomes[i].Partition)
-			}
-			dst = append(dst, Field{HeaderRateLimitPolicy, buf[start:]})
-		}
+		dst, buf = appendIETF(dst, buf, outcomes)
+	}
+	if r.sets&setDraft03 != 0 {
+		dst, buf = appendDraft03(dst, buf, outcomes)
+	}
+	return dst, buf
+}
+
+// appendIETF appends RateLimit-Policy and RateLimit (see Response) for sorted outcomes.
+func appendIETF(dst []Field, buf []byte, outcomes []Outcome) ([]Field, []byte) {
+	if l := outcomes[0].Limit; len(outcomes) == 1 && l.policy != nil && !outcomes[0].Partition.set {
+		dst = append(dst, Field{HeaderRateLimitPolicy, l.policy}) // rendered at compile: no copy
+	} else {
 		start := len(buf)
 		for i := range outcomes {
 			if i > 0 {
 				buf = append(buf, ", "...)
 			}
-			d := &outcomes[i].Decision
-			if l := outcomes[i].Limit; l.policy != nil {
-				buf = append(buf, l.policy[:l.sfName]...)
-			} else {
-				buf = sfv.AppendString(buf, l.Name)
-			}
-			buf = append(buf, ";r="...)
-			buf = sfv.AppendInteger(buf, max(d.Remaining, 0))
-			// A concurrency limit has no t: when a permit comes back depends on requests in
-			// flight, not on a clock.
-			if outcomes[i].Limit.Concurrency == 0 {
-				buf = append(buf, ";t="...)
-				buf = sfv.AppendInteger(buf, resetSeconds(&outcomes[i]))
-			}
+			buf = outcomes[i].Limit.appendPolicy(buf)
 			buf = appendPK(buf, &outcomes[i].Partition)
 		}
-		dst = append(dst, Field{HeaderRateLimit, buf[start:]})
+		dst = append(dst, Field{HeaderRateLimitPolicy, buf[start:]})
 	}
-	if r.sets&setDraft03 != 0 {
-		start := len(buf)
-		buf = sfv.AppendInteger(buf, max(outcomes[0].Limit.Limit.Quota, 0))
-		for i := range outcomes {
-			l := outcomes[i].Limit
+	start := len(buf)
+	for i := range outcomes {
+		if i > 0 {
 			buf = append(buf, ", "...)
-			buf = sfv.AppendInteger(buf, max(l.Limit.Quota, 0))
-			buf = append(buf, ";w="...)
-			buf = sfv.AppendInteger(buf, windowSeconds(l.Limit.Window))
-			buf = append(buf, ";name="...)
+		}
+		d := &outcomes[i].Decision
+		if l := outcomes[i].Limit; l.policy != nil {
+			buf = append(buf, l.policy[:l.sfName]...)
+		} else {
 			buf = sfv.AppendString(buf, l.Name)
 		}
-		dst = append(dst, Field{HeaderXRateLimitLimit, buf[start:]})
-		start = len(buf)
-		buf = sfv.AppendInteger(buf, max(outcomes[0].Decision.Remaining, 0))
-		dst = append(dst, Field{HeaderXRateLimitRemaining, buf[start:]})
-		start = len(buf)
-		buf = sfv.AppendInteger(buf, resetSeconds(&outcomes[0]))
-		dst = append(dst, Field{HeaderXRateLimitReset, buf[start:]})
+		buf = append(buf, ";r="...)
+		buf = sfv.AppendInteger(buf, max(d.Remaining, 0))
+		// A concurrency limit has no t: when a permit comes back depends on requests in
+		// flight, not on a clock.
+		if outcomes[i].Limit.Concurrency == 0 {
+			buf = append(buf, ";t="...)
+			buf = sfv.AppendInteger(buf, resetSeconds(&outcomes[i]))
+		}
+		buf = appendPK(buf, &outcomes[i].Partition)
 	}
-	return dst, buf
+	return append(dst, Field{HeaderRateLimit, buf[start:]}), buf
+}
+
+// appendDraft03 appends X-RateLimit-Limit, -Remaining and -Reset (see Response) for sorted
+// outcomes.
+func appendDraft03(dst []Field, buf []byte, outcomes []Outcome) ([]Field, []byte) {
+	start := len(buf)
+	buf = sfv.AppendInteger(buf, max(outcomes[0].Limit.Limit.Quota, 0))
+	for i := range outcomes {
+		l := outcomes[i].Limit
+		buf = append(buf, ", "...)
+		buf = sfv.AppendInteger(buf, max(l.Limit.Quota, 0))
+		buf = append(buf, ";w="...)
+		buf = sfv.AppendInteger(buf, windowSeconds(l.Limit.Window))
+		buf = append(buf, ";name="...)
+		buf = sfv.AppendString(buf, l.Name)
+	}
+	dst = append(dst, Field{HeaderXRateLimitLimit, buf[start:]})
+	start = len(buf)
+	buf = sfv.AppendInteger(buf, max(outcomes[0].Decision.Remaining, 0))
+	dst = append(dst, Field{HeaderXRateLimitRemaining, buf[start:]})
+	start = len(buf)
+	buf = sfv.AppendInteger(buf, resetSeconds(&outcomes[0]))
+	return append(dst, Field{HeaderXRateLimitReset, buf[start:]}), buf
 }
 
 // renderPolicies renders the RateLimit-Policy member of every limit of the configuration once, at
