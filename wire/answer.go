@@ -147,7 +147,7 @@ func decodeAnswer(body []byte, n int, dst []Decision, a *Answer) (allowed bool, 
 	decisions = dst[:0]
 	top := loc{desc: -1}
 	var seen int
-	ferr := s.object(top, "a JSON object", func(name []byte) (err *FieldError) {
+	ferr := s.document(func(name []byte) (err *FieldError) {
 		switch string(name) {
 		case "allowed":
 			at := loc{desc: -1, field: "allowed"}
@@ -169,12 +169,9 @@ func decodeAnswer(body []byte, n int, dst []Decision, a *Answer) (allowed bool, 
 		}
 		return err
 	})
-	s.space()
 	switch {
 	case ferr != nil:
 		return false, nil, answerErr(ferr)
-	case s.i != len(s.b):
-		return false, nil, answerErr(&FieldError{Field: "body", Reason: "trailing data after the JSON object"})
 	case seen&3 != 3:
 		return false, nil, answerErr(&FieldError{Field: "body", Reason: "want allowed and decisions"})
 	case len(decisions) != n:

@@ -36,12 +36,11 @@ type requestDecoder struct {
 }
 
 func (d *requestDecoder) request(req *Request) *FieldError {
-	top := loc{desc: -1}
 	if d.space(); d.i == len(d.b) {
 		return &FieldError{Field: "body", Reason: "empty; want a JSON object"}
 	}
 	var seenDescriptors, seenRenew, seenRelease, seenSettle bool
-	err := d.object(top, "a JSON object", func(name []byte) *FieldError {
+	err := d.document(func(name []byte) *FieldError {
 		switch string(name) {
 		case "descriptors":
 			if seenDescriptors {
@@ -79,9 +78,6 @@ func (d *requestDecoder) request(req *Request) *FieldError {
 	})
 	if err != nil {
 		return err
-	}
-	if d.space(); d.i != len(d.b) {
-		return &FieldError{Field: "body", Reason: "trailing data after the JSON object"}
 	}
 	return d.check(req)
 }

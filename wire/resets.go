@@ -76,12 +76,11 @@ func DecodeResetsRequest(body []byte, req *ResetsRequest) error {
 
 func decodeResetsRequest(body []byte, req *ResetsRequest) *FieldError {
 	s := scanner{b: body}
-	top := loc{desc: -1}
 	if s.space(); s.i == len(s.b) {
 		return &FieldError{Field: "body", Reason: "empty; want a JSON object"}
 	}
 	var seen int
-	err := s.object(top, "a JSON object", func(name []byte) (err *FieldError) {
+	err := s.document(func(name []byte) (err *FieldError) {
 		switch string(name) {
 		case "plugin":
 			at := loc{desc: -1, field: "plugin"}
@@ -98,12 +97,9 @@ func decodeResetsRequest(body []byte, req *ResetsRequest) *FieldError {
 		}
 		return err
 	})
-	s.space()
 	switch {
 	case err != nil:
 		return err
-	case s.i != len(s.b):
-		return &FieldError{Field: "body", Reason: "trailing data after the JSON object"}
 	case seen&1 == 0:
 		return &FieldError{Field: "plugin", Reason: "required"}
 	}
@@ -188,7 +184,7 @@ func decodeResetsAnswer(body []byte, a *ResetsAnswer) *FieldError {
 	s := scanner{b: body}
 	top := loc{desc: -1}
 	var seen int
-	err := s.object(top, "a JSON object", func(name []byte) (err *FieldError) {
+	err := s.document(func(name []byte) (err *FieldError) {
 		switch string(name) {
 		case "seq":
 			at := loc{desc: -1, field: "seq"}
@@ -212,12 +208,9 @@ func decodeResetsAnswer(body []byte, a *ResetsAnswer) *FieldError {
 		}
 		return err
 	})
-	s.space()
 	switch {
 	case err != nil:
 		return err
-	case s.i != len(s.b):
-		return &FieldError{Field: "body", Reason: "trailing data after the JSON object"}
 	case seen&3 != 3:
 		return &FieldError{Field: "body", Reason: "want seq and resets"}
 	}

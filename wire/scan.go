@@ -122,6 +122,18 @@ func (s *scanner) object(at loc, want string, member func(name []byte) *FieldErr
 	}
 }
 
+// document reads a whole body that is one JSON object, calling member as object does, and refuses
+// data after it.
+func (s *scanner) document(member func(name []byte) *FieldError) *FieldError {
+	if err := s.object(loc{desc: -1}, "a JSON object", member); err != nil {
+		return err
+	}
+	if s.space(); s.i != len(s.b) {
+		return &FieldError{Field: "body", Reason: "trailing data after the JSON object"}
+	}
+	return nil
+}
+
 // array reads the JSON array at at, calling elem with the index of each element in turn, the
 // scanner standing at the element, which elem must read. An array of more than max elements
 // is refused ("more than max", then noun when it is not ""); a negative max bounds nothing.
