@@ -1,6 +1,10 @@
 package rules
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/meshlimit/meshlimit/rules/body"
+)
 
 // Cost returns the number of quota units req consumes: the rule's constant cost, or the
 // value of its cost header. Cost always returns a usable cost of at least 1. For a header
@@ -36,19 +40,8 @@ func (r *Rule) Cost(req Request) (int64, error) {
 }
 
 // parseCost parses a positive decimal integer surrounded by optional spaces or tabs. It
-// rejects signs, fractions and values that do not fit in 18 digits.
+// rejects signs, fractions and values that do not fit in 18 digits (see body.PlainInt).
 func parseCost(s string) (int64, bool) {
-	s = trimOWS(s)
-	if s == "" || len(s) > 18 {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, n > 0
+	n, ok := body.PlainInt(trimOWS(s))
+	return n, ok && n > 0
 }

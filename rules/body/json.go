@@ -129,7 +129,7 @@ func (rd *Reading) add(tok json.Token) {
 	var s string
 	switch v := tok.(type) {
 	case json.Number:
-		if n, ok := plainInt(string(v)); ok {
+		if n, ok := PlainInt(string(v)); ok {
 			rd.N, rd.AnyPlain, rd.Zero = max(rd.N, n), true, rd.Zero || n == 0
 			return
 		}
@@ -143,8 +143,10 @@ func (rd *Reading) add(tok json.Token) {
 	}
 }
 
-// plainInt parses a JSON number written as a plain integer: at most 18 digits, nothing else.
-func plainInt(s string) (int64, bool) {
+// PlainInt parses a plain integer as meshlimit reads one that a client writes, in a JSON body or
+// (package rules) a header: 1 to 18 decimal digits and nothing else (no sign, space, fraction or
+// exponent), so 0 to 10^18-1.
+func PlainInt(s string) (int64, bool) {
 	if s == "" || len(s) > 18 {
 		return 0, false
 	}

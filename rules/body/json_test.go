@@ -64,3 +64,15 @@ func FuzzJSONInt(f *testing.F) {
 		}
 	})
 }
+
+func TestAPlainIntegerIsEighteenDigitsAtMostAndNothingElse(t *testing.T) {
+	for s, want := range map[string]int64{"0": 0, "7": 7, "000": 0, "999999999999999999": 999999999999999999} {
+		n, ok := PlainInt(s)
+		assert.True(t, ok, "%q", s)
+		assert.Equal(t, want, n, "%q", s)
+	}
+	for _, s := range []string{"", "-1", "+1", " 1", "1 ", "1.0", "1e3", "0x1", "1000000000000000000"} {
+		_, ok := PlainInt(s)
+		assert.False(t, ok, "%q", s)
+	}
+}
