@@ -376,4 +376,3 @@ func mentions(msg, word string) bool {
 	}
 	return false
 }
-

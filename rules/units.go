@@ -211,3 +211,13 @@ func jsonKind(b []byte) string {
 	}
 	return "nothing"
 }
+
+// formatRate renders a quota and window as a rate string that parseRate accepts.
+func formatRate(quota int64, window time.Duration) string {
+	w := formatDuration(window)
+	switch w {
+	case "1s", "1m", "1h", "1d":
+		w = w[1:]
+	}
+	return strconv.FormatInt(quota, 10) + "/" + w
+}

@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
@@ -120,14 +119,4 @@ func TestOptIntAcceptsIntegralNumbersOnly(t *testing.T) {
 			assert.Equal(t, optInt{Value: tc.want, Set: true}, o)
 		})
 	}
-}
-
-// formatRate renders a quota and window as a rate string that parseRate accepts.
-func formatRate(quota int64, window time.Duration) string {
-	w := formatDuration(window)
-	switch w {
-	case "1s", "1m", "1h", "1d":
-		w = w[1:]
-	}
-	return strconv.FormatInt(quota, 10) + "/" + w
 }
