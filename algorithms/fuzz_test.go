@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// fuzzLimit maps fuzzer integers to a valid Limit (ok is false for the few that are not).
+// fuzzLimit maps fuzzer integers to a valid Limit (ok is false for the few that are not). A
+// fixed window is a calendar window for most values of kind above 4.
 func fuzzLimit(kind uint8, quota uint16, windowUs uint32, burst uint16) (Limit, bool) {
 	l := Limit{
 		Kind:   Kind(kind%5 + 1),
@@ -19,13 +20,19 @@ func fuzzLimit(kind uint8, quota uint16, windowUs uint32, burst uint16) (Limit, 
 	if l.Kind.bucket() {
 		l.Burst = int64(burst % 2000)
 	}
+	if u := CalendarUnit(kind / 5 % 5); l.Kind == FixedWindow && u != 0 {
+		// A calendar window, at an offset from −18:00 to +18:00.
+		l.Window = 0
+		l.Calendar = Calendar{Unit: u, Offset: time.Duration(int64(windowUs)%(2*18*60+1)-18*60) * time.Minute}
+	}
 	return l, l.Validate() == nil
 }
 
 // fuzzTrace turns each 3 bytes of ops into a request: a time step (within the rate, zero, up to
 // 16 windows idle, or back by up to a window) and a cost (mostly 1, sometimes above Capacity).
 func fuzzTrace(l Limit, ops []byte) []req {
-	unit := max(l.Window/time.Duration(l.Quota), time.Microsecond)
+	w := span(l)
+	unit := max(w/time.Duration(l.Quota), time.Microsecond)
 	c := l.Capacity()
 	var reqs []req
 	for i := 0; i+3 <= len(ops) && len(reqs) < 300; i += 3 {
@@ -36,9 +43,9 @@ func fuzzTrace(l Limit, ops []byte) []req {
 		case 1:
 			dt = 0
 		case 2:
-			dt = b * l.Window / 16
+			dt = b * w / 16
 		case 3:
-			dt = -b * l.Window / 256
+			dt = -b * w / 256
 		}
 		cost := int64(1)
 		if b := int64(ops[i+2]); b >= 200 {
