@@ -158,7 +158,7 @@ func floorDiv(a, b int64) int64 {
 // for the proleptic Gregorian calendar, on days since 1970-01-01. Eras are 400-year cycles of
 // 146097 days starting on 0000-03-01; years are counted from March so that the leap day ends one.
 // Every division below has a non-negative dividend for the years 1 to 9999 (the package needs
-// 1969 to 2113), so floor division and truncation agree, in Go and in Lua.
+// 1969 to 2112), so floor division and truncation agree, in Go and in Lua.
 
 // daysFromCivil returns the days since 1970-01-01 of y-m-d (1 <= m <= 12, 1 <= d <= 31).
 func daysFromCivil(y, m, d int64) int64 {
