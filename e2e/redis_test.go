@@ -14,13 +14,14 @@ import (
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
 	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/redisstore"
 )
 
 // startRedisService runs one replica of the decision service on a loopback port, backed by the Redis
 // at addrs, and returns its address.
 func startRedisService(t *testing.T, addrs ...string) string {
 	t.Helper()
-	store, err := service.NewRedisStore(service.RedisConfig{Addrs: addrs})
+	store, err := redisstore.New(redisstore.Config{Addrs: addrs})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	// 150 ms: below the filters' 200 ms call timeout in these tests, as in production (10 ms below 20

@@ -23,6 +23,13 @@ func serveLimited(t *testing.T, max int, h http.Handler) (*ConnLimiter, string) 
 	return ln, tcp.Addr().String()
 }
 
+// held returns the number of connections ln holds.
+func held(ln *ConnLimiter) int {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return len(ln.conns)
+}
+
 // get sends one GET on a new connection and returns the status, or 0 if the connection was
 // closed first.
 func get(addr, path string) int {
@@ -61,19 +68,19 @@ func TestANewConnectionIsClosedAtOnceWhenEveryHeldOneIsBusy(t *testing.T) {
 	for range 2 {
 		go func() { done <- get(addr, "/slow") }()
 	}
-	require.Eventually(t, func() bool { return ln.Len() == 2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return held(ln) == 2 }, 5*time.Second, time.Millisecond)
 	time.Sleep(2 * minQuiet) // both are busy, not merely quiet
 
 	start := time.Now()
 	assert.Equal(t, 0, get(addr, "/fast"), "closed, not served")
 	t.Logf("a connection over the cap was closed after %v", time.Since(start).Round(time.Microsecond))
-	assert.Equal(t, uint64(1), ln.Refused())
+	assert.Equal(t, uint64(1), ln.refused.Load())
 
 	close(release)
 	assert.Equal(t, 200, <-done)
 	assert.Equal(t, 200, <-done)
 	require.Eventually(t, func() bool { return get(addr, "/fast") == 200 }, 5*time.Second, 10*time.Millisecond)
-	assert.LessOrEqual(t, ln.Len(), 2)
+	assert.LessOrEqual(t, held(ln), 2)
 }
 
 // An idle keep-alive connection at the cap is closed for a new one.
@@ -89,7 +96,7 @@ func TestAnIdleConnectionMakesRoomForANewOne(t *testing.T) {
 	require.NoError(t, err)
 
 	assert.Equal(t, 200, get(addr, "/"))
-	assert.Equal(t, uint64(1), ln.Reclaimed())
+	assert.Equal(t, uint64(1), ln.reclaimed.Load())
 	_ = idle.SetReadDeadline(time.Now().Add(time.Second))
 	_, err = idle.Read(buf)
 	assert.ErrorIs(t, err, io.EOF, "the idle connection was closed")

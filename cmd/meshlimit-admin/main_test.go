@@ -20,6 +20,7 @@ import (
 	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/redisstore"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
@@ -39,20 +40,12 @@ const pluginConfig = `{"global": {"cluster": "` + cluster + `", "timeout": "500m
 func startService(t *testing.T) string {
 	t.Helper()
 	redistest.Require(t)
-	store, err := service.NewRedisStore(service.RedisConfig{Addrs: []string{redistest.Start(t).Addr()}})
+	store, err := redisstore.New(redisstore.Config{Addrs: []string{redistest.Start(t).Addr()}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	h, err := service.NewHandler(service.Config{Store: store, Timeout: 200 * time.Millisecond})
+	h, err := service.NewHandler(service.Config{Store: store, AdminToken: token, Timeout: 200 * time.Millisecond})
 	require.NoError(t, err)
-	admin, err := service.NewAdmin(service.AdminConfig{Store: store, Token: token})
-	require.NoError(t, err)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, service.AdminPrefix) {
-			admin.ServeHTTP(w, r)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

@@ -55,6 +55,9 @@ import (
 	"time"
 
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
+	"github.com/meshlimit/meshlimit/service/redisstore"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 func main() {
@@ -89,7 +92,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", env("MESHLIMIT_LOG_LEVEL", "info"), "debug, info, warn or error")
 	var timeout, grace, maxKeys, allow, flushDelay string
 	fs.StringVar(&timeout, "timeout", env("MESHLIMIT_TIMEOUT", service.DefaultTimeout.String()), "store deadline per check")
-	fs.StringVar(&flushDelay, "redis-flush-delay", env("MESHLIMIT_REDIS_FLUSH_DELAY", service.DefaultFlushDelay.String()), "how long the Redis client may wait to batch concurrent scripts into one write")
+	fs.StringVar(&flushDelay, "redis-flush-delay", env("MESHLIMIT_REDIS_FLUSH_DELAY", redisstore.DefaultFlushDelay.String()), "how long the Redis client may wait to batch concurrent scripts into one write")
 	fs.StringVar(&grace, "shutdown-grace", env("MESHLIMIT_SHUTDOWN_GRACE", "10s"), "time to finish requests on shutdown")
 	fs.StringVar(&maxKeys, "max-keys", env("MESHLIMIT_MAX_KEYS", "1048576"), "in-memory store key bound")
 	fs.StringVar(&allow, "allow-client-time", env("MESHLIMIT_ALLOW_CLIENT_TIME", "false"), "accept now_us in checks (tests only)")
@@ -163,11 +166,11 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 
 	var store service.Store
 	if o.redis == "" {
-		store = service.NewMemoryStore(service.MemoryConfig{MaxKeys: o.maxKeys})
+		store = memstore.New(memstore.Config{MaxKeys: o.maxKeys})
 		log.Info("store", "kind", "memory", "max_keys", o.maxKeys)
 	} else {
 		addrs := strings.Split(o.redis, ",")
-		if store, err = service.NewRedisStore(service.RedisConfig{Addrs: addrs, Username: o.redisUser, Password: o.redisPass, FlushDelay: o.flushDelay}); err != nil {
+		if store, err = redisstore.New(redisstore.Config{Addrs: addrs, Username: o.redisUser, Password: o.redisPass, FlushDelay: o.flushDelay}); err != nil {
 			return fmt.Errorf("-redis %s: %w", o.redis, err)
 		}
 		log.Info("store", "kind", "redis", "addrs", addrs, "flush_delay", o.flushDelay)
@@ -175,23 +178,27 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	defer store.Close()
 
 	metrics := service.NewMetrics()
-	h, err := service.NewHandler(service.Config{
-		Store:   store,
-		Secret:  o.secret,
-		Timeout: o.timeout,
-		Parse:   service.ParseOptions{AllowClientTime: o.allowClientTime},
-		Logger:  log,
-		Metrics: metrics,
-	})
+	front, err := startRLS(ctx, o.rls, store, o.timeout, metrics, log)
 	if err != nil {
 		return err
 	}
-	front, err := startRLS(ctx, o.rls, store, h, o.timeout, metrics, log)
+	h, err := service.NewHandler(service.Config{
+		Store:      store,
+		Secret:     o.secret,
+		AdminToken: o.adminToken,
+		Timeout:    o.timeout,
+		Parse:      wire.DecodeOptions{AllowClientTime: o.allowClientTime},
+		JSON:       front.json,
+		Logger:     log,
+		Metrics:    metrics,
+	})
 	if err != nil {
+		front.stop(ctx)
 		return err
 	}
 	tcp, err := net.Listen("tcp", o.listen)
 	if err != nil {
+		front.stop(ctx)
 		return fmt.Errorf("-listen %s: %w", o.listen, err)
 	}
 	if n := fitToDescriptors(o.maxConns); n < o.maxConns {
@@ -199,11 +206,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		o.maxConns = n
 	}
 	ln := service.NewConnLimiter(tcp, o.maxConns)
-	admin, err := service.NewAdmin(service.AdminConfig{Store: store, Token: o.adminToken, Metrics: metrics})
-	if err != nil {
-		return err
-	}
-	srv := newServer(withAdmin(front.handler, admin), ln, o.idleTimeout, log)
+	srv := newServer(h, ln, o.idleTimeout, log)
 	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout, "max_conns", o.maxConns)
 
 	served := make(chan error, 2)

@@ -9,6 +9,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
 )
 
@@ -19,7 +20,7 @@ func BenchmarkDecide(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := service.NewMemoryStore(service.MemoryConfig{SweepInterval: -1})
+	store := memstore.New(memstore.Config{SweepInterval: -1})
 	defer store.Close()
 	reqs := make([]*pb.RateLimitRequest, 1024)
 	for i := range reqs {

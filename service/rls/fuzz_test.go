@@ -10,7 +10,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
 )
 
@@ -25,7 +25,7 @@ func FuzzDecide(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	store := service.NewMemoryStore(service.MemoryConfig{SweepInterval: -1})
+	store := memstore.New(memstore.Config{SweepInterval: -1})
 	f.Cleanup(func() { store.Close() })
 	s, err := NewServer(Config{Store: store, Rules: func() *rlsconfig.Config { return rules }, Headers: HeadersDraft03,
 		Now: func() time.Time { return minuteStart }})

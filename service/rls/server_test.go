@@ -22,6 +22,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
 )
 
@@ -65,7 +66,7 @@ func newFixture(t *testing.T, store service.Store, headers HeaderMode) *fixture 
 }
 
 func memoryStore(t *testing.T) service.Store {
-	s := service.NewMemoryStore(service.MemoryConfig{SweepInterval: -1})
+	s := memstore.New(memstore.Config{SweepInterval: -1})
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -316,9 +317,13 @@ func TestAStoreThatDoesNotAnswerIsUnavailableNotOK(t *testing.T) {
 	assert.Equal(t, ok, resp.GetOverallCode(), "a request that needs no counter does not touch the store")
 }
 
-// failingStore fails every decision.
+// failingStore fails every decision and every count.
 type failingStore struct{ service.Store }
 
 func (failingStore) Decide(context.Context, service.Request) (algorithms.Decision, error) {
 	return algorithms.Decision{}, errors.New("store down")
+}
+
+func (failingStore) CountWindow(context.Context, service.CountRequest) (int64, time.Duration, error) {
+	return 0, 0, errors.New("store down")
 }

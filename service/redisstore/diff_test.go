@@ -1,4 +1,4 @@
-package service
+package redisstore
 
 import (
 	"context"
@@ -14,6 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/internal/redistest"
+	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 // The differential test: random traces (costs above 1 and above capacity, idle gaps, clock
@@ -89,7 +92,7 @@ func randomTrace(r *rand.Rand, l algorithms.Limit, n int) []traceStep {
 	case 0:
 		now = r.Int64N(2 * w) // near the epoch: steps back clamp at 0
 	case 1:
-		now = maxTimeUs - r.Int64N(3*w) // near 2^52: steps forward clamp there
+		now = wire.MaxTimeUs - r.Int64N(3*w) // near 2^52: steps forward clamp there
 	default:
 		now = 1_700_000_000_000_000 + r.Int64N(1e15)
 	}
@@ -108,7 +111,7 @@ func randomTrace(r *rand.Rand, l algorithms.Limit, n int) []traceStep {
 		default:
 			now -= r.Int64N(w + 1)
 		}
-		now = min(now, maxTimeUs+4*w)
+		now = min(now, wire.MaxTimeUs+4*w)
 		cost := int64(1)
 		switch p := r.IntN(100); {
 		case p < 15:
@@ -141,8 +144,7 @@ func envInt(name string, def int64) int64 {
 
 func TestLuaMatchesAlgorithms(t *testing.T) {
 	t.Parallel()
-	rs := startRedis(t)
-	store := newRedisStore(t, rs.Addr())
+	store := newStore(t, redistest.Start(t).Addr())
 	traces := int(envInt("MESHLIMIT_DIFF_TRACES", 200))
 	seed := uint64(envInt("MESHLIMIT_DIFF_SEED", 20251129))
 	const steps = 60
@@ -197,7 +199,7 @@ func TestLuaMatchesAlgorithms(t *testing.T) {
 
 // runDiffTrace runs one trace through both implementations and describes the first
 // difference, or returns "".
-func runDiffTrace(store *RedisStore, k algorithms.Kind, id int, l algorithms.Limit, steps []traceStep, decisions, denied *atomic.Int64) string {
+func runDiffTrace(store *Store, k algorithms.Kind, id int, l algorithms.Limit, steps []traceStep, decisions, denied *atomic.Int64) string {
 	ctx := context.Background()
 	key := fmt.Sprintf("diff-%v-%d", k, id)
 	var state []byte
@@ -216,7 +218,7 @@ func runDiffTrace(store *RedisStore, k algorithms.Kind, id int, l algorithms.Lim
 		state = next
 		// A long expiry: the trace's clock is not Redis's, so the production TTL (relative
 		// to Redis time) would expire keys the trace still needs. TestRedisTTL checks it.
-		got, err := store.decide(ctx, Request{Key: key, Limit: l, Cost: s.cost, Now: time.UnixMicro(s.nowUs)}, int64(time.Hour/time.Millisecond))
+		got, err := store.decide(ctx, service.Request{Key: key, Limit: l, Cost: s.cost, Now: time.UnixMicro(s.nowUs)}, int64(time.Hour/time.Millisecond))
 		if err != nil {
 			return fmt.Sprintf("trace %d step %d: Redis: %v", id, i, err)
 		}
@@ -233,13 +235,13 @@ func runDiffTrace(store *RedisStore, k algorithms.Kind, id int, l algorithms.Lim
 }
 
 // diffSettle applies settle step s to both implementations and returns Go's next state.
-func diffSettle(store *RedisStore, key string, l algorithms.Limit, state []byte, s traceStep) ([]byte, string) {
-	reservedUs := min(max(s.nowUs, 0), maxTimeUs) - s.ageUs // the script's reservation time
+func diffSettle(store *Store, key string, l algorithms.Limit, state []byte, s traceStep) ([]byte, string) {
+	reservedUs := min(max(s.nowUs, 0), wire.MaxTimeUs) - s.ageUs // the script's reservation time
 	next, err := l.Adjust(state, s.nowUs*1000, reservedUs*1000, s.delta, nil)
 	if err != nil {
 		return nil, fmt.Sprintf("Go Adjust: %v", err)
 	}
-	req := SettleRequest{Key: key, Limit: l, Delta: s.delta, Age: time.Duration(s.ageUs) * time.Microsecond, Now: time.UnixMicro(s.nowUs)}
+	req := service.SettleRequest{Key: key, Limit: l, Delta: s.delta, Age: time.Duration(s.ageUs) * time.Microsecond, Now: time.UnixMicro(s.nowUs)}
 	if err := store.settleAt(context.Background(), req, int64(time.Hour/time.Millisecond)); err != nil {
 		return nil, fmt.Sprintf("Redis settle: %v", err)
 	}

@@ -1,8 +1,14 @@
-package service
+// Package redisstore is a service.Store on Redis, standalone or Cluster, so that every service
+// replica counts against the same state. Each operation on a descriptor's state is one EVALSHA
+// of a Lua script (lua/*.lua: one per algorithm, a transcription of the algorithms package's
+// integer formulas that computes identical decisions; one per settling algorithm; three for
+// permits; two for the reset log), called through an auto-pipelining client. Window counters
+// need no script: INCRBY and PEXPIRE NX. It is the only package of the module that imports the
+// Redis client (internal/depcheck).
+package redisstore
 
 import (
 	"context"
-	"embed"
 	"errors"
 	"fmt"
 	"net"
@@ -15,13 +21,14 @@ import (
 
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/internal/fnv"
+	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
-//go:embed lua/*.lua
-var luaFS embed.FS
+var _ service.Store = (*Store)(nil)
 
-// RedisConfig configures a RedisStore.
-type RedisConfig struct {
+// Config configures a Store.
+type Config struct {
 	// Addrs lists host:port seeds: one address for a standalone Redis, or some nodes of a
 	// Redis Cluster (the client discovers the others and routes each key to its slot).
 	Addrs []string
@@ -39,62 +46,48 @@ type RedisConfig struct {
 	// FlushDelay lets the client wait up to this long to gather concurrent commands into one
 	// socket write (fewer syscalls for the service and for Redis under load, a little more
 	// latency; a lone command is never delayed). 0 writes at once. cmd/meshlimit-service uses
-	// DefaultFlushDelay; see BENCHMARKS.md.
+	// DefaultFlushDelay; see service/BENCHMARKS.md.
 	FlushDelay time.Duration
 }
 
-// DefaultFlushDelay is the RedisConfig.FlushDelay of cmd/meshlimit-service: measured on a
-// loopback Redis at 64 connections, it cuts the CPU per decision by about a sixth (more
-// scripts per Redis read) and adds at most this much latency per batch.
+// DefaultFlushDelay is the Config.FlushDelay of cmd/meshlimit-service: measured on a loopback
+// Redis at 64 connections, it cuts the CPU per decision by about a sixth (more scripts per
+// Redis read) and adds at most this much latency per batch.
 const DefaultFlushDelay = 100 * time.Microsecond
 
-// RedisStore is a Store backed by Redis, standalone or Cluster. Each decision is one EVALSHA
-// of the algorithm's Lua script (lua/*.lua), which reads the state, decides with the same
-// integer arithmetic as package algorithms, writes the state back with a PEXPIRE of
-// Limit.TTL, and takes the time from Redis TIME. The client pipelines concurrent calls over a
-// few connections and reloads a script that Redis reports missing (NOSCRIPT). CountWindow's
-// counters need no script (countWindow): they are timed by an estimate of Redis TIME that
-// the store keeps, re-reading TIME every second until Close.
-type RedisStore struct {
+// Store is a service.Store backed by Redis. Each decision is one EVALSHA of the algorithm's
+// script, which reads the state, decides with the same integer arithmetic as package
+// algorithms, writes the state back with a PEXPIRE of Limit.TTL, and takes the time from Redis
+// TIME. The client pipelines concurrent calls over a few connections and reloads a script that
+// Redis reports missing (NOSCRIPT). Window counters need no script (counter.go): they are
+// timed by an estimate of Redis TIME that the store keeps, re-reading TIME every second until
+// Close.
+type Store struct {
 	client  rueidis.Client
 	prefix  string
-	scripts [len(algorithms.Kinds) + 1]*rueidis.Lua // indexed by Kind
-	permit  [numPermitOps]*rueidis.Lua              // acquire, renew, release
-	settle  [len(algorithms.Kinds) + 1]*rueidis.Lua // indexed by Kind, for the kinds that settle
-	sources []string                                // every script's Lua from index 1, for SCRIPT LOAD
-	health  redisHealth
-	clock   redisClock    // Redis TIME estimated locally, for CountWindow's counters
+	scripts scripts
+	health  health
+	clock   clock         // Redis TIME estimated locally, for the window counters
 	done    chan struct{} // closed by Close: stops the clock's syncs
 	closed  sync.Once
 }
 
-// NewRedisStore connects to Redis and returns a RedisStore. It fails if no address in
-// cfg.Addrs answers.
-func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
+// New connects to Redis and returns a Store. It fails if no address in cfg.Addrs answers.
+func New(cfg Config) (*Store, error) {
 	if len(cfg.Addrs) == 0 {
-		return nil, errors.New("service: redis: no address")
+		return nil, errors.New("redisstore: no address")
 	}
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = "ml:"
 	}
 	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
-		return nil, fmt.Errorf("service: redis: key prefix %q: may not hold { or } (they would change the hash tag)", cfg.KeyPrefix)
+		return nil, fmt.Errorf("redisstore: key prefix %q: may not hold { or } (they would change the hash tag)", cfg.KeyPrefix)
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = time.Second
 	}
-	s := &RedisStore{prefix: cfg.KeyPrefix, sources: make([]string, len(algorithms.Kinds)+1)}
-	for _, k := range algorithms.Kinds {
-		src, err := Script(k)
-		if err != nil {
-			return nil, err
-		}
-		s.scripts[k], s.sources[k] = rueidis.NewLuaScript(src), src
-	}
-	if err := s.loadPermitScripts(); err != nil {
-		return nil, err
-	}
-	if err := s.loadSettleScripts(); err != nil {
+	sc, err := newScripts()
+	if err != nil {
 		return nil, err
 	}
 	c, err := rueidis.NewClient(rueidis.ClientOption{
@@ -106,58 +99,25 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 		MaxFlushDelay: cfg.FlushDelay,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("service: redis: %w", err)
+		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	s.client = c
+	s := &Store{client: c, prefix: cfg.KeyPrefix, scripts: sc, done: make(chan struct{})}
 	// Load the scripts now, so that the first checks of a new replica need no NOSCRIPT round
 	// trip; a failure is not fatal: readiness (Ping) loads them before the replica takes traffic.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*cfg.DialTimeout)
 	defer cancel()
 	_ = s.loadScripts(ctx)
 	_ = s.syncClock(ctx) // until it succeeds, the local clock (re-synced every second)
-	s.done = make(chan struct{})
 	go s.keepClockSynced(s.done)
 	return s, nil
 }
 
-// Script returns the Lua source that decides kind: lua/lib.lua followed by the algorithm's
-// body (token and leaky bucket share lua/gcra_state.lua and lua/gcra.lua, selected by a
-// one-line prefix).
-func Script(kind algorithms.Kind) (string, error) {
-	switch kind {
-	case algorithms.TokenBucket:
-		return composeScript("local LEAKY = false\n", "lib.lua", "gcra_state.lua", "gcra.lua")
-	case algorithms.LeakyBucket:
-		return composeScript("local LEAKY = true\n", "lib.lua", "gcra_state.lua", "gcra.lua")
-	case algorithms.FixedWindow, algorithms.SlidingLog, algorithms.SlidingWindow:
-		return composeScript("", "lib.lua", kind.String()+".lua")
-	}
-	return "", fmt.Errorf("service: no script for %v", kind)
-}
-
-// composeScript returns prefix followed by the named files of lua/.
-func composeScript(prefix string, files ...string) (string, error) {
-	var b strings.Builder
-	b.WriteString(prefix)
-	for _, f := range files {
-		src, err := luaFS.ReadFile("lua/" + f)
-		if err != nil {
-			return "", err
-		}
-		b.Write(src)
-	}
-	return b.String(), nil
-}
-
-// Key returns the Redis key that holds the state of req (see RedisConfig.KeyPrefix).
-func (s *RedisStore) Key(req Request) string { return s.key(req.Limit.Kind.String(), req.Key) }
-
 // key returns the Redis key of key under kind (an algorithm, or wire.Concurrency).
-func (s *RedisStore) key(kind, key string) string { return s.keyAt(kind, -1, key) }
+func (s *Store) key(kind, key string) string { return s.keyAt(kind, -1, key) }
 
 // keyAt returns KeyPrefix + "{" + tag + "}:" + kind + ":" + key, with ":" + at after kind
 // when at >= 0, in one allocation.
-func (s *RedisStore) keyAt(kind string, at int64, key string) string {
+func (s *Store) keyAt(kind string, at int64, key string) string {
 	n := len(s.prefix) + 20 + len(kind) + len(key) // prefix, {16 hex digits}, two ':'
 	if at >= 0 {
 		n += 21 // up to 20 digits and a ':'
@@ -182,25 +142,27 @@ func (s *RedisStore) keyAt(kind string, at int64, key string) string {
 	return b.String()
 }
 
-// Decide implements Store.
-func (s *RedisStore) Decide(ctx context.Context, req Request) (algorithms.Decision, error) {
-	if err := req.validate(); err != nil {
+// stateKey returns the Redis key that holds the state of key under limit kind k.
+func (s *Store) stateKey(k algorithms.Kind, key string) string { return s.key(k.String(), key) }
+
+// Decide implements service.Store.
+func (s *Store) Decide(ctx context.Context, req service.Request) (algorithms.Decision, error) {
+	if err := req.Validate(); err != nil {
 		return algorithms.Decision{}, err
 	}
-	ttl := (req.Limit.TTL() + time.Millisecond - 1) / time.Millisecond
-	return s.decide(ctx, req, int64(ttl))
+	return s.decide(ctx, req, pexpireMs(req.Limit.TTL()))
 }
 
 // decide runs req's script with the given PEXPIRE in milliseconds.
-func (s *RedisStore) decide(ctx context.Context, req Request, ttlMs int64) (algorithms.Decision, error) {
+func (s *Store) decide(ctx context.Context, req service.Request, ttlMs int64) (algorithms.Decision, error) {
 	l := req.Limit
 	args := limitArgs(l, req.Cost, ttlMs, req.Now)
-	v, err := s.scripts[l.Kind].Exec(ctx, s.client, []string{s.Key(req)}, args).AsIntSlice()
+	v, err := s.scripts.decide[l.Kind].Exec(ctx, s.client, []string{s.stateKey(l.Kind, req.Key)}, args).AsIntSlice()
 	if err != nil {
 		return algorithms.Decision{}, s.redisErr(err)
 	}
 	if len(v) != 5 {
-		return algorithms.Decision{}, fmt.Errorf("service: redis: script returned %d values, want 5", len(v))
+		return algorithms.Decision{}, fmt.Errorf("redisstore: script returned %d values, want 5", len(v))
 	}
 	d := algorithms.Decision{
 		Allowed:    v[0] == 1,
@@ -216,24 +178,27 @@ func (s *RedisStore) decide(ctx context.Context, req Request, ttlMs int64) (algo
 	return d, nil
 }
 
-// redisErr wraps an error of a script call: ErrStoreFull for a write refused for lack of
+// redisErr wraps an error of a call: service.ErrStoreFull for a write refused for lack of
 // memory (counted for Ping).
-func (s *RedisStore) redisErr(err error) error {
+func (s *Store) redisErr(err error) error {
 	if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "OOM ") {
 		s.health.oom.Add(1)
-		return fmt.Errorf("%w: %v", ErrStoreFull, err)
+		return fmt.Errorf("%w: %v", service.ErrStoreFull, err)
 	}
-	return fmt.Errorf("service: redis: %w", err)
+	return fmt.Errorf("redisstore: %w", err)
 }
 
-// Close implements Store.
-func (s *RedisStore) Close() error {
+// Close implements service.Store.
+func (s *Store) Close() error {
 	s.closed.Do(func() {
 		close(s.done)
 		s.client.Close()
 	})
 	return nil
 }
+
+// pexpireMs is d in whole milliseconds, rounded up: the PEXPIRE of a state that lives d.
+func pexpireMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 // limitArgs are the arguments every decision and settle script starts with: the limit's quota,
 // window (µs) and burst, the amount (a cost, or a settle's delta), the PEXPIRE in milliseconds
@@ -248,3 +213,14 @@ func limitArgs(l algorithms.Limit, amount, ttlMs int64, now time.Time) []string 
 		nowArg(now),
 	}
 }
+
+// nowArg is the now_us argument of a script: empty (Redis TIME) for the zero Time.
+func nowArg(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(clampUs(t), 10)
+}
+
+// clampUs is t in unix µs, within the times the algorithms represent (0 to wire.MaxTimeUs).
+func clampUs(t time.Time) int64 { return min(max(t.UnixMicro(), 0), wire.MaxTimeUs) }

@@ -1,15 +1,16 @@
-package service
+package memstore
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"maps"
 	"sync"
 	"time"
+
+	"github.com/meshlimit/meshlimit/service"
 )
 
-// The permit operations of MemoryStore: per key, a map from permit id to the end of its lease
+// The permit operations of Store: per key, a map from permit id to the end of its lease
 // (unix ns), under the lock of the key's shard. Like the rate state, the permits of at most
 // MaxKeys keys are held; a full shard first drops keys whose permits all expired, then the
 // sampled key whose last lease ends first (its holders' permits are forgotten: the store
@@ -23,7 +24,7 @@ type permitShard struct {
 
 // permitSet returns the permits of key in sh (creating them when create is set), with the
 // expired ones removed and counted. It requires sh.mu.
-func (s *MemoryStore) permitSet(sh *permitShard, key string, now int64, create bool) (set map[string]int64, reclaimed int64) {
+func (s *Store) permitSet(sh *permitShard, key string, now int64, create bool) (set map[string]int64, reclaimed int64) {
 	if sh.m == nil {
 		sh.m = make(map[string]map[string]int64)
 	}
@@ -70,23 +71,18 @@ func (sh *permitShard) evictPermits(now int64) {
 	delete(sh.m, victim)
 }
 
-func (s *MemoryStore) permitShard(key string, t time.Time) (*permitShard, int64) {
-	if t.IsZero() {
-		t = s.clock()
-	}
-	return &s.permits[maphash.String(s.seed, key)%memShards], t.UnixNano()
+// permitShard returns the shard of key's permits and the time t, or now, in unix ns.
+func (s *Store) permitShard(key string, t time.Time) (*permitShard, int64) {
+	return &s.permits[maphash.String(s.seed, key)%numShards], s.now(t).UnixNano()
 }
 
-// Acquire implements PermitStore.
-func (s *MemoryStore) Acquire(ctx context.Context, req PermitRequest) (PermitResult, error) {
-	if err := req.validate(true); err != nil {
-		return PermitResult{}, err
-	}
-	if req.Limit < 1 {
-		return PermitResult{}, fmt.Errorf("service: permit limit %d, want >= 1", req.Limit)
+// Acquire implements service.Store.
+func (s *Store) Acquire(ctx context.Context, req service.PermitRequest) (service.PermitResult, error) {
+	if err := req.Validate(service.PermitAcquire); err != nil {
+		return service.PermitResult{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return PermitResult{}, err
+		return service.PermitResult{}, err
 	}
 	sh, now := s.permitShard(req.Key, req.Now)
 	sh.mu.Lock()
@@ -99,12 +95,12 @@ func (s *MemoryStore) Acquire(ctx context.Context, req PermitRequest) (PermitRes
 	} else if len(set) == 0 {
 		delete(sh.m, req.Key)
 	}
-	return PermitResult{Allowed: allowed, Held: int64(len(set)), Reclaimed: reclaimed}, nil
+	return service.PermitResult{Allowed: allowed, Held: int64(len(set)), Reclaimed: reclaimed}, nil
 }
 
-// Renew implements PermitStore.
-func (s *MemoryStore) Renew(ctx context.Context, req PermitRequest) (bool, error) {
-	if err := req.validate(true); err != nil {
+// Renew implements service.Store.
+func (s *Store) Renew(ctx context.Context, req service.PermitRequest) (bool, error) {
+	if err := req.Validate(service.PermitRenew); err != nil {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -121,9 +117,9 @@ func (s *MemoryStore) Renew(ctx context.Context, req PermitRequest) (bool, error
 	return true, nil
 }
 
-// Release implements PermitStore.
-func (s *MemoryStore) Release(ctx context.Context, req PermitRequest) (bool, error) {
-	if err := req.validate(false); err != nil {
+// Release implements service.Store.
+func (s *Store) Release(ctx context.Context, req service.PermitRequest) (bool, error) {
+	if err := req.Validate(service.PermitRelease); err != nil {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -144,7 +140,7 @@ func (s *MemoryStore) Release(ctx context.Context, req PermitRequest) (bool, err
 }
 
 // sweepPermits deletes the expired permits, and the keys left without any, at now (unix ns).
-func (s *MemoryStore) sweepPermits(now int64) (deleted int) {
+func (s *Store) sweepPermits(now int64) (deleted int) {
 	for i := range s.permits {
 		sh := &s.permits[i]
 		sh.mu.Lock()
@@ -161,7 +157,7 @@ func (s *MemoryStore) sweepPermits(now int64) (deleted int) {
 }
 
 // permitKeys returns the number of keys with permits held.
-func (s *MemoryStore) permitKeys() int {
+func (s *Store) permitKeys() int {
 	n := 0
 	for i := range s.permits {
 		sh := &s.permits[i]
