@@ -42,7 +42,7 @@ func main() {
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer, client *http.Client) int {
 	fs := flag.NewFlagSet("meshlimit-admin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	url := fs.String("url", "http://127.0.0.1:8080", "base URL of the decision service")
+	url := fs.String("url", "http://127.0.0.1:8081", "base URL of the decision service (meshlimit-service listens on :8081 by default)")
 	config := fs.String("config", "", "the plugin configuration the filter runs with: JSON or YAML, a WasmPlugin manifest, or an Envoy configuration")
 	plugin := fs.String("plugin", "default", "the plugin_name the filter runs as (Istio: <namespace>.<name>)")
 	rule := fs.String("rule", "", "the rule's name")

@@ -27,6 +27,9 @@ func TestDashHPrintsUsageAndExitsZero(t *testing.T) {
 	for _, want := range []string{"Usage: meshlimit-service", "-redis", "-timeout", "-max-conns", "-idle-timeout", "MESHLIMIT_SECRET"} {
 		assert.Contains(t, stdout.String(), want)
 	}
+	for _, typed := range []string{"  -allow-client-time\n", "  -grpc-reflection\n", "  -timeout duration\n", "  -max-conns int\n", "  -log-level level\n", `(default ":8081")`} {
+		assert.Contains(t, stdout.String(), typed, "booleans take no value; the others say their type")
+	}
 }
 
 // Every error of the binary is one line on stderr, naming what to fix.
