@@ -16,10 +16,7 @@ import (
 // BenchmarkDecide measures the decision path without the network: match, count in the
 // memory store, answer (and, with metrics, count).
 func BenchmarkDecide(b *testing.B) {
-	rules, err := rlsconfig.LoadDir("../rlsconfig/testdata/good")
-	if err != nil {
-		b.Fatal(err)
-	}
+	rules := goodRules(b)
 	store := memstore.New(memstore.Config{SweepInterval: -1})
 	defer store.Close()
 	reqs := make([]*pb.RateLimitRequest, 1024)

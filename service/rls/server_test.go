@@ -43,10 +43,8 @@ type fixture struct {
 
 func newFixture(t *testing.T, store service.Store, headers HeaderMode) *fixture {
 	t.Helper()
-	f := &fixture{t: t, now: minuteStart}
-	rules, err := rlsconfig.LoadDir("../rlsconfig/testdata/good")
-	require.NoError(t, err)
-	f.rules = rules
+	f := &fixture{t: t, now: minuteStart, rules: goodRules(t)}
+	var err error
 	f.srv, err = NewServer(Config{
 		Store: store, Headers: headers, Timeout: 2 * time.Second,
 		Rules: func() *rlsconfig.Config { f.mu.Lock(); defer f.mu.Unlock(); return f.rules },
@@ -63,6 +61,16 @@ func newFixture(t *testing.T, store service.Store, headers HeaderMode) *fixture 
 	t.Cleanup(func() { f.conn.Close() })
 	f.client = pb.NewRateLimitServiceClient(f.conn)
 	return f
+}
+
+// goodRules is the configuration of ../rlsconfig/testdata/good.
+func goodRules(t testing.TB) *rlsconfig.Config {
+	t.Helper()
+	files, err := rlsconfig.ReadDir("../rlsconfig/testdata/good")
+	require.NoError(t, err)
+	rules, err := rlsconfig.Load(files)
+	require.NoError(t, err)
+	return rules
 }
 
 func memoryStore(t *testing.T) service.Store {
