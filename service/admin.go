@@ -101,39 +101,13 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusNotFound, "no such path: the admin API serves "+AdminPrefix+"inspect and "+AdminPrefix+"reset")
 		return
 	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		adminError(w, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": method not allowed (want POST)")
+	req, ok := a.request(w, r)
+	if !ok {
 		return
-	}
-	if len(a.token) == 0 {
-		adminError(w, http.StatusForbidden, "the admin API is disabled: the service has no admin token")
-		return
-	}
-	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if subtle.ConstantTimeCompare([]byte(got), a.token) != 1 {
-		adminError(w, http.StatusUnauthorized, "Authorization: missing or wrong bearer token")
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxBodyBytes))
-	if err != nil {
-		adminError(w, http.StatusRequestEntityTooLarge, "body: "+err.Error())
-		return
-	}
-	var req wire.Request
-	if err := wire.DecodeRequest(body, wire.DecodeOptions{AllowClientTime: true}, &req); err != nil {
-		adminError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	for _, d := range req.Descriptors {
-		if d.Permit != "" {
-			adminError(w, http.StatusBadRequest, "descriptors: concurrency permits are not inspected or reset by the admin API")
-			return
-		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
 	defer cancel()
-	out, err := a.run(ctx, op, &req)
+	out, err := a.run(ctx, op, req)
 	if err != nil {
 		adminError(w, http.StatusServiceUnavailable, "store: "+err.Error())
 		return
@@ -149,6 +123,42 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(answer)
+}
+
+// request returns the descriptors of an admin call: a POST with the bearer token and a check
+// body without permits. Otherwise it answers the error and reports false.
+func (a *admin) request(w http.ResponseWriter, r *http.Request) (*wire.Request, bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		adminError(w, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": method not allowed (want POST)")
+		return nil, false
+	}
+	if len(a.token) == 0 {
+		adminError(w, http.StatusForbidden, "the admin API is disabled: the service has no admin token")
+		return nil, false
+	}
+	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if subtle.ConstantTimeCompare([]byte(got), a.token) != 1 {
+		adminError(w, http.StatusUnauthorized, "Authorization: missing or wrong bearer token")
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxBodyBytes))
+	if err != nil {
+		adminError(w, http.StatusRequestEntityTooLarge, "body: "+err.Error())
+		return nil, false
+	}
+	var req wire.Request
+	if err := wire.DecodeRequest(body, wire.DecodeOptions{AllowClientTime: true}, &req); err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return nil, false
+	}
+	for _, d := range req.Descriptors {
+		if d.Permit != "" {
+			adminError(w, http.StatusBadRequest, "descriptors: concurrency permits are not inspected or reset by the admin API")
+			return nil, false
+		}
+	}
+	return &req, true
 }
 
 // logResets appends the distinct keys of descs to the reset log and returns the position of

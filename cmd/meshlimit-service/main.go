@@ -122,16 +122,9 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel, ReplaceAttr: durationsAsText}))
 
-	var store service.Store
-	if o.redis == "" {
-		store = memstore.New(memstore.Config{MaxKeys: o.maxKeys})
-		log.Info("store", "kind", "memory", "max_keys", o.maxKeys)
-	} else {
-		addrs := strings.Split(o.redis, ",")
-		if store, err = redisstore.New(redisstore.Config{Addrs: addrs, Username: o.redisUser, Password: o.redisPass, FlushDelay: o.flushDelay}); err != nil {
-			return fmt.Errorf("-redis %s: %w", o.redis, err)
-		}
-		log.Info("store", "kind", "redis", "addrs", addrs, "flush_delay", o.flushDelay)
+	store, err := openStore(o, log)
+	if err != nil {
+		return err
 	}
 	defer store.Close()
 
@@ -167,6 +160,27 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	srv := newServer(h, ln, o.idleTimeout, log)
 	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout, "max_conns", o.maxConns)
 
+	return serve(ctx, srv, ln, front, o.grace, log)
+}
+
+// openStore opens the store of o: Redis at -redis, or else the memory store.
+func openStore(o options, log *slog.Logger) (service.Store, error) {
+	if o.redis == "" {
+		log.Info("store", "kind", "memory", "max_keys", o.maxKeys)
+		return memstore.New(memstore.Config{MaxKeys: o.maxKeys}), nil
+	}
+	addrs := strings.Split(o.redis, ",")
+	store, err := redisstore.New(redisstore.Config{Addrs: addrs, Username: o.redisUser, Password: o.redisPass, FlushDelay: o.flushDelay})
+	if err != nil {
+		return nil, fmt.Errorf("-redis %s: %w", o.redis, err)
+	}
+	log.Info("store", "kind", "redis", "addrs", addrs, "flush_delay", o.flushDelay)
+	return store, nil
+}
+
+// serve serves srv on ln, and the gRPC front, until ctx ends or one of them fails; then it
+// shuts both down, letting requests in flight finish within grace.
+func serve(ctx context.Context, srv *http.Server, ln net.Listener, front *rlsFront, grace time.Duration, log *slog.Logger) error {
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
 	if front.serve != nil {
@@ -178,8 +192,8 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down", "grace", o.grace)
-	sctx, cancel := context.WithTimeout(context.Background(), o.grace)
+	log.Info("shutting down", "grace", grace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	front.stop(sctx)
 	if err := srv.Shutdown(sctx); err != nil {

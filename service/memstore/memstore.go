@@ -211,7 +211,11 @@ func (s *Store) Ping(ctx context.Context) error { return ctx.Err() }
 
 // Stats implements service.Store: the keys held, rate state and permit sets.
 func (s *Store) Stats() service.Stats {
-	return service.Stats{Keys: s.rateKeys() + s.permitKeys(), Evicted: -1}
+	n := 0
+	for i := range numShards {
+		n += s.shards[i].len() + s.permits[i].len()
+	}
+	return service.Stats{Keys: n, Evicted: -1}
 }
 
 // Close stops the sweep. The state stays readable but is no longer swept.
@@ -227,16 +231,11 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// rateKeys returns the number of keys with rate state.
-func (s *Store) rateKeys() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
+// len returns the number of keys with rate state in sh.
+func (sh *shard) len() int {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return len(sh.m)
 }
 
 func (s *Store) sweepLoop(every time.Duration) {

@@ -156,14 +156,9 @@ func (s *Store) sweepPermits(now int64) (deleted int) {
 	return deleted
 }
 
-// permitKeys returns the number of keys with permits held.
-func (s *Store) permitKeys() int {
-	n := 0
-	for i := range s.permits {
-		sh := &s.permits[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
+// len returns the number of keys with permits held in sh.
+func (sh *permitShard) len() int {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return len(sh.m)
 }

@@ -23,7 +23,11 @@ import (
 // share what is behind their stores (one redis-server): their keys do not overlap, and only
 // one part writes to the reset log.
 func Run(t *testing.T, newStore func(t *testing.T) service.Store) {
-	t.Run("decisions", func(t *testing.T) { testDecisions(t, newStore(t)) })
+	t.Run("decisions", func(t *testing.T) {
+		s := newStore(t)
+		testDecisions(t, s)
+		testDecisionEdges(t, s)
+	})
 	t.Run("window counters", func(t *testing.T) { testCounters(t, newStore(t)) })
 	t.Run("settles", func(t *testing.T) { testSettles(t, newStore(t)) })
 	t.Run("permits", func(t *testing.T) { testPermits(t, newStore(t)) })
@@ -112,6 +116,12 @@ func testDecisions(t *testing.T, s service.Store) {
 			assert.Equal(t, c.allowed, d.Allowed, "step %d", i)
 		}
 	})
+}
+
+// testDecisionEdges checks Decide on invalid requests, a cancelled context and concurrent
+// decisions on one key, and Ping.
+func testDecisionEdges(t *testing.T, s service.Store) {
+	ctx := context.Background()
 	t.Run("rejects invalid requests", func(t *testing.T) {
 		ok := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 1, Window: time.Second}
 		for _, r := range []service.Request{
