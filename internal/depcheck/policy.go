@@ -39,7 +39,7 @@ var Policy = []Rule{
 	// The SDK reaches sharedstate only through its host store (checked file by file below).
 	{"sharedstate", []string{"algorithms", "internal/fnv", "internal/siphash", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"abi", []string{"github.com/tetratelabs/proxy-wasm-go-sdk"}},
-	{"filter", []string{"abi", "algorithms", "rules", "shed", "sharedstate", "wire", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
+	{"filter", []string{"abi", "algorithms", "rules", "rules/body", "shed", "sharedstate", "wire", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"cmd/filter", []string{"abi", "filter", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"cmd/passthrough", []string{"abi", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	// The service: its API and the Store contract; one package per store, the Redis client in the
