@@ -77,9 +77,9 @@ check-config: ## check a plugin configuration (CONFIG=file: JSON or YAML, a Wasm
 
 # The pure packages also run as wasm, where the filter runs them, on wazero through the Go
 # distribution's wasip1 exec script.
-test-wasip1: $(BUILD)/bin/wazero ## run the pure packages' tests (algorithms, shed) compiled to wasip1
+test-wasip1: $(BUILD)/bin/wazero ## run the pure packages' tests (algorithms, shed, messages) compiled to wasip1
 	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" GOWASIRUNTIME=wazero $(WASMENV) $(GO) test -count=1 \
-	  -exec="$$($(GO) env GOROOT)/lib/wasm/go_wasip1_wasm_exec" ./algorithms/ ./shed/
+	  -exec="$$($(GO) env GOROOT)/lib/wasm/go_wasip1_wasm_exec" ./algorithms/ ./shed/ ./messages/
 
 $(BUILD)/bin/wazero: go.mod
 	@mkdir -p $(BUILD)/bin
