@@ -33,6 +33,14 @@ func (e *Error) GRPCStatus() uint32 { return e.grpcStatus }
 // 1002 for a protocol error, 1009 for a message over the size limit.
 func (e *Error) CloseCode() uint16 { return e.closeCode }
 
+// asError returns e as an error, nil (not a nil *Error) when there is none.
+func asError(e *Error) error {
+	if e == nil {
+		return nil
+	}
+	return e
+}
+
 func malformed(reason string) *Error {
 	return &Error{kind: ErrMalformed, reason: reason, grpcStatus: GRPCStatusInternal, closeCode: CloseProtocolError}
 }

@@ -80,12 +80,7 @@ func (g *GRPC) Feed(chunk []byte) (started int, err error) {
 }
 
 // Err returns the violation that stopped the framer, nil while the stream is well formed.
-func (g *GRPC) Err() error {
-	if g.err == nil {
-		return nil
-	}
-	return g.err
-}
+func (g *GRPC) Err() error { return asError(g.err) }
 
 // Messages returns how many messages started so far.
 func (g *GRPC) Messages() uint64 { return g.messages }

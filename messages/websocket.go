@@ -238,12 +238,7 @@ func (w *WebSocket) Feed(chunk []byte) (started int, err error) {
 }
 
 // Err returns the violation that stopped the framer, nil while the stream is well formed.
-func (w *WebSocket) Err() error {
-	if w.err == nil {
-		return nil
-	}
-	return w.err
-}
+func (w *WebSocket) Err() error { return asError(w.err) }
 
 // Messages returns how many messages started so far.
 func (w *WebSocket) Messages() uint64 { return w.messages }
