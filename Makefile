@@ -13,8 +13,11 @@ BENCHCOUNT ?= 6
 
 IMAGE_NAME ?= meshlimit/meshlimit
 IMAGE_TAG  ?= 0.1.0
+SERVICE_IMAGE_NAME ?= meshlimit/meshlimit-service
+ARCH       ?= amd64
+REGISTRY   ?=
 
-.PHONY: help wasm need-redis test test-unit test-e2e test-e2e-race test-busy test-redis test-wasip1 test-deploy image demo bench accuracy fuzz plots check fmt vet tidy clean
+.PHONY: help wasm need-redis test test-unit test-e2e test-e2e-race test-busy test-redis test-wasip1 test-deploy image service-image push check-config demo bench accuracy fuzz plots check fmt vet tidy clean
 
 help: ## list every target (one without a description is listed as such)
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -54,7 +57,8 @@ E2E_RACE_RUN := ^(TestChurningStreamsOnEightWorkersNeverExceedTheLimitInFlight|T
 WAZERO_CACHE := $(CURDIR)/$(BUILD)/wazero-cache
 test test-unit test-e2e test-e2e-race test-redis test-busy: export ENVOYHOST_CACHE_DIR = $(WAZERO_CACHE)
 
-test: need-redis need-node wasm $(GOTESTSUM) ## the README's test command: install Redis and node if missing, build the wasm, run the stages test-unit, test-e2e (test-wasip1 and test-deploy beside it) and test-e2e-race, then a table of their results and seconds
+test: need-redis need-node wasm $(GOTESTSUM) ## the README's test command: install Redis, node and promtool if missing, build the wasm, run the stages test-unit, test-e2e (test-wasip1 and test-deploy beside it) and test-e2e-race, then a table of their results and seconds
+	@sh scripts/need promtool:prometheus
 	@find $(WAZERO_CACHE) -type f -mmin +1440 -delete 2>/dev/null || true
 	@sh scripts/stages $(TEST_STAGES)
 
@@ -104,13 +108,32 @@ image: wasm ## the OCI image Istio pulls: build/image/oci (layout) and build/ima
 	  -layout $(CURDIR)/$(BUILD)/image/oci -tar $(CURDIR)/$(BUILD)/image/meshlimit.tar \
 	  -name $(IMAGE_NAME) -tag $(IMAGE_TAG)
 
+# The decision service as a static Linux binary on an empty root, packed without a container engine.
+service-image: ## the service's OCI image (static linux/ARCH binary, user 65532, no base image): build/image/service-oci and build/image/meshlimit-service.tar
+	@mkdir -p $(BUILD)/linux-$(ARCH)
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags=-s -o $(BUILD)/linux-$(ARCH)/meshlimit-service ./cmd/meshlimit-service
+	cd envoy && $(GO) run ./cmd/serviceimage -binary $(CURDIR)/$(BUILD)/linux-$(ARCH)/meshlimit-service -arch $(ARCH) \
+	  -layout $(CURDIR)/$(BUILD)/image/service-oci -tar $(CURDIR)/$(BUILD)/image/meshlimit-service.tar -tag $(IMAGE_TAG)
+
+push: need-registry image service-image ## push both images to REGISTRY (make push REGISTRY=registry.example.com IMAGE_TAG=0.1.0), credentials from the Docker configuration
+	cd envoy && $(GO) run ./cmd/imagepush -layout $(CURDIR)/$(BUILD)/image/oci -tag $(IMAGE_TAG) -to $(REGISTRY)/$(IMAGE_NAME):$(IMAGE_TAG)
+	cd envoy && $(GO) run ./cmd/imagepush -layout $(CURDIR)/$(BUILD)/image/service-oci -tag $(IMAGE_TAG) -to $(REGISTRY)/$(SERVICE_IMAGE_NAME):$(IMAGE_TAG)
+
+.PHONY: need-registry
+need-registry: ## (for push) stop with the usage unless REGISTRY is set
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com [IMAGE_TAG=$(IMAGE_TAG)]"; exit 2; }
+
+check-config: ## check a plugin configuration (CONFIG=file: JSON or YAML, a WasmPlugin, an Envoy configuration) and summarize its rules
+	@test -n "$(CONFIG)" || { echo "usage: make check-config CONFIG=file (or CONFIG="file1 file2")"; exit 2; }
+	$(GO) run ./cmd/meshlimit-check $(CONFIG)
+
 # The pure packages also run as wasm, where the filter runs them, on wazero through the Go
 # distribution's wasip1 exec script.
-test-wasip1: $(BUILD)/bin/wazero $(GOTESTSUM) ## run the pure packages' tests (algorithms, shed) compiled to wasip1
+test-wasip1: $(BUILD)/bin/wazero $(GOTESTSUM) ## run the pure packages' tests (algorithms, shed, messages) compiled to wasip1
 	@mkdir -p $(TESTOUT)
 	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" GOWASIRUNTIME=wazero $(WASMENV) $(GOTESTSUM) --format pkgname-and-test-fails \
 	  --jsonfile $(TESTOUT)/wasip1.json -- $(TESTFLAGS) -timeout=$(UNIT_TIMEOUT) \
-	  -exec="$$($(GO) env GOROOT)/lib/wasm/go_wasip1_wasm_exec" ./algorithms/ ./shed/
+	  -exec="$$($(GO) env GOROOT)/lib/wasm/go_wasip1_wasm_exec" ./algorithms/ ./shed/ ./messages/
 
 $(BUILD)/bin/wazero: go.mod
 	@mkdir -p $(BUILD)/bin
@@ -154,9 +177,10 @@ fuzz: ## run every fuzz target for FUZZTIME each
 accuracy: ## sliding window counter and fixed window against the exact sliding log on 10M requests
 	ACCURACY_REQUESTS=10000000 $(GO) test -count=1 -run='^TestAccuracy$$' -v ./algorithms/
 
-plots: ## draw docs/algorithms.png (each algorithm over time) and docs/shedding.png (shedding, adaptive capacity)
+plots: ## draw docs/algorithms.png (each algorithm over time), docs/shedding.png (shedding, adaptive capacity) and docs/observability.png (the dashboard's panels)
 	$(GO) run ./cmd/mlplot -o docs/algorithms.png
 	$(GO) run ./cmd/mlplot -shedding -o docs/shedding.png
+	$(GO) run ./cmd/mlplot -dashboard deploy/observability/grafana/meshlimit.json -o docs/observability.png
 
 fmt: ## format the tree
 	gofmt -w $$(git ls-files '*.go')

@@ -18,12 +18,12 @@ func (k Kind) Settles() bool { return k.bucket() || k == FixedWindow }
 //
 // A negative delta refunds -delta units, never beyond a fresh state (a bucket cannot be fuller than
 // full, a window count not below 0). A fixed window refunds only when reservedAt lies in the current
-// window: the window that held the reservation is gone, and refunding into its successor would
-// admit more than the limit. A positive delta is charged unconditionally, up to a debt of one
-// Capacity: a bucket's TAT may reach now + 2τ (the key waits up to one extra refill time), a
-// window's count may reach 2×Quota (a TAT never passes 2^52 µs + MaxWindow, the latest a state
-// holds, which matters only at the end of representable time). A delta of 0, or any delta on an empty state that would only
-// refund, leaves the state as it is.
+// window (for a calendar window, the current period): the window that held the reservation is gone,
+// and refunding into its successor would admit more than the limit. A positive delta is charged
+// unconditionally, up to a debt of one Capacity: a bucket's TAT may reach now + 2τ (the key waits up
+// to one extra refill time), a window's count may reach 2×Quota (a TAT never passes 2^52 µs +
+// MaxWindow, the latest a state holds, which matters only at the end of representable time). A
+// delta of 0, or any delta on an empty state that would only refund, leaves the state as it is.
 //
 // err is non-nil for an invalid Limit, a kind that does not settle (see Kind.Settles), or malformed
 // state bytes (wrapping ErrMalformedState); then next is nil.
@@ -76,7 +76,7 @@ func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []b
 }
 
 func (l Limit) adjustFixed(state []byte, n, reservedAt, delta int64, dst []byte) ([]byte, error) {
-	w, q := l.windowUs(), l.Quota
+	q := l.Quota
 	s, k := n, int64(0)
 	if len(state) > 0 {
 		var err error
@@ -84,14 +84,11 @@ func (l Limit) adjustFixed(state []byte, n, reservedAt, delta int64, dst []byte)
 			return nil, err
 		}
 	}
-	s, _, shift := roll(s, n, w)
-	if shift > 0 {
-		k = 0
-	}
+	s, end, k := l.positionFixed(s, k, n)
 	switch {
 	case delta > 0:
 		k = min(k+min(delta, q), 2*q, MaxQuota)
-	case delta < 0 && reservedAt-reservedAt%w == s:
+	case delta < 0 && s <= reservedAt && reservedAt < end:
 		k = max(k+max(delta, -q), 0)
 	}
 	dst = append(dst[:0], header(FixedWindow))

@@ -28,8 +28,9 @@ func TestAdjustSettlesAReservationToItsRealCost(t *testing.T) {
 		{Kind: TokenBucket, Quota: 100, Window: time.Minute},
 		{Kind: LeakyBucket, Quota: 100, Window: time.Minute},
 		{Kind: FixedWindow, Quota: 100, Window: time.Minute},
+		{Kind: FixedWindow, Quota: 100, Calendar: Calendar{Unit: CalendarMonth, Offset: 5*time.Hour + 30*time.Minute}},
 	} {
-		t.Run(l.Kind.String(), func(t *testing.T) {
+		t.Run(limitName(l), func(t *testing.T) {
 			tests := []struct {
 				name           string
 				reserve, delta int64

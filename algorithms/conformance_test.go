@@ -27,11 +27,41 @@ var conformanceLimits = []Limit{
 	{Kind: SlidingLog, Quota: 50, Window: 1013 * time.Microsecond},
 	{Kind: SlidingWindow, Quota: 3, Window: time.Second},
 	{Kind: SlidingWindow, Quota: 100, Window: 1013 * time.Microsecond},
+	{Kind: FixedWindow, Quota: 3, Calendar: Calendar{Unit: CalendarDay}},
+	{Kind: FixedWindow, Quota: 40, Calendar: Calendar{Unit: CalendarDay, Offset: 5*time.Hour + 30*time.Minute}},
+	{Kind: FixedWindow, Quota: 25, Calendar: Calendar{Unit: CalendarWeek, Offset: -8 * time.Hour}},
+	{Kind: FixedWindow, Quota: 100, Calendar: Calendar{Unit: CalendarMonth}},
+	{Kind: FixedWindow, Quota: 7, Calendar: Calendar{Unit: CalendarMonth, Offset: -MaxCalendarOffset}},
+	{Kind: FixedWindow, Quota: 1000, Calendar: Calendar{Unit: CalendarYear, Offset: 14 * time.Hour}},
+}
+
+// span returns the length a test trace is scaled to: l's Window, or for a calendar window the
+// unit's shortest period.
+func span(l Limit) time.Duration {
+	switch l.Calendar.Unit {
+	case 0:
+		return l.Window
+	case CalendarMonth:
+		return 28 * 24 * time.Hour
+	case CalendarYear:
+		return 365 * 24 * time.Hour
+	}
+	return l.Calendar.Unit.MaxLength()
+}
+
+// traceLength returns how many requests of genTrace keep a trace of l within about 60 years
+// after base (at most 3000): a tenth of its steps idle for one to three spans.
+func traceLength(l Limit) int {
+	const years60 = 60 * 365 * 24 * time.Hour
+	return int(min(3000, years60/(span(l)/4)))
 }
 
 func limitName(l Limit) string {
-	if l.Kind.bucket() {
+	switch {
+	case l.Kind.bucket():
 		return fmt.Sprintf("%v %d per %v burst %d", l.Kind, l.Quota, l.Window, l.Burst)
+	case l.Calendar.Unit != 0:
+		return fmt.Sprintf("%v %d per %v", l.Kind, l.Quota, l.Calendar)
 	}
 	return fmt.Sprintf("%v %d per %v", l.Kind, l.Quota, l.Window)
 }
@@ -51,7 +81,8 @@ type admission struct{ at, cost int64 }
 // genTrace returns n requests around l's rate, with bursts, idle gaps, clock steps back and
 // costs above capacity.
 func genTrace(r *rand.Rand, l Limit, n int) []req {
-	unit := max(l.Window/time.Duration(l.Quota), time.Microsecond)
+	w := span(l)
+	unit := max(w/time.Duration(l.Quota), time.Microsecond)
 	c := l.Capacity()
 	reqs := make([]req, n)
 	for i := range reqs {
@@ -64,9 +95,9 @@ func genTrace(r *rand.Rand, l Limit, n int) []req {
 		case p < 80:
 			dt = time.Duration(r.Int64N(int64(unit/4) + 1))
 		case p < 90:
-			dt = l.Window + time.Duration(r.Int64N(int64(2*l.Window)))
+			dt = w + time.Duration(r.Int64N(int64(2*w)))
 		default:
-			dt = -time.Duration(r.Int64N(int64(l.Window)))
+			dt = -time.Duration(r.Int64N(int64(w)))
 		}
 		cost := int64(1)
 		switch p := r.IntN(100); {
@@ -155,9 +186,23 @@ func checkTrace(t testing.TB, l Limit, start int64, reqs []req) []admission {
 // checkBound reports the first span in which adm (ordered by time) exceeds what l documents:
 // Capacity + span×Quota/Window for the buckets (over any closed span), Quota in any (t−W, t]
 // for the sliding log, Quota per aligned window (so 2×Quota in any span of length W) for the
-// fixed and sliding windows.
+// fixed and sliding windows (per calendar period for a calendar window).
 func checkBound(l Limit, adm []admission) error {
-	w, q := l.windowUs(), l.Quota
+	q := l.Quota
+	if l.Calendar.Unit != 0 {
+		perPeriod := map[int64]int64{}
+		for _, a := range adm {
+			start, _ := oraclePeriod(l.Calendar, min(a.at, maxTimeUs)) // Decide clamps now
+			perPeriod[start] += a.cost
+		}
+		for start, sum := range perPeriod {
+			if sum > q {
+				return fmt.Errorf("%d admitted in the %v from %d µs, bound %d", sum, l.Calendar, start, q)
+			}
+		}
+		return nil
+	}
+	w := l.windowUs()
 	switch l.Kind {
 	case TokenBucket, LeakyBucket:
 		for i := range adm {
@@ -213,7 +258,7 @@ func drain(t *testing.T, l Limit, now int64) []byte {
 func TestConformance(t *testing.T) {
 	for _, l := range conformanceLimits {
 		require.NoError(t, l.Validate(), limitName(l))
-		c, w := l.Capacity(), int64(l.Window)
+		c, w := l.Capacity(), int64(span(l))
 		t.Run(limitName(l), func(t *testing.T) {
 			t.Run("allows the first request", func(t *testing.T) {
 				_, dec, err := l.Decide(nil, base, 1, nil)
@@ -226,8 +271,9 @@ func TestConformance(t *testing.T) {
 			})
 			t.Run("keeps its contract and its bound over a random trace", func(t *testing.T) {
 				r := rand.New(rand.NewPCG(1, uint64(l.Kind)))
-				adm := checkTrace(t, l, base+w/3, genTrace(r, l, 3000))
-				assert.Greater(t, len(adm), 300, "the trace should admit plenty")
+				n := traceLength(l)
+				adm := checkTrace(t, l, base+w/3, genTrace(r, l, n))
+				assert.Greater(t, len(adm), n/10, "the trace should admit plenty")
 			})
 			t.Run("recovers its full capacity after TTL", func(t *testing.T) {
 				now := base + w/2
@@ -364,6 +410,26 @@ func TestValidate(t *testing.T) {
 			"algorithms: burst must be 0 for sliding_window, got 2"},
 		{"rejects a negative burst", Limit{Kind: LeakyBucket, Quota: 1, Window: time.Second, Burst: -1},
 			"algorithms: burst must be between 0 and 1000000000000, got -1"},
+		{"accepts a monthly calendar window at +05:30", Limit{Kind: FixedWindow, Quota: 10_000,
+			Calendar: Calendar{Unit: CalendarMonth, Offset: 5*time.Hour + 30*time.Minute}}, ""},
+		{"accepts a yearly calendar window at -18:00", Limit{Kind: FixedWindow, Quota: MaxQuota,
+			Calendar: Calendar{Unit: CalendarYear, Offset: -MaxCalendarOffset}}, ""},
+		{"rejects a calendar on a token bucket", Limit{Kind: TokenBucket, Quota: 10, Calendar: Calendar{Unit: CalendarMonth}},
+			"algorithms: a calendar window needs the fixed_window kind, got token_bucket (a bucket refills continuously: there is no period to align)"},
+		{"rejects a calendar on a sliding window counter", Limit{Kind: SlidingWindow, Quota: 10, Calendar: Calendar{Unit: CalendarDay}},
+			"algorithms: a calendar window needs the fixed_window kind, got sliding_window (a sliding window looks back over a span that moves with the clock: there is no period to align)"},
+		{"rejects a window next to a calendar unit", Limit{Kind: FixedWindow, Quota: 10, Window: time.Hour, Calendar: Calendar{Unit: CalendarWeek}},
+			"algorithms: window must be 0 with a calendar unit (the week is the window), got 1h0m0s"},
+		{"rejects a calendar offset beyond 18 hours", Limit{Kind: FixedWindow, Quota: 10, Calendar: Calendar{Unit: CalendarDay, Offset: 18*time.Hour + time.Minute}},
+			"algorithms: calendar offset must be between -18:00 and +18:00, got 18h1m0s"},
+		{"rejects a calendar offset with seconds", Limit{Kind: FixedWindow, Quota: 10, Calendar: Calendar{Unit: CalendarDay, Offset: time.Hour + time.Second}},
+			"algorithms: calendar offset must be a whole number of minutes, got 1h0m1s"},
+		{"rejects a calendar offset without a unit", Limit{Kind: FixedWindow, Quota: 10, Window: time.Hour, Calendar: Calendar{Offset: time.Hour}},
+			"algorithms: calendar offset +01:00 without a calendar unit"},
+		{"rejects an unknown calendar unit", Limit{Kind: FixedWindow, Quota: 10, Calendar: Calendar{Unit: 5}},
+			"algorithms: unknown calendar unit 5"},
+		{"rejects a fixed window with neither a window nor a calendar", Limit{Kind: FixedWindow, Quota: 10},
+			"algorithms: window must be between 1ms and 9600h0m0s, got 0s"},
 		{"rejects a bucket that takes over 400 days to refill", Limit{Kind: TokenBucket, Quota: 1, Window: time.Hour, Burst: 9601},
 			"algorithms: capacity × window / quota (the time to refill an empty bucket) must be <= 9600h0m0s, got 9601 × 1h0m0s / 1"},
 	}
@@ -412,8 +478,9 @@ func TestStateSizes(t *testing.T) {
 		{Limit{Kind: FixedWindow, Quota: 10, Window: time.Second}, 17},
 		{Limit{Kind: SlidingWindow, Quota: 10, Window: time.Second}, 25},
 		{Limit{Kind: SlidingLog, Quota: 10, Window: time.Second}, 9 + 8*10},
+		{Limit{Kind: FixedWindow, Quota: 10, Calendar: Calendar{Unit: CalendarMonth}}, 17},
 	} {
-		t.Run(tc.limit.Kind.String(), func(t *testing.T) {
+		t.Run(limitName(tc.limit), func(t *testing.T) {
 			require.Equal(t, tc.want, tc.limit.EncodedSize())
 			next, _, err := tc.limit.Decide(nil, base, tc.limit.Quota, nil)
 			require.NoError(t, err)

@@ -1,7 +1,8 @@
 // Package algorithms implements five rate-limit algorithms as pure functions over compact,
 // versioned state bytes: token bucket, leaky bucket (a shaper), fixed window, sliding log and
-// sliding window counter. It does no I/O and never reads the clock: every decision takes the
-// time as an argument, so the same code runs in the proxy-wasm filter (state in Envoy shared
+// sliding window counter; the fixed window also aligns to the calendar (a day, ISO week, month
+// or year at a fixed UTC offset). It does no I/O and never reads the clock: every decision takes
+// the time as an argument, so the same code runs in the proxy-wasm filter (state in Envoy shared
 // data) and in tests, and the Redis Lua scripts of the global service can transcribe it.
 //
 // # Usage
@@ -15,7 +16,12 @@
 // leaky bucket admits the same requests but spreads them out with Decision.Delay instead of
 // letting a burst through; the fixed window is the cheapest and the easiest to explain, but can
 // admit 2×Quota across a window edge; the sliding log is exact but costs 8 bytes per unit of
-// Quota; the sliding window counter is nearly exact at a fixed 25 bytes.
+// Quota; the sliding window counter is nearly exact at a fixed 25 bytes. A quota sold per
+// calendar period ("10,000 calls per month, renewed on the 1st") is a fixed window with a
+// Calendar instead of a Window:
+//
+//	l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 10_000,
+//		Calendar: algorithms.Calendar{Unit: algorithms.CalendarMonth, Offset: -8 * time.Hour}}
 //
 // # Exact integers, identical in Lua
 //
@@ -28,6 +34,9 @@
 //	Q = Quota        1 <= Q <= 10^12 < 2^40 (sliding log: Q <= 10^4)
 //	C = Capacity     Burst, or Q when Burst is 0; <= 10^12
 //	τ = C×W/Q        <= MaxWindow for the buckets (time to refill an empty bucket)
+//	o = offset       |o| <= 18 h = 6.48e10 µs, whole minutes (calendar windows)
+//	calendar period  24 h to 366 days <= MaxWindow; its end e <= n + 366 days
+//	civil days       −1 <= (n + o) // 1 day <= 52,125 (1969-12-31 to 2112-09-18); years 1969 to 2112
 //	counts           <= 10^12; stored times <= 2^52 + 2^45
 //
 // Products that could exceed 2^53 go through one helper, muldivmod(x, y, z) = (floor(x×y/z),
@@ -85,7 +94,7 @@
 //
 // # Fixed window
 //
-// Windows are [s, s+W) with s a multiple of W since the unix epoch.
+// Windows are [s, s+W) with s a multiple of W since the unix epoch (or calendar periods: below).
 //
 //	cur      = n − n % W
 //	if cur > s then s, k = cur, 0              (new window)
@@ -96,6 +105,58 @@
 //
 // State (17 bytes): 0x13, s µs, k. TTL = W. At most Q per aligned window, hence at most 2Q in
 // any span of length W (Q at the end of one window and Q at the start of the next).
+//
+// # Calendar windows
+//
+// A fixed window with a Calendar counts per period of the civil calendar at a fixed UTC offset o
+// (east positive): a day, an ISO 8601 week (from Monday 00:00), a Gregorian month or year. Only
+// the window's start s and end e change; they come from integer civil-date math, with days
+// counted from 1970-01-01 in the local time n + o (D = 1 day = 8.64e10 µs):
+//
+//	day      = (n + o) // D
+//	day:     first = day,                       next = first + 1
+//	week:    first = day − (day + 3) % 7,       next = first + 7      (1970-01-01 was a Thursday)
+//	month:   first = day − (d − 1),             next = first + days_in(y, m)
+//	year:    first = days_from_civil(y, 1, 1),  next = first + 365 + leap(y)
+//	         where y, m, d = civil_from_days(day)
+//	[s, e)   = [first×D − o, next×D − o)
+//
+// civil_from_days and days_from_civil are Howard Hinnant's algorithms for the proleptic
+// Gregorian calendar ("chrono-Compatible Low-Level Date Algorithms"; calendar.go);
+// leap(y) = 1 when 4 divides y, unless 100 does and 400 does not (2000 is a leap year, 2100 is
+// not); days_in(y, m) = 28 + leap(y) for February, 30 + (m + m // 8) % 2 otherwise. A state
+// (s, k) is placed at n by the period [cs, ce) of n, with cs raised to 0 (only the period that
+// contains the epoch can begin before it):
+//
+//	s < cs             a later period:            s, k = cs, 0
+//	cs <= s < ce       this period:               s = cs
+//	s >= ce            the clock stepped back:    s, e = the period of s (k kept)
+//	then as for the fixed window: allowed = c <= Q − k, RetryAfter = e − n, Reset = e − n if k > 0
+//
+// So the boundary instant belongs to the new period, and Reset and RetryAfter are the real time
+// to the period's end: a 28- to 31-day month, a 365- or 366-day year, and always 24-hour days (a
+// fixed offset has no daylight saving time). TTL is the unit's longest period (24 h, 7, 31 or
+// 366 days) and Limit.WindowAt the length of the current one. The state is the fixed window's
+// (17 bytes: 0x13, s, k), so a state written under a rolling Window or another Calendar is
+// placed by its start as above: what it counted in a period still current is kept, an older
+// one resets, as for a change of Window. Adjust refunds only a reservation made in the current
+// period.
+//
+// Only FixedWindow takes a Calendar (and then Window is 0): a bucket refills continuously and
+// the sliding log and the sliding window counter look back over a span that moves with the
+// clock, so no period of theirs could align to the calendar; Validate refuses them.
+//
+// Exact in doubles: n + o < 2^52 + 2^36; days, years and every civil intermediate are below
+// 2^20; first×D <= 52,491 × 8.64e10 < 4.6e15 < 2^53. Every division but the first has a
+// non-negative dividend below 2^53 − 1, so math.floor(t / z) is exact (see above); the first,
+// (n + o) // D, has a dividend above −D when negative, where t / z lies in [−1 + 1/D, −1/D]
+// and math.floor gives −1 exactly. The Lua functions are algorithms/testdata/calendar.lua
+// (calendar_period and calendar_position, with their contract), ready for the service's
+// scripts. TestCalendarLuaInDoubles runs their transcription in float64 against Go at every
+// period edge from 1970 to 2^52 µs (every 7th day's), at nine offsets, and TestCalendarLuaOnRedis
+// runs the file itself on redis-server on an even sample of those cases;
+// TestCalendarPeriodMatchesTheTimePackage and FuzzCalendarPeriod check the Go against the time
+// package.
 //
 // # Sliding log
 //
@@ -152,8 +213,9 @@
 //
 // Every decision, allowed or not, writes the state as seen at the (clamped) now: windows roll
 // forward, expired log entries are dropped, TAT is raised to now. Window starts are realigned
-// down to a multiple of W when read, so a state written under another Window stays usable; so
-// does one written under another Quota (counts above Quota just deny until they expire).
+// down to a multiple of W when read (a calendar window's into its period), so a state written
+// under another Window or Calendar stays usable; so does one written under another Quota (counts
+// above Quota just deny until they expire).
 // Decoding rejects, with an error wrapping ErrMalformedState, a wrong length, version or kind,
 // a time or count out of range, or log entries out of order.
 package algorithms

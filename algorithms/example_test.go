@@ -50,3 +50,28 @@ func ExampleLimit_Decide_costAboveCapacity() {
 	fmt.Println(d.Allowed, d.RetryAfter == algorithms.RetryNever)
 	// Output: false true
 }
+
+// A calendar quota: 3 calls per month at UTC−08:00, renewed on the 1st at 00:00 local time. A
+// denial on 28 February waits until 1 March, and RetryAfter follows the month's real length.
+func ExampleLimit_Decide_calendarMonth() {
+	l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 3,
+		Calendar: algorithms.Calendar{Unit: algorithms.CalendarMonth, Offset: -8 * time.Hour}}
+	pst := time.FixedZone("UTC-8", -8*3600)
+	var state []byte
+	for _, at := range []time.Time{
+		time.Date(2026, 2, 1, 0, 0, 0, 0, pst),
+		time.Date(2026, 2, 28, 12, 0, 0, 0, pst),
+		time.Date(2026, 3, 1, 0, 0, 0, 0, pst),
+	} {
+		var d algorithms.Decision
+		state, d, _ = l.Decide(state, at.UnixNano(), 2, nil)
+		start, end := l.Calendar.Period(at.UnixNano())
+		fmt.Printf("%s: allowed %v, remaining %d, retry after %v, period %s to %s (%v)\n",
+			at.Format("Jan 2"), d.Allowed, d.Remaining, d.RetryAfter,
+			time.Unix(0, start).In(pst).Format("Jan 2"), time.Unix(0, end).In(pst).Format("Jan 2"), l.WindowAt(at.UnixNano()))
+	}
+	// Output:
+	// Feb 1: allowed true, remaining 1, retry after 0s, period Feb 1 to Mar 1 (672h0m0s)
+	// Feb 28: allowed false, remaining 1, retry after 12h0m0s, period Feb 1 to Mar 1 (672h0m0s)
+	// Mar 1: allowed true, remaining 1, retry after 0s, period Mar 1 to Apr 1 (744h0m0s)
+}

@@ -17,7 +17,8 @@ const (
 	// LeakyBucket is a shaper, like NGINX limit_req with burst: requests queue in a bucket of
 	// Burst units that drains at Quota per Window, and Decision.Delay is each request's wait.
 	LeakyBucket
-	// FixedWindow counts cost per window aligned to unix-epoch multiples of Window.
+	// FixedWindow counts cost per window aligned to unix-epoch multiples of Window, or, with a
+	// Calendar, per calendar day, ISO week, month or year.
 	FixedWindow
 	// SlidingLog keeps the time of every admitted cost unit in the last Window: exact, and its
 	// state grows to 9 + 8×Quota bytes.
@@ -104,15 +105,23 @@ var ErrMalformedState = errors.New("algorithms: malformed state")
 // Limit is one rate limit: Quota cost units per Window. Burst is the bucket capacity for the
 // two bucket algorithms (0 means Quota); the window algorithms ignore it and require it to be 0.
 //
+// A Limit with a Calendar unit is a calendar window instead: Quota cost units per calendar day,
+// ISO week, month or year of a fixed UTC offset ("10,000 per month, renewed on the 1st"). Only
+// FixedWindow takes a Calendar, and its Window must then be 0: the period is the calendar's. The
+// other kinds have no period to align: a bucket refills continuously, and the sliding log and
+// the sliding window counter look back over a span that moves with the clock.
+//
 // A Limit is a plain value; its methods never read the clock and are safe for concurrent use.
 // Valid limits satisfy 1 <= Quota <= MaxQuota (MaxLogQuota for SlidingLog),
-// MinWindow <= Window <= MaxWindow with Window a whole number of microseconds,
-// 0 <= Burst <= MaxQuota, and Capacity×Window/Quota <= MaxWindow for the buckets.
+// MinWindow <= Window <= MaxWindow with Window a whole number of microseconds (or Window == 0
+// with a valid Calendar, for FixedWindow only), 0 <= Burst <= MaxQuota, and
+// Capacity×Window/Quota <= MaxWindow for the buckets.
 type Limit struct {
-	Kind   Kind
-	Quota  int64
-	Window time.Duration
-	Burst  int64
+	Kind     Kind
+	Quota    int64
+	Window   time.Duration
+	Burst    int64
+	Calendar Calendar
 }
 
 // Validate reports what is wrong with l, or nil if l is valid.
@@ -134,6 +143,9 @@ func (l Limit) check() (g gcraParams, err error) {
 	}
 	if l.Kind == SlidingLog && l.Quota > MaxLogQuota {
 		return g, fmt.Errorf("algorithms: sliding_log quota must be <= %d (its state keeps one 8-byte time per unit), got %d", MaxLogQuota, l.Quota)
+	}
+	if l.Calendar != (Calendar{}) {
+		return g, l.checkCalendar()
 	}
 	if l.Window < MinWindow || l.Window > MaxWindow {
 		return g, fmt.Errorf("algorithms: window must be between %v and %v, got %v", MinWindow, MaxWindow, l.Window)
@@ -158,6 +170,27 @@ func (l Limit) check() (g gcraParams, err error) {
 	return g, nil
 }
 
+// checkCalendar validates a calendar window: a valid Calendar, FixedWindow, no Window, no Burst.
+func (l Limit) checkCalendar() error {
+	if err := l.Calendar.check(); err != nil {
+		return err
+	}
+	if l.Kind != FixedWindow {
+		why := "a sliding window looks back over a span that moves with the clock"
+		if l.Kind.bucket() {
+			why = "a bucket refills continuously"
+		}
+		return fmt.Errorf("algorithms: a calendar window needs the fixed_window kind, got %v (%s: there is no period to align)", l.Kind, why)
+	}
+	if l.Window != 0 {
+		return fmt.Errorf("algorithms: window must be 0 with a calendar unit (the %v is the window), got %v", l.Calendar.Unit, l.Window)
+	}
+	if l.Burst != 0 {
+		return fmt.Errorf("algorithms: burst must be 0 for %v, got %d", l.Kind, l.Burst)
+	}
+	return nil
+}
+
 // Capacity returns the most cost admitted at once: Burst (or Quota when Burst is 0) for the
 // buckets, Quota for the window algorithms. A request whose cost exceeds Capacity is always
 // denied, with RetryAfter set to RetryNever.
@@ -171,8 +204,10 @@ func (l Limit) Capacity() int64 {
 // TTL returns the longest time after a decision for which its state can still matter:
 // after TTL, IdleAt reports true. It is the time to refill a full bucket
 // (Capacity×Window/Quota, rounded up to a microsecond) for the buckets, Window for the fixed
-// window and the sliding log, and 2×Window for the sliding window counter. TTL returns 0 for
-// an invalid Limit.
+// window and the sliding log, and 2×Window for the sliding window counter. For a calendar
+// window it is the unit's longest period (CalendarUnit.MaxLength: 24 hours, 7, 31 or 366
+// days), which a state written at any instant of a period outlives. TTL returns 0 for an
+// invalid Limit.
 func (l Limit) TTL() time.Duration {
 	if l.Validate() != nil {
 		return 0
@@ -184,8 +219,25 @@ func (l Limit) TTL() time.Duration {
 	case SlidingWindow:
 		return 2 * l.Window
 	default:
+		if l.Calendar.Unit != 0 {
+			return l.Calendar.Unit.MaxLength()
+		}
 		return l.Window
 	}
+}
+
+// WindowAt returns the length of l's window at now (unix nanoseconds): Window, or for a calendar
+// window the real length of the period that contains now (a 28- to 31-day month, a 365- or
+// 366-day year), what RateLimit-Policy's w advertises. It returns 0 for an invalid Limit.
+func (l Limit) WindowAt(now int64) time.Duration {
+	if l.Validate() != nil {
+		return 0
+	}
+	if l.Calendar.Unit == 0 {
+		return l.Window
+	}
+	start, end := l.Calendar.periodUs(quantize(now))
+	return time.Duration(usToDuration(end - start))
 }
 
 // Decision is the outcome of one Decide call, with what a response needs. All durations are

@@ -39,8 +39,36 @@ func decodeFixed(b []byte) (start, count int64, err error) {
 	return start, count, nil
 }
 
+// positionFixed places a fixed-window state (window start s, count k; s = n, k = 0 when fresh) at
+// now n µs. It returns the window the decision falls in, [start, end), and the count in it: 0 when
+// that is a later window than s's. A clock that steps back stays in the stored window. A rolling
+// window realigns s down to a multiple of Window (roll); a calendar window places s in its
+// period: s before the period of n means a later period, s at or past that period's end means the
+// clock stepped back, and the stored period (the one that contains s) is kept. The period that
+// contains the unix epoch may begin before it: its start is stored as 0, which it contains.
+func (l Limit) positionFixed(s, k, n int64) (start, end, count int64) {
+	if l.Calendar.Unit == 0 {
+		w := l.windowUs()
+		s, _, shift := roll(s, n, w)
+		if shift > 0 {
+			k = 0
+		}
+		return s, s + w, k
+	}
+	cs, ce := l.Calendar.periodUs(n)
+	cs = max(cs, 0)
+	switch {
+	case s < cs:
+		return cs, ce, 0
+	case s < ce:
+		return cs, ce, k
+	}
+	start, end = l.Calendar.periodUs(s) // s >= ce > 0: this start is positive
+	return start, end, k
+}
+
 func (l Limit) decideFixed(state []byte, n, cost int64, dst []byte) ([]byte, Decision, error) {
-	w, q := l.windowUs(), l.Quota
+	q := l.Quota
 	s, k := n, int64(0)
 	if len(state) > 0 {
 		var err error
@@ -48,11 +76,7 @@ func (l Limit) decideFixed(state []byte, n, cost int64, dst []byte) ([]byte, Dec
 			return nil, Decision{}, err
 		}
 	}
-	s, _, shift := roll(s, n, w)
-	if shift > 0 {
-		k = 0
-	}
-	end := s + w
+	s, end, k := l.positionFixed(s, k, n)
 	d := Decision{Limit: q}
 	switch {
 	case cost > q:
@@ -78,9 +102,8 @@ func (l Limit) idleFixed(state []byte, n int64) bool {
 	if err != nil {
 		return true
 	}
-	w := l.windowUs()
-	s -= s % w
-	return k == 0 || n-n%w > s
+	_, _, k = l.positionFixed(s, k, n)
+	return k == 0
 }
 
 const slidingSize = 1 + 8 + 8 + 8

@@ -19,6 +19,7 @@ import (
 	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/redisstore"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
@@ -28,20 +29,12 @@ const adminToken = "admin-token-for-e2e"
 // meshlimit-service mounts it, and returns its address.
 func startAdminService(t *testing.T, addr string) string {
 	t.Helper()
-	store, err := service.NewRedisStore(service.RedisConfig{Addrs: []string{addr}})
+	store, err := redisstore.New(redisstore.Config{Addrs: []string{addr}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	h, err := service.NewHandler(service.Config{Store: store, Timeout: 10 * time.Second}) // as startRedisService
+	h, err := service.NewHandler(service.Config{Store: store, AdminToken: adminToken, Timeout: 10 * time.Second}) // as startRedisService
 	require.NoError(t, err)
-	admin, err := service.NewAdmin(service.AdminConfig{Store: store, Token: adminToken})
-	require.NoError(t, err)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, service.AdminPrefix) {
-			admin.ServeHTTP(w, r)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
 }

@@ -23,7 +23,7 @@ import (
 //   - a response settled from a JSON field is copied chunk by chunk while the copied total stays
 //     within max_body, and never past it;
 //   - an event-stream response is copied chunk by chunk, every chunk once (the events must be
-//     scanned); the guest keeps at most the event in progress (rules.SSE: at most max_body of its
+//     scanned); the guest keeps at most the event in progress (body.SSE: at most max_body of its
 //     line in progress plus max_body of its data), so what it holds does not grow with the stream;
 //   - a rule that reads no body (plain, count_on, settled from a header or from body sizes) never
 //     buffers and never copies a body.

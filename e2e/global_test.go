@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
@@ -38,7 +39,7 @@ func (d *decisionService) hold() (release func()) {
 
 func startService(t testing.TB, clock *envoyhost.Clock) *decisionService {
 	t.Helper()
-	store := service.NewMemoryStore(service.MemoryConfig{SweepInterval: -1, Clock: clock.Now})
+	store := memstore.New(memstore.Config{SweepInterval: -1, Clock: clock.Now})
 	t.Cleanup(func() { _ = store.Close() })
 	h, err := service.NewHandler(service.Config{Store: store, Timeout: time.Second})
 	require.NoError(t, err)

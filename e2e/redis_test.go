@@ -15,13 +15,14 @@ import (
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
 	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/redisstore"
 )
 
 // startRedisService runs one replica of the decision service on a loopback port, backed by the Redis
 // at addrs, and returns its address.
 func startRedisService(t *testing.T, addrs ...string) string {
 	t.Helper()
-	store, err := service.NewRedisStore(service.RedisConfig{Addrs: addrs})
+	store, err := redisstore.New(redisstore.Config{Addrs: addrs})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	// A store deadline no loaded test machine reaches (the race detector, a Redis Cluster, other

@@ -64,6 +64,8 @@ type scenarioStep struct {
 	Check     *string           `json:"check"`
 	Finish    *string           `json:"finish"`
 	Respond   *string           `json:"respond"`
+	Answer    *string           `json:"answer"` // the upstream answers s once its request headers went upstream
+	Send      *string           `json:"send"`   // more body (and trailers) of s's request or response
 	Expect    *expectation      `json:"expect"`
 }
 
@@ -127,6 +129,11 @@ type expectation struct {
 	UpstreamBodyBytes   *int  `json:"upstream_body_bytes"`
 	DownstreamBodyBytes *int  `json:"downstream_body_bytes"`
 	Reset               *bool `json:"reset"`
+	// Envoy's flow control and the body writes past the filter (envoyhost.Flow).
+	ClientReadDisabled   *bool `json:"client_read_disabled"`
+	UpstreamReadDisabled *bool `json:"upstream_read_disabled"`
+	UpstreamChunks       *int  `json:"upstream_chunks"`
+	DownstreamChunks     *int  `json:"downstream_chunks"`
 }
 
 // observation is what one request looked like to the client and to the upstream.
@@ -142,6 +149,12 @@ type observation struct {
 	UpstreamBodyBytes   int  `json:"upstream_body_bytes"`
 	DownstreamBodyBytes int  `json:"downstream_body_bytes"`
 	Reset               bool `json:"reset"`
+	// ClientReadDisabled and UpstreamReadDisabled report that Envoy stopped reading from the client
+	// or the upstream; UpstreamChunks and DownstreamChunks count the body writes past the filter.
+	ClientReadDisabled   bool `json:"client_read_disabled"`
+	UpstreamReadDisabled bool `json:"upstream_read_disabled"`
+	UpstreamChunks       int  `json:"upstream_chunks"`
+	DownstreamChunks     int  `json:"downstream_chunks"`
 }
 
 // outcome is one engine's run of one scenario.
@@ -332,6 +345,26 @@ func (o *scenarioStream) respond(t *testing.T, r *scenarioResponse) {
 	}
 }
 
+// answer sends the upstream's answer r once the request headers went upstream, whatever the
+// request body does: the upstream of a bidirectional stream or a WebSocket answers early.
+func (o *scenarioStream) answer(t *testing.T, r *scenarioResponse) {
+	if !o.responded && o.s.UpstreamHeaders() != nil && streamState(o.s) != envoyhost.ActionStop {
+		o.responded = true
+		sendResponse(t, o.s, r)
+	}
+}
+
+// send sends more of the request's body (or, with a response, of the response's) through s.
+func (o *scenarioStream) send(t *testing.T, st scenarioStep) {
+	t.Helper()
+	if st.Response != nil {
+		require.True(t, o.responded, "send: the upstream has not answered yet")
+		sendBody(t, o.s.SendResponseBody, o.s.SendResponseTrailers, &st.Response.scenarioBody)
+		return
+	}
+	sendBody(t, o.s.SendRequestBody, o.s.SendRequestTrailers, &st.Request.scenarioBody)
+}
+
 func runStepOnWazero(t *testing.T, p *envoyhost.Plugin, open map[string]*scenarioStream, st scenarioStep) []observation {
 	t.Helper()
 	switch {
@@ -349,6 +382,14 @@ func runStepOnWazero(t *testing.T, p *envoyhost.Plugin, open map[string]*scenari
 	case st.Respond != nil:
 		o := open[*st.Respond]
 		o.respond(t, st.Response)
+		return []observation{observeStream(o.s, streamState(o.s).String())}
+	case st.Answer != nil:
+		o := open[*st.Answer]
+		o.answer(t, st.Response)
+		return []observation{observeStream(o.s, streamState(o.s).String())}
+	case st.Send != nil:
+		o := open[*st.Send]
+		o.send(t, st)
 		return []observation{observeStream(o.s, streamState(o.s).String())}
 	case st.Finish != nil:
 		o := open[*st.Finish]
@@ -381,12 +422,24 @@ func sendRequest(t *testing.T, s *envoyhost.Stream, r *scenarioRequest) {
 	eos, trailers := r.ending()
 	_, err := s.SendRequestHeaders(r.build().Headers, eos && len(chunks) == 0)
 	require.NoError(t, err)
+	sendMessage(t, s.SendRequestBody, s.SendRequestTrailers, chunks, eos, trailers)
+}
+
+// sendBody sends a body's chunks, then its trailers, through one direction of a stream.
+func sendBody(t *testing.T, body func([]byte, bool) (envoyhost.Action, error), tr func(envoyhost.Headers) (envoyhost.Action, error), b *scenarioBody) {
+	t.Helper()
+	eos, trailers := b.ending()
+	sendMessage(t, body, tr, b.chunks(), eos, trailers)
+}
+
+func sendMessage(t *testing.T, body func([]byte, bool) (envoyhost.Action, error), tr func(envoyhost.Headers) (envoyhost.Action, error), chunks [][]byte, eos bool, trailers envoyhost.Headers) {
+	t.Helper()
 	for i, c := range chunks {
-		_, err := s.SendRequestBody(c, eos && i == len(chunks)-1)
+		_, err := body(c, eos && i == len(chunks)-1)
 		require.NoError(t, err)
 	}
 	if trailers != nil {
-		_, err := s.SendRequestTrailers(trailers)
+		_, err := tr(trailers)
 		require.NoError(t, err)
 	}
 }
@@ -409,14 +462,7 @@ func sendResponse(t *testing.T, s *envoyhost.Stream, r *scenarioResponse) {
 	}
 	_, err := s.SendResponseHeaders(h, eos && len(chunks) == 0)
 	require.NoError(t, err)
-	for i, c := range chunks {
-		_, err := s.SendResponseBody(c, eos && i == len(chunks)-1)
-		require.NoError(t, err)
-	}
-	if trailers != nil {
-		_, err := s.SendResponseTrailers(trailers)
-		require.NoError(t, err)
-	}
+	sendMessage(t, s.SendResponseBody, s.SendResponseTrailers, chunks, eos, trailers)
 }
 
 // chunks is the body as the list of chunks it arrives in.
@@ -468,6 +514,9 @@ func (r *scenarioRequest) build() *envoyhost.Request {
 func observeStream(s *envoyhost.Stream, action string) observation {
 	o := observeResult(envoyhost.Result{LocalReply: s.LocalReply(), Upstream: s.UpstreamHeaders(), Downstream: s.DownstreamHeaders()}, action)
 	o.UpstreamBodyBytes, o.DownstreamBodyBytes, o.Reset = len(s.UpstreamBody()), len(s.DownstreamBody()), s.Reset()
+	req, resp := s.Flow()
+	o.ClientReadDisabled, o.UpstreamReadDisabled = req.ReadDisabled, resp.ReadDisabled
+	o.UpstreamChunks, o.DownstreamChunks = req.Chunks, resp.Chunks
 	return o
 }
 
@@ -572,6 +621,7 @@ func checkObservation(t *testing.T, where string, e expectation, o observation) 
 	if e.Reset != nil {
 		assert.Equal(t, *e.Reset, o.Reset, "%s: stream reset", where)
 	}
+	checkFlow(t, where, e, o)
 	for name, want := range e.Headers {
 		got, ok := header(o.Downstream, name)
 		if assert.True(t, ok, "%s: downstream header %s present", where, name) {
@@ -597,6 +647,26 @@ func checkObservation(t *testing.T, where string, e expectation, o observation) 
 		if assert.NoError(t, err, where) {
 			assert.Equal(t, want, got, "%s: remaining quota of %s", where, policy)
 		}
+	}
+}
+
+// checkFlow checks what Envoy's flow control did and how many body writes passed the filter.
+func checkFlow(t *testing.T, where string, e expectation, o observation) {
+	t.Helper()
+	for _, c := range []struct {
+		want *bool
+		got  bool
+		what string
+	}{{e.ClientReadDisabled, o.ClientReadDisabled, "Envoy stopped reading from the client"}, {e.UpstreamReadDisabled, o.UpstreamReadDisabled, "Envoy stopped reading from the upstream"}} {
+		if c.want != nil {
+			assert.Equal(t, *c.want, c.got, "%s: %s", where, c.what)
+		}
+	}
+	if e.UpstreamChunks != nil {
+		assert.Equal(t, *e.UpstreamChunks, o.UpstreamChunks, "%s: body writes upstream", where)
+	}
+	if e.DownstreamChunks != nil {
+		assert.Equal(t, *e.DownstreamChunks, o.DownstreamChunks, "%s: body writes downstream", where)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
 	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/redisstore"
 )
 
 // settleService is a replica of the decision service on a real Redis that counts the settle calls it
@@ -30,7 +31,7 @@ type settleService struct {
 
 func startSettleService(t *testing.T, redisAddr string) *settleService {
 	t.Helper()
-	store, err := service.NewRedisStore(service.RedisConfig{Addrs: []string{redisAddr}})
+	store, err := redisstore.New(redisstore.Config{Addrs: []string{redisAddr}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	h, err := service.NewHandler(service.Config{Store: store, Timeout: time.Second})

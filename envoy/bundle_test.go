@@ -27,6 +27,10 @@ var shippedFiles = []string{
 	"istio/service.yaml",
 	"istio/redis.yaml",
 	"istio/gateway.yaml",
+	"istio/secret.yaml",
+	"istio/kustomization.yaml",
+	"istio-overlay/kustomization.yaml",
+	"istio-overlay/parameters.yaml",
 	"ratelimit/envoy.yaml",
 	"ratelimit/config/edge.yaml",
 	"ratelimit/istio.yaml",
@@ -90,6 +94,7 @@ var checks = []check{
 	{"envoy.yaml and the Istio manifests fail the same way", checkFailStrategy},
 	{"the Dockerfile builds the service for the port every file uses", checkDockerfile},
 	{"every Redis refuses writes when full instead of evicting counters", checkRedisMemory},
+	{"the kustomize overlay renders the base with its parameters and nothing else", checkKustomize},
 }
 
 // validate runs every check on b and joins their errors.
@@ -241,6 +246,16 @@ func TestMutationsFail(t *testing.T) {
 			`EXPOSE 8081`, `EXPOSE 8080`, "8080"},
 		{"a Dockerfile building another command fails", "Dockerfile",
 			`./cmd/meshlimit-service`, `./cmd/demo`, "cmd/meshlimit-service"},
+		{"an overlay whose replacement misses the Deployment fails", "istio-overlay/kustomization.yaml",
+			`{kind: Deployment, name: meshlimit, namespace: meshlimit}`, `{kind: Deployment, name: meshlimit-service, namespace: meshlimit}`, "spec.template.spec.containers.[name=meshlimit].image is registry.example.com/meshlimit/meshlimit-service:0.1.0: want the parameter"},
+		{"an overlay that applies its parameters fails", "istio-overlay/parameters.yaml",
+			`config.kubernetes.io/local-config: "true"`, `example.com/note: "true"`, "applies its parameters ConfigMap"},
+		{"an overlay that changes more than its parameters fails", "istio-overlay/kustomization.yaml",
+			"    fieldPaths: [spec.url]", "    fieldPaths: [spec.imagePullPolicy]", "spec.url is oci://registry.example.com/meshlimit/meshlimit:0.1.0: want the parameter"},
+		{"a base that leaves a file out fails", "istio/kustomization.yaml",
+			"- secret.yaml\n", "", "MESHLIMIT_SECRET names Secret meshlimit-secret, which the manifests do not create"},
+		{"a service reading its secret from a key the Secret lacks fails", "istio/service.yaml",
+			"key: secret", "key: token", "MESHLIMIT_SECRET names key token"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

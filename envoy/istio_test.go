@@ -187,12 +187,12 @@ type k8sObjects struct {
 	services    []*corev1.Service
 }
 
-// loadKubernetes decodes every document of service.yaml and redis.yaml strictly into its
+// loadKubernetes decodes every document of service.yaml, secret.yaml and redis.yaml strictly into its
 // k8s.io/api type: an unknown or misspelled field is an error.
 func loadKubernetes(b bundle) (*k8sObjects, error) {
 	var objs k8sObjects
 	var errs []error
-	for _, path := range []string{"istio/service.yaml", "istio/redis.yaml"} {
+	for _, path := range []string{"istio/service.yaml", "istio/secret.yaml", "istio/redis.yaml"} {
 		data, err := b.file(path)
 		if err != nil {
 			return nil, err
@@ -217,6 +217,8 @@ func loadKubernetes(b bundle) (*k8sObjects, error) {
 			case "v1 Service":
 				s := &corev1.Service{}
 				objs.services, obj = append(objs.services, s), s
+			case "v1 Secret":
+				obj = &corev1.Secret{}
 			default:
 				errs = append(errs, fmt.Errorf("%s document %d: unexpected %s %s", path, i+1, head.APIVersion, head.Kind))
 				continue

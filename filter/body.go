@@ -6,6 +6,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/rules/body"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
@@ -233,7 +234,7 @@ func (st *settling) onEvent(data []byte) {
 	for i := range st.res {
 		r := &st.res[i]
 		if s := r.rs.rule.Settle(); s.Source == rules.SettleResponseJSON {
-			if n, err := rules.JSONInt(data, s.Path); err == nil {
+			if n, err := body.JSONInt(data, s.Path); err == nil {
 				r.value, r.found = r.rs.rule.SettledValue(n), true
 			}
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/rules/body"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
@@ -121,7 +122,7 @@ type settling struct {
 	maxBody   int    // the largest max_body of the reservations that read a JSON field
 	body      []byte // the response body copied so far, at most maxBody
 	cut       bool   // the response body passed maxBody
-	events    rules.SSE
+	events    body.SSE
 	// bodyItems are the request's global items that wait for the body (settle_global.go).
 	bodyItems []globalItem
 	keys      []byte // the bytes of the keys of the reservations reserve made
@@ -291,7 +292,7 @@ func (h *httpContext) settleDone() {
 		for i := range st.res {
 			r := &st.res[i]
 			if s := r.rs.rule.Settle(); s.Source == rules.SettleResponseJSON {
-				if n, err := rules.JSONInt(st.body, s.Path); err == nil {
+				if n, err := body.JSONInt(st.body, s.Path); err == nil {
 					r.value, r.found = r.rs.rule.SettledValue(n), true
 				}
 			}

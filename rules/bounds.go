@@ -1,101 +1,104 @@
 package rules
 
 import (
-	"fmt"
-	"regexp"
-	"regexp/syntax"
-	"strings"
+	"time"
+
+	"github.com/meshlimit/meshlimit/wire"
 )
 
-// MaxRegexProgram bounds the size of a compiled regex, counted as the instructions of its
-// regexp/syntax program (anchors included), like Envoy's re2.max_program_size (100 RE2
-// instructions by default). Go's instruction count runs somewhat above RE2's for the same
-// expression, so the bound is 200: "/api/v[0-9]+/(users|orders)/[0-9a-f-]{36}" needs about 70,
-// while counted repetitions of repetitions, such as ".*(?:.?){1000}" (over 2,000), are refused.
-// A match costs at most the program size per input byte, and the input is bounded by
-// MaxRegexInput.
-const MaxRegexProgram = 200
+// The defaults and bounds of the configuration, in one table. docs/configuration.md is the
+// user-facing reference; it must agree with these. What the decision service accepts is wire's:
+// the bounds below that a global rule sends are taken from it, and global_bounds.go checks the
+// descriptors and keys of a configuration against it.
+const (
+	// DefaultGlobalPath is the path of the global service's decision endpoint: the contract's.
+	DefaultGlobalPath = wire.Path
 
-// compileRegex compiles re anchored at both ends, refusing a program larger than
-// MaxRegexProgram.
-func compileRegex(re string) (*regexp.Regexp, error) {
-	anchored := `^(?:` + re + `)$`
-	n, err := regexProgramSize(anchored)
-	if err != nil {
-		return nil, err
-	}
-	if n > MaxRegexProgram {
-		return nil, fmt.Errorf("%q compiles to %d instructions: at most %d are allowed (like Envoy's re2.max_program_size); simplify counted repetitions such as {n,m}", re, n, MaxRegexProgram)
-	}
-	return regexp.Compile(anchored)
-}
+	defaultMaxKeys         = 10000                   // max_keys: key values a rule keeps state for
+	maxMaxKeys             = 1 << 20                 // the largest max_keys (2^20)
+	defaultStatus          = 429                     // response.status: of a denied request
+	defaultBody            = "rate limit exceeded\n" // response.body: of a denied request
+	defaultGlobalTimeout   = 20 * time.Millisecond   // global.timeout (as Envoy's ratelimit filter)
+	minGlobalTimeout       = time.Millisecond
+	maxGlobalTimeout       = time.Minute
+	defaultBreakerFailures = 5 // global.breaker.failures: consecutive failed calls open the breaker
+	maxBreakerFailures     = 1000
+	defaultBreakerCooldown = 5 * time.Second // global.breaker.cooldown: an open breaker's pause
+	minBreakerCooldown     = 100 * time.Millisecond
+	maxBreakerCooldown     = time.Hour
+	defaultResetPoll       = time.Second // global.reset_poll: how often a proxy reads the reset log
+	minResetPoll           = 100 * time.Millisecond
+	maxResetPoll           = time.Hour
+	maxLeaseBatch          = 10000 // rules[].lease.batch
+	defaultLeaseTTL        = time.Second
+	minLeaseTTL            = 10 * time.Millisecond
+	maxLeaseTTL            = time.Hour
+	defaultMaxCost         = 1_000_000 // rules[].cost.max: caps a cost read from a header
+	maxCostValue           = 1_000_000_000
+	// defaultMaxBody is how many bytes of a body a rule reads for a JSON field when it sets no
+	// max_body: the request body it reserves from, or one response body (or SSE event).
+	defaultMaxBody = 64 << 10
+	maxMaxBody     = 1 << 20
+	maxJSONPath    = 8           // segments of a request_json or response_json path
+	minPenalty     = time.Second // rules[].count_on.penalty
+	maxPenalty     = 24 * time.Hour
+	// maxConcurrency is the largest concurrency limit: a global one is sent as the quota of a
+	// permit descriptor, which the service bounds so.
+	maxConcurrency = wire.MaxConcurrency
 
-// regexProgramSize returns the number of instructions of the compiled program of re, as
-// package regexp builds it (parsed with Perl flags, simplified, compiled).
-func regexProgramSize(re string) (int, error) {
-	parsed, err := syntax.Parse(re, syntax.Perl)
-	if err != nil {
-		return 0, err
-	}
-	prog, err := syntax.Compile(parsed.Simplify())
-	if err != nil {
-		return 0, err
-	}
-	return len(prog.Inst), nil
-}
+	maxRules           = 256
+	maxLimits          = 8 // of a rule, an override, a fallback or an overflow
+	maxKeyParts        = 8
+	maxOverrides       = 100_000
+	maxListItems       = 256 // route_names, hosts, methods, headers of one match; classes, routes of a shedder
+	maxStatusRanges    = 32  // count_on.status
+	maxResponseHeaders = 32  // count_on.headers
+	maxShedders        = 16
+	maxRegexLen        = 1024
+	maxNameLen         = 64 // policy and shedder names, JSON path segments
+	// maxRuleName bounds rules[].name. A rule name is sent as is in every descriptor key (the
+	// compile-time check below fails if the configuration allowed one that wire would hash), so
+	// that the keys the service and the admin name stay readable.
+	maxRuleName     = 64
+	maxBodyLen      = 16 << 10 // response.body
+	maxExtraHeaders = 32       // response.headers
+	maxHeaderValue  = 8 << 10
+	maxTrustedHops  = 64
+	maxJitter       = time.Hour // response.retry_after_jitter
+	minPKSecret     = 16        // response.partition_key_secret, in bytes
+	maxPKSecret     = 256
+	maxErrors       = 32 // errors one ParseConfig reports
 
-// maskBits returns the prefix length set in o, or def when unset. Every value is a prefix
-// length: 0 is refused, since a /0 key puts every client into one bucket (a rule without the
-// client_ip part does that explicitly), and the address length (32 or 128) keeps the whole
-// address.
-func (v *validator) maskBits(path string, o optInt, def, bits int64) int {
-	if !o.Set {
-		return int(def)
-	}
-	if o.Value < 1 || o.Value > bits {
-		v.failf(path, "%d out of range: want a prefix length from 1 to %d (%d keeps the whole address)", o.Value, bits, bits)
-		return int(def)
-	}
-	return int(o.Value)
-}
+	// Default prefix lengths of the client_ip key part. An IPv4 address is what one subscriber
+	// usually gets; an IPv6 subscriber usually gets a whole /64 (RFC 6177, and SLAAC needs one),
+	// so keying on the whole IPv6 address would give one client 2^64 buckets.
+	defaultIPv4Mask = 32
+	defaultIPv6Mask = 64
 
-// pathValue checks a compiled path match: exact and prefix values start with "/" and are
-// already normalized (a value that normalization would change could never match), and
-// ignore_case applies to exact and prefix only.
-func (v *validator) pathValue(path string, m *stringMatch, ignoreCase bool) {
-	switch m.kind {
-	case matchExact, matchPrefix:
-		m.ignoreCase = ignoreCase
-		if !strings.HasPrefix(m.value, "/") {
-			v.failf(path, "%q must start with \"/\"", m.value)
-			return
-		}
-		norm := string(AppendNormalizedPath(nil, m.value))
-		if norm != m.value {
-			v.failf(path, "%q never matches: paths are matched in normalized form; write %q", m.value, norm)
-		}
-	case matchRegex:
-		if ignoreCase {
-			v.failf(path+".ignore_case", "only exact and prefix take ignore_case; start the regex with (?i) instead")
-		}
-	}
-}
+	// maxRegexProgram bounds the size of a compiled regex, counted as the instructions of its
+	// regexp/syntax program (anchors included), like Envoy's re2.max_program_size (100 RE2
+	// instructions by default). Go's instruction count runs somewhat above RE2's for the same
+	// expression, so the bound is 200: "/api/v[0-9]+/(users|orders)/[0-9a-f-]{36}" needs about 70,
+	// while counted repetitions of repetitions, such as ".*(?:.?){1000}" (over 2,000), are refused.
+	// A match costs at most the program size per input byte, and the input is bounded by
+	// maxRegexInput.
+	maxRegexProgram = 200
+)
 
-// checkNormalizedPart reports an override part of a path or host key part that is not written
-// the way the key holds it (normalized path; lower-case host without port and trailing dot):
-// such an override could never match.
-func checkNormalizedPart(idx int, p *keyPart, part string) error {
-	var want string
-	switch p.kind {
-	case keyPath:
-		want = string(AppendNormalizedPath(nil, part))
-	case keyHost:
-		want = strings.ToLower(hostName(part))
-	default:
-		return nil
-	}
-	if want != part {
-		return fmt.Errorf("part %d (%s) %q never matches: the key holds %q", idx+1, p.kind, part, want)
-	}
-	return nil
-}
+// The bounds of what a request makes the rules do, whatever it holds.
+const (
+	// maxPartLen is the longest part value kept verbatim in a key; a longer one is hashed.
+	maxPartLen = 256
+	// maxXFFItem bounds one x-forwarded-for entry or source address worth parsing:
+	// "[" + a full IPv6 literal with an IPv4 tail + "%" + a zone + "]:65535" fits in it.
+	maxXFFItem = 96
+	// maxRegexInput is the longest value, in bytes, a regex is run on. A longer value is not
+	// matched against the regex: the condition holds whatever the regex and invert say, so an
+	// oversized value can make a rule apply but never lets a request escape one. Together with
+	// the program-size bound (maxRegexProgram) it bounds the work of one regex on one value.
+	maxRegexInput = 4096
+)
+
+// A rule name is never hashed in a descriptor key (see maxRuleName): the constant below overflows
+// a uint if the configuration allowed a longer name than wire sends as is.
+const _ uint = wire.MaxRuleBytes - maxRuleName

@@ -11,7 +11,7 @@ import (
 
 // response compiles the response object.
 func (v *validator) response(rj *responseJSON) *Response {
-	r := &Response{Status: DefaultStatus, QuotaHeadersOnAllowed: true, sets: setIETF}
+	r := &Response{Status: defaultStatus, QuotaHeadersOnAllowed: true, sets: setIETF}
 	if rj.Status.Set {
 		if s := rj.Status.Value; s < 400 || s > 599 {
 			v.failf("response.status", "%d out of range: want 400 to 599", s)
@@ -99,7 +99,7 @@ func (v *validator) jitter(s string, r *Response) {
 
 // body compiles response.body and body_format into the text, problem document and gRPC message.
 func (v *validator) body(rj *responseJSON, r *Response) {
-	body := DefaultBody
+	body := defaultBody
 	if rj.Body != nil {
 		body = *rj.Body
 		if len(body) > maxBodyLen {
@@ -120,14 +120,14 @@ func (v *validator) body(rj *responseJSON, r *Response) {
 		r.problemHead = problemHead(problemType, problemTitle, r.Status, detail)
 		r.abnormalHead = problemHead(abnormalType, abnormalTitle, r.Status, detail)
 		if rj.Body == nil {
-			body = strings.TrimSpace(DefaultBody)
+			body = strings.TrimSpace(defaultBody)
 		}
 	default:
 		v.failf("response.body_format", "unknown format %q (want text or problem_json)", rj.BodyFormat)
 	}
 	r.grpcMessage = []byte(strings.TrimRight(body, "\r\n"))
 	if len(r.grpcMessage) == 0 {
-		r.grpcMessage = []byte(strings.TrimSpace(DefaultBody))
+		r.grpcMessage = []byte(strings.TrimSpace(defaultBody))
 	}
 }
 

@@ -23,9 +23,6 @@ import (
 // shadow_limited, never denied. It is a rollout tool, not a security boundary: a client that
 // chooses its key and knows the rule name can find a shadowed one while the rollout lasts.
 
-// MaxConcurrency is the largest concurrency limit accepted.
-const MaxConcurrency = 1_000_000
-
 // concurrencyLimit compiles a limit that sets concurrency into s; it reports problems at
 // the limit's fields.
 func (v *validator) concurrencyLimit(lp string, lj *limitJSON, s *LimitSpec) {
@@ -38,8 +35,8 @@ func (v *validator) concurrencyLimit(lp string, lj *limitJSON, s *LimitSpec) {
 	if lj.Burst.Set {
 		v.failf(lp+".burst", "a concurrency limit takes no burst")
 	}
-	if n := lj.Concurrency.Value; n < 1 || n > MaxConcurrency {
-		v.failf(lp+".concurrency", "%d out of range: want 1 to %d", n, MaxConcurrency)
+	if n := lj.Concurrency.Value; n < 1 || n > maxConcurrency {
+		v.failf(lp+".concurrency", "%d out of range: want 1 to %d", n, maxConcurrency)
 	} else {
 		s.Concurrency = n
 	}

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"bytes"
+	"strings"
 	"time"
 
 	"github.com/meshlimit/meshlimit/algorithms"
@@ -81,6 +82,22 @@ func (r *Rule) limits() []LimitSpec { return r.sets[0].Limits }
 // first (Index 0), then one per override that sets limits, in configuration order. The slice is
 // shared and must not be modified.
 func (r *Rule) LimitSets() []LimitSet { return r.sets }
+
+// Limits returns the set of limits that applies to the key value key (as returned by
+// AppendKey): the set of the override whose value equals key, else the rule's own. unlimited
+// is true when an override declares the key unlimited; set is then nil. The returned set is
+// shared and must not be modified. Limits does not allocate.
+func (r *Rule) Limits(key []byte) (set *LimitSet, unlimited bool) {
+	if len(r.overrides) > 0 {
+		if i, ok := r.overrides[string(key)]; ok {
+			if i < 0 {
+				return nil, true
+			}
+			return &r.sets[i], false
+		}
+	}
+	return &r.sets[0], false
+}
 
 // Fallback returns the limits a global rule applies in the proxy when the service cannot decide,
 // or nil.
@@ -269,21 +286,93 @@ func (e *FieldError) Error() string {
 // ParseConfig decodes, validates and compiles a configuration. Decoding is strict: unknown
 // or duplicate fields, wrong types and trailing data are errors. Every error is a
 // *FieldError naming its field; when there are several, they are joined with errors.Join
-// (one per line), up to 32.
+// (one per line), up to 32. They come in one pass: a value of the wrong shape is reported and
+// left out, the rest of the document is compiled all the same, and compilation's errors that may
+// follow only from what was left out are not reported (see followOn).
 func ParseConfig(data []byte) (*Config, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, &FieldError{Msg: `empty configuration: want a JSON object such as {"rules": [...]} in the WasmPlugin's pluginConfig`}
 	}
 	var doc configJSON
-	if err := decodeStrict(data, &doc); err != nil {
-		return nil, err
+	d := decodeAll(data, &doc)
+	if !d.decoded {
+		return nil, joinErrors(d.errs)
 	}
 	var v validator
 	c := v.config(&doc)
+	errs := d.errs
+	for _, e := range v.errs {
+		if fe, ok := e.(*FieldError); ok && followOn(fe, d.unsure) {
+			continue
+		}
+		if len(errs) < maxErrors {
+			errs = append(errs, e)
+		}
+	}
+	v.errs = errs
 	if err := v.err(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// validator collects field errors while compiling.
+// followOn reports whether compilation's error e may follow only from a value that decoding left
+// out or could not take as written (the paths in unsure, see decoded): e is at such a path, inside
+// it or at an object that holds it (the document itself excepted), or elsewhere in the object
+// that holds it and names it ("only rules with scope global ..." when scope was a number).
+func followOn(e *FieldError, unsure []string) bool {
+	for _, p := range unsure {
+		if p == "" || within(e.Path, p) || (e.Path != "" && within(p, e.Path)) {
+			return true
+		}
+		if parent, field := splitPath(p); parent != "" && within(e.Path, parent) && mentions(e.Msg, field) {
+			return true
+		}
+	}
+	return false
+}
+
+// within reports whether path is base or inside it.
+func within(path, base string) bool {
+	rest, ok := strings.CutPrefix(path, base)
+	return ok && (rest == "" || rest[0] == '.' || rest[0] == '[')
+}
+
+// splitPath splits a field path into the object that holds its field and the field's name, past
+// any indices: "rules[0].key[1]" is "rules[0]" and "key".
+func splitPath(p string) (parent, field string) {
+	for strings.HasSuffix(p, "]") {
+		i := strings.LastIndex(p, "[")
+		if j := strings.LastIndex(p, `["`); j >= 0 && strings.HasSuffix(p, `"]`) {
+			i = j
+		}
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	if i := strings.LastIndexByte(p, '.'); i >= 0 {
+		return p[:i], p[i+1:]
+	}
+	return "", p
+}
+
+// mentions reports whether msg has word as a whole word (not part of a longer name).
+func mentions(msg, word string) bool {
+	isName := func(c byte) bool {
+		return c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+	}
+	for i := 0; word != ""; {
+		j := strings.Index(msg[i:], word)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(word)
+		if (j == 0 || !isName(msg[j-1])) && (end == len(msg) || !isName(msg[end])) {
+			return true
+		}
+		i = j + 1
+	}
+	return false
+}

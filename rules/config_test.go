@@ -205,7 +205,7 @@ func TestParseConfigAppliesDocumentedDefaults(t *testing.T) {
 	assert.True(t, resp.QuotaHeadersOnAllowed)
 	assert.Equal(t, time.Duration(0), resp.RetryAfterJitter)
 	assert.Equal(t, "ietf", resp.headerSetNames())
-	assert.Equal(t, DefaultBody, string(resp.textBody))
+	assert.Equal(t, defaultBody, string(resp.textBody))
 
 	require.Len(t, c.Rules(), 1)
 	r := c.Rules()[0]
@@ -214,7 +214,7 @@ func TestParseConfigAppliesDocumentedDefaults(t *testing.T) {
 	assert.Equal(t, ScopeLocal, r.Scope)
 	assert.False(t, r.Shadow)
 	assert.Empty(t, r.ShadowHeader)
-	assert.Equal(t, DefaultMaxKeys, r.MaxKeys)
+	assert.Equal(t, defaultMaxKeys, r.MaxKeys)
 	assert.Equal(t, FailAllow, r.FailureMode)
 	assert.Equal(t, MissingKeySkip, r.MissingKey)
 	limits, unlimited := specs(r.Limits(nil))

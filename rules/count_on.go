@@ -8,16 +8,6 @@ import (
 	"github.com/meshlimit/meshlimit/algorithms"
 )
 
-// Bounds of rules[].count_on. docs/configuration.md must agree with them.
-const (
-	// MinPenalty and MaxPenalty bound count_on.penalty.
-	MinPenalty = time.Second
-	MaxPenalty = 24 * time.Hour
-	// maxStatusRanges bounds count_on.status; maxResponseHeaders bounds count_on.headers.
-	maxStatusRanges    = 32
-	maxResponseHeaders = 32
-)
-
 // countOnJSON is rules[].count_on: the rule charges a request only when its response matches.
 type countOnJSON struct {
 	// Status lists the response statuses that count: "401", a class "5xx", or a range
@@ -104,7 +94,7 @@ func (v *validator) countOn(path string, cj *countOnJSON, r *Rule) {
 		switch {
 		case err != nil:
 			v.failf(path+".penalty", "%v", err)
-		case d < MinPenalty || d > MaxPenalty:
+		case d < minPenalty || d > maxPenalty:
 			v.failf(path+".penalty", "%s out of range: want 1s to 24h", cj.Penalty)
 		default:
 			c.Penalty = d

@@ -5,51 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
-)
-
-// Defaults and bounds of the configuration. docs/configuration.md is the user-facing
-// reference; it must agree with these.
-const (
-	// DefaultMaxKeys is the number of distinct key values a rule keeps state for when
-	// neither the rule nor the top level sets max_keys.
-	DefaultMaxKeys = 10000
-	// MaxMaxKeys is the largest max_keys accepted (2^20).
-	MaxMaxKeys = 1 << 20
-	// DefaultStatus is the status of a denied request.
-	DefaultStatus = 429
-	// DefaultBody is the text body of a denied request when none is configured.
-	DefaultBody = "rate limit exceeded\n"
-	// DefaultGlobalTimeout bounds a call to the global service (as Envoy's ratelimit filter).
-	DefaultGlobalTimeout = 20 * time.Millisecond
-	// DefaultGlobalPath is the path of the global service's decision endpoint.
-	DefaultGlobalPath = "/v1/check"
-	// DefaultBreakerFailures is how many consecutive failed calls open the circuit breaker.
-	DefaultBreakerFailures = 5
-	// DefaultBreakerCooldown is how long an open breaker stops calling before it probes.
-	DefaultBreakerCooldown = 5 * time.Second
-	// DefaultResetPoll is how often a proxy reads the service's reset log.
-	DefaultResetPoll = time.Second
-	// DefaultMaxCost caps a cost read from a header when the rule sets no max.
-	DefaultMaxCost = 1_000_000
-
-	maxRules        = 256
-	maxLimits       = 8
-	maxKeyParts     = 8
-	maxOverrides    = 100_000
-	maxListItems    = 256 // route_names, hosts, methods, headers of one match
-	maxRegexLen     = 1024
-	maxNameLen      = 64
-	maxBodyLen      = 16 << 10
-	maxExtraHeaders = 32
-	maxHeaderValue  = 8 << 10
-	maxTrustedHops  = 64
-	maxCostValue    = 1_000_000_000
-	maxJitter       = time.Hour
-	minPKSecret     = 16
-	maxPKSecret     = 256
-	maxGlobalTime   = time.Minute
-	maxErrors       = 32
 )
 
 // configJSON is the document: the pluginConfig of the WasmPlugin, as JSON.
@@ -62,7 +17,7 @@ type configJSON struct {
 	Enforce *bool `json:"enforce"`
 	// Response shapes denied responses and the quota headers.
 	Response responseJSON `json:"response"`
-	// MaxKeys is the default of rules[].max_keys. Default DefaultMaxKeys.
+	// MaxKeys is the default of rules[].max_keys. Default defaultMaxKeys.
 	MaxKeys optInt `json:"max_keys"`
 	// LogLevel is the least severe level the plugin logs: "trace", "debug", "info",
 	// "warn", "error" or "critical". Default "info".
@@ -209,7 +164,7 @@ type limitJSON struct {
 	// Concurrency is set.
 	Rate string `json:"rate"`
 	// Concurrency, instead of Rate, limits the requests of a key in flight at once, 1 to
-	// MaxConcurrency (see concurrency.go).
+	// maxConcurrency (see concurrency.go).
 	Concurrency optInt `json:"concurrency"`
 	// Algorithm is "token_bucket", "leaky_bucket", "fixed_window", "sliding_log" or
 	// "sliding_window". Default "token_bucket".
@@ -228,11 +183,11 @@ type costJSON struct {
 type costObjectJSON struct {
 	Header  string `json:"header"`  // required
 	Default optInt `json:"default"` // cost when the header is missing or invalid; default 1
-	Max     optInt `json:"max"`     // larger values are charged max; default DefaultMaxCost
+	Max     optInt `json:"max"`     // larger values are charged max; default defaultMaxCost
 	// RequestJSON, RequestBytes, MaxBody and Settle reserve a cost and settle it (settle.go).
 	RequestJSON  string      `json:"request_json"`  // dotted path of a request body field
 	RequestBytes bool        `json:"request_bytes"` // the request body bytes
-	MaxBody      optInt      `json:"max_body"`      // bytes of a body read; default DefaultMaxBody
+	MaxBody      optInt      `json:"max_body"`      // bytes of a body read; default defaultMaxBody
 	Settle       *settleJSON `json:"settle"`
 }
 
@@ -250,7 +205,7 @@ type responseJSON struct {
 	// Status of a denied request, 400 to 599. Default 429.
 	Status optInt `json:"status"`
 	// Body of a denied request: the text body, or the problem's "detail" member.
-	// Default DefaultBody for "text", no detail for "problem_json".
+	// Default defaultBody for "text", no detail for "problem_json".
 	Body *string `json:"body"`
 	// BodyFormat is "text" (text/plain) or "problem_json" (RFC 9457
 	// application/problem+json, type quota-exceeded). Default "text".

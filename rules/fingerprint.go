@@ -10,6 +10,8 @@ import (
 	"github.com/meshlimit/meshlimit/internal/fnv"
 )
 
+// limitFingerprint hashes one limit's canonical form: algorithm, quota, window and the
+// effective burst (an unset burst and a burst equal to the quota hash alike).
 func limitFingerprint(l algorithms.Limit) uint64 { return addLimit(fnv.Offset64, l) }
 
 func addLimit(h uint64, l algorithms.Limit) uint64 {

@@ -91,7 +91,7 @@ func checkCompiled(t *testing.T, c *Config) {
 		t.Fatalf("status %d", c.Response.Status)
 	}
 	for _, r := range c.Rules() {
-		if !ruleNameRE.MatchString(r.Name) || r.MaxKeys < 1 || r.MaxKeys > MaxMaxKeys {
+		if !ruleNameRE.MatchString(r.Name) || r.MaxKeys < 1 || r.MaxKeys > maxMaxKeys {
 			t.Fatalf("rule %q: max_keys %d", r.Name, r.MaxKeys)
 		}
 		var lists [][]LimitSpec
@@ -112,7 +112,7 @@ func checkCompiled(t *testing.T, c *Config) {
 			}
 			for _, l := range list {
 				if l.Concurrency != 0 { // a concurrency limit has no algorithm
-					if l.Concurrency < 1 || l.Concurrency > MaxConcurrency || len(list) != 1 || r.Concurrency() == nil {
+					if l.Concurrency < 1 || l.Concurrency > maxConcurrency || len(list) != 1 || r.Concurrency() == nil {
 						t.Fatalf("rule %s: concurrency %d among %d limits", r.Name, l.Concurrency, len(list))
 					}
 				} else if err := l.Limit.Validate(); err != nil {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 // globalRules returns a configuration of n global rules with k limits each.
@@ -53,24 +55,65 @@ func TestOnlyRulesThatAskTheServiceCountTowardsItsBound(t *testing.T) {
 	}
 }
 
-// TestAPluginNameThatMakesDescriptorKeysTooLongIsRefusedAtStart: the plugin name prefixes every
-// descriptor key and is only known at plugin start (the plugin_name property).
-func TestAPluginNameThatMakesDescriptorKeysTooLongIsRefusedAtStart(t *testing.T) {
-	c := mustParse(t, globalRules(1, 1))
-	assert.NoError(t, c.CheckPluginName("istio-system.meshlimit"))
-	long := strings.Repeat("p", 300)
-	err := c.CheckPluginName(long)
-	require.Error(t, err)
-	errs := fieldErrors(t, err)
-	assert.Equal(t, "rules[0].name", errs[0].Path)
-	assert.Contains(t, errs[0].Msg, "the decision service accepts 512")
+// longRuleNames is globalRules with rule names of 64 bytes, the longest the configuration allows, so
+// that its descriptor keys are the longest the plugin name can lengthen.
+func longRuleNames(n, k int) string {
+	doc := globalRules(n, k)
+	for i := range n {
+		long := fmt.Sprintf("r%d-%s", i, strings.Repeat("x", 64))[:64]
+		doc = strings.ReplaceAll(doc, fmt.Sprintf(`"name":"r%d"`, i), fmt.Sprintf(`"name":%q`, long))
+	}
+	return doc
+}
 
-	limit := ServiceMaxKeyBytes - c.Rules()[0].maxDescriptorKey(0)
-	assert.NoError(t, c.CheckPluginName(strings.Repeat("p", limit)), "the longest name that fits")
-	assert.Error(t, c.CheckPluginName(strings.Repeat("p", limit+1)))
-	assert.Error(t, c.CheckPluginName("bad\x00name"), "the service refuses control characters in keys")
-	assert.Error(t, c.CheckPluginName("bad\xffname"), "and keys that are not UTF-8")
-
+// TestALongPluginNameIsAcceptedAtStartBecauseTheEncoderHashesIt is finding 8 of issue 21: the plugin
+// name prefixes every descriptor key and is only known at plugin start (the plugin_name property).
+// The encoder sends a plugin part longer than wire.MaxPluginBytes hashed, so no name makes a key too
+// long: a 200-byte name was refused ("descriptor keys reach 532 bytes") although its keys are of 218
+// bytes at most, and Istio's "<namespace>.<name>" (a namespace of up to 63 bytes, a WasmPlugin name
+// of up to 253) reaches that.
+func TestALongPluginNameIsAcceptedAtStartBecauseTheEncoderHashesIt(t *testing.T) {
+	c := mustParse(t, longRuleNames(2, 8))
+	for _, name := range []string{
+		"istio-system.meshlimit",
+		strings.Repeat("p", 200),
+		strings.Repeat("n", 63) + "." + strings.Repeat("w", 64),  // 128 bytes: the longest sent as is
+		strings.Repeat("n", 63) + "." + strings.Repeat("w", 65),  // 129: the shortest sent hashed
+		strings.Repeat("n", 63) + "." + strings.Repeat("w", 253), // the longest Istio name
+	} {
+		assert.NoError(t, c.CheckPluginName(name), "a plugin name of %d bytes", len(name))
+	}
 	local := mustParse(t, `{"rules":[{"name":"l","limits":[{"rate":"1/s"}]}]}`)
-	assert.NoError(t, local.CheckPluginName(long), "without global rules the name is never sent")
+	assert.NoError(t, local.CheckPluginName(strings.Repeat("p", 300)), "without global rules the name is never sent")
+}
+
+// TestAPluginNameIsRefusedExactlyWhenTheServiceRefusesTheKeysItPrefixes: whatever the plugin name,
+// CheckPluginName accepts it when the service accepts the longest descriptor key the filter sends
+// with it (its longest fingerprint, the longest key value sent as is), and refuses it otherwise: the
+// request is written with the filter's encoder and read with the service's decoder.
+func TestAPluginNameIsRefusedExactlyWhenTheServiceRefusesTheKeysItPrefixes(t *testing.T) {
+	c := mustParse(t, longRuleNames(2, 8))
+	var names []string
+	for n := 0; n <= 600; n += 25 {
+		names = append(names, strings.Repeat("p", n))
+	}
+	names = append(names, "bad\x00name", "bad\xffname", "tab\tname", "\u0085", `quote"and\backslash`, "é"+strings.Repeat("e", 127))
+	for _, name := range names {
+		refused := false
+		for _, r := range c.Rules() {
+			var fp uint64
+			for _, set := range r.LimitSets() {
+				for _, l := range set.Limits {
+					fp = max(fp, l.Fingerprint)
+				}
+			}
+			l := r.LimitSets()[0].Limits[0]
+			k := wire.Key{Plugin: name, Rule: r.Name, Fingerprint: fp, Value: strings.Repeat("v", wire.MaxValueBytes)}
+			body := wire.AppendRequestEnd(wire.AppendDescriptor(wire.AppendRequestStart(nil), 0, k, l.Limit, 1))
+			var req wire.Request
+			refused = refused || wire.DecodeRequest(body, wire.DecodeOptions{}, &req) != nil
+		}
+		err := c.CheckPluginName(name)
+		assert.Equal(t, refused, err != nil, "a plugin name of %d bytes, %.20q: %v", len(name), name, err)
+	}
 }

@@ -210,14 +210,14 @@ func TestTheCatastrophicRegexIsRefusedAtStartNamingItsField(t *testing.T) {
 }
 
 func TestARegexSeesAtMostMaxRegexInputBytesAndAnOversizedValueNeverEscapes(t *testing.T) {
-	long := strings.Repeat("a", MaxRegexInput+1)
+	long := strings.Repeat("a", maxRegexInput+1)
 	for _, invert := range []bool{false, true} {
 		r := ruleOf(t, fmt.Sprintf(`{"name": "r", "limits": [{"rate": "1/s"}], "match": {"headers": [{"name": "x-a", "regex": "b+", "invert": %t}]}}`, invert))
 		assert.True(t, r.Matches(&fakeRequest{headers: map[string]string{"x-a": long}}), "invert %t: the rule applies", invert)
 	}
 	r := ruleOf(t, `{"name": "r", "limits": [{"rate": "1/s"}], "match": {"path": {"regex": "/b+"}}}`)
 	assert.True(t, r.Matches(&fakeRequest{path: "/" + long}))
-	assert.False(t, r.Matches(&fakeRequest{path: "/" + long[:MaxRegexInput-1]}), "within the bound the regex decides")
+	assert.False(t, r.Matches(&fakeRequest{path: "/" + long[:maxRegexInput-1]}), "within the bound the regex decides")
 }
 
 func TestAppendNormalizedPath(t *testing.T) {

@@ -44,7 +44,7 @@ func TestThePlainIPv4ShortcutKeysEveryAddressAsNetipDoes(t *testing.T) {
 }
 
 func TestAPlainIPv4KeyedWholeIsCopiedAsItCame(t *testing.T) {
-	p := &keyPart{kind: keyClientIP, v4Bits: DefaultIPv4Mask, v6Bits: DefaultIPv6Mask}
+	p := &keyPart{kind: keyClientIP, v4Bits: defaultIPv4Mask, v6Bits: defaultIPv6Mask}
 	got, st := p.appendClientIP([]byte("k|"), &fakeRequest{source: "203.0.113.77:51234"})
 	require.Equal(t, KeyFound, st)
 	assert.Equal(t, "k|203.0.113.77", string(got))
@@ -53,13 +53,13 @@ func TestAPlainIPv4KeyedWholeIsCopiedAsItCame(t *testing.T) {
 func TestALeadingZeroIPv4IsNotAClientAddress(t *testing.T) {
 	// netip refuses leading zeros (they read as octal elsewhere): "010.0.0.1" must not become a
 	// bucket of its own next to "10.0.0.1" nor share it.
-	p := &keyPart{kind: keyClientIP, v4Bits: DefaultIPv4Mask, v6Bits: DefaultIPv6Mask}
+	p := &keyPart{kind: keyClientIP, v4Bits: defaultIPv4Mask, v6Bits: defaultIPv6Mask}
 	_, st := p.appendClientIP(nil, &fakeRequest{source: "010.0.0.1"})
 	assert.Equal(t, KeySkip, st)
 }
 
 func TestThePlainIPv4ShortcutDoesNotAllocate(t *testing.T) {
-	p := &keyPart{kind: keyClientIP, v4Bits: DefaultIPv4Mask, v6Bits: DefaultIPv6Mask}
+	p := &keyPart{kind: keyClientIP, v4Bits: defaultIPv4Mask, v6Bits: defaultIPv6Mask}
 	req := &fakeRequest{source: "203.0.113.77:51234"}
 	buf := make([]byte, 0, 64)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { buf, _ = p.appendClientIP(buf[:0], req) }))

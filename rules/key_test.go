@@ -407,12 +407,12 @@ func TestCost(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(3), got)
 	})
-	t.Run("a header cost defaults to 1 and max to DefaultMaxCost", func(t *testing.T) {
+	t.Run("a header cost defaults to 1 and max to defaultMaxCost", func(t *testing.T) {
 		r := ruleOf(t, `{"name": "r", "limits": [{"rate": "100/s"}], "cost": {"header": "x-cost"}}`)
 		got, _ := r.Cost(&fakeRequest{})
 		assert.Equal(t, int64(1), got)
 		got, _ = r.Cost(&fakeRequest{headers: map[string]string{"x-cost": "999999999"}})
-		assert.Equal(t, int64(DefaultMaxCost), got)
+		assert.Equal(t, int64(defaultMaxCost), got)
 	})
 }
 

@@ -66,12 +66,6 @@ const (
 	matchPresent // header only: present (or, with absent, missing)
 )
 
-// MaxRegexInput is the longest value, in bytes, a regex is run on. A longer value is not
-// matched against the regex: the condition holds whatever the regex and invert say, so an
-// oversized value can make a rule apply but never lets a request escape one. Together with
-// the program-size bound (MaxRegexProgram) it bounds the work of one regex on one value.
-const MaxRegexInput = 4096
-
 // stringMatch is one exact, prefix or regular-expression comparison.
 type stringMatch struct {
 	kind       stringKind
@@ -81,7 +75,7 @@ type stringMatch struct {
 }
 
 // matches reports whether s satisfies m. tooLong is true, and matched false, when m is a regex
-// and s is longer than MaxRegexInput, so the regex was not run.
+// and s is longer than maxRegexInput, so the regex was not run.
 func (m *stringMatch) matches(s string) (matched, tooLong bool) {
 	switch m.kind {
 	case matchExact:
@@ -95,7 +89,7 @@ func (m *stringMatch) matches(s string) (matched, tooLong bool) {
 		}
 		return strings.HasPrefix(s, m.value), false
 	case matchRegex:
-		if len(s) > MaxRegexInput {
+		if len(s) > maxRegexInput {
 			return false, true
 		}
 		return m.re.MatchString(s), false

@@ -1,15 +1,11 @@
 package rules
 
 import (
-	"encoding/base64"
-	"encoding/binary"
-	"math/bits"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/meshlimit/meshlimit/algorithms"
-	"github.com/meshlimit/meshlimit/internal/siphash"
+	"github.com/meshlimit/meshlimit/internal/sfv"
 )
 
 // Header field names, lower-case as HTTP/2 and the proxy-wasm host use them.
@@ -39,8 +35,6 @@ const (
 	// uses it for a key in a count_on penalty box.
 	abnormalType  = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
 	abnormalTitle = "Request not satisfied due to detection of abnormal request pattern"
-	// maxSFInteger is the largest RFC 9651 Integer.
-	maxSFInteger = 999_999_999_999_999
 )
 
 // headerSet is a bit set of quota header dialects.
@@ -140,54 +134,6 @@ type Outcome struct {
 	Abnormal bool
 }
 
-// PartitionKey is the pk parameter of a RateLimit-Policy or RateLimit member: 8 bytes of a keyed
-// hash of a rule's key value, never the value itself. The zero value is "no pk".
-type PartitionKey struct {
-	sum [8]byte
-	set bool
-}
-
-// Partition returns the partition key of the key value key of rule: when response.partition_key
-// is on, the first 8 bytes (big-endian) of SipHash-2-4 of the rule's fingerprint followed by key,
-// keyed with response.partition_key_secret; otherwise the zero PartitionKey. Key values are often
-// client identities (an IP address, an API key, a user), which the response must not disclose to
-// whoever reads it on the way (caches, logs, browser scripts): a keyed hash names the partition
-// without revealing it, and without the secret nobody can confirm a guessed value, even for a
-// low-entropy key such as an IPv4 address (2^32 guesses). The fingerprint makes the pk of one key
-// differ between rules, and change when a rule's limits change (when its counters start afresh).
-// The same key gets the same pk on every worker and every proxy with the same configuration.
-// Partition does not allocate.
-func (r *Response) Partition(rule *Rule, key []byte) PartitionKey {
-	if !r.partitionKey || rule == nil { // inlined at the caller: no call when partition_key is off
-		return PartitionKey{}
-	}
-	return r.partition(rule, key)
-}
-
-func (r *Response) partition(rule *Rule, key []byte) PartitionKey {
-	pk := PartitionKey{set: true}
-	binary.BigEndian.PutUint64(pk.sum[:], siphash.Sum64(r.pkKey[0], r.pkKey[1], rule.fingerprint, key))
-	return pk
-}
-
-// PartitionString is Partition for a key held as a string.
-func (r *Response) PartitionString(rule *Rule, key string) PartitionKey {
-	if !r.partitionKey || rule == nil {
-		return PartitionKey{}
-	}
-	return r.Partition(rule, unsafe.Slice(unsafe.StringData(key), len(key))) // read only
-}
-
-// appendPK appends ";pk=:<base64>:" when pk is set.
-func appendPK(buf []byte, pk *PartitionKey) []byte {
-	if !pk.set {
-		return buf
-	}
-	buf = append(buf, ";pk=:"...)
-	buf = base64.StdEncoding.AppendEncode(buf, pk.sum[:])
-	return append(buf, ':')
-}
-
 // LocalResponse is a rendered denied response, for proxywasm.SendHttpResponse (status,
 // headers, body, gRPC status). Its slices are reused across calls to Deny.
 type LocalResponse struct {
@@ -283,7 +229,7 @@ func (r *Response) appendRetryAfter(dst []Field, buf []byte, outcomes []Outcome,
 		retry += int64(random % uint64(r.jitterSecond+1))
 	}
 	start := len(buf)
-	buf = appendDecimal(buf, min(retry, maxSFInteger))
+	buf = sfv.AppendInteger(buf, retry)
 	return append(dst, Field{HeaderRetryAfter, buf[start:]}), buf
 }
 
@@ -318,223 +264,6 @@ func (r *Response) appendProblem(buf []byte, outcomes []Outcome) []byte {
 	return append(buf, '}')
 }
 
-// appendQuota appends the enabled quota header sets for sorted outcomes.
-func (r *Response) appendQuota(dst []Field, buf []byte, outcomes []Outcome) ([]Field, []byte) {
-	if len(outcomes) == 0 {
-		return dst, buf
-	}
-	if r.sets&setIETF != 0 {
-		if l := outcomes[0].Limit; len(outcomes) == 1 && l.policy != nil && !outcomes[0].Partition.set {
-			dst = append(dst, Field{HeaderRateLimitPolicy, l.policy}) // rendered at compile: no copy
-		} else {
-			start := len(buf)
-			for i := range outcomes {
-				if i > 0 {
-					buf = append(buf, ", "...)
-				}
-				buf = outcomes[i].Limit.appendPolicy(buf)
-				buf = appendPK(buf, &outcomes[i].Partition)
-			}
-			dst = append(dst, Field{HeaderRateLimitPolicy, buf[start:]})
-		}
-		start := len(buf)
-		for i := range outcomes {
-			if i > 0 {
-				buf = append(buf, ", "...)
-			}
-			d := &outcomes[i].Decision
-			if l := outcomes[i].Limit; l.policy != nil {
-				buf = append(buf, l.policy[:l.sfName]...)
-			} else {
-				buf = appendSFString(buf, l.Name)
-			}
-			buf = append(buf, ";r="...)
-			buf = appendDecimal(buf, clampSF(d.Remaining))
-			// A concurrency limit has no t: when a permit comes back depends on requests in
-			// flight, not on a clock.
-			if outcomes[i].Limit.Concurrency == 0 {
-				buf = append(buf, ";t="...)
-				buf = appendDecimal(buf, resetSeconds(&outcomes[i]))
-			}
-			buf = appendPK(buf, &outcomes[i].Partition)
-		}
-		dst = append(dst, Field{HeaderRateLimit, buf[start:]})
-	}
-	if r.sets&setDraft03 != 0 {
-		start := len(buf)
-		buf = appendDecimal(buf, clampSF(outcomes[0].Limit.Limit.Quota))
-		for i := range outcomes {
-			l := outcomes[i].Limit
-			buf = append(buf, ", "...)
-			buf = appendDecimal(buf, clampSF(l.Limit.Quota))
-			buf = append(buf, ";w="...)
-			buf = appendDecimal(buf, windowSeconds(l.Limit.Window))
-			buf = append(buf, ";name="...)
-			buf = appendSFString(buf, l.Name)
-		}
-		dst = append(dst, Field{HeaderXRateLimitLimit, buf[start:]})
-		start = len(buf)
-		buf = appendDecimal(buf, clampSF(outcomes[0].Decision.Remaining))
-		dst = append(dst, Field{HeaderXRateLimitRemaining, buf[start:]})
-		start = len(buf)
-		buf = appendDecimal(buf, resetSeconds(&outcomes[0]))
-		dst = append(dst, Field{HeaderXRateLimitReset, buf[start:]})
-	}
-	return dst, buf
-}
-
-// renderPolicies renders the RateLimit-Policy member of every limit of the configuration once, at
-// the end of its compilation (nothing changes a LimitSpec afterwards), for appendQuota to copy.
-func (c *Config) renderPolicies() {
-	render := func(set *LimitSet) {
-		for i := range set.Limits {
-			l := &set.Limits[i]
-			l.policy = appendSFString(nil, l.Name)
-			l.sfName = len(l.policy)
-			l.policy = appendPolicyParams(l.policy, l)
-		}
-	}
-	for _, r := range c.rules {
-		for i := range r.sets {
-			render(&r.sets[i])
-		}
-		for _, set := range []*LimitSet{r.overflow, r.fallback} {
-			if set != nil {
-				render(set)
-			}
-		}
-	}
-}
-
-// appendPolicy appends the limit's RateLimit-Policy member: the one rendered with its configuration,
-// or (for a LimitSpec built by hand) a fresh rendering.
-func (l *LimitSpec) appendPolicy(buf []byte) []byte {
-	if l.policy != nil {
-		return append(buf, l.policy...)
-	}
-	return appendPolicyParams(appendSFString(buf, l.Name), l)
-}
-
-// appendPolicyParams appends the parameters of a RateLimit-Policy member: the quota, the window of a
-// rate limit, and always the quota unit (requests, content-bytes or concurrent-requests), although
-// the draft makes "requests" the default, so that a client never has to know the default.
-func appendPolicyParams(buf []byte, l *LimitSpec) []byte {
-	if c := l.Concurrency; c > 0 { // no window: a permit lasts as long as its request
-		buf = append(buf, ";q="...)
-		buf = appendDecimal(buf, clampSF(c))
-		return append(buf, `;qu="concurrent-requests"`...)
-	}
-	buf = append(buf, ";q="...)
-	buf = appendDecimal(buf, clampSF(l.Limit.Quota))
-	buf = append(buf, ";w="...)
-	buf = appendDecimal(buf, windowSeconds(l.Limit.Window))
-	if l.ContentBytes {
-		return append(buf, `;qu="content-bytes"`...)
-	}
-	return append(buf, `;qu="requests"`...)
-}
-
-// sortOutcomes orders outcomes most restrictive first (see Response). It is an
-// insertion sort: stable, allocation-free, and the lists are short. A single outcome (the
-// common case) costs no call.
-func sortOutcomes(o []Outcome) {
-	if len(o) > 1 {
-		insertionSort(o)
-	}
-}
-
-func insertionSort(o []Outcome) {
-	for i := 1; i < len(o); i++ {
-		for j := i; j > 0 && moreRestrictive(&o[j], &o[j-1]); j-- {
-			o[j], o[j-1] = o[j-1], o[j]
-		}
-	}
-}
-
-func moreRestrictive(a, b *Outcome) bool {
-	da, db := &a.Decision, &b.Decision
-	if da.Allowed != db.Allowed {
-		return !da.Allowed
-	}
-	if !da.Allowed {
-		return da.RetryAfter > db.RetryAfter
-	}
-	if da.Remaining != db.Remaining {
-		return da.Remaining < db.Remaining
-	}
-	return da.Reset > db.Reset
-}
-
-// appendSFString appends s as an RFC 9651 sf-string. Policy names never need escaping,
-// but the function escapes '"' and '\' and drops bytes outside printable ASCII, so its
-// output is always a valid sf-string.
-func appendSFString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c >= 0x20 && c < 0x7f:
-			dst = append(dst, c)
-		}
-	}
-	return append(dst, '"')
-}
-
-// ceilSeconds returns d in whole seconds, rounded up, clamped to [0, maxSFInteger].
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return min(s, maxSFInteger)
-}
-
-func windowSeconds(w time.Duration) int64 { return max(ceilSeconds(w), 1) }
-
-// retrySeconds is the wait a denied decision reports: RetryAfter rounded up, at least 1.
-func retrySeconds(d *algorithms.Decision) int64 { return max(ceilSeconds(d.RetryAfter), 1) }
-
-// resetSeconds is the t parameter of an outcome (see Response).
-func resetSeconds(o *Outcome) int64 {
-	d := &o.Decision
-	if !d.Allowed && d.RetryAfter != algorithms.RetryNever {
-		return retrySeconds(d)
-	}
-	return ceilSeconds(untilMoreQuota(&o.Limit.Limit, d))
-}
-
-// untilMoreQuota is the time until the remaining quota of l, as d reports it, grows: 0 when nothing
-// is used. For the buckets, with m units missing, the bucket is full after d.Reset and each unit takes
-// Window/Quota, so the first of them is back after d.Reset − (m−1)×Window/Quota. For the fixed window
-// every unit comes back at the window's end (d.Reset). The sliding algorithms' decisions carry only
-// d.Reset, an upper bound.
-func untilMoreQuota(l *algorithms.Limit, d *algorithms.Decision) time.Duration {
-	c := l.Capacity()
-	if d.Reset <= 0 || d.Remaining >= c {
-		return 0
-	}
-	if l.Kind != algorithms.TokenBucket && l.Kind != algorithms.LeakyBucket || l.Quota <= 0 || l.Window <= 0 {
-		return d.Reset
-	}
-	m := c - max(d.Remaining, 0) // 1 <= m <= c
-	hi, lo := bits.Mul64(uint64(m-1), uint64(l.Window))
-	if hi >= uint64(l.Quota) {
-		return d.Reset // cannot happen for a valid limit: (m−1)×Window/Quota < Capacity×Window/Quota
-	}
-	refill, _ := bits.Div64(hi, lo, uint64(l.Quota))
-	if refill >= uint64(d.Reset) {
-		return time.Nanosecond // d.Reset is rounded up to a microsecond: the unit is due at once
-	}
-	return d.Reset - time.Duration(refill)
-}
-
-func clampSF(n int64) int64 { return min(max(n, 0), maxSFInteger) }
-
 // headerSetNames renders the enabled sets for the summary.
 func (r *Response) headerSetNames() string {
 	switch r.sets {
@@ -552,46 +281,4 @@ func (r *Response) headerSetNames() string {
 var reservedHeaders = []string{
 	HeaderRateLimitPolicy, HeaderRateLimit, HeaderRetryAfter, HeaderXRateLimitLimit,
 	HeaderXRateLimitRemaining, HeaderXRateLimitReset, "content-length", "grpc-status", "grpc-message",
-}
-
-// Pairs converts fields to the [][2]string form of proxywasm.SendHttpResponse, appending to
-// dst. It copies all values into one string, so it allocates once however many fields
-// there are.
-func Pairs(dst [][2]string, fields []Field) [][2]string {
-	n := 0
-	for _, f := range fields {
-		n += len(f.Value)
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, f := range fields {
-		b.Write(f.Value)
-	}
-	all := b.String()
-	off := 0
-	for _, f := range fields {
-		dst = append(dst, [2]string{f.Name, all[off : off+len(f.Value)]})
-		off += len(f.Value)
-	}
-	return dst
-}
-
-// appendDecimal appends n in decimal, as strconv.AppendInt(dst, n, 10) does, with a loop small
-// enough that rendering the quota headers of every response runs little code.
-func appendDecimal(dst []byte, n int64) []byte {
-	u := uint64(n)
-	if n < 0 {
-		dst = append(dst, '-')
-		u = -u
-	}
-	var b [20]byte
-	i := len(b)
-	for u >= 10 {
-		i--
-		b[i] = byte('0' + u%10)
-		u /= 10
-	}
-	i--
-	b[i] = byte('0' + u)
-	return append(dst, b[i:]...)
 }

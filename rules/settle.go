@@ -1,6 +1,18 @@
 package rules
 
-import "strings"
+import (
+	"errors"
+	"strings"
+
+	"github.com/meshlimit/meshlimit/rules/body"
+)
+
+// Errors of a body a settling rule reads besides body's. The filter counts them; each leaves the
+// reservation as it is (a request reserves its default).
+var (
+	errBodyTooLarge = errors.New("the body is larger than max_body")
+	errNotPositive  = errors.New("the field is not a positive integer")
+)
 
 // Reserve, then settle. A rule's cost may be known only once the answer is: the tokens an LLM
 // used, the bytes a download sent. Such a rule reserves an estimate when the request is decided
@@ -11,16 +23,6 @@ import "strings"
 // refunded or charged (algorithms.Limit.Adjust). Requests in flight together are admitted only
 // while their reservations fit, so they overshoot the limit by at most what they use beyond their
 // reservations, and that is charged afterwards (the key waits).
-
-// Bounds of settling.
-const (
-	// DefaultMaxBody is how many bytes of a body a rule reads for a JSON field when it sets no
-	// max_body: the request body it reserves from, or one response body (or SSE event).
-	DefaultMaxBody = 64 << 10
-	// MaxMaxBody is the largest max_body accepted.
-	MaxMaxBody  = 1 << 20
-	maxJSONPath = 8
-)
 
 // settleJSON is rules[].cost.settle: exactly one of response_header, response_json and body_bytes.
 type settleJSON struct {
@@ -94,13 +96,13 @@ func (r *Rule) ReservesFromBody() bool {
 // MaxBody is how many bytes of a body the rule reads for a JSON field.
 func (r *Rule) MaxBody() int {
 	if r.cost.reserve == nil {
-		return DefaultMaxBody
+		return defaultMaxBody
 	}
 	return r.cost.reserve.maxBody
 }
 
-// CountsBytes reports whether the rule's cost is body bytes.
-func (r *Rule) CountsBytes() bool { return r.cost.reserve != nil && r.cost.reserve.bytes }
+// countsBytes reports whether the rule's cost is body bytes.
+func (r *Rule) countsBytes() bool { return r.cost.reserve != nil && r.cost.reserve.bytes }
 
 // BodyCost returns the reservation of a rule that ReservesFromBody, read from the request body:
 // the integer at the rule's JSON path, at most max. The configured default is reserved, and a
@@ -113,29 +115,29 @@ func (r *Rule) CountsBytes() bool { return r.cost.reserve != nil && r.cost.reser
 // take it for "no limit") counts as the default, or as the value a lenient parser reads in it when
 // that is higher (1e3 and 1000.0 and "1000" reserve 1000, 999.5 reserves 1000, a number too large
 // reserves max); the body may be in UTF-16 or UTF-32 or start with a byte order mark, and the
-// member's name may be in any case (see JSONInt). A body nested deeper than this reader goes (10000
+// member's name may be in any case (see body.JSONInt). A body nested deeper than this reader goes (10000
 // levels, which no client needs) reserves max.
-func (r *Rule) BodyCost(body []byte, complete bool) (int64, error) {
+func (r *Rule) BodyCost(doc []byte, complete bool) (int64, error) {
 	c := &r.cost
 	if !complete {
 		return c.def, errBodyTooLarge
 	}
-	rd, err := readJSON(body, c.reserve.requestJSON)
+	rd, err := body.Read(doc, c.reserve.requestJSON)
 	switch {
-	case err == errTooDeep: // another parser may read what this one cannot: the most
+	case err == body.ErrTooDeep: // another parser may read what this one cannot: the most
 		return c.max, err
 	case err != nil:
 		return c.def, err
-	case !rd.found:
-		return c.def, ErrNoField
-	case rd.plain && !rd.zero:
-		return min(rd.n, c.max), nil
+	case !rd.Found:
+		return c.def, body.ErrNoField
+	case rd.Plain && !rd.Zero:
+		return min(rd.N, c.max), nil
 	}
-	n := max(rd.n, rd.lenient, c.def)
-	if rd.plain {
+	n := max(rd.N, rd.Lenient, c.def)
+	if rd.Plain {
 		return min(n, c.max), errNotPositive
 	}
-	return min(n, c.max), ErrNotInteger
+	return min(n, c.max), body.ErrNotInteger
 }
 
 // SettledHeader returns the cost in a SettleResponseHeader value: a non-negative integer, at most
@@ -169,10 +171,10 @@ func (v *validator) costSource(path string, o *costObjectJSON, c *costSpec) {
 	if o.Settle == nil && o.RequestJSON == "" && !o.RequestBytes {
 		return
 	}
-	rs := &reserveSpec{maxBody: DefaultMaxBody}
+	rs := &reserveSpec{maxBody: defaultMaxBody}
 	c.reserve = rs
 	if o.MaxBody.Set {
-		rs.maxBody = int(v.intIn(path+".max_body", o.MaxBody, 1, MaxMaxBody))
+		rs.maxBody = int(v.intIn(path+".max_body", o.MaxBody, 1, maxMaxBody))
 	}
 	switch {
 	case o.RequestJSON != "":
@@ -263,7 +265,7 @@ func (v *validator) checkSettle(path string, r *Rule) {
 	}
 	for _, set := range r.sets {
 		for j := range set.Limits {
-			set.Limits[j].ContentBytes = r.CountsBytes()
+			set.Limits[j].ContentBytes = r.countsBytes()
 		}
 		for j, l := range set.Limits {
 			if !l.Limit.Kind.Settles() {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/rules/body"
 )
 
 const tokenRule = `{"name": "tokens", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/m"}],
@@ -21,13 +22,13 @@ func TestASettlingCostCompilesItsReservationAndSettlement(t *testing.T) {
 	assert.Equal(t, SettleResponseJSON, r.Settle().Source)
 	assert.Equal(t, []string{"usage", "total_tokens"}, r.Settle().Path)
 	assert.False(t, r.Settle().KeepOnError)
-	assert.Equal(t, DefaultMaxBody, r.MaxBody())
+	assert.Equal(t, defaultMaxBody, r.MaxBody())
 	cost, err := r.Cost(&fakeRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, int64(500), cost, "before the body arrives the default is the reservation")
 
 	b := ruleOf(t, `{"name": "b", "limits": [{"rate": "1000000/m"}], "cost": {"request_bytes": true, "max": 100000}}`)
-	assert.True(t, b.CountsBytes())
+	assert.True(t, b.countsBytes())
 	assert.Equal(t, BytesRequest, b.Settle().Bytes, "request bytes settle to the bytes that passed")
 	cost, err = b.Cost(&fakeRequest{headers: map[string]string{"content-length": "2048"}})
 	require.NoError(t, err)
@@ -164,97 +165,6 @@ func TestEveryScopeSettlesAndReservesFromTheBodyButALeaseIsRefused(t *testing.T)
 	assert.Contains(t, err.Error(), "cannot use a global lease")
 }
 
-func TestJSONIntFindsTheFieldAndRejectsTheRest(t *testing.T) {
-	path := []string{"usage", "total_tokens"}
-	tests := []struct {
-		name, doc string
-		want      int64
-		err       error
-	}{
-		{"the field after others", `{"id": "x", "choices": [{"usage": {"total_tokens": 1}}], "usage": {"prompt_tokens": 3, "total_tokens": 42}}`, 42, nil},
-		{"zero is a valid usage", `{"usage": {"total_tokens": 0}}`, 0, nil},
-		{"a missing field", `{"usage": {"prompt_tokens": 3}}`, 0, ErrNoField},
-		{"a field that is an object", `{"usage": {"total_tokens": {}}}`, 0, ErrNotInteger},
-		{"a negative number", `{"usage": {"total_tokens": -1}}`, 0, ErrNotInteger},
-		{"usage is not an object", `{"usage": 5}`, 0, ErrNoField},
-		{"a field given twice counts at its highest, first", `{"usage": {"total_tokens": 900, "total_tokens": 1}}`, 900, nil},
-		{"a field given twice counts at its highest, last", `{"usage": {"total_tokens": 1}, "x": [{}], "usage": {"total_tokens": 900}}`, 900, nil},
-		{"a parent given twice, one without the field", `{"usage": {"total_tokens": 7}, "usage": null}`, 7, nil},
-		{"a duplicate holding a number as a string counts at that number", `{"usage": {"total_tokens": 7, "total_tokens": "9"}}`, 9, nil},
-		{"a duplicate that is no number never lowers the field", `{"usage": {"total_tokens": 700, "total_tokens": "x"}}`, 700, nil},
-		{"an echoed member in another case never lowers the field", `{"usage": {"total_tokens": 700}, "Usage": {"total_tokens": null}}`, 700, nil},
-		{"an exponent counts at its value", `{"usage": {"total_tokens": 1.5e3}}`, 1500, nil},
-		{"a string that is no number", `{"usage": {"total_tokens": "x"}}`, 0, ErrNotInteger},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := JSONInt([]byte(tt.doc), path)
-			assert.Equal(t, tt.want, got)
-			assert.ErrorIs(t, err, tt.err)
-		})
-	}
-	_, err := JSONInt([]byte(`{"usage": {"total_tokens"`), path)
-	assert.Error(t, err, "a truncated document")
-}
-
-func TestSSEPassesEachEventsDataAndDropsEventsOverTheBound(t *testing.T) {
-	var got []string
-	s := SSE{Max: 64}
-	collect := func(d []byte) { got = append(got, string(d)) }
-	body := "event: x\ndata: {\"a\": 1}\n\n: comment\r\ndata: line1\r\ndata: line2\r\n\r\ndata: " + strings.Repeat("z", 100) + "\n\ndata: [DONE]\n\ndata: tail"
-	for i := 0; i < len(body); i += 7 { // split mid-line, mid-CRLF
-		s.Write([]byte(body[i:min(i+7, len(body))]), collect)
-	}
-	s.Close(collect)
-	assert.Equal(t, []string{`{"a": 1}`, "line1\nline2", "[DONE]", "tail"}, got)
-	assert.Equal(t, 1, s.Dropped)
-}
-
-// An event over the bound is dropped whole: neither a line dropped for its length nor the lines
-// after it end the event, so no part of it is taken for an event of its own (an upstream whose one
-// event holds a long text, then its usage, is not settled from the usage alone).
-func TestSSEDropsAnEventOverTheBoundToItsEnd(t *testing.T) {
-	var got []string
-	collect := func(d []byte) { got = append(got, string(d)) }
-	s := SSE{Max: 32}
-	long := strings.Repeat("z", 100)
-	body := "data: " + long + "\ndata: {\"usage\": 1}\n\ndata: {\"usage\": 2}\r\n" + long + "\r\ndata: {\"usage\": 3}\r\n\r\ndata: ok\n\n"
-	for i := 0; i < len(body); i += 5 {
-		s.Write([]byte(body[i:min(i+5, len(body))]), collect)
-	}
-	s.Close(collect)
-	assert.Equal(t, []string{"ok"}, got)
-	assert.Equal(t, 2, s.Dropped)
-}
-
-func FuzzJSONInt(f *testing.F) {
-	f.Add([]byte(`{"usage": {"total_tokens": 42}}`))
-	f.Add([]byte(`{"usage": [`))
-	f.Add([]byte(`{"a": {"b": [1, {"c": 2}]}, "usage": {"total_tokens": 1e3}}`))
-	f.Add([]byte(utf16LE(`{"usage": {"total_tokens": "\ud83d\ude00"}}`)))
-	f.Add([]byte("\xff\xfe\x00\x00{\x00\x00\x00}\x00\x00\x00"))
-	f.Add([]byte("\xff\xfe=\xd8\x00\xde"))
-	f.Fuzz(func(t *testing.T, doc []byte) {
-		n, err := JSONInt(doc, []string{"usage", "total_tokens"})
-		if err == nil {
-			assert.GreaterOrEqual(t, n, int64(0))
-		}
-	})
-}
-
-func FuzzSSE(f *testing.F) {
-	f.Add([]byte("data: {\"usage\": 1}\n\n"), uint8(3))
-	f.Fuzz(func(t *testing.T, body []byte, step uint8) {
-		s := SSE{Max: 32}
-		n := int(step%16) + 1
-		for i := 0; i < len(body); i += n {
-			s.Write(body[i:min(i+n, len(body))], func(d []byte) { assert.LessOrEqual(t, len(d), 32) })
-		}
-		s.Close(func(d []byte) { assert.LessOrEqual(t, len(d), 32) })
-		assert.LessOrEqual(t, cap(s.buf), 64, "what an SSE holds stays bounded")
-	})
-}
-
 func TestAByteCostAdvertisesItsQuotaUnitAsContentBytes(t *testing.T) {
 	c := mustParse(t, `{"rules": [{"name": "up", "limits": [{"rate": "1000/s"}], "cost": {"request_bytes": true}},
 		{"name": "calls", "limits": [{"rate": "10/s"}]}]}`)
@@ -287,7 +197,7 @@ func FuzzABodyCostNeverFallsWhenACopyIsAdded(f *testing.F) {
 		two := []byte(`{"max_tokens": ` + a + `, "Max_Tokens": ` + b + `}`)
 		c1, _ := r.BodyCost(one, true)
 		c2, err2 := r.BodyCost(two, true)
-		if errors.Is(err2, errNotJSON) {
+		if errors.Is(err2, body.ErrNotJSON) {
 			return
 		}
 		assert.GreaterOrEqual(t, c2, c1, "%s then %s", a, b)

@@ -214,11 +214,8 @@ func (v *validator) shedders(doc *configJSON) []*Shed {
 	return out
 }
 
-// maxShedders bounds the shedders list.
-const maxShedders = 16
-
 func isShedderName(s string) bool {
-	if s == "" || len(s) > 64 {
+	if s == "" || len(s) > maxNameLen {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -362,23 +359,6 @@ func (v *validator) routeClasses(path string, m map[string]string, classes []she
 		}
 	}
 	return out
-}
-
-// durationIn parses an optional duration in [lo, hi], returning def when s is empty.
-func (v *validator) durationIn(path, s string, def, lo, hi time.Duration) time.Duration {
-	if s == "" {
-		return def
-	}
-	d, err := parseDuration(s)
-	switch {
-	case err != nil:
-		v.failf(path, "%v", err)
-	case d < lo || d > hi:
-		v.failf(path, "%s out of range: want %s to %s", s, lo, hi)
-	default:
-		return d
-	}
-	return def
 }
 
 func (v *validator) adaptive(path string, aj *adaptiveJSON) *shed.Gradient {

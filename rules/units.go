@@ -126,14 +126,21 @@ func formatDuration(d time.Duration) string {
 	return string(b)
 }
 
-// formatRate renders a quota and window as a rate string that parseRate accepts.
-func formatRate(quota int64, window time.Duration) string {
-	w := formatDuration(window)
-	switch w {
-	case "1s", "1m", "1h", "1d":
-		w = w[1:]
+// durationIn parses an optional duration in [lo, hi], returning def when s is empty.
+func (v *validator) durationIn(path, s string, def, lo, hi time.Duration) time.Duration {
+	if s == "" {
+		return def
 	}
-	return strconv.FormatInt(quota, 10) + "/" + w
+	d, err := parseDuration(s)
+	switch {
+	case err != nil:
+		v.failf(path, "%v", err)
+	case d < lo || d > hi:
+		v.failf(path, "%s out of range: want %s to %s", s, formatDuration(lo), formatDuration(hi))
+	default:
+		return d
+	}
+	return def
 }
 
 // optInt is an optional integer in the configuration. Istio hands pluginConfig over as a
@@ -203,4 +210,14 @@ func jsonKind(b []byte) string {
 		}
 	}
 	return "nothing"
+}
+
+// formatRate renders a quota and window as a rate string that parseRate accepts.
+func formatRate(quota int64, window time.Duration) string {
+	w := formatDuration(window)
+	switch w {
+	case "1s", "1m", "1h", "1d":
+		w = w[1:]
+	}
+	return strconv.FormatInt(quota, 10) + "/" + w
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
@@ -32,7 +33,10 @@ import (
 // AdminPrefix is the path prefix of the admin API.
 const AdminPrefix = "/v1/admin/"
 
-// KeyStore is what a Store offers the admin API. MemoryStore and RedisStore implement it.
+// adminTimeout bounds the store work of one admin call.
+const adminTimeout = time.Second
+
+// KeyStore is what a Store offers the admin API: a key's state, read or forgotten.
 type KeyStore interface {
 	// Inspect reports the state of req's key under req's limit at req.Now (zero: now), without
 	// changing it. Cost is ignored.
@@ -51,44 +55,25 @@ type KeyState struct {
 	Reset     time.Duration
 }
 
-// AdminConfig configures an Admin.
-type AdminConfig struct {
-	// Store holds the keys; it must implement KeyStore.
-	Store Store
-	// Token authenticates the operator. Empty disables the admin API (403).
-	Token string
-	// Timeout bounds the store work of one call (default 1s).
-	Timeout time.Duration
-	// Metrics, when non-nil, counts the resets logged.
-	Metrics *Metrics
+// PeekState is what Inspect reports of state, the algorithms package's encoding of a key's
+// state (nil: none), under limit at now: a state that cannot be read is reported as fresh, as
+// the stores decide on it.
+func PeekState(limit algorithms.Limit, state []byte, now time.Time) (KeyState, error) {
+	d, err := limit.Peek(state, now.UnixNano())
+	if errors.Is(err, algorithms.ErrMalformedState) {
+		d, err = limit.Peek(nil, now.UnixNano())
+	}
+	if err != nil {
+		return KeyState{}, err
+	}
+	return KeyState{Found: len(state) > 0, Remaining: d.Remaining, Reset: d.Reset}, nil
 }
 
-// Admin serves the admin API.
-type Admin struct {
-	keys    KeyStore
-	log     ResetLog
+// admin serves the admin API.
+type admin struct {
+	store   Store
 	metrics *Metrics
 	token   []byte
-	timeout time.Duration
-}
-
-// NewAdmin returns the admin API over cfg.Store.
-func NewAdmin(cfg AdminConfig) (*Admin, error) {
-	ks, ok := cfg.Store.(KeyStore)
-	if !ok {
-		return nil, errors.New("service: the store does not support the admin API")
-	}
-	rl, ok := cfg.Store.(ResetLog)
-	if !ok {
-		return nil, errors.New("service: the store keeps no reset log: the admin API could not tell the proxies of a reset")
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = time.Second
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = new(Metrics)
-	}
-	return &Admin{keys: ks, log: rl, metrics: cfg.Metrics, token: []byte(cfg.Token), timeout: cfg.Timeout}, nil
 }
 
 // adminKey is one element of an admin answer.
@@ -102,46 +87,27 @@ type adminKey struct {
 	Deleted   *bool  `json:"deleted,omitempty"`
 }
 
+// adminAnswer is the answer of the admin API: the keys, and for a reset the log position of
+// its last entry.
+type adminAnswer struct {
+	Keys []adminKey `json:"keys"`
+	Seq  *uint64    `json:"seq,omitempty"`
+}
+
 // ServeHTTP implements http.Handler.
-func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op := strings.TrimPrefix(r.URL.Path, AdminPrefix)
 	if op != "inspect" && op != "reset" {
 		adminError(w, http.StatusNotFound, "no such path: the admin API serves "+AdminPrefix+"inspect and "+AdminPrefix+"reset")
 		return
 	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		adminError(w, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": method not allowed (want POST)")
+	req, ok := a.request(w, r)
+	if !ok {
 		return
 	}
-	if len(a.token) == 0 {
-		adminError(w, http.StatusForbidden, "the admin API is disabled: the service has no admin token")
-		return
-	}
-	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if subtle.ConstantTimeCompare([]byte(got), a.token) != 1 {
-		adminError(w, http.StatusUnauthorized, "Authorization: missing or wrong bearer token")
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxBodyBytes))
-	if err != nil {
-		adminError(w, http.StatusRequestEntityTooLarge, "body: "+err.Error())
-		return
-	}
-	var req wire.Request
-	if err := wire.DecodeRequest(body, wire.DecodeOptions{AllowClientTime: true}, &req); err != nil {
-		adminError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	for _, d := range req.Descriptors {
-		if d.Permit != "" {
-			adminError(w, http.StatusBadRequest, "descriptors: concurrency permits are not inspected or reset by the admin API")
-			return
-		}
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
 	defer cancel()
-	out, err := a.run(ctx, op, &req)
+	out, err := a.run(ctx, op, req)
 	if err != nil {
 		adminError(w, http.StatusServiceUnavailable, "store: "+err.Error())
 		return
@@ -159,11 +125,47 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(answer)
 }
 
+// request returns the descriptors of an admin call: a POST with the bearer token and a check
+// body without permits. Otherwise it answers the error and reports false.
+func (a *admin) request(w http.ResponseWriter, r *http.Request) (*wire.Request, bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		adminError(w, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": method not allowed (want POST)")
+		return nil, false
+	}
+	if len(a.token) == 0 {
+		adminError(w, http.StatusForbidden, "the admin API is disabled: the service has no admin token")
+		return nil, false
+	}
+	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if subtle.ConstantTimeCompare([]byte(got), a.token) != 1 {
+		adminError(w, http.StatusUnauthorized, "Authorization: missing or wrong bearer token")
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxBodyBytes))
+	if err != nil {
+		adminError(w, http.StatusRequestEntityTooLarge, "body: "+err.Error())
+		return nil, false
+	}
+	var req wire.Request
+	if err := wire.DecodeRequest(body, wire.DecodeOptions{AllowClientTime: true}, &req); err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return nil, false
+	}
+	for _, d := range req.Descriptors {
+		if d.Permit != "" {
+			adminError(w, http.StatusBadRequest, "descriptors: concurrency permits are not inspected or reset by the admin API")
+			return nil, false
+		}
+	}
+	return &req, true
+}
+
 // logResets appends the distinct keys of descs to the reset log and returns the position of
 // the last entry.
-func (a *Admin) logResets(ctx context.Context, descs []wire.Descriptor) (uint64, error) {
+func (a *admin) logResets(ctx context.Context, descs []wire.Descriptor) (uint64, error) {
 	keys := distinctKeys(descs)
-	seq, err := a.log.AppendResets(ctx, keys)
+	seq, err := a.store.AppendResets(ctx, keys)
 	if err != nil {
 		return 0, errors.New("reset log: " + err.Error() + ": the service forgot the keys, but the proxies will not hear of the reset (retry it)")
 	}
@@ -171,31 +173,21 @@ func (a *Admin) logResets(ctx context.Context, descs []wire.Descriptor) (uint64,
 	return seq, nil
 }
 
-// adminAnswer is the answer of the admin API: the keys, and for a reset the log position of
-// its last entry.
-type adminAnswer struct {
-	Keys []adminKey `json:"keys"`
-	Seq  *uint64    `json:"seq,omitempty"`
-}
-
 // run applies op to every descriptor of req.
-func (a *Admin) run(ctx context.Context, op string, req *wire.Request) ([]adminKey, error) {
-	var now time.Time
-	if req.HasNow {
-		now = time.UnixMicro(req.NowUs)
-	}
+func (a *admin) run(ctx context.Context, op string, req *wire.Request) ([]adminKey, error) {
+	now := requestTime(req)
 	out := make([]adminKey, 0, len(req.Descriptors))
 	for _, d := range req.Descriptors {
 		sr := Request{Key: d.Key, Limit: d.Limit, Cost: 1, Now: now}
 		k := adminKey{Key: d.Key, Algorithm: d.Limit.Kind.String()}
 		if op == "reset" {
-			deleted, err := a.keys.Reset(ctx, sr)
+			deleted, err := a.store.Reset(ctx, sr)
 			if err != nil {
 				return nil, err
 			}
 			k.Deleted = &deleted
 		} else {
-			st, err := a.keys.Inspect(ctx, sr)
+			st, err := a.store.Inspect(ctx, sr)
 			if err != nil {
 				return nil, err
 			}

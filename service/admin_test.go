@@ -1,7 +1,6 @@
-package service
+package service_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -13,25 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
 const adminToken = "s3cret-admin-token"
 
-// adminStores runs f against the memory store and a real redis-server.
-func adminStores(t *testing.T, f func(t *testing.T, s Store)) {
-	t.Run("memory", func(t *testing.T) {
-		s := NewMemoryStore(MemoryConfig{SweepInterval: -1})
-		t.Cleanup(func() { s.Close() })
-		f(t, s)
-	})
-	t.Run("redis", func(t *testing.T) {
-		requireRedisServer(t)
-		f(t, newRedisStore(t, startRedis(t).Addr()))
-	})
-}
-
-// adminBody is a check body with one descriptor for key under limit.
+// adminBody is a check body with one descriptor, key p/login/7/<key>, under limit.
 func adminBody(key string, l algorithms.Limit) string {
 	b := wire.AppendRequestStart(nil)
 	b = wire.AppendDescriptor(b, 0, wire.Key{Plugin: "p", Rule: "login", Fingerprint: 7, Value: key}, l, 1)
@@ -40,7 +27,7 @@ func adminBody(key string, l algorithms.Limit) string {
 
 func adminCall(t *testing.T, h http.Handler, op, token, body string) (int, map[string]any) {
 	t.Helper()
-	r := httptest.NewRequest(http.MethodPost, AdminPrefix+op, strings.NewReader(body))
+	r := httptest.NewRequest(http.MethodPost, service.AdminPrefix+op, strings.NewReader(body))
 	if token != "" {
 		r.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -67,21 +54,19 @@ func TestTheAdminInspectsAKeyAndAResetMakesABlockedKeyPassAtOnce(t *testing.T) {
 		{Kind: algorithms.SlidingLog, Quota: 3, Window: time.Hour},
 	} {
 		t.Run(l.Kind.String(), func(t *testing.T) {
-			adminStores(t, func(t *testing.T, s Store) {
-				a, err := NewAdmin(AdminConfig{Store: s, Token: adminToken})
-				require.NoError(t, err)
-				lim := NewLimiter(s, nil)
+			eachStore(t, func(t *testing.T, s service.Store) {
+				a := newTestHandler(t, service.Config{Store: s, AdminToken: adminToken})
 				key := "p/login/7/alice"
-				descs := []Descriptor{{Key: key, Limit: l, Cost: 1}}
-				ctx := context.Background()
-				for range 3 {
-					o, err := lim.Check(ctx, descs, time.Time{})
-					require.NoError(t, err)
-					require.True(t, o.Allowed)
+				check := func() bool {
+					t.Helper()
+					code, body := serve(a, http.MethodPost, wire.Path, adminBody("alice", l))
+					require.Equal(t, http.StatusOK, code, body)
+					return decodeAnswer(t, body).Allowed
 				}
-				o, err := lim.Check(ctx, descs, time.Time{})
-				require.NoError(t, err)
-				require.False(t, o.Allowed, "alice is blocked")
+				for range 3 {
+					require.True(t, check())
+				}
+				require.False(t, check(), "alice is blocked")
 
 				code, out := adminCall(t, a, "inspect", adminToken, adminBody("alice", l))
 				require.Equal(t, http.StatusOK, code, "%v", out)
@@ -95,9 +80,7 @@ func TestTheAdminInspectsAKeyAndAResetMakesABlockedKeyPassAtOnce(t *testing.T) {
 				code, out = adminCall(t, a, "reset", adminToken, adminBody("alice", l))
 				require.Equal(t, http.StatusOK, code)
 				assert.Equal(t, true, firstKey(t, out)["deleted"])
-				o, err = lim.Check(ctx, descs, time.Time{})
-				require.NoError(t, err)
-				assert.True(t, o.Allowed, "the reset key passes at once")
+				assert.True(t, check(), "the reset key passes at once")
 
 				_, out = adminCall(t, a, "inspect", adminToken, adminBody("bob", l))
 				k = firstKey(t, out)
@@ -111,11 +94,9 @@ func TestTheAdminInspectsAKeyAndAResetMakesABlockedKeyPassAtOnce(t *testing.T) {
 }
 
 func TestTheAdminAPIRefusesCallersWithoutTheToken(t *testing.T) {
-	s := NewMemoryStore(MemoryConfig{SweepInterval: -1})
-	defer s.Close()
+	s := newMemoryStore(t)
 	l := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 3, Window: time.Hour}
-	a, err := NewAdmin(AdminConfig{Store: s, Token: adminToken})
-	require.NoError(t, err)
+	a := newTestHandler(t, service.Config{Store: s, AdminToken: adminToken})
 	tests := []struct {
 		name, op, token string
 		want            int
@@ -132,8 +113,7 @@ func TestTheAdminAPIRefusesCallersWithoutTheToken(t *testing.T) {
 			assert.NotEmpty(t, out["error"])
 		})
 	}
-	off, err := NewAdmin(AdminConfig{Store: s})
-	require.NoError(t, err)
+	off := newTestHandler(t, service.Config{Store: s})
 	code, _ := adminCall(t, off, "inspect", "", adminBody("alice", l))
 	assert.Equal(t, http.StatusForbidden, code, "without a token the admin API is disabled")
 	code, _ = adminCall(t, off, "inspect", " ", adminBody("alice", l))

@@ -96,20 +96,6 @@ func (l *ConnLimiter) ConnState(c net.Conn, s http.ConnState) {
 	lc.state = s
 }
 
-// Len returns the number of connections held.
-func (l *ConnLimiter) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.conns)
-}
-
-// Reclaimed returns how many quiet connections were closed to make room; Refused, how many
-// new connections were closed because every held one was busy.
-func (l *ConnLimiter) Reclaimed() uint64 { return l.reclaimed.Load() }
-
-// Refused returns how many new connections were closed at the cap (see Reclaimed).
-func (l *ConnLimiter) Refused() uint64 { return l.refused.Load() }
-
 // limitedConn is a connection held by a ConnLimiter; its fields are guarded by l.mu.
 type limitedConn struct {
 	net.Conn

@@ -2,21 +2,26 @@
 // batches of rate-limit descriptors against one shared store, so that every proxy of a mesh
 // counts against the same limits.
 //
-// The layers depend in one direction: the HTTP Handler decodes and validates a request, the
-// Limiter applies the multi-descriptor policy and records metrics, and a Store decides one
-// descriptor atomically. Two stores implement the same contract:
+// The package holds the API and what every store shares:
 //
-//   - MemoryStore, the embedded default: the algorithms package over sharded, mutex-guarded
-//     maps, with idle keys swept in the background and a bound on the number of keys. It keeps
-//     state in one process, so it limits globally only with a single service replica.
-//   - RedisStore: one Lua script per algorithm (lua/*.lua), a transcription of the algorithms
-//     package's integer formulas that computes identical decisions, called with EVALSHA through
-//     an auto-pipelining client. Works with standalone Redis and Redis Cluster.
+//   - Handler, the whole HTTP API on one port (NewHandler): /v1/check, the reset log the
+//     proxies poll (/v1/resets), the admin API (/v1/admin/), envoyproxy/ratelimit's /json when
+//     package rls provides it, /healthz, /readyz and /metrics. The binary, the demo and the
+//     tests all serve this one handler.
+//   - Store, the contract of a store, as one interface of its capabilities: decisions
+//     (Request), window counters (WindowCounter), settles (SettleStore), concurrency permits
+//     (PermitStore), the admin's inspection and reset of keys (KeyStore) and the reset log
+//     (ResetLog). Package memstore keeps the state in this process (one service replica
+//     only); package redisstore in Redis, standalone or Cluster, with one Lua script per
+//     algorithm; package storetest is the contract's test suite, which both run.
+//   - Metrics (Prometheus) and ConnLimiter (a bound on the connections a server holds;
+//     cmd/meshlimit-service serves the handler through one).
 //
-// The wire API is documented in API.md next to this file; its request and answer, their
-// bounds, encoders and decoders are package wire, which the filter imports too. The handler
-// decodes strictly (wire.DecodeRequest) and answers every error in JSON. ConnLimiter bounds
-// the connections a server holds; cmd/meshlimit-service serves the handler through one.
+// The layers depend in one direction: the Handler decodes and validates a request, a limiter
+// applies the multi-descriptor policy and records metrics, and the Store decides one
+// descriptor atomically. The wire API is documented in API.md next to this file; its request
+// and answer, their bounds, encoders and decoders are package wire, which the filter imports
+// too. The handler decodes strictly (wire.DecodeRequest) and answers every error in JSON.
 //
 // # Several descriptors
 //
@@ -31,6 +36,7 @@
 // # Security
 //
 // An optional shared secret (header x-meshlimit-secret) keeps stray clients out of
-// /v1/check. It is not transport security: encryption and peer identity between proxy and
-// service are Istio's job (mTLS).
+// /v1/check and /v1/resets; the admin API has a bearer token of its own. The secret is not
+// transport security: encryption and peer identity between proxy and service are Istio's job
+// (mTLS).
 package service

@@ -1,4 +1,4 @@
-package service
+package service_test
 
 import (
 	"encoding/json"
@@ -11,16 +11,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/internal/redistest"
+	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
+	"github.com/meshlimit/meshlimit/service/redisstore"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
-func newTestHandler(t *testing.T, cfg Config) *Handler {
+// newTestHandler returns the service's handler for cfg, on a memory store when cfg has none.
+func newTestHandler(t testing.TB, cfg service.Config) *service.Handler {
 	t.Helper()
 	if cfg.Store == nil {
-		s := NewMemoryStore(MemoryConfig{SweepInterval: -1})
-		t.Cleanup(func() { s.Close() })
-		cfg.Store = s
+		cfg.Store = newMemoryStore(t)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -30,9 +37,34 @@ func newTestHandler(t *testing.T, cfg Config) *Handler {
 		// production deadline (10 ms) is for tests that say so.
 		cfg.Timeout = time.Second
 	}
-	h, err := NewHandler(cfg)
+	h, err := service.NewHandler(cfg)
 	require.NoError(t, err)
 	return h
+}
+
+// newMemoryStore returns a memory store without its background sweep, closed when the test ends.
+func newMemoryStore(t testing.TB) *memstore.Store {
+	s := memstore.New(memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// newRedisStore returns a Redis store on addrs, closed when the test ends.
+func newRedisStore(t testing.TB, addrs ...string) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(redisstore.Config{Addrs: addrs})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// eachStore runs f on a memory store and on a Redis store on a real redis-server of its own.
+func eachStore(t *testing.T, f func(t *testing.T, s service.Store)) {
+	t.Run("memory", func(t *testing.T) { f(t, newMemoryStore(t)) })
+	t.Run("redis", func(t *testing.T) {
+		redistest.Require(t)
+		f(t, newRedisStore(t, redistest.Start(t).Addr()))
+	})
 }
 
 // serve sends one request to h and returns the status and the body.
@@ -71,7 +103,7 @@ func decodeAnswer(t *testing.T, body string) checkAnswer {
 
 func TestCheckRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	h := newTestHandler(t, Config{})
+	h := newTestHandler(t, service.Config{})
 	const ok = `{"key":"k","algorithm":"token_bucket","quota":10,"window_ms":1000}`
 	many := `{"descriptors":[` + strings.Repeat(ok+",", 64) + ok + `]}`
 	for _, tc := range []struct {
@@ -124,7 +156,7 @@ func TestCheckRejectsBadInput(t *testing.T) {
 
 func TestCheckDecides(t *testing.T) {
 	t.Parallel()
-	h := newTestHandler(t, Config{Parse: ParseOptions{AllowClientTime: true}})
+	h := newTestHandler(t, service.Config{Parse: wire.DecodeOptions{AllowClientTime: true}})
 	check := func(body string) checkAnswer {
 		t.Helper()
 		code, resp := serve(h, "POST", "/v1/check", body)
@@ -175,7 +207,7 @@ func TestCheckDecides(t *testing.T) {
 
 func TestCheckSecret(t *testing.T) {
 	t.Parallel()
-	h := newTestHandler(t, Config{Secret: "s3cret"})
+	h := newTestHandler(t, service.Config{Secret: "s3cret"})
 	const body = `{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":10,"window_ms":1000}]}`
 	for _, tc := range []struct {
 		name   string
@@ -183,9 +215,9 @@ func TestCheckSecret(t *testing.T) {
 		want   int
 	}{
 		{"refuses a missing secret", nil, http.StatusUnauthorized},
-		{"refuses a wrong secret", []string{SecretHeader, "guess"}, http.StatusUnauthorized},
-		{"refuses a prefix of the secret", []string{SecretHeader, "s3cre"}, http.StatusUnauthorized},
-		{"accepts the secret", []string{SecretHeader, "s3cret"}, http.StatusOK},
+		{"refuses a wrong secret", []string{wire.SecretHeader, "guess"}, http.StatusUnauthorized},
+		{"refuses a prefix of the secret", []string{wire.SecretHeader, "s3cre"}, http.StatusUnauthorized},
+		{"accepts the secret", []string{wire.SecretHeader, "s3cret"}, http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, resp := serve(h, "POST", "/v1/check", body, tc.header...)
@@ -198,7 +230,7 @@ func TestCheckSecret(t *testing.T) {
 
 func TestOperationalEndpoints(t *testing.T) {
 	t.Parallel()
-	h := newTestHandler(t, Config{})
+	h := newTestHandler(t, service.Config{})
 	code, body := serve(h, "GET", "/healthz", "")
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "ok\n", body)
@@ -229,10 +261,9 @@ func TestOperationalEndpoints(t *testing.T) {
 // recovers when Redis is back.
 func TestCheckWhenRedisFails(t *testing.T) {
 	t.Parallel()
-	rs := startRedis(t)
+	rs := redistest.Start(t)
 	const timeout = 50 * time.Millisecond
-	store := newRedisStore(t, rs.Addr())
-	h := newTestHandler(t, Config{Store: store, Timeout: timeout})
+	h := newTestHandler(t, service.Config{Store: newRedisStore(t, rs.Addr()), Timeout: timeout})
 	const body = `{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":1000000,"window_ms":1000}]}`
 	checkWithin := func(want int, limit time.Duration) {
 		t.Helper()
@@ -255,7 +286,7 @@ func TestCheckWhenRedisFails(t *testing.T) {
 	// The first check may meet a loaded machine: what matters is that the service answers, then that
 	// a dead or frozen Redis gives 503 within the deadline (plus a slack for a loaded machine), never
 	// a hang.
-	waitFor(t, 5*time.Second, "a first check", recovered)
+	redistest.WaitFor(t, 5*time.Second, "a first check", recovered)
 	const slack = time.Second
 
 	t.Run("killed", func(t *testing.T) {
@@ -266,7 +297,7 @@ func TestCheckWhenRedisFails(t *testing.T) {
 		code, _ := serve(h, "GET", "/readyz", "")
 		assert.Equal(t, http.StatusServiceUnavailable, code)
 		rs.Start()
-		waitFor(t, 5*time.Second, "recovery after restart", recovered)
+		redistest.WaitFor(t, 5*time.Second, "recovery after restart", recovered)
 		code, _ = serve(h, "GET", "/readyz", "")
 		assert.Equal(t, http.StatusOK, code)
 	})
@@ -276,8 +307,63 @@ func TestCheckWhenRedisFails(t *testing.T) {
 			checkWithin(http.StatusServiceUnavailable, timeout+slack)
 		}
 		rs.Signal(syscall.SIGCONT)
-		waitFor(t, 5*time.Second, "recovery after resume", recovered)
+		redistest.WaitFor(t, 5*time.Second, "recovery after resume", recovered)
 	})
 	_, m := serve(h, "GET", "/metrics", "")
 	assert.NotContains(t, m, `meshlimit_errors_total{kind="timeout"} 0`+"\n")
+}
+
+func TestMetricsAreServedThePrometheusWay(t *testing.T) {
+	m := service.NewMetrics()
+	h := newTestHandler(t, service.Config{Metrics: m})
+	m.ObserveRequest("grpc", "OK", time.Millisecond)
+	code, body := serve(h, "GET", "/metrics", "")
+	require.Equal(t, http.StatusOK, code)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	require.NoError(t, err, "the exposition parses")
+	for _, name := range []string{
+		"meshlimit_checks_total", "meshlimit_decisions_total", "meshlimit_errors_total",
+		"meshlimit_store_duration_seconds", "meshlimit_memory_keys", "meshlimit_requests_total",
+		"meshlimit_request_duration_seconds",
+		"go_goroutines", "go_memstats_alloc_bytes", "process_cpu_seconds_total", "process_resident_memory_bytes",
+	} {
+		assert.Contains(t, families, name)
+	}
+	assert.Contains(t, body, `meshlimit_requests_total{code="OK",front="grpc"} 1`)
+}
+
+// The handler counts the answers of /v1/check (front "http") and /v1/resets (front "resets")
+// by status code, each once; the other paths are not counted.
+func TestTheHandlerCountsItsFrontsRequestsByStatus(t *testing.T) {
+	h := newTestHandler(t, service.Config{Secret: "s"})
+	const ok = `{"descriptors":[{"key":"k","algorithm":"token_bucket","quota":10,"window_ms":1000}]}`
+	for _, r := range []struct {
+		method, path, body string
+		header             []string
+		want               int
+	}{
+		{"POST", "/v1/check", ok, []string{wire.SecretHeader, "s"}, http.StatusOK},
+		{"POST", "/v1/check", ok, nil, http.StatusUnauthorized},
+		{"POST", "/v1/check", `{}`, []string{wire.SecretHeader, "s"}, http.StatusBadRequest},
+		{"GET", "/v1/check", ``, nil, http.StatusMethodNotAllowed},
+		{"POST", "/v1/check", ok, []string{wire.SecretHeader, "s"}, http.StatusOK},
+		{"POST", "/v1/resets", `{"plugin":"p","since":0}`, []string{wire.SecretHeader, "s"}, http.StatusOK},
+		{"GET", "/healthz", ``, nil, http.StatusOK},
+	} {
+		code, body := serve(h, r.method, r.path, r.body, r.header...)
+		require.Equal(t, r.want, code, "%s %s: %s", r.method, r.path, body)
+	}
+	_, m := serve(h, "GET", "/metrics", "")
+	for _, line := range []string{
+		`meshlimit_requests_total{code="200",front="http"} 2`,
+		`meshlimit_requests_total{code="401",front="http"} 1`,
+		`meshlimit_requests_total{code="400",front="http"} 1`,
+		`meshlimit_requests_total{code="405",front="http"} 1`,
+		`meshlimit_requests_total{code="200",front="resets"} 1`,
+		`meshlimit_request_duration_seconds_count{front="http"} 5`,
+		`meshlimit_request_duration_seconds_count{front="resets"} 1`,
+	} {
+		assert.Contains(t, m, line+"\n")
+	}
 }

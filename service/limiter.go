@@ -9,57 +9,41 @@ import (
 	"github.com/meshlimit/meshlimit/wire"
 )
 
-// Descriptor is one limit of a check: charge Cost units to Key under Limit (the wire
-// contract's descriptor, as decoded from a check request).
-type Descriptor = wire.Descriptor
-
-// Outcome is the result of a check: one decision per descriptor, in request order.
-type Outcome struct {
-	// Allowed reports whether every descriptor allowed the request.
-	Allowed   bool
-	Decisions []DescriptorDecision
+// outcome is the result of a check: one decision per descriptor, in request order.
+type outcome struct {
+	// allowed reports whether every descriptor allowed the request.
+	allowed   bool
+	decisions []descriptorDecision
 }
 
-// DescriptorDecision is one descriptor's decision.
-type DescriptorDecision struct {
+// descriptorDecision is one descriptor's decision.
+type descriptorDecision struct {
 	algorithms.Decision
-	// Skipped reports that the descriptor was not evaluated (nor charged) because an earlier
+	// skipped reports that the descriptor was not evaluated (nor charged) because an earlier
 	// one denied the request; only Limit is set.
-	Skipped bool
+	skipped bool
 }
 
-// Limiter checks batches of descriptors against a Store: in order, each atomically, stopping
-// at the first denial (see the package documentation). It is safe for concurrent use.
-type Limiter struct {
+// limiter checks batches of descriptors against a Store: in order, each atomically, stopping
+// at the first denial (see the package documentation), and records the metrics of each. It is
+// safe for concurrent use.
+type limiter struct {
 	store   Store
 	metrics *Metrics
 }
 
-// NewLimiter returns a Limiter over store that records into m (which may be nil).
-func NewLimiter(store Store, m *Metrics) *Limiter {
-	if m == nil {
-		m = new(Metrics)
-	}
-	return &Limiter{store: store, metrics: m}
-}
-
-// Check decides descs at now (the zero Time: the store's clock). It returns an error, and no
-// Outcome, if the store fails or ctx ends; descriptors decided before the failure stay charged.
-// A permit descriptor (Descriptor.Permit set) acquires its permit from the store, which must
-// be a PermitStore; a denied check gives back the permits it acquired.
-func (l *Limiter) Check(ctx context.Context, descs []Descriptor, now time.Time) (Outcome, error) {
-	return l.check(ctx, descs, now, nil)
-}
-
-// check is Check with the decisions appended to dst[:0].
-func (l *Limiter) check(ctx context.Context, descs []Descriptor, now time.Time, dst []DescriptorDecision) (Outcome, error) {
-	o := Outcome{Allowed: true, Decisions: slices.Grow(dst[:0], len(descs))[:len(descs)]}
-	clear(o.Decisions)
+// check decides descs at now (the zero Time: the store's clock), with the decisions appended
+// to dst[:0]. It returns an error, and no outcome, if the store fails or ctx ends; descriptors
+// decided before the failure stay charged. A permit descriptor (Descriptor.Permit set)
+// acquires its permit; a denied check gives back the permits it acquired.
+func (l *limiter) check(ctx context.Context, descs []wire.Descriptor, now time.Time, dst []descriptorDecision) (outcome, error) {
+	o := outcome{allowed: true, decisions: slices.Grow(dst[:0], len(descs))[:len(descs)]}
+	clear(o.decisions)
 	acquired := false
 	for i := range descs {
 		d := &descs[i]
-		if !o.Allowed {
-			o.Decisions[i] = DescriptorDecision{Decision: algorithms.Decision{Limit: d.Limit.Quota}, Skipped: true}
+		if !o.allowed {
+			o.decisions[i] = descriptorDecision{Decision: algorithms.Decision{Limit: d.Limit.Quota}, skipped: true}
 			l.metrics.decision(d.Limit.Kind, outSkipped)
 			continue
 		}
@@ -74,19 +58,19 @@ func (l *Limiter) check(ctx context.Context, descs []Descriptor, now time.Time, 
 		}
 		l.metrics.observe(time.Since(start))
 		if err != nil {
-			return Outcome{}, err
+			return outcome{}, err
 		}
-		o.Decisions[i].Decision = dec
+		o.decisions[i].Decision = dec
 		if dec.Allowed {
 			l.metrics.decision(d.Limit.Kind, outAllowed)
 		} else {
 			l.metrics.decision(d.Limit.Kind, outDenied)
-			o.Allowed = false
+			o.allowed = false
 		}
 	}
-	if acquired && !o.Allowed {
+	if acquired && !o.allowed {
 		l.releaseAcquired(ctx, descs, &o, now)
 	}
-	l.metrics.check(o.Allowed)
+	l.metrics.check(o.allowed)
 	return o, nil
 }

@@ -1,4 +1,4 @@
-package service
+package service_test
 
 import (
 	"bufio"
@@ -23,10 +23,12 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/internal/redistest"
+	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
+	"github.com/meshlimit/meshlimit/service/redisstore"
 )
 
 // TestLoadFigures measures, side by side on this machine and against one redis-server, the
@@ -49,7 +51,7 @@ func TestLoadFigures(t *testing.T) {
 	d := time.Duration(envInt("MESHLIMIT_BENCH_SECONDS", 3)) * time.Second
 	rounds := int(envInt("MESHLIMIT_BENCH_ROUNDS", 5))
 	conns := int(envInt("MESHLIMIT_BENCH_CONNS", 64))
-	rs := startRedis(t)
+	rs := redistest.Start(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	floor := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -57,14 +59,15 @@ func TestLoadFigures(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"allowed":true}` + "\n"))
 	})
-	redisStore, err := NewRedisStore(RedisConfig{Addrs: []string{rs.Addr()}, FlushDelay: time.Duration(envInt("MESHLIMIT_BENCH_FLUSH_US", int64(DefaultFlushDelay/time.Microsecond))) * time.Microsecond})
+	redisStore, err := redisstore.New(redisstore.Config{Addrs: []string{rs.Addr()}, FlushDelay: time.Duration(envInt("MESHLIMIT_BENCH_FLUSH_US", int64(redisstore.DefaultFlushDelay/time.Microsecond))) * time.Microsecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { redisStore.Close() })
-	memStore := NewMemoryStore(MemoryConfig{})
+	memStore := memstore.New(memstore.Config{})
 	t.Cleanup(func() { memStore.Close() })
-	withRedis, err := NewHandler(Config{Store: redisStore, Logger: quiet})
+	redisMetrics, memoryMetrics := service.NewMetrics(), service.NewMetrics()
+	withRedis, err := service.NewHandler(service.Config{Store: redisStore, Logger: quiet, Metrics: redisMetrics})
 	require.NoError(t, err)
-	withMemory, err := NewHandler(Config{Store: memStore, Logger: quiet})
+	withMemory, err := service.NewHandler(service.Config{Store: memStore, Logger: quiet, Metrics: memoryMetrics})
 	require.NoError(t, err)
 
 	phases := []struct {
@@ -135,21 +138,27 @@ func TestLoadFigures(t *testing.T) {
 			}
 		}
 	}
-	for _, h := range []*Handler{withRedis, withMemory} {
+	for store, m := range map[string]*service.Metrics{"redis": redisMetrics, "memory": memoryMetrics} {
+		families, err := m.Registry().Gather()
+		require.NoError(t, err)
 		var kinds []string
-		for k := range numErrKinds {
-			var m dto.Metric
-			if h.metrics.errors[k].Write(&m) == nil && m.GetCounter().GetValue() > 0 {
-				kinds = append(kinds, fmt.Sprintf("%s %.0f", errKindNames[k], m.GetCounter().GetValue()))
+		for _, f := range families {
+			if f.GetName() != "meshlimit_errors_total" {
+				continue
+			}
+			for _, c := range f.GetMetric() {
+				if v := c.GetCounter().GetValue(); v > 0 {
+					kinds = append(kinds, fmt.Sprintf("%s %.0f", c.GetLabel()[0].GetValue(), v))
+				}
 			}
 		}
-		t.Logf("errors by kind, %T store (warm-up included): %v", h.store, kinds)
+		t.Logf("errors by kind, %s store (warm-up included): %v", store, kinds)
 	}
 	if _, ok := med["service+redis"]; !ok || os.Getenv("MESHLIMIT_BENCH_NO_REDIS_BENCHMARK") == "1" {
 		return
 	}
 
-	src, err := Script(algorithms.TokenBucket)
+	src, err := luaScript("local LEAKY = false\n", "lib.lua", "gcra_state.lua", "gcra.lua")
 	require.NoError(t, err)
 	sha, err := rs.Do("SCRIPT", "LOAD", src)
 	require.NoError(t, err)
@@ -164,6 +173,28 @@ func TestLoadFigures(t *testing.T) {
 	t.Logf("redis-benchmark %v\n%s", args, bytes.TrimSpace(lastLine(out)))
 }
 
+// envInt returns the integer in the environment variable name, or def.
+func envInt(name string, def int64) int64 {
+	if v, err := strconv.ParseInt(os.Getenv(name), 10, 64); err == nil {
+		return v
+	}
+	return def
+}
+
+// luaScript returns the Lua source package redisstore composes from prefix and the files of
+// its lua/ directory (redisstore's script), for redis-benchmark to run.
+func luaScript(prefix string, files ...string) (string, error) {
+	src := prefix
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join("redisstore", "lua", f))
+		if err != nil {
+			return "", err
+		}
+		src += string(b)
+	}
+	return src, nil
+}
+
 // selfCPU returns the CPU time (user and system) this process has used.
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
@@ -175,7 +206,7 @@ func selfCPU() time.Duration {
 
 // redisStats returns the CPU time the redis-server process has used, the commands it has
 // processed and the socket reads it took to get them (INFO).
-func redisStats(rs *redisServer) (cpu time.Duration, cmds, reads float64, pid int) {
+func redisStats(rs *redistest.Server) (cpu time.Duration, cmds, reads float64, pid int) {
 	out, err := rs.Do("INFO", "all")
 	if err != nil {
 		return 0, 0, 0, 0
@@ -440,24 +471,4 @@ func (b runtimeStats) since(a runtimeStats) string {
 	}
 	return fmt.Sprintf("GC %d cycles, max pause %.2f ms; goroutines wait to run p99 %.2f ms, p99.9 %.2f ms",
 		b.gcCycles-a.gcCycles, q(a.gcPause, b.gcPause, 1), q(a.sched, b.sched, 0.99), q(a.sched, b.sched, 0.999))
-}
-
-// BenchmarkRedisDecide measures one token-bucket decision of the RedisStore against a loopback
-// redis-server, one at a time, with its per-check deadline: the Go side's allocations per
-// decision, and a round trip that nothing else shares.
-func BenchmarkRedisDecide(b *testing.B) {
-	s := newRedisStore(b, startRedis(b).Addr())
-	keys := make([]string, 1024)
-	for i := range keys {
-		keys[i] = "user-" + strconv.Itoa(i)
-	}
-	l := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 1e9, Window: time.Second}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if _, err := s.Decide(ctx, Request{Key: keys[i%len(keys)], Limit: l, Cost: 1}); err != nil {
-			b.Fatal(err)
-		}
-		cancel()
-	}
 }

@@ -38,6 +38,15 @@ const (
 
 var outcomeNames = [numOutcomes]string{"allowed", "denied", "skipped"}
 
+// The fronts a Handler counts in meshlimit_requests_total (package rls counts "grpc" and "json").
+const (
+	frontHTTP   = iota // /v1/check
+	frontResets        // /v1/resets
+	numFronts
+)
+
+var frontNames = [numFronts]string{"http", "resets"}
+
 // latencyBuckets are the upper bounds, in seconds, of the latency histograms.
 var latencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
 
@@ -58,6 +67,15 @@ type Metrics struct {
 	resets    prometheus.Counter       // entries appended to the reset log
 	requests  *prometheus.CounterVec   // front, code
 	durations *prometheus.HistogramVec // front
+	fronts    [numFronts]frontMetrics
+}
+
+// frontMetrics are the series of one of a Handler's fronts that its every answer updates,
+// resolved at its first answer (a series appears when there is something to count).
+type frontMetrics struct {
+	okOnce, durOnce sync.Once
+	ok              prometheus.Counter  // requests{front, "200"}
+	dur             prometheus.Observer // durations{front}
 }
 
 // NewMetrics returns Metrics on a registry of their own.
@@ -187,46 +205,35 @@ func (m *Metrics) observe(d time.Duration) {
 	m.latency.Observe(d.Seconds())
 }
 
-// ObserveRequest records one answered request of a front ("http", "grpc", "json") with its
-// code and duration.
+// ObserveRequest records one answered request of a front of package rls ("grpc", "json") with
+// its code and duration.
 func (m *Metrics) ObserveRequest(front, code string, d time.Duration) {
 	m.init()
 	m.requests.WithLabelValues(front, code).Inc()
 	m.durations.WithLabelValues(front).Observe(d.Seconds())
 }
 
-// Instrument returns next with the requests to path counted as front (their HTTP status
-// codes and durations); other paths pass through uncounted.
-func (m *Metrics) Instrument(front, path string, next http.Handler) http.Handler {
+// request records one answered request of a Handler's front, with its status code, that
+// started at start. After the front's first answers, a 200 takes no lookup.
+func (m *Metrics) request(front, code int, start time.Time) {
 	m.init()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != path {
-			next.ServeHTTP(w, r)
-			return
-		}
-		start := time.Now()
-		sw := statusWriter{ResponseWriter: w, code: http.StatusOK}
-		next.ServeHTTP(&sw, r)
-		m.ObserveRequest(front, strconv.Itoa(sw.code), time.Since(start))
-	})
+	f := &m.fronts[front]
+	if code == http.StatusOK {
+		f.okOnce.Do(func() { f.ok = m.requests.WithLabelValues(frontNames[front], "200") })
+		f.ok.Inc()
+	} else {
+		m.requests.WithLabelValues(frontNames[front], strconv.Itoa(code)).Inc()
+	}
+	f.durOnce.Do(func() { f.dur = m.durations.WithLabelValues(frontNames[front]) })
+	f.dur.Observe(time.Since(start).Seconds())
 }
 
-// statusWriter remembers the status code written.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.code = code
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// writeTo writes every metric in the Prometheus text exposition format (version 0.0.4).
-// keys, when >= 0, is reported as the meshlimit_memory_keys gauge; evicted, when >= 0, as the
-// meshlimit_store_evicted_keys_total counter.
-func (m *Metrics) writeTo(w io.Writer, keys int, evicted int64) error {
+// writeTo writes every metric in the Prometheus text exposition format (version 0.0.4), with
+// the store's figures: st.Keys, when >= 0, as the meshlimit_memory_keys gauge; st.Evicted, when
+// >= 0, as the meshlimit_store_evicted_keys_total counter.
+func (m *Metrics) writeTo(w io.Writer, st Stats) error {
 	m.init()
+	keys, evicted := st.Keys, st.Evicted
 	gs := prometheus.Gatherers{m.reg}
 	if keys >= 0 || evicted >= 0 {
 		store := prometheus.NewRegistry()

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/meshlimit/meshlimit/algorithms"
@@ -11,8 +12,7 @@ import (
 
 // PermitStore holds concurrency permits: at most Limit permits of a key at once, each held
 // until it is released or its lease ends (so that a holder that dies, or loses the end of a
-// stream, cannot keep one longer). RedisStore and MemoryStore implement it. Each operation
-// is atomic on its key.
+// stream, cannot keep one longer).
 type PermitStore interface {
 	// Acquire admits req.Permit when fewer than req.Limit permits of req.Key are held after
 	// the expired ones are reclaimed, or when it is held already (a retried acquire: its lease
@@ -34,6 +34,30 @@ type PermitRequest struct {
 	Now         time.Time
 }
 
+// PermitOp is an operation of a PermitStore.
+type PermitOp int
+
+// The operations of a PermitStore.
+const (
+	PermitAcquire PermitOp = iota
+	PermitRenew
+	PermitRelease
+)
+
+// Validate reports what is wrong with r for op: every operation names a key and a permit,
+// Acquire and Renew need a lease, and Acquire a limit of at least 1.
+func (r PermitRequest) Validate(op PermitOp) error {
+	switch {
+	case r.Key == "" || r.Permit == "":
+		return errors.New("service: a permit needs a key and an id")
+	case op != PermitRelease && r.Lease <= 0:
+		return errors.New("service: a permit needs a lease")
+	case op == PermitAcquire && r.Limit < 1:
+		return fmt.Errorf("service: permit limit %d, want >= 1", r.Limit)
+	}
+	return nil
+}
+
 // PermitResult is the result of an Acquire.
 type PermitResult struct {
 	Allowed bool
@@ -43,28 +67,11 @@ type PermitResult struct {
 	Reclaimed int64
 }
 
-// errNoPermits is the error of a permit operation on a store that holds no permits.
-var errNoPermits = errors.New("service: the store holds no concurrency permits")
-
-func (r PermitRequest) validate(needLease bool) error {
-	switch {
-	case r.Key == "" || r.Permit == "":
-		return errors.New("service: a permit needs a key and an id")
-	case needLease && r.Lease <= 0:
-		return errors.New("service: a permit needs a lease")
-	}
-	return nil
-}
-
 // acquire decides permit descriptor d as a descriptor decision: never a Retry-After (the
 // time a permit frees is not known: a release may come at any moment), and the permits
 // still free as Remaining.
-func (l *Limiter) acquire(ctx context.Context, d *Descriptor, now time.Time) (algorithms.Decision, error) {
-	ps, ok := l.store.(PermitStore)
-	if !ok {
-		return algorithms.Decision{}, errNoPermits
-	}
-	r, err := ps.Acquire(ctx, PermitRequest{Key: d.Key, Permit: d.Permit, Limit: d.Limit.Quota, Lease: d.Lease, Now: now})
+func (l *limiter) acquire(ctx context.Context, d *wire.Descriptor, now time.Time) (algorithms.Decision, error) {
+	r, err := l.store.Acquire(ctx, PermitRequest{Key: d.Key, Permit: d.Permit, Limit: d.Limit.Quota, Lease: d.Lease, Now: now})
 	if err != nil {
 		return algorithms.Decision{}, err
 	}
@@ -78,14 +85,10 @@ func (l *Limiter) acquire(ctx context.Context, d *Descriptor, now time.Time) (al
 
 // releaseAcquired gives back the permits a denied check acquired before its denial: a denied
 // request holds nothing. A failure is left to the leases.
-func (l *Limiter) releaseAcquired(ctx context.Context, descs []Descriptor, o *Outcome, now time.Time) {
-	ps, ok := l.store.(PermitStore)
-	if !ok {
-		return
-	}
+func (l *limiter) releaseAcquired(ctx context.Context, descs []wire.Descriptor, o *outcome, now time.Time) {
 	for i := range descs {
-		if d := &descs[i]; d.Permit != "" && o.Decisions[i].Allowed {
-			_, _ = ps.Release(ctx, PermitRequest{Key: d.Key, Permit: d.Permit, Now: now})
+		if d := &descs[i]; d.Permit != "" && o.decisions[i].Allowed {
+			_, _ = l.store.Release(ctx, PermitRequest{Key: d.Key, Permit: d.Permit, Now: now})
 		}
 	}
 }
@@ -98,13 +101,9 @@ type permitCounts struct {
 }
 
 // permits releases, then renews, the permits a check lists.
-func (l *Limiter) permits(ctx context.Context, renew, release []wire.PermitRef, now time.Time) (c permitCounts, err error) {
-	ps, ok := l.store.(PermitStore)
-	if !ok {
-		return c, errNoPermits
-	}
+func (l *limiter) permits(ctx context.Context, renew, release []wire.PermitRef, now time.Time) (c permitCounts, err error) {
 	for _, r := range release {
-		held, err := ps.Release(ctx, PermitRequest{Key: r.Key, Permit: r.Permit, Now: now})
+		held, err := l.store.Release(ctx, PermitRequest{Key: r.Key, Permit: r.Permit, Now: now})
 		if err != nil {
 			return permitCounts{}, err
 		}
@@ -113,7 +112,7 @@ func (l *Limiter) permits(ctx context.Context, renew, release []wire.PermitRef, 
 		}
 	}
 	for i, r := range renew { // at most wire.MaxDescriptors: i fits the bit set
-		held, err := ps.Renew(ctx, PermitRequest{Key: r.Key, Permit: r.Permit, Lease: r.Lease, Now: now})
+		held, err := l.store.Renew(ctx, PermitRequest{Key: r.Key, Permit: r.Permit, Lease: r.Lease, Now: now})
 		if err != nil {
 			return permitCounts{}, err
 		}

@@ -26,7 +26,7 @@ const resetsBodyBytes = 6*wire.MaxPluginBytes + 64
 // ResetLogSize entries, off the request path of the proxies).
 const minResetsTimeout = 100 * time.Millisecond
 
-// ResetLog is what a Store offers the reset log. MemoryStore and RedisStore implement it.
+// ResetLog is the store's reset log: a bounded log of the keys admin resets forgot, in order.
 type ResetLog interface {
 	// AppendResets appends one entry per key, in order, and returns the position of the last.
 	AppendResets(ctx context.Context, keys []string) (uint64, error)
@@ -76,25 +76,23 @@ func distinctKeys(descs []wire.Descriptor) []string {
 	return keys
 }
 
-// resets serves POST /v1/resets: the entries of the reset log for one plugin's proxies.
-func (h *Handler) resets(w http.ResponseWriter, r *http.Request) {
-	if !h.authorized(w, r) {
-		return
+// resets serves POST /v1/resets: the entries of the reset log for one plugin's proxies. It
+// returns the status it answered.
+func (h *Handler) resets(w http.ResponseWriter, r *http.Request) int {
+	if !h.allowed(w, r, http.MethodPost) {
+		return http.StatusMethodNotAllowed
 	}
-	if h.resetLog == nil {
-		h.writeError(w, http.StatusNotFound, wire.ResetsPath+": the store keeps no reset log")
-		return
+	if !h.authorized(w, r) {
+		return http.StatusUnauthorized
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, resetsBodyBytes))
 	if err != nil {
-		h.bodyFailed(w, err, resetsBodyBytes)
-		return
+		return h.bodyFailed(w, err, resetsBodyBytes)
 	}
 	var req wire.ResetsRequest
 	if err := wire.DecodeResetsRequest(body, &req); err != nil {
 		h.metrics.error(errBadRequest)
-		h.writeError(w, http.StatusBadRequest, err.Error())
-		return
+		return h.writeError(w, http.StatusBadRequest, err.Error())
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), max(h.timeout, minResetsTimeout))
 	defer cancel()
@@ -102,18 +100,13 @@ func (h *Handler) resets(w http.ResponseWriter, r *http.Request) {
 	if req.Since == 0 {
 		n = 0 // a proxy without a position gets no entries
 	}
-	page, err := h.resetLog.ReadResets(ctx, req.Since, req.Plugin+"/", n)
+	page, err := h.store.ReadResets(ctx, req.Since, req.Plugin+"/", n)
 	if err != nil {
-		kind := errStore
-		if timedOut(ctx, err) {
-			kind = errTimeout
-		}
-		h.metrics.error(kind)
-		h.logStoreError(err, kind)
-		h.writeError(w, http.StatusServiceUnavailable, "store unavailable: the reset log cannot be read")
-		return
+		h.storeFailed(ctx, err)
+		return h.writeError(w, http.StatusServiceUnavailable, "store unavailable: the reset log cannot be read")
 	}
 	a := resetsAnswer(req.Since, page)
 	w.Header()["Content-Type"] = jsonContentType
 	_, _ = w.Write(wire.AppendResetsAnswer(nil, &a))
+	return http.StatusOK
 }

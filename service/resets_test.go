@@ -1,4 +1,4 @@
-package service
+package service_test
 
 import (
 	"context"
@@ -13,29 +13,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/internal/redistest"
+	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
 const resetsSecret = "proxy-secret"
 
-// resetsRig is a service (check handler and admin API sharing one store and its metrics).
-type resetsRig struct {
-	h     *Handler
-	admin *Admin
-	store Store
-}
+// resetsRig is a service with a secret and an admin token.
+type resetsRig struct{ h *service.Handler }
 
-func newResetsRig(t *testing.T, s Store) resetsRig {
-	m := NewMetrics()
-	a, err := NewAdmin(AdminConfig{Store: s, Token: adminToken, Metrics: m})
-	require.NoError(t, err)
-	return resetsRig{h: newTestHandler(t, Config{Store: s, Secret: resetsSecret, Metrics: m}), admin: a, store: s}
+func newResetsRig(t *testing.T, s service.Store) resetsRig {
+	return resetsRig{h: newTestHandler(t, service.Config{Store: s, Secret: resetsSecret, AdminToken: adminToken})}
 }
 
 // poll is a proxy of plugin asking for the entries after since.
 func (r resetsRig) poll(t *testing.T, plugin string, since uint64) wire.ResetsAnswer {
 	t.Helper()
-	code, body := serve(r.h, http.MethodPost, wire.ResetsPath, string(wire.AppendResetsRequest(nil, plugin, since)), SecretHeader, resetsSecret)
+	code, body := serve(r.h, http.MethodPost, wire.ResetsPath, string(wire.AppendResetsRequest(nil, plugin, since)), wire.SecretHeader, resetsSecret)
 	require.Equal(t, http.StatusOK, code, body)
 	a, err := wire.DecodeResetsAnswer([]byte(body), nil)
 	require.NoError(t, err, body)
@@ -51,7 +47,7 @@ func (r resetsRig) reset(t *testing.T, plugin string, values ...string) uint64 {
 	for i, v := range values {
 		b = wire.AppendDescriptor(b, i, wire.Key{Plugin: plugin, Rule: "login", Fingerprint: 7, Value: v}, l, 1)
 	}
-	code, out := adminCall(t, r.admin, "reset", adminToken, string(wire.AppendRequestEnd(b)))
+	code, out := adminCall(t, r.h, "reset", adminToken, string(wire.AppendRequestEnd(b)))
 	require.Equal(t, http.StatusOK, code, "%v", out)
 	seq, ok := out["seq"].(float64)
 	require.True(t, ok, "the answer of a reset has its log position: %v", out)
@@ -59,12 +55,12 @@ func (r resetsRig) reset(t *testing.T, plugin string, values ...string) uint64 {
 }
 
 // appendN appends n keys of plugin to the log directly.
-func appendN(t *testing.T, s Store, plugin string, n int) uint64 {
+func appendN(t *testing.T, s service.Store, plugin string, n int) uint64 {
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = plugin + "/login/7/user-" + strconv.Itoa(i)
 	}
-	seq, err := s.(ResetLog).AppendResets(context.Background(), keys)
+	seq, err := s.AppendResets(context.Background(), keys)
 	require.NoError(t, err)
 	return seq
 }
@@ -78,7 +74,7 @@ func resetKeys(a wire.ResetsAnswer) []string {
 }
 
 func TestAnAdminResetIsLoggedForTheProxiesOfItsPlugin(t *testing.T) {
-	adminStores(t, func(t *testing.T, s Store) {
+	eachStore(t, func(t *testing.T, s service.Store) {
 		r := newResetsRig(t, s)
 		pos := r.poll(t, "ns.p", 0).Seq
 		require.Positive(t, pos)
@@ -100,7 +96,7 @@ func TestAnAdminResetIsLoggedForTheProxiesOfItsPlugin(t *testing.T) {
 }
 
 func TestAProxyWithNoPositionLearnsTheLatestSeqAndNoEntries(t *testing.T) {
-	adminStores(t, func(t *testing.T, s Store) {
+	eachStore(t, func(t *testing.T, s service.Store) {
 		r := newResetsRig(t, s)
 		fresh := r.poll(t, "ns.p", 0)
 		assert.Equal(t, uint64(1), fresh.Seq, "a log never written to is at its origin, 1")
@@ -118,17 +114,17 @@ func TestAProxyWithNoPositionLearnsTheLatestSeqAndNoEntries(t *testing.T) {
 }
 
 func TestAProxyThatFellBehindTheLogIsToldItIsTruncated(t *testing.T) {
-	adminStores(t, func(t *testing.T, s Store) {
+	eachStore(t, func(t *testing.T, s service.Store) {
 		r := newResetsRig(t, s)
 		pos := r.poll(t, "ns.p", 0).Seq
-		latest := appendN(t, s, "ns.p", ResetLogSize+10)
+		latest := appendN(t, s, "ns.p", service.ResetLogSize+10)
 
 		a := r.poll(t, "ns.p", pos)
 		assert.True(t, a.Truncated, "10 entries after its position were dropped")
 		require.Len(t, a.Resets, wire.MaxResetsPerAnswer, "it still gets what the log holds")
-		assert.Equal(t, latest-ResetLogSize+1, a.Resets[0].Seq, "from the oldest entry kept")
+		assert.Equal(t, latest-service.ResetLogSize+1, a.Resets[0].Seq, "from the oldest entry kept")
 
-		edge := r.poll(t, "ns.p", latest-ResetLogSize)
+		edge := r.poll(t, "ns.p", latest-service.ResetLogSize)
 		assert.False(t, edge.Truncated, "a proxy right before the oldest entry kept missed nothing")
 
 		ahead := r.poll(t, "ns.p", latest+100)
@@ -139,8 +135,8 @@ func TestAProxyThatFellBehindTheLogIsToldItIsTruncated(t *testing.T) {
 }
 
 func TestAProxyIsToldOfTruncationWhenRedisLostTheLog(t *testing.T) {
-	requireRedisServer(t)
-	srv := startRedis(t)
+	redistest.Require(t)
+	srv := redistest.Start(t)
 	r := newResetsRig(t, newRedisStore(t, srv.Addr()))
 	seq := r.reset(t, "ns.p", "alice", "bob")
 	_, err := srv.Do("FLUSHALL")
@@ -155,8 +151,8 @@ func TestAProxyIsToldOfTruncationWhenRedisLostTheLog(t *testing.T) {
 }
 
 func TestLosingTheRedisPositionKeyAloneNeverReusesAPosition(t *testing.T) {
-	requireRedisServer(t)
-	srv := startRedis(t)
+	redistest.Require(t)
+	srv := redistest.Start(t)
 	r := newResetsRig(t, newRedisStore(t, srv.Addr()))
 	seq := r.reset(t, "ns.p", "alice", "bob")
 	_, err := srv.Do("DEL", "ml:{resets}:seq")
@@ -166,28 +162,8 @@ func TestLosingTheRedisPositionKeyAloneNeverReusesAPosition(t *testing.T) {
 	assert.Equal(t, []string{"ns.p/login/7/carol"}, resetKeys(r.poll(t, "ns.p", seq)))
 }
 
-func TestTheLogKeepsOnlyTheLast1024Resets(t *testing.T) {
-	adminStores(t, func(t *testing.T, s Store) {
-		latest := appendN(t, s, "ns.p", 3*ResetLogSize/2)
-		p, err := s.(ResetLog).ReadResets(context.Background(), 1, "ns.p/", 2*ResetLogSize)
-		require.NoError(t, err)
-		assert.Equal(t, latest, p.Latest)
-		assert.Equal(t, latest-ResetLogSize+1, p.Oldest)
-		require.Len(t, p.Entries, ResetLogSize)
-		assert.Equal(t, "ns.p/login/7/user-"+strconv.Itoa(ResetLogSize/2), p.Entries[0].Key)
-		for i, e := range p.Entries {
-			assert.Equal(t, p.Oldest+uint64(i), e.Seq)
-		}
-		if rs, ok := s.(*RedisStore); ok {
-			n, err := rs.client.Do(context.Background(), rs.client.B().Zcard().Key("ml:{resets}:log").Build()).AsInt64()
-			require.NoError(t, err)
-			assert.Equal(t, int64(ResetLogSize), n, "Redis holds no more than the log's size")
-		}
-	})
-}
-
 func TestResetsOfAnotherPluginAreNotServed(t *testing.T) {
-	adminStores(t, func(t *testing.T, s Store) {
+	eachStore(t, func(t *testing.T, s service.Store) {
 		r := newResetsRig(t, s)
 		pos := r.poll(t, "ns.p", 0).Seq
 		r.reset(t, "ns.q", "alice")
@@ -205,7 +181,7 @@ func TestResetsOfAnotherPluginAreNotServed(t *testing.T) {
 }
 
 func TestAPageOfTheLogHoldsAtMost256EntriesAndTellsOfTheRest(t *testing.T) {
-	adminStores(t, func(t *testing.T, s Store) {
+	eachStore(t, func(t *testing.T, s service.Store) {
 		r := newResetsRig(t, s)
 		pos := r.poll(t, "ns.p", 0).Seq
 		appendN(t, s, "ns.q", 50)
@@ -224,7 +200,7 @@ func TestAPageOfTheLogHoldsAtMost256EntriesAndTellsOfTheRest(t *testing.T) {
 }
 
 func TestTheResetsPathRefusesACallerWithoutTheSecret(t *testing.T) {
-	r := newResetsRig(t, NewMemoryStore(MemoryConfig{SweepInterval: -1}))
+	r := newResetsRig(t, newMemoryStore(t))
 	r.reset(t, "ns.p", "alice")
 	body := string(wire.AppendResetsRequest(nil, "ns.p", 1))
 	for _, tc := range []struct {
@@ -232,9 +208,9 @@ func TestTheResetsPathRefusesACallerWithoutTheSecret(t *testing.T) {
 		header []string
 	}{
 		{"no secret", nil},
-		{"a wrong secret", []string{SecretHeader, "proxy-secreT"}},
-		{"a prefix of the secret", []string{SecretHeader, "proxy"}},
-		{"the admin token instead", []string{SecretHeader, adminToken}},
+		{"a wrong secret", []string{wire.SecretHeader, "proxy-secreT"}},
+		{"a prefix of the secret", []string{wire.SecretHeader, "proxy"}},
+		{"the admin token instead", []string{wire.SecretHeader, adminToken}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out := serve(r.h, http.MethodPost, wire.ResetsPath, body, tc.header...)
@@ -245,7 +221,7 @@ func TestTheResetsPathRefusesACallerWithoutTheSecret(t *testing.T) {
 }
 
 func TestABadResetsRequestIsRefused(t *testing.T) {
-	r := newResetsRig(t, NewMemoryStore(MemoryConfig{SweepInterval: -1}))
+	r := newResetsRig(t, newMemoryStore(t))
 	for _, tc := range []struct {
 		name, method, body, want string
 		code                     int
@@ -260,7 +236,7 @@ func TestABadResetsRequestIsRefused(t *testing.T) {
 		{"a GET", http.MethodGet, ``, "method not allowed", http.StatusMethodNotAllowed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out := serve(r.h, tc.method, wire.ResetsPath, tc.body, SecretHeader, resetsSecret)
+			code, out := serve(r.h, tc.method, wire.ResetsPath, tc.body, wire.SecretHeader, resetsSecret)
 			assert.Equal(t, tc.code, code, out)
 			assert.Contains(t, out, `"error":`)
 			assert.Contains(t, out, tc.want)
@@ -269,39 +245,35 @@ func TestABadResetsRequestIsRefused(t *testing.T) {
 }
 
 // failingLog is a memory store whose reset log cannot be written.
-type failingLog struct{ *MemoryStore }
+type failingLog struct{ *memstore.Store }
 
 func (failingLog) AppendResets(context.Context, []string) (uint64, error) {
 	return 0, errors.New("log unavailable")
 }
 
 func TestAResetThatCannotBeLoggedIsAnsweredUnavailable(t *testing.T) {
-	s := NewMemoryStore(MemoryConfig{SweepInterval: -1})
-	defer s.Close()
-	a, err := NewAdmin(AdminConfig{Store: failingLog{s}, Token: adminToken})
-	require.NoError(t, err)
+	a := newTestHandler(t, service.Config{Store: failingLog{newMemoryStore(t)}, AdminToken: adminToken})
 	code, out := adminCall(t, a, "reset", adminToken, adminBody("alice", algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 1, Window: time.Second}))
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Contains(t, out["error"], "the proxies will not hear of the reset")
 }
 
 func TestTheResetsPathAnswersUnavailableWhenRedisIsDown(t *testing.T) {
-	requireRedisServer(t)
-	srv := startRedis(t)
+	redistest.Require(t)
+	srv := redistest.Start(t)
 	r := newResetsRig(t, newRedisStore(t, srv.Addr()))
 	r.reset(t, "ns.p", "alice")
 	srv.Stop()
-	code, out := serve(r.h, http.MethodPost, wire.ResetsPath, string(wire.AppendResetsRequest(nil, "ns.p", 1)), SecretHeader, resetsSecret)
+	code, out := serve(r.h, http.MethodPost, wire.ResetsPath, string(wire.AppendResetsRequest(nil, "ns.p", 1)), wire.SecretHeader, resetsSecret)
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Contains(t, out, "reset log")
-	code, _ = adminCall(t, r.admin, "reset", adminToken, adminBody("alice", algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 1, Window: time.Second}))
+	code, _ = adminCall(t, r.h, "reset", adminToken, adminBody("alice", algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 1, Window: time.Second}))
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 }
 
 func TestTheResetLogWorksInARedisCluster(t *testing.T) {
-	nodes := startCluster(t)
-	s := newRedisStore(t, nodes[0].Addr())
-	r := newResetsRig(t, s)
+	nodes := redistest.StartCluster(t)
+	r := newResetsRig(t, newRedisStore(t, nodes[0].Addr()))
 	pos := r.poll(t, "ns.p", 0).Seq
 	r.reset(t, "ns.p", "alice", "bob")
 	assert.Equal(t, []string{"ns.p/login/7/alice", "ns.p/login/7/bob"}, resetKeys(r.poll(t, "ns.p", pos)))
@@ -310,23 +282,21 @@ func TestTheResetLogWorksInARedisCluster(t *testing.T) {
 		require.NoError(t, err)
 		return v
 	}
-	keys := s.resetKeys()
-	assert.Equal(t, slot(keys[0]), slot(keys[1]), "the log's two keys share a slot")
+	assert.Equal(t, slot("ml:{resets}:seq"), slot("ml:{resets}:log"), "the log's two keys share a slot")
 }
 
 // The largest answer: a full page of the longest keys.
 func TestTheLargestResetsAnswerIsBounded(t *testing.T) {
-	s := NewMemoryStore(MemoryConfig{SweepInterval: -1})
-	defer s.Close()
+	s := newMemoryStore(t)
 	r := newResetsRig(t, s)
-	keys := make([]string, ResetLogSize)
+	keys := make([]string, service.ResetLogSize)
 	for i := range keys {
 		k := "ns.p/login/7/" + strconv.Itoa(i) + "/"
 		keys[i] = k + strings.Repeat(`"`, wire.MaxKeyBytes-len(k)) // each byte escaped in JSON
 	}
 	_, err := s.AppendResets(context.Background(), keys)
 	require.NoError(t, err)
-	code, body := serve(r.h, http.MethodPost, wire.ResetsPath, string(wire.AppendResetsRequest(nil, "ns.p", 1)), SecretHeader, resetsSecret)
+	code, body := serve(r.h, http.MethodPost, wire.ResetsPath, string(wire.AppendResetsRequest(nil, "ns.p", 1)), wire.SecretHeader, resetsSecret)
 	require.Equal(t, http.StatusOK, code)
 	assert.LessOrEqual(t, len(body), wire.MaxResetsPerAnswer*(2*wire.MaxKeyBytes+40)+100)
 	assert.Less(t, len(body), wire.MaxAnswerBytes)
@@ -335,31 +305,27 @@ func TestTheLargestResetsAnswerIsBounded(t *testing.T) {
 // BenchmarkAnUpToDateProxyPollsTheLog measures the common poll: a proxy at the latest position,
 // with the log full of other plugins' entries, through the handler.
 func BenchmarkAnUpToDateProxyPollsTheLog(b *testing.B) {
-	run := func(b *testing.B, s Store) {
-		h, err := NewHandler(Config{Store: s, Secret: resetsSecret, Timeout: time.Second})
+	run := func(b *testing.B, s service.Store) {
+		h, err := service.NewHandler(service.Config{Store: s, Secret: resetsSecret, Timeout: time.Second})
 		require.NoError(b, err)
-		keys := make([]string, ResetLogSize)
+		keys := make([]string, service.ResetLogSize)
 		for i := range keys {
 			keys[i] = "ns.q/login/7/user-" + strconv.Itoa(i)
 		}
-		latest, err := s.(ResetLog).AppendResets(context.Background(), keys)
+		latest, err := s.AppendResets(context.Background(), keys)
 		require.NoError(b, err)
 		body := string(wire.AppendResetsRequest(nil, "ns.p", latest))
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
-			if code, out := serve(h, http.MethodPost, wire.ResetsPath, body, SecretHeader, resetsSecret); code != http.StatusOK {
+			if code, out := serve(h, http.MethodPost, wire.ResetsPath, body, wire.SecretHeader, resetsSecret); code != http.StatusOK {
 				b.Fatal(out)
 			}
 		}
 	}
-	b.Run("memory", func(b *testing.B) {
-		s := NewMemoryStore(MemoryConfig{SweepInterval: -1})
-		defer s.Close()
-		run(b, s)
-	})
+	b.Run("memory", func(b *testing.B) { run(b, newMemoryStore(b)) })
 	b.Run("redis", func(b *testing.B) {
-		requireRedisServer(b)
-		run(b, newRedisStore(b, startRedis(b).Addr()))
+		redistest.Require(b)
+		run(b, newRedisStore(b, redistest.Start(b).Addr()))
 	})
 }

@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"strconv"
 	"time"
-
-	"github.com/redis/rueidis"
 
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/wire"
@@ -16,7 +12,7 @@ import (
 
 // SettleStore applies settles: the difference between a reservation a descriptor charged and
 // the cost the request turned out to have (algorithms.Limit.Adjust), atomically on its key and
-// without a decision. RedisStore and MemoryStore implement it.
+// without a decision.
 type SettleStore interface {
 	Settle(ctx context.Context, req SettleRequest) error
 }
@@ -31,10 +27,9 @@ type SettleRequest struct {
 	Now   time.Time
 }
 
-// errNoSettles is the error of a settle on a store that cannot apply one.
-var errNoSettles = errors.New("service: the store does not settle costs")
-
-func (r SettleRequest) validate() error {
+// Validate reports what is wrong with r; the kinds that keep no exact state to refund into
+// (Kind.Settles) are refused.
+func (r SettleRequest) Validate() error {
 	switch {
 	case r.Key == "":
 		return errors.New("service: empty key")
@@ -47,107 +42,13 @@ func (r SettleRequest) validate() error {
 }
 
 // settle applies a check's settle list, in order, and returns how many entries it applied.
-func (l *Limiter) settle(ctx context.Context, list []wire.Settle, now time.Time) (int, error) {
-	ss, ok := l.store.(SettleStore)
-	if !ok {
-		return 0, errNoSettles
-	}
+func (l *limiter) settle(ctx context.Context, list []wire.Settle, now time.Time) (int, error) {
 	for i, s := range list {
-		err := ss.Settle(ctx, SettleRequest{Key: s.Key, Limit: s.Limit, Delta: s.Delta, Age: s.Age, Now: now})
+		err := l.store.Settle(ctx, SettleRequest{Key: s.Key, Limit: s.Limit, Delta: s.Delta, Age: s.Age, Now: now})
 		if err != nil {
 			return i, err
 		}
 		l.metrics.settled(s.Delta)
 	}
 	return len(list), nil
-}
-
-// SettleScript returns the Lua source that settles a cost of kind (see lua/lib.lua): lib.lua
-// followed by the algorithm's settle body.
-func SettleScript(kind algorithms.Kind) (string, error) {
-	switch kind {
-	case algorithms.TokenBucket:
-		return composeScript("local LEAKY = false\n", "lib.lua", "gcra_state.lua", "gcra_settle.lua")
-	case algorithms.LeakyBucket:
-		return composeScript("local LEAKY = true\n", "lib.lua", "gcra_state.lua", "gcra_settle.lua")
-	case algorithms.FixedWindow:
-		return composeScript("", "lib.lua", "fixed_window_settle.lua")
-	}
-	return "", fmt.Errorf("service: %v does not settle a cost", kind)
-}
-
-// loadSettleScripts prepares the settle scripts and adds them to the sources loaded on every node.
-func (s *RedisStore) loadSettleScripts() error {
-	for _, k := range algorithms.Kinds {
-		if !k.Settles() {
-			continue
-		}
-		src, err := SettleScript(k)
-		if err != nil {
-			return err
-		}
-		s.settle[k] = rueidis.NewLuaScript(src)
-		s.sources = append(s.sources, src)
-	}
-	return nil
-}
-
-// Settle implements SettleStore: one EVALSHA of the kind's settle script on the descriptor's
-// state key, with the same TTL as a decision, or longer while the key is in debt.
-func (s *RedisStore) Settle(ctx context.Context, req SettleRequest) error {
-	if err := req.validate(); err != nil {
-		return err
-	}
-	return s.settleAt(ctx, req, int64((req.Limit.TTL()+time.Millisecond-1)/time.Millisecond))
-}
-
-// settleAt runs req's settle script with the given PEXPIRE in milliseconds.
-func (s *RedisStore) settleAt(ctx context.Context, req SettleRequest, ttlMs int64) error {
-	l := req.Limit
-	args := append(limitArgs(l, req.Delta, ttlMs, req.Now), strconv.FormatInt(int64(req.Age/time.Microsecond), 10))
-	key := s.key(l.Kind.String(), req.Key)
-	if err := s.settle[l.Kind].Exec(ctx, s.client, []string{key}, args).Error(); err != nil {
-		return s.redisErr(err)
-	}
-	return nil
-}
-
-// Settle implements SettleStore with algorithms.Limit.Adjust under the key's shard lock.
-func (s *MemoryStore) Settle(ctx context.Context, req SettleRequest) error {
-	if err := req.validate(); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	now := req.Now
-	if now.IsZero() {
-		now = s.clock()
-	}
-	ns := now.UnixNano()
-	k := memKey{req.Limit.Kind, req.Key}
-	sh := &s.shards[maphash.String(s.seed, req.Key)%memShards]
-
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.m[k]
-	if e == nil {
-		if len(sh.m) >= s.perCap {
-			sh.evictOne(ns)
-		}
-		e = &memEntry{state: make([]byte, 0, req.Limit.EncodedSize())}
-		sh.m[k] = e
-	}
-	next, err := req.Limit.Adjust(e.state, ns, ns-int64(req.Age), req.Delta, e.state)
-	if errors.Is(err, algorithms.ErrMalformedState) {
-		next, err = req.Limit.Adjust(nil, ns, ns-int64(req.Age), req.Delta, e.state)
-	}
-	if err != nil {
-		return err
-	}
-	// A debt lasts at most one capacity past the TTL (algorithms.Limit.Adjust); the sweep also
-	// asks IdleAt, which reads the debt from the state.
-	e.limit, e.state = req.Limit, next
-	e.expires = max(e.expires, ns+2*int64(req.Limit.TTL()))
-	return nil
 }

@@ -6,19 +6,29 @@ import (
 	"time"
 
 	"github.com/meshlimit/meshlimit/algorithms"
-	"github.com/meshlimit/meshlimit/wire"
 )
 
-// Store decides one descriptor atomically: it reads the descriptor's state, applies the
-// algorithm and writes the next state back, with no other decision on the same key in between.
-// Implementations are safe for concurrent use.
+// Store keeps the state of the service's limits and decides on it: the rate state of
+// descriptors, the window counters of the envoyproxy/ratelimit front, concurrency permits and
+// the reset log. Package memstore keeps it in this process; package redisstore in Redis.
+//
+// Every operation is atomic on its key, and implementations are safe for concurrent use. An
+// invalid request (see its Validate) is refused with an error before the store is touched. An
+// operation that cannot reach the store, or whose ctx ends first, returns an error, never a
+// partial result: the key's state is then unchanged or fully updated, never torn.
 type Store interface {
-	// Decide decides req. It returns an error, never a partial decision, when the store cannot
-	// be reached or ctx ends first; state is then unchanged or fully updated, never torn.
-	// Invalid requests (see Request) are rejected with an error before the store is touched.
+	// Decide decides one descriptor: it reads the state of req's key, applies the algorithm and
+	// writes the next state back, with no other operation on the key in between.
 	Decide(ctx context.Context, req Request) (algorithms.Decision, error)
+	WindowCounter
+	SettleStore
+	PermitStore
+	KeyStore
+	ResetLog
 	// Ping reports whether the store can serve decisions (for /readyz).
 	Ping(ctx context.Context) error
+	// Stats reports what the store counts of itself, for /metrics.
+	Stats() Stats
 	// Close releases the store's resources; the store must not be used afterwards.
 	Close() error
 }
@@ -32,14 +42,14 @@ type Request struct {
 	Limit algorithms.Limit
 	// Cost is the number of units to charge, >= 1.
 	Cost int64
-	// Now is the decision time. The zero Time means the store's own clock (Redis TIME for
-	// RedisStore, so every service replica agrees), which is what production uses; a
-	// non-zero Now exists for tests and replays.
+	// Now is the decision time. The zero Time means the store's own clock (Redis TIME for the
+	// Redis store, so every service replica agrees), which is what production uses; a non-zero
+	// Now exists for tests and replays.
 	Now time.Time
 }
 
-// validate reports what is wrong with r.
-func (r Request) validate() error {
+// Validate reports what is wrong with r.
+func (r Request) Validate() error {
 	if r.Key == "" {
 		return errors.New("service: empty key")
 	}
@@ -52,5 +62,18 @@ func (r Request) validate() error {
 	return nil
 }
 
-// maxTimeUs is the latest time the algorithms represent, 2^52 µs after the epoch.
-const maxTimeUs = wire.MaxTimeUs
+// Stats is what a store reports of itself on /metrics; -1 stands for a figure the store does
+// not keep.
+type Stats struct {
+	// Keys is the number of keys held in this process (meshlimit_memory_keys): rate state and
+	// permit sets of the memory store.
+	Keys int
+	// Evicted is the number of keys Redis evicted while the store watched (the growth of
+	// evicted_keys between two Pings; meshlimit_store_evicted_keys_total).
+	Evicted int64
+}
+
+// ErrStoreFull is wrapped by the errors of a store that refuses writes for lack of memory:
+// Redis answers OOM when it reaches maxmemory under the noeviction policy. A check then gets a
+// 503 (counted as meshlimit_errors_total{kind="store_full"}) and /readyz fails.
+var ErrStoreFull = errors.New("service: the store is full: Redis refuses writes (OOM)")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/meshlimit/meshlimit/internal/fnv"
 	"github.com/meshlimit/meshlimit/internal/siphash"
 )
 
@@ -52,7 +53,7 @@ func NewRecords(prefix string, slots int) (*Records, error) {
 		return nil, fmt.Errorf("sharedstate: slots must be in [1, %d], got %d", MaxSlots, slots)
 	}
 	p := prefix + "/v" + strconv.Itoa(recordVersion) + "/"
-	return &Records{prefix: p, overflow: p + "overflow", slots: uint32(slots), seed: fnv64(fnvOffset, []byte(p))}, nil
+	return &Records{prefix: p, overflow: p + "overflow", slots: uint32(slots), seed: fnv.String(p)}, nil
 }
 
 // Slots is the number of slots, the bound on the keys the set ever creates besides its overflow record.
@@ -132,19 +133,6 @@ func contains(s []uint32, v uint32) bool {
 		}
 	}
 	return false
-}
-
-const (
-	fnvOffset = 14695981039346656037
-	fnvPrime  = 1099511628211
-)
-
-func fnv64(h uint64, b []byte) uint64 {
-	for _, c := range b {
-		h ^= uint64(c)
-		h *= fnvPrime
-	}
-	return h
 }
 
 // Editor is what one update does to one key's record. Implementations are usually a pointer to a

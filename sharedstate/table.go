@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/internal/fnv"
 )
 
 // Table holds the limit states of one rule's keys in a Records set, so that memory stays bounded
@@ -51,7 +52,7 @@ func NewTable(prefix string, slots int, limits, overflow []algorithms.Limit) (*T
 	}
 	t := &Table{records: records, limits: append([]algorithms.Limit(nil), limits...), overflow: append([]algorithms.Limit(nil), overflow...)}
 	// The overflow state's key names its limits, so that changed overflow limits start fresh.
-	t.overflowKey = records.OverflowKey() + "/" + strconv.FormatUint(fnv64(fnvOffset, fmt.Appendf(nil, "%v", overflow)), 36)
+	t.overflowKey = records.OverflowKey() + "/" + strconv.FormatUint(fnv.AddBytes(fnv.Offset64, fmt.Appendf(nil, "%v", overflow)), 36)
 	return t, nil
 }
 

@@ -28,14 +28,15 @@ func BenchmarkAdmitRelease(b *testing.B) {
 	}
 }
 
-// BenchmarkRecord measures recording one latency sample in a worker's histogram.
+// BenchmarkRecord measures recording one answer's latency in a worker's histogram.
 func BenchmarkRecord(b *testing.B) {
 	var h Histogram
-	d := 20 * time.Millisecond
+	var sp Sampler
+	d := int64(20 * time.Millisecond)
 	b.ReportAllocs()
 	for b.Loop() {
-		h.Record(d)
-		d += 37 * time.Microsecond
+		sp.Record(&h, base, base+d, Served)
+		d += int64(37 * time.Microsecond)
 	}
 }
 
@@ -89,7 +90,7 @@ func TestNoAllocs(t *testing.T) {
 			class := p.Class(names[i%len(names)])
 			s, _ = DecodeState(sbuf)
 			var d Decision
-			s, d = p.Admit(s, int64(10+i%50), class)
+			s, d = p.AdmitKey(s, int64(10+i%50), class, int64(i%7))
 			sbuf = s.AppendBinary(sbuf[:0])
 			if d.Admitted && i%3 == 0 {
 				s = p.Release(s, class)
@@ -97,7 +98,7 @@ func TestNoAllocs(t *testing.T) {
 		}},
 		{"the response path: recording a latency", func() {
 			i++
-			h.Record(time.Duration(i) * time.Microsecond)
+			g.Sampler(&c).Record(&h, now-int64(i)*1000, now, Answer(i%3))
 		}},
 		{"the tick: merge, end the interval, summarize, update, encode", func() {
 			now += int64(100 * time.Millisecond)

@@ -30,14 +30,15 @@ func ExamplePolicy_Admit() {
 	// after a release: 8
 }
 
-// The controller measures the ideal latency first, with the capacity pinned low, then grows
-// the capacity while the latency stays within the target and shrinks it when it does not.
+// The controller measures the ideal latency first, with the capacity pinned low (the probe's
+// first interval is not counted), then grows the capacity while the latency stays within the
+// target and shrinks it when it does not.
 func ExampleGradient_Update() {
 	g := shed.DefaultGradient()
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	var c shed.GradientState
 	var h shed.Histogram
-	for i, lat := range []time.Duration{0, 20, 20, 20, 40} { // no traffic in the first interval
+	for i, lat := range []time.Duration{0, 30, 20, 20, 20, 40} { // no traffic in the first interval
 		h.Reset()
 		for range 50 * min(lat, 1) {
 			h.Record(lat * time.Millisecond)
@@ -48,6 +49,7 @@ func ExampleGradient_Update() {
 		fmt.Println(st.Action, st.Limit, st.Ideal)
 	}
 	// Output:
+	// probe 3 0s
 	// probe 3 0s
 	// probed 20 20ms
 	// grow 21 20ms

@@ -44,9 +44,17 @@ type Gradient struct {
 	// ProbeLimit is the limit in force while the ideal latency is measured, in
 	// [1, MaxLimit]: low enough that the upstream does not queue.
 	ProbeLimit int64
-	// ProbeSamples is the number of samples, taken at no more than ProbeLimit in flight, that
-	// end a measurement (1 to 1,000,000).
+	// ProbeSamples is the number of samples that end a measurement early (1 to 1,000,000): the
+	// samples of requests admitted during it (see Sampler), from its second interval on.
 	ProbeSamples int64
+	// ProbeTimeout ends a measurement that has not gathered ProbeSamples (100 ms to 1 h): at the
+	// first update this long after it began (and after its second interval), whatever streams
+	// are open.
+	ProbeTimeout time.Duration
+	// ProbeMinSamples is the fewest samples (1 to 1,000,000; ProbeSamples if that is lower) that
+	// a measurement ended by its ProbeTimeout needs to set the ideal latency; with fewer, the
+	// ideal latency of the previous measurement stays.
+	ProbeMinSamples int64
 }
 
 // DefaultGradient returns the defaults of docs/shedding.md.
@@ -56,6 +64,7 @@ func DefaultGradient() Gradient {
 		Percentile: 500, Buffer: 100, Smoothing: 250,
 		Objective: 0, Backoff: 900,
 		ProbeInterval: time.Minute, ProbeJitter: 150, ProbeLimit: 3, ProbeSamples: 50,
+		ProbeTimeout: 2 * time.Second, ProbeMinSamples: 10,
 	}
 }
 
@@ -94,25 +103,34 @@ func (g Gradient) Validate() error {
 		return bad("probe_limit", fmt.Sprintf("1 to max_limit (%d)", g.MaxLimit), g.ProbeLimit)
 	case g.ProbeSamples < 1 || g.ProbeSamples > 1_000_000:
 		return bad("probe_samples", "1 to 1000000", g.ProbeSamples)
+	case g.ProbeTimeout < 100*time.Millisecond || g.ProbeTimeout > time.Hour:
+		return bad("probe_timeout", "100ms to 1h", g.ProbeTimeout)
+	case g.ProbeMinSamples < 1 || g.ProbeMinSamples > 1_000_000:
+		return bad("probe_min_samples", "1 to 1000000", g.ProbeMinSamples)
 	}
 	return nil
 }
 
 // Summary is what Update learns of one interval.
 type Summary struct {
-	// Count is the number of latency samples (requests that ended) in the interval.
+	// Count is the number of latency samples (Sampler.Record) in the interval.
 	Count int64
-	// Latency is the interval's latency sample: the Gradient's Percentile of the samples.
+	// Latency is the interval's latency sample: the Gradient's Percentile of the samples,
+	// weighted by their latency (Histogram.WeightedQuantile).
 	Latency time.Duration
-	// InFlight is the most requests in flight during the interval (the current count if the
-	// caller keeps no peak). It tells a probe whether its samples were taken at low
-	// concurrency, and the controller whether the limit is in use at all.
+	// InFlight is the most requests holding a slot during the interval (the current count if
+	// the caller keeps no peak): it tells the controller whether the limit is in use at all.
 	InFlight int64
+	// Samples is the interval's histogram, or nil. Update only reads it, during the call: a
+	// probe merges it, and measures the ideal latency over the union of its intervals. Without
+	// it, a probe counts the interval as Count samples of Latency.
+	Samples *Histogram
 }
 
-// Summarize summarizes the interval's histogram h with the Gradient's Percentile.
+// Summarize summarizes the interval's histogram h: its Percentile weighted by latency, and h
+// itself for a probe.
 func (g Gradient) Summarize(h *Histogram, inFlight int64) Summary {
-	return Summary{Count: h.Count(), Latency: h.Quantile(g.Percentile), InFlight: inFlight}
+	return Summary{Count: h.Count(), Latency: h.WeightedQuantile(g.Percentile), InFlight: inFlight, Samples: h}
 }
 
 // Action says what one Update did.
@@ -134,9 +152,13 @@ const (
 	// Probed ended a measurement: the ideal latency is new and the limit from before the
 	// measurement is back.
 	Probed
+	// Expired ended a measurement at its ProbeTimeout with fewer than ProbeMinSamples: the ideal
+	// latency is the previous one (none if no measurement ever ended), and the limit from before
+	// the measurement is back.
+	Expired
 )
 
-var actionNames = [...]string{"hold", "grow", "shrink", "backoff", "probe", "probed"}
+var actionNames = [...]string{"hold", "grow", "shrink", "backoff", "probe", "probed", "expired"}
 
 // String returns the action's name, e.g. "shrink".
 func (a Action) String() string {

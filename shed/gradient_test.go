@@ -22,6 +22,7 @@ func testGradient() Gradient {
 		Percentile: 500, Buffer: 100, Smoothing: 1000,
 		Objective: 50 * ms, Backoff: 900,
 		ProbeInterval: 10 * time.Second, ProbeJitter: 0, ProbeLimit: 2, ProbeSamples: 10,
+		ProbeTimeout: time.Second, ProbeMinSamples: 4,
 	}
 }
 
@@ -51,11 +52,13 @@ func runTicks(t *testing.T, g Gradient, s GradientState, ticks []tick) GradientS
 	return s
 }
 
-// probed returns a state that has measured an ideal latency of 10 ms, with the limit at 10.
+// probed returns a state that has measured an ideal latency of 10 ms, with the limit at 10,
+// in a probe that ended at 200 ms (its first interval is not counted).
 func probed(t *testing.T, g Gradient) GradientState {
 	return runTicks(t, g, GradientState{}, []tick{
 		{0, 0, 0, 0, Probe, 2, 0},
-		{100 * ms, 10, 10 * ms, 2, Probed, 10, 0},
+		{100 * ms, 30, 30 * ms, 2, Probe, 2, 0}, // the first interval: not counted
+		{200 * ms, 10, 10 * ms, 2, Probed, 10, 0},
 	})
 }
 
@@ -66,35 +69,35 @@ func TestGradientTimelines(t *testing.T) {
 		ticks []tick
 	}{
 		{"latency within the target grows the limit by its square root", []tick{
-			{200 * ms, 20, 10 * ms, 10, Grow, 13, 1000}, // 10 + √10
-			{300 * ms, 20, 11 * ms, 13, Grow, 16, 1000}, // 11 ms is the target exactly: 13.162 + √13.162
+			{300 * ms, 20, 10 * ms, 10, Grow, 13, 1000}, // 10 + √10
+			{400 * ms, 20, 11 * ms, 13, Grow, 16, 1000}, // 11 ms is the target exactly: 13.162 + √13.162
 		}},
 		{"a limit the traffic does not use does not grow", []tick{
-			{200 * ms, 20, 10 * ms, 4, Hold, 10, 1000},
-			{300 * ms, 20, 10 * ms, 5, Grow, 13, 1000},
+			{300 * ms, 20, 10 * ms, 4, Hold, 10, 1000},
+			{400 * ms, 20, 10 * ms, 5, Grow, 13, 1000},
 		}},
 		{"an interval without samples holds the limit", []tick{
-			{200 * ms, 0, 0, 10, Hold, 10, 0},
+			{300 * ms, 0, 0, 10, Hold, 10, 0},
 		}},
 		{"latency above the target shrinks the limit by target over sample", []tick{
-			{200 * ms, 20, 20 * ms, 10, Shrink, 5, 550}, // 11/20
+			{300 * ms, 20, 20 * ms, 10, Shrink, 5, 550}, // 11/20
 		}},
 		{"the gradient never cuts more than half at once", []tick{
-			{200 * ms, 20, 45 * ms, 10, Shrink, 5, 500},
+			{300 * ms, 20, 45 * ms, 10, Shrink, 5, 500},
 		}},
 		{"latency over the objective backs off multiplicatively", []tick{
-			{200 * ms, 20, 51 * ms, 10, Backoff, 9, 0},
-			{300 * ms, 20, 51 * ms, 10, Backoff, 8, 0}, // 10 × 0.9 × 0.9 = 8.1
+			{300 * ms, 20, 51 * ms, 10, Backoff, 9, 0},
+			{400 * ms, 20, 51 * ms, 10, Backoff, 8, 0}, // 10 × 0.9 × 0.9 = 8.1
 		}},
 		{"the limit never leaves its bounds", []tick{
-			{200 * ms, 20, 45 * ms, 10, Shrink, 5, 500},
-			{300 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
+			{300 * ms, 20, 45 * ms, 10, Shrink, 5, 500},
 			{400 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
+			{500 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
 		}},
 		{"a probe comes back 10 s after the last one ended", []tick{
-			{9 * time.Second, 20, 10 * ms, 10, Grow, 13, 1000},
-			{10 * time.Second, 20, 10 * ms, 13, Grow, 16, 1000},
-			{10*time.Second + 100*ms, 20, 10 * ms, 16, Probe, 2, 0}, // it ended at 100 ms
+			{9*time.Second + 100*ms, 20, 10 * ms, 10, Grow, 13, 1000},
+			{10*time.Second + 100*ms, 20, 10 * ms, 13, Grow, 16, 1000},
+			{10*time.Second + 200*ms, 20, 10 * ms, 16, Probe, 2, 0}, // it ended at 200 ms
 		}},
 	}
 	for _, tt := range tests {
@@ -104,50 +107,92 @@ func TestGradientTimelines(t *testing.T) {
 	}
 }
 
-func TestAProbeCountsOnlyIntervalsAtTheProbeLimitAndKeepsTheLowestSample(t *testing.T) {
+func TestAProbeSkipsItsFirstIntervalAndTakesTheWeightedPercentileOfAllItsSamples(t *testing.T) {
 	g := testGradient()
-	s := probed(t, g)
-	s = runTicks(t, g, s, []tick{
-		{200 * ms, 20, 20 * ms, 20, Shrink, 5, 550},
-		{10*time.Second + 100*ms, 20, 11 * ms, 5, Probe, 2, 0},
-		{10*time.Second + 200*ms, 50, 30 * ms, 5, Probe, 2, 0}, // still draining: not counted
-		{10*time.Second + 300*ms, 4, 14 * ms, 2, Probe, 2, 0},
-		{10*time.Second + 400*ms, 4, 12 * ms, 2, Probe, 2, 0},
-		{10*time.Second + 500*ms, 0, 0, 0, Probe, 2, 0},
-		{10*time.Second + 600*ms, 4, 13 * ms, 1, Probed, 5, 0}, // 12 samples: the limit from before is back
+	s := runTicks(t, g, probed(t, g), []tick{
+		{300 * ms, 20, 20 * ms, 20, Shrink, 5, 550},
+		{10*time.Second + 200*ms, 20, 11 * ms, 5, Probe, 2, 0},
+		{10*time.Second + 300*ms, 50, 30 * ms, 5, Probe, 2, 0}, // recorded before every worker saw the probe: not counted
+		{10*time.Second + 400*ms, 4, 14 * ms, 2, Probe, 2, 0},
+		{10*time.Second + 500*ms, 4, 12 * ms, 2, Probe, 2, 0},
+		{10*time.Second + 600*ms, 0, 0, 0, Probe, 2, 0},
+		{10*time.Second + 700*ms, 4, 13 * ms, 1, Probed, 5, 0}, // 12 samples: the limit from before is back
 	})
-	assert.Equal(t, 12*ms, usDuration(s.ideal))
+	assert.InDelta(t, float64(13*ms), float64(usDuration(s.ideal)), float64(ms), "the median of 12, 13 and 14 ms, not the lowest interval's 12 ms")
+}
+
+func TestAProbeEndsAtItsTimeoutWhateverStreamsAreOpen(t *testing.T) {
+	g := testGradient()
+	ticks := []tick{{300 * ms, 20, 20 * ms, 20, Shrink, 5, 550}, {10*time.Second + 200*ms, 20, 11 * ms, 50, Probe, 2, 0}}
+	for i := range time.Duration(9) { // 50 streams stay open, far above the probe's limit, and one sample per interval ends
+		ticks = append(ticks, tick{10*time.Second + 300*ms + i*100*ms, 1, 12 * ms, 50, Probe, 2, 0})
+	}
+	ticks = append(ticks, tick{11*time.Second + 200*ms, 1, 12 * ms, 50, Probed, 5, 0}) // a second after it began
+	s := runTicks(t, g, probed(t, g), ticks)
+	assert.Equal(t, 12*ms, usDuration(s.ideal), "9 samples of the 10 wanted, more than ProbeMinSamples")
+}
+
+func TestAProbeThatTimesOutWithTooFewSamplesKeepsTheLastIdealLatency(t *testing.T) {
+	g := testGradient()
+	ticks := []tick{{300 * ms, 20, 20 * ms, 20, Shrink, 5, 550}, {10*time.Second + 200*ms, 20, 11 * ms, 4, Probe, 2, 0}}
+	for i := range time.Duration(9) { // 4 requests that never get their response headers hold more than the probe's limit
+		ticks = append(ticks, tick{10*time.Second + 300*ms + i*100*ms, 0, 0, 4, Probe, 2, 0})
+	}
+	ticks = append(ticks,
+		tick{11*time.Second + 200*ms, 3, 1 * ms, 4, Expired, 5, 0}, // 3 samples, fewer than ProbeMinSamples
+		tick{11*time.Second + 300*ms, 20, 11 * ms, 5, Grow, 7, 1000},
+		tick{21*time.Second + 100*ms, 20, 11 * ms, 7, Grow, 10, 1000},
+		tick{21*time.Second + 200*ms, 20, 11 * ms, 10, Probe, 2, 0}, // the next probe, on schedule
+	)
+	s := runTicks(t, g, probed(t, g), ticks)
+	assert.Equal(t, 10*ms, usDuration(s.ideal))
+}
+
+func TestAFirstProbeThatTimesOutLeavesNoIdealLatencyAndTheLimitHeld(t *testing.T) {
+	g := testGradient()
+	ticks := []tick{{0, 0, 0, 0, Probe, 2, 0}}
+	for i := range time.Duration(9) {
+		ticks = append(ticks, tick{100*ms + i*100*ms, 0, 0, 4, Probe, 2, 0})
+	}
+	ticks = append(ticks,
+		tick{time.Second, 0, 0, 4, Expired, 10, 0},
+		tick{1100 * ms, 20, 45 * ms, 10, Hold, 10, 0}, // no ideal latency: nothing to steer by
+		tick{11 * time.Second, 20, 45 * ms, 10, Probe, 2, 0},
+	)
+	s := runTicks(t, g, GradientState{}, ticks)
+	assert.Zero(t, s.ideal)
 }
 
 func TestALimitStuckAtItsFloorForFiveUpdatesTriggersAProbe(t *testing.T) {
 	g := testGradient()
 	s := runTicks(t, g, probed(t, g), []tick{
-		{200 * ms, 20, 45 * ms, 10, Shrink, 5, 500},
-		{300 * ms, 20, 45 * ms, 10, Shrink, 2, 500}, // 2.5
-		{400 * ms, 20, 45 * ms, 10, Shrink, 2, 500}, // at the floor: 1
-		{500 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
+		{300 * ms, 20, 45 * ms, 10, Shrink, 5, 500},
+		{400 * ms, 20, 45 * ms, 10, Shrink, 2, 500}, // 2.5
+		{500 * ms, 20, 45 * ms, 10, Shrink, 2, 500}, // at the floor: 1
 		{600 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
 		{700 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
-		{800 * ms, 20, 45 * ms, 10, Shrink, 2, 500}, // 5
-		{900 * ms, 20, 40 * ms, 2, Probe, 2, 0},
-		{time.Second, 10, 40 * ms, 2, Probed, 2, 0},
-		{1100 * ms, 10, 40 * ms, 2, Grow, 3, 1000}, // the upstream is slower now: 40 ms is the new ideal
+		{800 * ms, 20, 45 * ms, 10, Shrink, 2, 500},
+		{900 * ms, 20, 45 * ms, 10, Shrink, 2, 500}, // 5
+		{time.Second, 20, 40 * ms, 2, Probe, 2, 0},
+		{1100 * ms, 10, 40 * ms, 2, Probe, 2, 0},
+		{1200 * ms, 10, 40 * ms, 2, Probed, 2, 0},
+		{1300 * ms, 10, 40 * ms, 2, Grow, 3, 1000}, // the upstream is slower now: 40 ms is the new ideal
 	})
 	assert.Equal(t, 40*ms, usDuration(s.ideal))
 }
 
 func TestATickTooEarlyOrFromAClockThatSteppedBackChangesNothing(t *testing.T) {
 	g := testGradient()
-	s := probed(t, g) // last run at 100 ms
+	s := probed(t, g) // last run at 200 ms
 	sum := Summary{Count: 20, Latency: 10 * ms, InFlight: 10}
 	tests := []struct {
 		name string
 		at   time.Duration
 	}{
-		{"a second worker's tick at the same instant", 100 * ms},
-		{"a tick half an interval later", 150 * ms},
-		{"a tick just under nine tenths of an interval later", 189*ms + 999*time.Microsecond},
-		{"a clock that stepped back a second", -900 * ms},
+		{"a second worker's tick at the same instant", 200 * ms},
+		{"a tick half an interval later", 250 * ms},
+		{"a tick just under nine tenths of an interval later", 289*ms + 999*time.Microsecond},
+		{"a clock that stepped back a second", -800 * ms},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,9 +201,9 @@ func TestATickTooEarlyOrFromAClockThatSteppedBackChangesNothing(t *testing.T) {
 			assert.Equal(t, Step{Action: Hold, Limit: 10, Ideal: 10 * ms}, st)
 		})
 	}
-	next, st := g.Update(s, base+int64(190*ms), sum)
+	next, st := g.Update(s, base+int64(290*ms), sum)
 	assert.Equal(t, Step{Updated: true, Action: Grow, Limit: 13, Gradient: 1000, Ideal: 10 * ms}, st, "nine tenths of an interval is enough: a tick may come a little early")
-	_, st = g.Update(next, base+int64(200*ms), sum)
+	_, st = g.Update(next, base+int64(300*ms), sum)
 	assert.False(t, st.Updated, "and the next interval starts from that run")
 }
 
@@ -179,8 +224,8 @@ func TestSmoothingMovesTheLimitPartOfTheWay(t *testing.T) {
 	g := testGradient()
 	g.Smoothing = 250
 	runTicks(t, g, probed(t, g), []tick{
-		{200 * ms, 20, 22 * ms, 10, Shrink, 8, 500}, // 10 + (5 − 10)/4 = 8.75
-		{300 * ms, 20, 51 * ms, 10, Backoff, 7, 0},  // backoff is never smoothed: 8.75 × 0.9
+		{300 * ms, 20, 22 * ms, 10, Shrink, 8, 500}, // 10 + (5 − 10)/4 = 8.75
+		{400 * ms, 20, 51 * ms, 10, Backoff, 7, 0},  // backoff is never smoothed: 8.75 × 0.9
 	})
 }
 
@@ -241,13 +286,23 @@ func TestValidateNamesTheField(t *testing.T) {
 
 func TestGradientStateEncodingRoundTrips(t *testing.T) {
 	g := testGradient()
-	s := runTicks(t, g, probed(t, g), []tick{{200 * ms, 20, 10 * ms, 10, Grow, 13, 1000}})
+	s := runTicks(t, g, probed(t, g), []tick{{300 * ms, 20, 10 * ms, 10, Grow, 13, 1000}})
 	b := s.AppendBinary(nil)
 	require.Len(t, b, GradientStateSize)
-	assert.Equal(t, byte(0x12), b[0])
+	assert.Equal(t, byte(0x22), b[0], "version 2")
 	got, err := DecodeGradientState(b)
 	require.NoError(t, err)
 	assert.Equal(t, s, got)
+
+	var h Histogram
+	h.Record(12 * ms)
+	probing, _ := g.Update(s, base+int64(10200*ms), Summary{})
+	probing, _ = g.Update(probing, base+int64(10300*ms), Summary{})
+	probing, _ = g.Update(probing, base+int64(10400*ms), Summary{Count: 1, Latency: 12 * ms, Samples: &h})
+	got, err = DecodeGradientState(probing.AppendBinary(nil))
+	require.NoError(t, err)
+	assert.Equal(t, probing, got, "a probe in progress keeps its samples")
+	assert.Equal(t, int64(1), got.probe.Count())
 
 	fresh, err := DecodeGradientState(nil)
 	require.NoError(t, err)
@@ -266,7 +321,10 @@ func TestDecodeGradientStateRejectsWhatItCannotTrust(t *testing.T) {
 		b       []byte
 		wantErr string
 	}{
-		{"a short record", good[:10], "controller state of 10 bytes, want 68"},
+		{"a short record", good[:10], "controller state of 10 bytes, want 873"},
+		{"a version 1 record of the new length", with(0, 0x12), "controller state of 873 bytes, want 68"},
+		{"an unknown version", with(0, 0x32), "version 3, want 2"},
+		{"a malformed probe histogram", with(60, 0x13, 1), "histogram count 1, buckets add up to 0 (the controller's probe)"},
 		{"a histogram record", with(0, 0x13), "kind 3, want 2 (controller)"},
 		{"an unknown flag", with(1, 2), "controller flags 2, 0, 0"},
 		{"a limit above the maximum", with(4, 0, 0, 0, 0, 0, 0, 0, 1), "controller limit 72057594037927936 out of range [0, 1000000000]"},
@@ -283,17 +341,18 @@ func TestDecodeGradientStateRejectsWhatItCannotTrust(t *testing.T) {
 }
 
 func TestActionNames(t *testing.T) {
-	assert.Equal(t, "hold grow shrink backoff probe probed action(9)",
-		Hold.String()+" "+Grow.String()+" "+Shrink.String()+" "+Backoff.String()+" "+Probe.String()+" "+Probed.String()+" "+Action(9).String())
+	assert.Equal(t, "hold grow shrink backoff probe probed expired action(9)",
+		Hold.String()+" "+Grow.String()+" "+Shrink.String()+" "+Backoff.String()+" "+Probe.String()+" "+Probed.String()+" "+Expired.String()+" "+Action(9).String())
 }
 
 func TestAbsurdSummariesNeitherOverflowNorStallTheController(t *testing.T) {
 	g := testGradient()
 	runTicks(t, g, GradientState{}, []tick{
 		{0, 0, 0, 0, Probe, 2, 0},
-		{100 * ms, math.MaxInt64, 10 * ms, 0, Probed, 10, 0},   // a count that would overflow the probe's tally
-		{200 * ms, 20, 10 * ms, math.MaxInt64, Grow, 13, 1000}, // in flight that would overflow the "in use" test
-		{300 * ms, 20, math.MaxInt64, 10, Backoff, 11, 0},      // a latency of 292 years
-		{400 * ms, -5, 10 * ms, -5, Hold, 11, 0},               // negative counts are none
+		{100 * ms, math.MaxInt64, 10 * ms, 0, Probe, 2, 0},
+		{200 * ms, math.MaxInt64, 10 * ms, 0, Probed, 10, 0},   // a count that would overflow the probe's tally
+		{300 * ms, 20, 10 * ms, math.MaxInt64, Grow, 13, 1000}, // in flight that would overflow the "in use" test
+		{400 * ms, 20, math.MaxInt64, 10, Backoff, 11, 0},      // a latency of 292 years
+		{500 * ms, -5, 10 * ms, -5, Hold, 11, 0},               // negative counts are none
 	})
 }

@@ -138,12 +138,76 @@ func (h *Histogram) Quantile(permille int) time.Duration {
 		}
 		below += uint64(h.counts[i])
 	}
+	return h.place(i, rank-below)
+}
+
+// WeightedQuantile is Quantile with every sample weighted by its own latency: it returns the
+// latency below which permille thousandths of the samples' total time falls. Where requests hold
+// a slot while they wait, that is the share of slot-time: a caller that holds a share a of the
+// slots over the histogram's span moves the result at most to the quantiles (permille/1000 − a)/
+// (1 − a) and (permille/1000)/(1 − a) of the others, however many (fast) or few (slow) samples
+// it adds. Weights are the bucket's midpoint (exact below 8 µs, 1 µs for 0), so it errs, like
+// Quantile, by less than an eighth. It returns 0 for an empty h.
+func (h *Histogram) WeightedQuantile(permille int) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	total := uint64(0)
+	for i, c := range h.counts {
+		total = satAdd64(total, uint64(c)*bucketWeight[i])
+	}
+	pm := uint64(min(max(permille, 0), 1000))
+	want := max(total/1000*pm+(total%1000*pm+999)/1000, 1)
+	below := uint64(0)
+	i := 0
+	for ; i < histBuckets-1; i++ {
+		w := uint64(h.counts[i]) * bucketWeight[i]
+		if below+w >= want {
+			break
+		}
+		below += w
+	}
+	return h.place(i, (want-below+bucketWeight[i]-1)/bucketWeight[i])
+}
+
+// bucketWeight is the latency, in µs and at least 1, that stands for each sample of a bucket
+// in WeightedQuantile: its midpoint (its value below 8 µs).
+var bucketWeight = func() (w [histBuckets]uint64) {
+	for i := range w {
+		lo, hi := bucketBounds(i)
+		w[i] = max((lo+hi-1)/2, 1)
+	}
+	return w
+}()
+
+func satAdd64(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return 1<<64 - 1
+}
+
+// place returns the j-th (from 1) of the k samples of bucket i spread evenly over the bucket,
+// clamped to [Min, Max].
+func (h *Histogram) place(i int, j uint64) time.Duration {
 	lo, hi := bucketBounds(i)
 	k := max(uint64(h.counts[i]), 1)
-	j := min(rank-below, k)
+	j = min(max(j, 1), k)
 	v := lo + (hi-lo)*(2*j-1)/(2*k)
 	v = min(max(v, uint64(h.min)), uint64(h.max))
 	return time.Duration(v) * time.Microsecond
+}
+
+// recordN adds n samples of latency d (saturating), as n calls of Record would.
+func (h *Histogram) recordN(d time.Duration, n int64) {
+	if n <= 0 {
+		return
+	}
+	us := toUs(d)
+	var o Histogram
+	o.n, o.min, o.max = uint32(min(n, maxCount)), uint32(us), uint32(us)
+	o.counts[bucketOf(us)] = o.n
+	h.Merge(&o)
 }
 
 // AppendBinary appends the HistogramSize-byte encoding of h to dst and returns it; it does not

@@ -27,7 +27,7 @@ func TestBucketsTileTheRangeWithoutGapsAndNoWiderThanAnEighth(t *testing.T) {
 	assert.Equal(t, histBuckets-1, bucketOf(1<<40), "beyond the top, the last bucket")
 }
 
-func TestQuantileIsWithinAnEighthOfTheExactValue(t *testing.T) {
+func TestQuantilesAreWithinAnEighthOfTheExactValue(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, spread := range []float64{0.01, 0.1, 1, 5} {
 		var h Histogram
@@ -40,27 +40,31 @@ func TestQuantileIsWithinAnEighthOfTheExactValue(t *testing.T) {
 		slices.Sort(exact)
 		for _, pm := range []int{1, 100, 500, 900, 990, 1000} {
 			want := exact[max((len(exact)*pm+999)/1000, 1)-1]
-			got := h.Quantile(pm)
-			assert.InDelta(t, float64(want), float64(got), float64(want)/8, "spread %v, p%v", spread, float64(pm)/10)
+			assert.InDelta(t, float64(want), float64(h.Quantile(pm)), float64(want)/8, "spread %v, p%v", spread, float64(pm)/10)
+			want = exactWeighted(exact, pm)
+			assert.InDelta(t, float64(want), float64(h.WeightedQuantile(pm)), float64(want)/8, "spread %v, weighted p%v", spread, float64(pm)/10)
 		}
 	}
 }
 
-func TestQuantileOfFewSamples(t *testing.T) {
+func TestQuantilesOfFewSamples(t *testing.T) {
 	tests := []struct {
-		name    string
-		samples []time.Duration
-		pm      int
-		want    time.Duration
+		name     string
+		samples  []time.Duration
+		pm       int
+		want     time.Duration
+		weighted time.Duration
 	}{
-		{"an empty histogram has no quantile", nil, 500, 0},
-		{"one sample is every quantile", []time.Duration{20 * time.Millisecond}, 1, 20 * time.Millisecond},
-		{"one sample is every quantile, the maximum too", []time.Duration{20 * time.Millisecond}, 1000, 20 * time.Millisecond},
-		{"latencies below 8 µs are exact", []time.Duration{3 * time.Microsecond, 5 * time.Microsecond, 7 * time.Microsecond}, 500, 5 * time.Microsecond},
-		{"the maximum is exact", []time.Duration{time.Millisecond, 3 * time.Second}, 1000, 3 * time.Second},
-		{"the minimum is exact", []time.Duration{1234 * time.Microsecond, 3 * time.Second}, 0, 1234 * time.Microsecond},
-		{"a negative latency counts as zero", []time.Duration{-time.Second}, 500, 0},
-		{"a latency above the top bucket keeps its maximum", []time.Duration{10 * time.Minute}, 500, 10 * time.Minute},
+		{"an empty histogram has no quantile", nil, 500, 0, 0},
+		{"one sample is every quantile", []time.Duration{20 * time.Millisecond}, 1, 20 * time.Millisecond, 20 * time.Millisecond},
+		{"one sample is every quantile, the maximum too", []time.Duration{20 * time.Millisecond}, 1000, 20 * time.Millisecond, 20 * time.Millisecond},
+		{"latencies below 8 µs are exact", []time.Duration{3 * time.Microsecond, 5 * time.Microsecond, 7 * time.Microsecond}, 500, 5 * time.Microsecond, 5 * time.Microsecond},
+		{"the maximum is exact", []time.Duration{time.Millisecond, 3 * time.Second}, 1000, 3 * time.Second, 3 * time.Second},
+		{"the minimum is exact", []time.Duration{1234 * time.Microsecond, 3 * time.Second}, 0, 1234 * time.Microsecond, 1234 * time.Microsecond},
+		{"a negative latency counts as zero", []time.Duration{-time.Second}, 500, 0, 0},
+		{"a latency above the top bucket keeps its maximum", []time.Duration{10 * time.Minute}, 500, 10 * time.Minute, 10 * time.Minute},
+		{"by weight, a slow sample outweighs many fast ones", []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, 100 * time.Millisecond}, 500, time.Millisecond, 100 * time.Millisecond},
+		{"zero latencies weigh a microsecond each", []time.Duration{0, 0, 0, 0, 0, 0, 0}, 500, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,6 +73,7 @@ func TestQuantileOfFewSamples(t *testing.T) {
 				h.Record(d)
 			}
 			assert.Equal(t, tt.want, h.Quantile(tt.pm))
+			assert.Equal(t, tt.weighted, h.WeightedQuantile(tt.pm), "weighted")
 		})
 	}
 }
@@ -152,4 +157,65 @@ func TestDecodeHistogramRejectsWhatItCannotTrust(t *testing.T) {
 			assert.Equal(t, "shed: malformed state: "+tt.wantErr, err.Error())
 		})
 	}
+}
+
+// exactWeighted returns the weighted quantile of sorted samples by the definition: the first
+// sample at which the running sum of latencies reaches permille thousandths of their total.
+func exactWeighted(sorted []time.Duration, permille int) time.Duration {
+	total := time.Duration(0)
+	for _, d := range sorted {
+		total += max(d, time.Microsecond)
+	}
+	want, run := total/1000*time.Duration(permille), time.Duration(0)
+	for _, d := range sorted {
+		if run += max(d, time.Microsecond); run >= want {
+			return d
+		}
+	}
+	return sorted[len(sorted)-1]
+}
+
+// A caller who answers many requests at once, or very few very slowly, weighs only the time its
+// requests held: with a share a of that time, the median stays between the others' quantiles
+// (0.5 − a)/(1 − a) and 0.5/(1 − a), and a flood of instant answers moves it by nothing.
+func TestTheWeightedMedianMovesOnlyAsFarAsTheShareOfTimeItIsGiven(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	var honest Histogram
+	var sorted []time.Duration
+	for range 2000 {
+		d := time.Duration(float64(20*time.Millisecond) * (0.5 + r.Float64())) // 10 to 30 ms
+		honest.Record(d)
+		sorted = append(sorted, d.Truncate(time.Microsecond))
+	}
+	slices.Sort(sorted)
+	honestTime := time.Duration(0)
+	for _, d := range sorted {
+		honestTime += d
+	}
+	tests := []struct {
+		name    string
+		latency time.Duration
+		n       int64
+	}{
+		{"a million answers of 1 µs", time.Microsecond, 1_000_000},
+		{"twenty thousand answers of 1 ms (a third of the time)", time.Millisecond, int64(honestTime / time.Millisecond / 2)},
+		{"two answers of 10 s (a third of the time)", 10 * time.Second, int64(honestTime / (10 * time.Second) / 2)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := honest
+			h.recordN(tt.latency, tt.n)
+			a := float64(tt.latency) * float64(tt.n) / (float64(tt.latency)*float64(tt.n) + float64(honestTime))
+			lo := exactWeighted(sorted, int(1000*max(0.5-a, 0)/(1-a)))
+			hi := exactWeighted(sorted, int(1000*min(0.5/(1-a), 1)))
+			got := h.WeightedQuantile(500)
+			assert.GreaterOrEqual(t, float64(got), float64(lo)*7/8, "share %.3f: not below the others' p%.0f", a, 100*(0.5-a)/(1-a))
+			assert.LessOrEqual(t, float64(got), float64(hi)*9/8, "share %.3f: not above the others' p%.0f", a, 100*0.5/(1-a))
+		})
+	}
+	flooded := honest
+	flooded.recordN(time.Microsecond, 1_000_000)
+	assert.InDelta(t, float64(honest.WeightedQuantile(500)), float64(flooded.WeightedQuantile(500)), float64(time.Millisecond),
+		"a million instant answers hold 1 s of the 40 s: the median barely moves")
+	assert.Equal(t, time.Microsecond, flooded.Quantile(500), "where the median by count is theirs")
 }

@@ -28,10 +28,11 @@ type Class struct {
 //
 // The zero Policy has no classes and sheds every request.
 type Policy struct {
-	names [MaxClasses]string
-	held  [MaxClasses]int64 // held[i]: thousandths of capacity that class i may never use
-	n     int
-	def   int
+	names    [MaxClasses]string
+	held     [MaxClasses]int64 // held[i]: thousandths of capacity that class i may never use
+	n        int
+	def      int
+	keyShare int64 // thousandths of capacity one key may hold (KeySlots); 0 stands for 1000
 }
 
 // DefaultPolicy returns the three classes of docs/shedding.md: critical (keeps 10% of capacity
@@ -141,4 +142,32 @@ func (p *Policy) Threshold(capacity int64, class int) int64 {
 		class = p.n - 1
 	}
 	return c - (c*p.held[class]+999)/1000
+}
+
+// WithKeyShare returns p with one key (a client, a connection: whatever the caller counts by)
+// held to share thousandths of the capacity (1 to 1000; 1000, the default, is no cap): see
+// KeySlots and AdmitKey. Errors wrap ErrPolicy and name key_share.
+func (p Policy) WithKeyShare(share int) (Policy, error) {
+	if share < 1 || share > 1000 {
+		return p, fmt.Errorf("%w: key_share: want 1 to 1000 thousandths, got %d", ErrPolicy, share)
+	}
+	p.keyShare = int64(share)
+	return p, nil
+}
+
+// KeyShare returns the thousandths of the capacity that one key may hold (1000: no cap).
+func (p *Policy) KeyShare() int {
+	if p.keyShare == 0 {
+		return 1000
+	}
+	return int(p.keyShare)
+}
+
+// KeySlots returns the most slots one key may hold at the given capacity (clamped to [0,
+// MaxCapacity]): ceil(capacity × KeyShare/1000), and at least 1, so that every key can make
+// progress. The caller counts each key's slots (the requests of that key it admitted and has
+// not released) and passes the count to AdmitKey.
+func (p *Policy) KeySlots(capacity int64) int64 {
+	c := min(max(capacity, 0), MaxCapacity)
+	return max((c*int64(p.KeyShare())+999)/1000, 1)
 }

@@ -84,3 +84,37 @@ func TestTheZeroPolicyShedsEverything(t *testing.T) {
 	assert.Equal(t, State{}, s)
 	assert.Equal(t, int64(0), p.Threshold(100, 0))
 }
+
+func TestAKeyIsHeldToItsShareOfTheCapacity(t *testing.T) {
+	p, err := DefaultPolicy().WithKeyShare(250)
+	require.NoError(t, err)
+	assert.Equal(t, 250, p.KeyShare())
+	tests := []struct {
+		name     string
+		capacity int64
+		want     int64
+	}{
+		{"a quarter of 100 is 25", 100, 25},
+		{"shares round up", 10, 3},
+		{"every key may hold one slot, even at a capacity of 1", 1, 1},
+		{"or of zero", 0, 1},
+		{"a capacity above the maximum is the maximum", MaxCapacity + 1, MaxCapacity / 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, p.KeySlots(tt.capacity))
+		})
+	}
+	d := DefaultPolicy()
+	assert.Equal(t, int64(100), d.KeySlots(100), "by default a key may hold the whole capacity")
+	assert.Equal(t, 1000, d.KeyShare())
+}
+
+func TestWithKeyShareRefusesAShareOutsideOneToAThousand(t *testing.T) {
+	for _, share := range []int{0, -1, 1001} {
+		_, err := DefaultPolicy().WithKeyShare(share)
+		require.Error(t, err)
+		assert.True(t, errors.Is(err, ErrPolicy))
+		assert.Contains(t, err.Error(), "key_share: want 1 to 1000 thousandths")
+	}
+}

@@ -74,9 +74,12 @@ func TestAdmit(t *testing.T) {
 		{"a release without an acquire changes nothing", State{}, []op{
 			{sheddable, 10, true, false}, {critical, 10, true, false},
 		}, State{}},
-		{"a drop in capacity revokes nothing but admits nobody above the new threshold", filled(normal, 9), []op{
-			{critical, 5, false, false}, {normal, 5, false, false}, {normal, 5, true, false}, {critical, 20, false, true},
-		}, State{InFlight: [MaxClasses]uint32{1, 8, 0}}},
+		{"a drop in capacity revokes nothing and admits no lower class above the new threshold", filled(normal, 9), []op{
+			{normal, 5, false, false}, {sheddable, 5, false, false}, {normal, 5, true, false}, {normal, 5, false, false}, {normal, 20, false, true},
+		}, State{InFlight: [MaxClasses]uint32{0, 9, 0}}},
+		{"after a drop in capacity critical still has its reserve above what the lower classes hold", filled(normal, 9), []op{
+			{critical, 5, false, true}, {critical, 5, false, false}, {critical, 20, false, true},
+		}, State{InFlight: [MaxClasses]uint32{2, 9, 0}}},
 		{"a class out of range is decided and released as the lowest class", filled(sheddable, 6), []op{
 			{7, 10, false, true}, {-1, 10, false, false}, {99, 10, true, false},
 		}, filled(sheddable, 6)},
@@ -132,7 +135,7 @@ func TestThePeakIsTheMostInFlightSinceTheIntervalBegan(t *testing.T) {
 	s, _ = p.Admit(s, 10, sheddable)
 	assert.Equal(t, int64(3), s.Total())
 	assert.Equal(t, uint32(5), s.Peak)
-	s, _ = p.Admit(s, 1, critical) // shed: at capacity
+	s, _ = p.Admit(s, 1, normal) // shed: over capacity
 	assert.Equal(t, uint32(5), s.Peak, "a shed request does not count")
 
 	next, peak := s.EndInterval()
@@ -188,4 +191,59 @@ func TestDecodeStateRejectsWhatItCannotTrust(t *testing.T) {
 			assert.Equal(t, "shed: malformed state: "+tt.wantErr, err.Error())
 		})
 	}
+}
+
+func TestAKeyThatHoldsItsShareIsShedWhateverItsClass(t *testing.T) {
+	p, err := DefaultPolicy().WithKeyShare(100)
+	require.NoError(t, err)
+	s := filled(normal, 5)
+	for _, class := range []int{critical, normal, sheddable} {
+		next, d := p.AdmitKey(s, 100, class, 10)
+		assert.True(t, d.KeyLimited)
+		assert.False(t, d.Admitted)
+		assert.Equal(t, s, next, "a shed request holds nothing")
+		next, d = p.AdmitKey(s, 100, class, 9)
+		assert.True(t, d.Admitted, "one slot short of its share")
+		assert.False(t, d.KeyLimited)
+		assert.Equal(t, int64(6), next.Total())
+	}
+	_, d := p.AdmitKey(filled(normal, 90), 100, normal, 0)
+	assert.False(t, d.Admitted || d.KeyLimited, "under its share, a key still meets the class thresholds")
+}
+
+// Four request bodies that send a byte and then nothing hold four default slots for ever, and
+// the capacity has dropped to 3 (a probe): critical still gets its reserve at that capacity.
+func TestCriticalKeepsItsReserveWhateverTheLowerClassesHold(t *testing.T) {
+	p := DefaultPolicy()
+	tests := []struct {
+		name     string
+		start    State
+		capacity int64
+		want     int64 // critical requests admitted
+	}{
+		{"four stuck default streams at a capacity of 3", filled(normal, 4), 3, 1},
+		{"ninety default streams after a drop from 100 to 10", filled(normal, 90), 10, 1},
+		{"ninety default streams after a drop from 100 to 50", filled(normal, 90), 50, 5},
+		{"the lower classes within their thresholds: the capacity itself", filled(sheddable, 70), 100, 30},
+		{"a capacity of zero keeps nothing", filled(normal, 4), 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.start
+			admitted := int64(0)
+			for range 200 {
+				var d Decision
+				if s, d = p.Admit(s, tt.capacity, critical); d.Admitted {
+					admitted++
+				}
+				_, dl := p.Admit(s, tt.capacity, normal)
+				assert.False(t, tt.capacity < 100 && dl.Admitted, "the lower classes get nothing back")
+			}
+			assert.Equal(t, tt.want, admitted)
+			assert.Equal(t, max(tt.capacity, tt.start.Total()+(tt.capacity+9)/10), p.Reserved(tt.start, tt.capacity))
+		})
+	}
+	one, err := NewPolicy([]Class{{"only", 0}}, "only")
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), one.Reserved(filled(0, 4), 3), "one class has no reserve: the capacity")
 }

@@ -19,20 +19,20 @@ const maxTimeUs = 1 << 52
 // re-measures after 5 sampling windows at the minimum).
 const atMinProbe = 5
 
-// GradientState is the controller's state: small, fixed-size, and encodable (AppendBinary,
+// GradientState is the controller's state: fixed-size, and encodable (AppendBinary,
 // DecodeGradientState) so that it can live in one shared-data record. The zero GradientState
 // is fresh: its first Update starts at InitialLimit and measures the ideal latency.
 type GradientState struct {
-	limit     int64 // thousandths of a request; 0 means fresh
-	saved     int64 // the limit to restore when a probe ends
-	capacity  int64 // the limit in force, in whole requests
-	ideal     int64 // µs; 0 until the first probe ends
-	probeBest int64 // µs, the lowest interval sample of the current probe; 0 for none
-	probeN    int64 // samples counted by the current probe
-	nextProbe int64 // µs
-	last      int64 // µs, the now of the last run
-	probing   bool
-	atMin     uint8 // consecutive updates that ended at MinLimit
+	limit      int64 // thousandths of a request; 0 means fresh
+	saved      int64 // the limit to restore when a probe ends
+	capacity   int64 // the limit in force, in whole requests
+	ideal      int64 // µs; 0 until a probe measures one
+	probeStart int64 // µs, the now of the update that began the current (or last) probe
+	nextProbe  int64 // µs
+	last       int64 // µs, the now of the last run
+	probing    bool
+	atMin      uint8     // consecutive updates that ended at MinLimit
+	probe      Histogram // the current probe's samples, from its second interval on
 }
 
 // Capacity returns the limit in force, in whole requests: what the request path passes to
@@ -46,9 +46,12 @@ func (s *GradientState) Capacity() int64 { return s.capacity }
 // Step.Updated == false. See docs/shedding.md for the equations; in short:
 //
 //   - probing (a fresh state, every ProbeInterval plus jitter, or after 5 updates at
-//     MinLimit): the limit is ProbeLimit; intervals with at most ProbeLimit in flight add
-//     their samples, and after ProbeSamples the ideal latency is the lowest of their latency
-//     samples and the limit from before the probe is back;
+//     MinLimit): the limit is ProbeLimit. The probe's first interval is not counted (it holds
+//     samples recorded before the workers saw the probe); the later ones add their samples
+//     (sum.Samples) to the probe's histogram. The probe ends when it holds ProbeSamples, or at
+//     the first update ProbeTimeout after it began: the ideal latency is then the Percentile,
+//     weighted by latency, of all its samples (kept from the last probe if this one gathered
+//     fewer than ProbeMinSamples), and the limit from before the probe is back;
 //   - over the Objective: limit × Backoff/1000, at once;
 //   - otherwise, with target = ideal × (1 + Buffer/1000) and gradient = clamp(target/sample,
 //     0.5, 1): a gradient below 1 moves the limit towards gradient × limit; a gradient of 1
@@ -65,16 +68,17 @@ func (g Gradient) Update(s GradientState, now int64, sum Summary) (GradientState
 	if s.limit != 0 && n < s.last+g.Interval.Microseconds()*9/10 {
 		return s, Step{Action: Hold, Limit: s.capacity, Ideal: usDuration(s.ideal)}
 	}
+	prev := s.last
 	s.last = n
 	sum.Count = min(max(sum.Count, 0), 1<<40) // the bounds keep every product below 2^63
 	sum.InFlight = min(max(sum.InFlight, 0), 1<<40)
 	if s.limit == 0 {
 		s.limit = g.InitialLimit * milli
-		s = g.startProbe(s)
+		s = g.startProbe(s, n)
 	}
 	var st Step
 	if s.probing {
-		s, st = g.probe(s, n, sum)
+		s, st = g.probe(s, prev, n, sum)
 	} else {
 		s, st = g.adjust(s, n, sum)
 	}
@@ -88,26 +92,37 @@ func (g Gradient) Update(s GradientState, now int64, sum Summary) (GradientState
 	return s, st
 }
 
-func (g Gradient) startProbe(s GradientState) GradientState {
-	s.probing, s.saved, s.probeBest, s.probeN, s.atMin = true, s.limit, 0, 0, 0
+func (g Gradient) startProbe(s GradientState, n int64) GradientState {
+	s.probing, s.saved, s.probeStart, s.atMin = true, s.limit, n, 0
+	s.probe.Reset()
 	return s
 }
 
-// probe counts the interval towards the current measurement, and ends it after ProbeSamples.
-func (g Gradient) probe(s GradientState, n int64, sum Summary) (GradientState, Step) {
-	if sum.Count > 0 && sum.InFlight <= g.ProbeLimit {
-		lat := max(toUsInt(sum.Latency), 1)
-		if s.probeBest == 0 || lat < s.probeBest {
-			s.probeBest = lat
+// probe counts the interval that ended at n (and began at prev) towards the current
+// measurement, and ends it after ProbeSamples or at its ProbeTimeout.
+func (g Gradient) probe(s GradientState, prev, n int64, sum Summary) (GradientState, Step) {
+	counted := prev > s.probeStart // not the probe's first interval
+	if counted {
+		if sum.Samples != nil {
+			s.probe.Merge(sum.Samples)
+		} else {
+			s.probe.recordN(sum.Latency, sum.Count)
 		}
-		s.probeN = min(s.probeN+sum.Count, g.ProbeSamples)
 	}
-	if s.probeN < g.ProbeSamples {
+	late := counted && n >= s.probeStart+g.ProbeTimeout.Microseconds()
+	if s.probe.Count() < g.ProbeSamples && !late {
 		return s, Step{Action: Probe}
 	}
-	s.ideal, s.probing, s.limit = s.probeBest, false, s.saved
+	st := Step{Action: Probed}
+	if s.probe.Count() >= min(g.ProbeMinSamples, g.ProbeSamples) {
+		s.ideal = max(toUsInt(s.probe.WeightedQuantile(g.Percentile)), 1)
+	} else {
+		st.Action = Expired
+	}
+	s.probing, s.limit = false, s.saved
+	s.probe.Reset()
 	s.nextProbe = min(n+g.probeDelay(n), maxTimeUs)
-	return s, Step{Action: Probed}
+	return s, st
 }
 
 // probeDelay returns the time to the next probe after one that ends at n (µs): ProbeInterval
@@ -121,7 +136,7 @@ func (g Gradient) probeDelay(n int64) int64 {
 // adjust is one update outside a probe.
 func (g Gradient) adjust(s GradientState, n int64, sum Summary) (GradientState, Step) {
 	if n >= s.nextProbe {
-		return g.startProbe(s), Step{Action: Probe}
+		return g.startProbe(s, n), Step{Action: Probe}
 	}
 	if sum.Count <= 0 || s.ideal == 0 {
 		return s, Step{Action: Hold}
@@ -132,8 +147,7 @@ func (g Gradient) adjust(s GradientState, n int64, sum Summary) (GradientState, 
 		s.limit = s.limit * int64(g.Backoff) / 1000
 		st.Action = Backoff
 	} else {
-		target := s.ideal + s.ideal*int64(g.Buffer)/1000
-		st.Gradient = min(max(target*1000/sample, 500), 1000)
+		st.Gradient = min(max(g.target(s.ideal)*1000/sample, 500), 1000)
 		estimate := s.limit * st.Gradient / 1000
 		st.Action = Shrink
 		if st.Gradient == 1000 {
@@ -153,6 +167,9 @@ func (g Gradient) adjust(s GradientState, n int64, sum Summary) (GradientState, 
 	}
 	return s, st
 }
+
+// target returns the latency (µs) tolerated above an ideal latency of ideal µs.
+func (g Gradient) target(ideal int64) int64 { return ideal + ideal*int64(g.Buffer)/1000 }
 
 // quantize converts unix nanoseconds to microseconds, clamped to [0, maxTimeUs].
 func quantize(now int64) int64 { return min(max(now, 0)/1000, maxTimeUs) }
@@ -181,8 +198,17 @@ func mix(x uint64) uint64 {
 	return x ^ x>>31
 }
 
-// GradientStateSize is the length of an encoded GradientState.
-const GradientStateSize = 4 + 8*8
+// GradientStateSize is the length of an encoded GradientState: four header bytes, seven
+// uint64 fields and the probe's encoded Histogram.
+const GradientStateSize = 4 + 7*8 + HistogramSize
+
+// gradientStateSizeV1 is the length of a version 1 GradientState, which DecodeGradientState
+// still reads (a proxy upgraded while another still writes the old record).
+const gradientStateSizeV1 = 4 + 8*8
+
+// controllerVersion is the version of the GradientState encoding (version 1 had no probe
+// histogram).
+const controllerVersion = 2
 
 // AppendBinary appends the GradientStateSize-byte encoding of s to dst and returns it; it does
 // not allocate when dst has room.
@@ -191,47 +217,78 @@ func (s *GradientState) AppendBinary(dst []byte) []byte {
 	if s.probing {
 		flags = 1
 	}
-	dst = append(dst, version<<4|kindController, flags, s.atMin, 0)
-	for _, v := range [...]int64{s.limit, s.saved, s.capacity, s.ideal, s.probeBest, s.probeN, s.nextProbe, s.last} {
+	dst = append(dst, controllerVersion<<4|kindController, flags, s.atMin, 0)
+	for _, v := range [...]int64{s.limit, s.saved, s.capacity, s.ideal, s.probeStart, s.nextProbe, s.last} {
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
 	}
-	return dst
+	return s.probe.AppendBinary(dst)
 }
 
-// gradientFields are the eight little-endian uint64 fields of an encoded GradientState after
-// its four header bytes, in order, with their bounds.
-var gradientFields = [8]struct {
+// gradientField is one little-endian uint64 field of an encoded GradientState, with its bound.
+type gradientField struct {
 	name string
 	max  int64
-}{
-	{"limit", MaxCapacity * milli}, {"saved limit", MaxCapacity * milli}, {"capacity", MaxCapacity},
-	{"ideal latency", maxUs32}, {"probe latency", maxUs32}, {"probe samples", 1_000_000},
-	{"next probe", maxTimeUs}, {"last update", maxTimeUs},
 }
 
-// DecodeGradientState decodes an encoded GradientState; an empty b is the fresh state. Errors
-// wrap ErrMalformed: a wrong length, version or kind, unknown flags, or a field out of range.
+var (
+	fieldLimit      = gradientField{"limit", MaxCapacity * milli}
+	fieldSaved      = gradientField{"saved limit", MaxCapacity * milli}
+	fieldCapacity   = gradientField{"capacity", MaxCapacity}
+	fieldIdeal      = gradientField{"ideal latency", maxUs32}
+	fieldProbeStart = gradientField{"probe start", maxTimeUs}
+	fieldNextProbe  = gradientField{"next probe", maxTimeUs}
+	fieldLast       = gradientField{"last update", maxTimeUs}
+)
+
+// gradientFields lists the uint64 fields of each version after the four header bytes; a
+// version 1 record has the lowest sample and the sample count of its probe where version 2
+// has the probe's start.
+var gradientFields = [...][]gradientField{
+	1: {fieldLimit, fieldSaved, fieldCapacity, fieldIdeal, {"probe latency", maxUs32}, {"probe samples", 1_000_000}, fieldNextProbe, fieldLast},
+	2: {fieldLimit, fieldSaved, fieldCapacity, fieldIdeal, fieldProbeStart, fieldNextProbe, fieldLast},
+}
+
+// DecodeGradientState decodes an encoded GradientState; an empty b is the fresh state. It
+// also reads version 1 (without the probe's histogram: a probe in progress restarts its count
+// at the next update). Errors wrap ErrMalformed: a wrong length, version or kind, unknown
+// flags, a field out of range, or a malformed probe histogram.
 func DecodeGradientState(b []byte) (GradientState, error) {
 	var s GradientState
 	if len(b) == 0 {
 		return s, nil
 	}
-	if err := checkHeader(b, kindController, GradientStateSize); err != nil {
+	v := b[0] >> 4
+	size := GradientStateSize
+	if v == 1 {
+		size = gradientStateSizeV1
+	} else if err := checkVersion(b, controllerVersion); err != nil {
+		return s, err
+	}
+	if err := checkKind(b, kindController, size); err != nil {
 		return s, err
 	}
 	if b[1] > 1 || b[2] > atMinProbe || b[3] != 0 {
 		return GradientState{}, fmt.Errorf("%w: controller flags %d, %d, %d", ErrMalformed, b[1], b[2], b[3])
 	}
 	s.probing, s.atMin = b[1] == 1, b[2]
-	var v [8]int64
-	for i, f := range gradientFields {
+	var f [8]int64
+	for i, field := range gradientFields[v] {
 		u := binary.LittleEndian.Uint64(b[4+8*i:])
-		if u > uint64(f.max) {
-			return GradientState{}, fmt.Errorf("%w: controller %s %d out of range [0, %d]", ErrMalformed, f.name, u, f.max)
+		if u > uint64(field.max) {
+			return GradientState{}, fmt.Errorf("%w: controller %s %d out of range [0, %d]", ErrMalformed, field.name, u, field.max)
 		}
-		v[i] = int64(u)
+		f[i] = int64(u)
 	}
-	s.limit, s.saved, s.capacity, s.ideal = v[0], v[1], v[2], v[3]
-	s.probeBest, s.probeN, s.nextProbe, s.last = v[4], v[5], v[6], v[7]
+	s.limit, s.saved, s.capacity, s.ideal = f[0], f[1], f[2], f[3]
+	if v == 1 {
+		s.probeStart, s.nextProbe, s.last = f[7], f[6], f[7]
+		return s, nil
+	}
+	s.probeStart, s.nextProbe, s.last = f[4], f[5], f[6]
+	h, err := DecodeHistogram(b[4+7*8:])
+	if err != nil {
+		return GradientState{}, fmt.Errorf("%w (the controller's probe)", err)
+	}
+	s.probe = h
 	return s, nil
 }

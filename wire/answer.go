@@ -146,47 +146,32 @@ func decodeAnswer(body []byte, n int, dst []Decision, a *Answer) (allowed bool, 
 	s := scanner{b: body}
 	decisions = dst[:0]
 	top := loc{desc: -1}
-	if !s.eat('{') {
-		return false, nil, answerErr(s.wrongType(top, "a JSON object"))
-	}
 	var seen int
-	for first := true; ; first = false {
-		name, ok, ferr := s.member(first, top)
-		if ferr != nil {
-			return false, nil, answerErr(ferr)
-		}
-		if !ok {
-			break
-		}
+	ferr := s.document(func(name []byte) (err *FieldError) {
 		switch string(name) {
 		case "allowed":
-			ferr = once(&seen, 1, loc{desc: -1, field: "allowed"})
-			if ferr == nil {
-				allowed, ferr = s.boolean(loc{desc: -1, field: "allowed"})
+			at := loc{desc: -1, field: "allowed"}
+			if err = once(&seen, 1, at); err == nil {
+				allowed, err = s.boolean(at)
 			}
 		case "decisions":
-			ferr = once(&seen, 2, loc{desc: -1, field: "decisions"})
-			if ferr == nil {
-				decisions, ferr = s.decisions(decisions)
+			if err = once(&seen, 2, loc{desc: -1, field: "decisions"}); err == nil {
+				decisions, err = s.decisions(decisions)
 			}
 		case "renewed", "released", "settled":
-			ferr = s.count(name, &seen, a)
+			err = s.count(name, &seen, a)
 		case "lost":
-			ferr = once(&seen, 16, loc{desc: -1, field: "lost"})
-			if ferr == nil {
-				a.Lost, ferr = s.lost()
+			if err = once(&seen, 16, loc{desc: -1, field: "lost"}); err == nil {
+				a.Lost, err = s.lost()
 			}
 		default:
-			ferr = s.skip(top, 32) // an optional member of a later v1
+			err = s.skip(top, 32) // an optional member of a later v1
 		}
-		if ferr != nil {
-			return false, nil, answerErr(ferr)
-		}
-	}
-	if s.space(); s.i != len(s.b) {
-		return false, nil, answerErr(&FieldError{Field: "body", Reason: "trailing data after the JSON object"})
-	}
+		return err
+	})
 	switch {
+	case ferr != nil:
+		return false, nil, answerErr(ferr)
 	case seen&3 != 3:
 		return false, nil, answerErr(&FieldError{Field: "body", Reason: "want allowed and decisions"})
 	case len(decisions) != n:
@@ -209,51 +194,28 @@ func once(seen *int, bit int, at loc) *FieldError {
 
 // decisions reads the array of decisions, appending to dst.
 func (s *scanner) decisions(dst []Decision) ([]Decision, *FieldError) {
-	if !s.eat('[') {
-		return dst, s.wrongType(loc{desc: -1, field: "decisions"}, "an array")
-	}
-	if s.eat(']') {
-		return dst, nil
-	}
-	for i := 0; ; i++ {
-		if i == MaxDescriptors {
-			return dst, loc{desc: -1, field: "decisions"}.err(false, "more than "+strconv.Itoa(MaxDescriptors))
-		}
+	err := s.array(loc{desc: -1, field: "decisions"}, MaxDescriptors, "", func(i int) *FieldError {
 		dst = append(dst, Decision{})
-		if err := s.decision(i, &dst[i]); err != nil {
-			return dst, err
-		}
-		if s.eat(']') {
-			return dst, nil
-		}
-		if !s.eat(',') {
-			return dst, s.syntax("want , or ] after an array element")
-		}
-	}
+		return s.decision(i, &dst[i])
+	})
+	return dst, err
 }
 
 // decision reads decision i into d.
 func (s *scanner) decision(i int, d *Decision) *FieldError {
-	if !s.eat('{') {
-		return s.wrongType(loc{desc: i, arr: "decisions"}, "an object")
-	}
+	here := loc{desc: i, arr: "decisions"}
 	var seen int
-	for first := true; ; first = false {
-		name, ok, err := s.member(first, loc{desc: i, arr: "decisions"})
-		if err != nil || !ok {
-			return err
-		}
+	return s.object(here, "an object", func(name []byte) *FieldError {
 		bit, field := decisionField(name)
-		at := loc{desc: i, arr: "decisions", field: field}
 		if bit == 0 {
-			err = s.skip(loc{desc: i, arr: "decisions"}, 32) // an optional member of a later v1
-		} else if err = once(&seen, bit, at); err == nil {
-			err = s.decisionValue(bit, at, d)
+			return s.skip(here, 32) // an optional member of a later v1
 		}
-		if err != nil {
+		at := loc{desc: i, arr: "decisions", field: field}
+		if err := once(&seen, bit, at); err != nil {
 			return err
 		}
-	}
+		return s.decisionValue(bit, at, d)
+	})
 }
 
 // The members of a decision, as bits of a seen set.
@@ -330,29 +292,22 @@ func (s *scanner) count(name []byte, seen *int, a *Answer) *FieldError {
 // lost reads the answer's list of renew entries not renewed, as a bit set.
 func (s *scanner) lost() (uint64, *FieldError) {
 	at := loc{desc: -1, field: "lost"}
-	if !s.eat('[') {
-		return 0, s.wrongType(at, "an array")
-	}
 	var set uint64
-	if s.eat(']') {
-		return 0, nil
-	}
-	for {
+	err := s.array(at, -1, "", func(int) *FieldError {
 		i, err := s.integer(at)
 		switch {
 		case err != nil:
-			return 0, err
+			return err
 		case i < 0 || i >= MaxDescriptors:
-			return 0, at.err(false, "index "+strconv.FormatInt(i, 10)+" out of range")
+			return at.err(false, "index "+strconv.FormatInt(i, 10)+" out of range")
 		case set&(1<<i) != 0:
-			return 0, at.err(false, "index "+strconv.FormatInt(i, 10)+" given twice")
+			return at.err(false, "index "+strconv.FormatInt(i, 10)+" given twice")
 		}
 		set |= 1 << i
-		if s.eat(']') {
-			return set, nil
-		}
-		if !s.eat(',') {
-			return 0, s.syntax("want , or ] after an array element")
-		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
+	return set, nil
 }

@@ -142,6 +142,23 @@ func TestEveryKeyTheFilterWritesFitsTheServiceBound(t *testing.T) {
 	}
 }
 
+// AppendKey is the key the service decodes from a descriptor the filter writes, for every kind
+// of part: as is, escaped for JSON, hashed for its length or for its bytes.
+func TestAppendKeyIsTheKeyTheServiceDecodes(t *testing.T) {
+	l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 1, Window: time.Second}
+	for _, k := range []Key{
+		{Plugin: "istio-system.meshlimit", Rule: "per-ip", Fingerprint: 1<<64 - 1, Value: "203.0.113.7"},
+		{Plugin: `a"b\c`, Rule: `"`, Fingerprint: 0, Value: `\|"`},
+		{Plugin: strings.Repeat("p", MaxPluginBytes+1), Rule: strings.Repeat("r", MaxRuleBytes+1), Value: strings.Repeat("v", MaxValueBytes+1)},
+		{Plugin: "p\x00", Rule: "r\xff", Value: "\u0085"},
+		{Plugin: "", Rule: "", Value: ""},
+	} {
+		var req Request
+		require.NoError(t, DecodeRequest(AppendRequestEnd(AppendDescriptor(AppendRequestStart(nil), 0, k, l, 1)), DecodeOptions{}, &req), "%+v", k)
+		assert.Equal(t, req.Descriptors[0].Key, string(AppendKey(nil, k)), "%+v", k)
+	}
+}
+
 // The encoder runs on the filter's request path: it must not allocate.
 func TestEncodingARequestAndDecodingAnAnswerDoNotAllocate(t *testing.T) {
 	k := Key{Plugin: "ns.p", Rule: "r", Fingerprint: 12345, Value: "\xff-hashed"}
@@ -151,7 +168,8 @@ func TestEncodingARequestAndDecodingAnAnswerDoNotAllocate(t *testing.T) {
 		b := AppendRequestStart(buf[:0])
 		b = AppendDescriptor(b, 0, k, l, 1)
 		b = AppendDescriptor(b, 1, Key{Plugin: "p", Rule: "r", Value: "alice"}, l, 1)
-		_ = AppendRequestEnd(b)
+		b = AppendRequestEnd(b)
+		_ = AppendKey(b[:0], k)
 	}))
 	answer := []byte(`{"allowed":true,"decisions":[{"allowed":true,"limit":10,"remaining":9,"reset_ms":100,"retry_after_ms":0,"future":{"x":[1,"y"]}},{"allowed":true,"limit":10,"remaining":9,"reset_ms":100,"retry_after_ms":0}]}`)
 	dst := make([]Decision, 0, 8)

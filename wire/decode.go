@@ -36,33 +36,18 @@ type requestDecoder struct {
 }
 
 func (d *requestDecoder) request(req *Request) *FieldError {
-	top := loc{desc: -1}
-	switch c := d.peek(); {
-	case d.i == len(d.b):
+	if d.space(); d.i == len(d.b) {
 		return &FieldError{Field: "body", Reason: "empty; want a JSON object"}
-	case c == '{':
-		d.i++
-	default:
-		return d.wrongType(top, "a JSON object")
 	}
 	var seenDescriptors, seenRenew, seenRelease, seenSettle bool
-	for first := true; ; first = false {
-		name, ok, err := d.member(first, top)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	err := d.document(func(name []byte) *FieldError {
 		switch string(name) {
 		case "descriptors":
 			if seenDescriptors {
 				return &FieldError{Field: "descriptors", Reason: "given twice"}
 			}
 			seenDescriptors = true
-			if err := d.descriptors(req); err != nil {
-				return err
-			}
+			return d.descriptors(req)
 		case "renew", "release":
 			seen, list := &seenRenew, &req.Renew
 			if name[2] == 'l' {
@@ -72,32 +57,27 @@ func (d *requestDecoder) request(req *Request) *FieldError {
 				return &FieldError{Field: string(name), Reason: "given twice"}
 			}
 			*seen = true
-			if err := d.permitList(string(name), list); err != nil {
-				return err
-			}
+			return d.permitList(string(name), list)
 		case "settle":
 			if seenSettle {
 				return &FieldError{Field: "settle", Reason: "given twice"}
 			}
 			seenSettle = true
-			if err := d.settleList(req); err != nil {
-				return err
-			}
+			return d.settleList(req)
 		case "now_us":
 			at := loc{desc: -1, field: "now_us"}
 			if req.HasNow {
 				return at.err(false, "given twice")
 			}
-			if req.NowUs, err = d.integer(at); err != nil {
-				return err
-			}
-			req.HasNow = true
-		default:
-			return &FieldError{Field: fieldName(name), Reason: "unknown field"}
+			var err *FieldError
+			req.NowUs, err = d.integer(at)
+			req.HasNow = err == nil
+			return err
 		}
-	}
-	if d.space(); d.i != len(d.b) {
-		return &FieldError{Field: "body", Reason: "trailing data after the JSON object"}
+		return &FieldError{Field: fieldName(name), Reason: "unknown field"}
+	})
+	if err != nil {
+		return err
 	}
 	return d.check(req)
 }
@@ -119,37 +99,10 @@ func (d *requestDecoder) check(req *Request) *FieldError {
 }
 
 func (d *requestDecoder) descriptors(req *Request) *FieldError {
-	return d.array(loc{desc: -1, field: "descriptors"}, "descriptors", func(i int) *FieldError {
+	return d.array(loc{desc: -1, field: "descriptors"}, d.opts.MaxDescriptors, "descriptors", func(i int) *FieldError {
 		req.Descriptors = append(req.Descriptors, Descriptor{})
 		return d.descriptor(i, &req.Descriptors[i])
 	})
-}
-
-// array decodes a JSON array of at most opts.MaxDescriptors elements at at, calling elem for each
-// index in turn (elem decodes the element where the decoder stands); noun names the elements in
-// the error for a longer array.
-func (d *requestDecoder) array(at loc, noun string, elem func(i int) *FieldError) *FieldError {
-	if d.peek() != '[' {
-		return d.wrongType(at, "an array")
-	}
-	d.i++
-	if d.eat(']') {
-		return nil
-	}
-	for i := 0; ; i++ {
-		if i == d.opts.MaxDescriptors {
-			return at.err(false, "more than "+strconv.Itoa(d.opts.MaxDescriptors)+" "+noun)
-		}
-		if err := elem(i); err != nil {
-			return err
-		}
-		if d.eat(']') {
-			return nil
-		}
-		if !d.eat(',') {
-			return d.syntax("want , or ] after an array element")
-		}
-	}
 }
 
 // The members of a descriptor, as bits of a seen set.
@@ -166,21 +119,10 @@ const (
 
 // descriptor decodes and validates descriptor i into out.
 func (d *requestDecoder) descriptor(i int, out *Descriptor) *FieldError {
-	if d.peek() != '{' {
-		return d.wrongType(loc{desc: i}, "an object")
-	}
-	d.i++
 	var seen int
 	var x extras
 	out.Cost = 1
-	for first := true; ; first = false {
-		name, ok, err := d.member(first, loc{desc: i})
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	err := d.object(loc{desc: i}, "an object", func(name []byte) *FieldError {
 		bit, field := descriptorField(name)
 		at := loc{desc: i, field: field}
 		switch {
@@ -190,9 +132,10 @@ func (d *requestDecoder) descriptor(i int, out *Descriptor) *FieldError {
 			return at.err(false, "given twice")
 		}
 		seen |= bit
-		if err := d.descriptorValue(bit, at, out, &x); err != nil {
-			return err
-		}
+		return d.descriptorValue(bit, at, out, &x)
+	})
+	if err != nil {
+		return err
 	}
 	if x.concurrency {
 		return validatePermit(i, seen, out, x.leaseMs, d.opts.MaxKeyBytes)

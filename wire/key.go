@@ -24,29 +24,47 @@ type Key struct {
 	Value       string
 }
 
+// AppendKey appends the descriptor key of k as the service reads it (the encoders write it
+// escaped for JSON): at most MaxKeyBytes bytes that CheckKey accepts, whatever k holds. It does
+// not allocate when b has room.
+func AppendKey(b []byte, k Key) []byte { return appendKeyText(b, k, false) }
+
 // appendKey appends k, escaped for the inside of a JSON string.
-func appendKey(b []byte, k Key) []byte {
-	b = appendPart(b, k.Plugin, MaxPluginBytes)
+func appendKey(b []byte, k Key) []byte { return appendKeyText(b, k, true) }
+
+func appendKeyText(b []byte, k Key, json bool) []byte {
+	b = appendPartText(b, k.Plugin, MaxPluginBytes, json)
 	b = append(b, '/')
-	b = appendPart(b, k.Rule, MaxRuleBytes)
+	b = appendPartText(b, k.Rule, MaxRuleBytes, json)
 	b = append(b, '/')
 	b = strconv.AppendUint(b, k.Fingerprint, 36)
 	b = append(b, '/')
-	return appendPart(b, k.Value, MaxValueBytes)
+	return appendPartText(b, k.Value, MaxValueBytes, json)
 }
 
 // appendPart appends s as is (JSON-escaped) when it is clean text of at most limit bytes,
 // and its hashed form otherwise.
-func appendPart(b []byte, s string, limit int) []byte {
-	if len(s) <= limit && cleanText(s) {
-		for i := 0; i < len(s); i++ {
-			if c := s[i]; c == '"' || c == '\\' {
-				b = append(b, '\\')
-			}
-			b = append(b, s[i])
-		}
-		return b
+func appendPart(b []byte, s string, limit int) []byte { return appendPartText(b, s, limit, true) }
+
+func appendPartText(b []byte, s string, limit int, json bool) []byte {
+	if len(s) > limit || !cleanText(s) {
+		return appendHashed(b, s)
 	}
+	if !json {
+		return append(b, s...)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return b
+}
+
+// appendHashed appends the hashed form of a part: "#" and two FNV-1a hashes in hex, of s and
+// of s and a NUL (at most hashedBytes).
+func appendHashed(b []byte, s string) []byte {
 	h := fnv.String(s)
 	b = append(b, '#')
 	b = strconv.AppendUint(b, h, 16)

@@ -154,7 +154,7 @@ func validatePermit(i, seen int, out *Descriptor, leaseMs int64, maxKeyBytes int
 
 // permitList decodes a renew or release list into list.
 func (d *requestDecoder) permitList(name string, list *[]PermitRef) *FieldError {
-	return d.array(loc{desc: -1, field: name}, "entries", func(i int) *FieldError {
+	return d.array(loc{desc: -1, field: name}, d.opts.MaxDescriptors, "entries", func(i int) *FieldError {
 		*list = append(*list, PermitRef{})
 		return d.permitRef(name, i, &(*list)[i])
 	})
@@ -163,20 +163,9 @@ func (d *requestDecoder) permitList(name string, list *[]PermitRef) *FieldError 
 // permitRef decodes entry i of list name into out: a renewal needs lease_ms, a release has none.
 func (d *requestDecoder) permitRef(name string, i int, out *PermitRef) *FieldError {
 	here := loc{desc: i, arr: name}
-	if d.peek() != '{' {
-		return d.wrongType(here, "an object")
-	}
-	d.i++
 	var seen int
 	var leaseMs int64
-	for first := true; ; first = false {
-		m, ok, err := d.member(first, here)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	err := d.object(here, "an object", func(m []byte) *FieldError {
 		bit, field := descriptorField(m)
 		at := loc{desc: i, arr: name, field: field}
 		switch {
@@ -186,24 +175,19 @@ func (d *requestDecoder) permitRef(name string, i int, out *PermitRef) *FieldErr
 			return at.err(false, "given twice")
 		}
 		seen |= bit
+		var err *FieldError
 		switch bit {
 		case fKey:
-			if d.peek() != '"' {
-				return d.wrongType(at, "a string")
-			}
-			v, err := d.str(at, false)
-			if err != nil {
-				return err
-			}
-			out.Key = string(v)
+			out.Key, err = d.stringValue(at)
 		case fPermit:
 			out.Permit, err = d.permitID(at)
 		case fLease:
 			leaseMs, err = d.integer(at)
 		}
-		if err != nil {
-			return err
-		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	return validateRef(here, seen, out, leaseMs, d.opts.MaxKeyBytes)
 }

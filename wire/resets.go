@@ -1,10 +1,6 @@
 package wire
 
-import (
-	"strconv"
-
-	"github.com/meshlimit/meshlimit/internal/fnv"
-)
+import "strconv"
 
 // The reset log: every admin reset of a descriptor key is appended to a bounded log in the
 // service's store, and each proxy polls it to forget the same keys in its shared data (the
@@ -80,23 +76,11 @@ func DecodeResetsRequest(body []byte, req *ResetsRequest) error {
 
 func decodeResetsRequest(body []byte, req *ResetsRequest) *FieldError {
 	s := scanner{b: body}
-	top := loc{desc: -1}
-	switch c := s.peek(); {
-	case s.i == len(s.b):
+	if s.space(); s.i == len(s.b) {
 		return &FieldError{Field: "body", Reason: "empty; want a JSON object"}
-	case c != '{':
-		return s.wrongType(top, "a JSON object")
 	}
-	s.i++
 	var seen int
-	for first := true; ; first = false {
-		name, ok, err := s.member(first, top)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	err := s.document(func(name []byte) (err *FieldError) {
 		switch string(name) {
 		case "plugin":
 			at := loc{desc: -1, field: "plugin"}
@@ -111,14 +95,12 @@ func decodeResetsRequest(body []byte, req *ResetsRequest) *FieldError {
 		default:
 			err = &FieldError{Field: fieldName(name), Reason: "unknown field"}
 		}
-		if err != nil {
-			return err
-		}
-	}
-	if s.space(); s.i != len(s.b) {
-		return &FieldError{Field: "body", Reason: "trailing data after the JSON object"}
-	}
-	if seen&1 == 0 {
+		return err
+	})
+	switch {
+	case err != nil:
+		return err
+	case seen&1 == 0:
 		return &FieldError{Field: "plugin", Reason: "required"}
 	}
 	if err := CheckKey(req.Plugin, MaxPluginBytes); err != nil {
@@ -201,18 +183,8 @@ func DecodeResetsAnswer(body []byte, dst []Reset) (ResetsAnswer, error) {
 func decodeResetsAnswer(body []byte, a *ResetsAnswer) *FieldError {
 	s := scanner{b: body}
 	top := loc{desc: -1}
-	if !s.eat('{') {
-		return s.wrongType(top, "a JSON object")
-	}
 	var seen int
-	for first := true; ; first = false {
-		name, ok, err := s.member(first, top)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	err := s.document(func(name []byte) (err *FieldError) {
 		switch string(name) {
 		case "seq":
 			at := loc{desc: -1, field: "seq"}
@@ -234,14 +206,12 @@ func decodeResetsAnswer(body []byte, a *ResetsAnswer) *FieldError {
 		default:
 			err = s.skip(top, 32) // an optional member of a later v1
 		}
-		if err != nil {
-			return err
-		}
-	}
-	if s.space(); s.i != len(s.b) {
-		return &FieldError{Field: "body", Reason: "trailing data after the JSON object"}
-	}
-	if seen&3 != 3 {
+		return err
+	})
+	switch {
+	case err != nil:
+		return err
+	case seen&3 != 3:
 		return &FieldError{Field: "body", Reason: "want seq and resets"}
 	}
 	return checkResetOrder(a)
@@ -265,44 +235,18 @@ func checkResetOrder(a *ResetsAnswer) *FieldError {
 
 // resets reads the array of entries, appending to dst.
 func (s *scanner) resets(dst []Reset) ([]Reset, *FieldError) {
-	if !s.eat('[') {
-		return dst, s.wrongType(loc{desc: -1, field: "resets"}, "an array")
-	}
-	if s.eat(']') {
-		return dst, nil
-	}
-	for i := 0; ; i++ {
-		if i == MaxResetsPerAnswer {
-			return dst, loc{desc: -1, field: "resets"}.err(false, "more than "+strconv.Itoa(MaxResetsPerAnswer)+" entries")
-		}
+	err := s.array(loc{desc: -1, field: "resets"}, MaxResetsPerAnswer, "entries", func(i int) *FieldError {
 		dst = append(dst, Reset{})
-		if err := s.reset(i, &dst[len(dst)-1]); err != nil {
-			return dst, err
-		}
-		if s.eat(']') {
-			return dst, nil
-		}
-		if !s.eat(',') {
-			return dst, s.syntax("want , or ] after an array element")
-		}
-	}
+		return s.reset(i, &dst[len(dst)-1])
+	})
+	return dst, err
 }
 
 // reset reads entry i into r.
 func (s *scanner) reset(i int, r *Reset) *FieldError {
 	here := loc{desc: i, arr: "resets"}
-	if !s.eat('{') {
-		return s.wrongType(here, "an object")
-	}
 	var seen int
-	for first := true; ; first = false {
-		name, ok, err := s.member(first, here)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	err := s.object(here, "an object", func(name []byte) (err *FieldError) {
 		switch string(name) {
 		case "seq":
 			at := loc{desc: i, arr: "resets", field: "seq"}
@@ -317,11 +261,11 @@ func (s *scanner) reset(i int, r *Reset) *FieldError {
 		default:
 			err = s.skip(here, 32) // an optional member of a later v1
 		}
-		if err != nil {
-			return err
-		}
-	}
+		return err
+	})
 	switch {
+	case err != nil:
+		return err
 	case seen&1 == 0:
 		return loc{desc: i, arr: "resets", field: "seq"}.err(false, "required")
 	case seen&2 == 0:
@@ -368,12 +312,7 @@ func cutPluginPrefix(key, plugin string) (string, bool) {
 		return "", false
 	}
 	var buf [hashedBytes + 1]byte
-	h := fnv.String(plugin)
-	p := append(buf[:0], '#')
-	p = strconv.AppendUint(p, h, 16)
-	p = append(p, '-')
-	p = strconv.AppendUint(p, fnv.AddString(h, "\x00"), 16)
-	p = append(p, '/')
+	p := append(appendHashed(buf[:0], plugin), '/')
 	if len(key) >= len(p) && key[:len(p)] == string(p) {
 		return key[len(p):], true
 	}

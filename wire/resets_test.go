@@ -11,10 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// keyOf is the key a filter writes, as the service decodes it (unescaped).
-func keyOf(k Key) string {
-	return strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(string(appendKey(nil, k)))
-}
+// keyOf is the key a filter writes, as the service decodes it.
+func keyOf(k Key) string { return string(AppendKey(nil, k)) }
 
 // The filter's request of the reset log reaches the service with its plugin part exactly as its
 // keys carry it, and its position.

@@ -103,6 +103,67 @@ func (s *scanner) member(first bool, at loc) (name []byte, ok bool, err *FieldEr
 	return name, true, nil
 }
 
+// object reads the JSON object at at: want names what the value should be in the error when it
+// is not an object. member is called with each member name in turn, the scanner standing at the
+// member's value, which member must read (or skip); the name is valid until the next scan.
+// object returns the first error, member's or its own.
+func (s *scanner) object(at loc, want string, member func(name []byte) *FieldError) *FieldError {
+	if !s.eat('{') {
+		return s.wrongType(at, want)
+	}
+	for first := true; ; first = false {
+		name, ok, err := s.member(first, at)
+		if err != nil || !ok {
+			return err
+		}
+		if err = member(name); err != nil {
+			return err
+		}
+	}
+}
+
+// document reads a whole body that is one JSON object, calling member as object does, and refuses
+// data after it.
+func (s *scanner) document(member func(name []byte) *FieldError) *FieldError {
+	if err := s.object(loc{desc: -1}, "a JSON object", member); err != nil {
+		return err
+	}
+	if s.space(); s.i != len(s.b) {
+		return &FieldError{Field: "body", Reason: "trailing data after the JSON object"}
+	}
+	return nil
+}
+
+// array reads the JSON array at at, calling elem with the index of each element in turn, the
+// scanner standing at the element, which elem must read. An array of more than max elements
+// is refused ("more than max", then noun when it is not ""); a negative max bounds nothing.
+func (s *scanner) array(at loc, max int, noun string, elem func(i int) *FieldError) *FieldError {
+	if !s.eat('[') {
+		return s.wrongType(at, "an array")
+	}
+	if s.eat(']') {
+		return nil
+	}
+	for i := 0; ; i++ {
+		if i == max {
+			tooMany := "more than " + strconv.Itoa(max)
+			if noun != "" {
+				tooMany += " " + noun
+			}
+			return at.err(false, tooMany)
+		}
+		if err := elem(i); err != nil {
+			return err
+		}
+		if s.eat(']') {
+			return nil
+		}
+		if !s.eat(',') {
+			return s.syntax("want , or ] after an array element")
+		}
+	}
+}
+
 // str reads a string (s.b[s.i] is its opening quote, after whitespace). Raw bytes must be
 // valid UTF-8 (no overlong form, no encoded surrogate); \u escapes must not leave a lone
 // surrogate. at names the value for errors (name: the string is a member name of at).
@@ -317,32 +378,9 @@ func (s *scanner) skip(at loc, depth int) *FieldError {
 		_, err := s.str(at, false)
 		return err
 	case '{':
-		s.i++
-		for first := true; ; first = false {
-			_, ok, err := s.member(first, at)
-			if err != nil || !ok {
-				return err
-			}
-			if err := s.skip(at, depth-1); err != nil {
-				return err
-			}
-		}
+		return s.object(at, "", func([]byte) *FieldError { return s.skip(at, depth-1) })
 	case '[':
-		s.i++
-		if s.eat(']') {
-			return nil
-		}
-		for {
-			if err := s.skip(at, depth-1); err != nil {
-				return err
-			}
-			if s.eat(']') {
-				return nil
-			}
-			if !s.eat(',') {
-				return s.syntax("want , or ] after an array element")
-			}
-		}
+		return s.array(at, -1, "", func(int) *FieldError { return s.skip(at, depth-1) })
 	case 't':
 		return s.word("true")
 	case 'f':

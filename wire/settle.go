@@ -71,7 +71,7 @@ func AppendSettled(b []byte, n int) []byte {
 
 // settleList decodes the request's settle list into req.Settle.
 func (d *requestDecoder) settleList(req *Request) *FieldError {
-	return d.array(loc{desc: -1, field: "settle"}, "entries", func(i int) *FieldError {
+	return d.array(loc{desc: -1, field: "settle"}, d.opts.MaxDescriptors, "entries", func(i int) *FieldError {
 		req.Settle = append(req.Settle, Settle{})
 		return d.settleEntry(i, &req.Settle[i])
 	})
@@ -86,22 +86,11 @@ const (
 // settleEntry decodes and validates entry i of the settle list into out.
 func (d *requestDecoder) settleEntry(i int, out *Settle) *FieldError {
 	here := loc{desc: i, arr: "settle"}
-	if d.peek() != '{' {
-		return d.wrongType(here, "an object")
-	}
-	d.i++
 	var seen int
 	var x extras
 	var desc Descriptor
 	var ageMs int64
-	for first := true; ; first = false {
-		name, ok, err := d.member(first, here)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
+	err := d.object(here, "an object", func(name []byte) *FieldError {
 		bit, field := descriptorField(name)
 		switch string(name) {
 		case "delta":
@@ -117,6 +106,7 @@ func (d *requestDecoder) settleEntry(i int, out *Settle) *FieldError {
 			return at.err(false, "given twice")
 		}
 		seen |= bit
+		var err *FieldError
 		switch bit {
 		case fDelta:
 			out.Delta, err = d.integer(at)
@@ -125,9 +115,10 @@ func (d *requestDecoder) settleEntry(i int, out *Settle) *FieldError {
 		default:
 			err = d.descriptorValue(bit, at, &desc, &x)
 		}
-		if err != nil {
-			return err
-		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	return validateSettle(here, seen, out, &desc, x, ageMs, d.opts.MaxKeyBytes)
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
 )
 
 //go:embed demo.json
@@ -114,26 +115,16 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 // startBackends starts the decision service (in memory) and the upstream, slow on the paths of the
 // gate (layers.go); their stops are appended to stops.
 func startBackends(stops *[]func()) (svcAddr, upAddr string, slow *gate, err error) {
-	store := service.NewMemoryStore(service.MemoryConfig{})
+	store := memstore.New(memstore.Config{})
 	*stops = append(*stops, func() { store.Close() })
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// A store deadline of a second, not the 10ms default: the in-memory store answers in
 	// microseconds, and a machine busy with other work must not turn the demo's decisions into 503s.
-	handler, err := service.NewHandler(service.Config{Store: store, Logger: quiet, Timeout: time.Second})
+	handler, err := service.NewHandler(service.Config{Store: store, AdminToken: adminToken, Logger: quiet, Timeout: time.Second})
 	if err != nil {
 		return "", "", nil, err
 	}
-	admin, err := service.NewAdmin(service.AdminConfig{Store: store, Token: adminToken})
-	if err != nil {
-		return "", "", nil, err
-	}
-	svcAddr, stopSvc, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, service.AdminPrefix) {
-			admin.ServeHTTP(w, r)
-			return
-		}
-		handler.ServeHTTP(w, r)
-	}))
+	svcAddr, stopSvc, err := serve(handler)
 	if err != nil {
 		return "", "", nil, err
 	}

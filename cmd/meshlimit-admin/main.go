@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshlimit/meshlimit/internal/pluginconfig"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/wire"
 )
@@ -41,8 +42,8 @@ func main() {
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer, client *http.Client) int {
 	fs := flag.NewFlagSet("meshlimit-admin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	url := fs.String("url", "http://127.0.0.1:8080", "base URL of the decision service")
-	config := fs.String("config", "", "the plugin configuration (JSON) the filter runs with")
+	url := fs.String("url", "http://127.0.0.1:8081", "base URL of the decision service (meshlimit-service listens on :8081 by default)")
+	config := fs.String("config", "", "the plugin configuration the filter runs with: JSON or YAML, a WasmPlugin manifest, or an Envoy configuration")
 	plugin := fs.String("plugin", "default", "the plugin_name the filter runs as (Istio: <namespace>.<name>)")
 	rule := fs.String("rule", "", "the rule's name")
 	value := fs.String("value", "", "the key value in its human form (key parts joined by |)")
@@ -101,7 +102,14 @@ func descriptors(config, plugin, rule, value string) (body []byte, local bool, e
 	if err != nil {
 		return nil, false, err
 	}
-	cfg, err := rules.ParseConfig(data)
+	found, err := pluginconfig.Find(data)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", config, err)
+	}
+	if len(found) != 1 {
+		return nil, false, fmt.Errorf("%s holds %d plugin configurations: give a file with one", config, len(found))
+	}
+	cfg, err := rules.ParseConfig(found[0].JSON)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", config, err)
 	}

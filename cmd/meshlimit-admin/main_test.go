@@ -20,6 +20,7 @@ import (
 	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/redisstore"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
@@ -39,20 +40,12 @@ const pluginConfig = `{"global": {"cluster": "` + cluster + `", "timeout": "500m
 func startService(t *testing.T) string {
 	t.Helper()
 	redistest.Require(t)
-	store, err := service.NewRedisStore(service.RedisConfig{Addrs: []string{redistest.Start(t).Addr()}})
+	store, err := redisstore.New(redisstore.Config{Addrs: []string{redistest.Start(t).Addr()}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	h, err := service.NewHandler(service.Config{Store: store, Timeout: 10 * time.Second}) // no loaded machine reaches it
+	h, err := service.NewHandler(service.Config{Store: store, AdminToken: token, Timeout: 10 * time.Second}) // no loaded machine reaches it
 	require.NoError(t, err)
-	admin, err := service.NewAdmin(service.AdminConfig{Store: store, Token: token})
-	require.NoError(t, err)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, service.AdminPrefix) {
-			admin.ServeHTTP(w, r)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
@@ -210,4 +203,40 @@ func TestTheCLIRefusesWhatItCannotName(t *testing.T) {
 		func(string) string { return "wrong" }, &stdout, &stderr, http.DefaultClient)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), "401")
+}
+
+func TestTheCLINamesTheSameKeysFromAWasmPluginManifestInYAML(t *testing.T) {
+	dir := t.TempDir()
+	jsonFile := filepath.Join(dir, "plugin.json")
+	require.NoError(t, os.WriteFile(jsonFile, []byte(pluginConfig), 0o644))
+	yamlFile := filepath.Join(dir, "wasmplugin.yaml")
+	require.NoError(t, os.WriteFile(yamlFile, []byte(`apiVersion: v1
+kind: Namespace
+metadata: {name: other}
+---
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: meshlimit, namespace: istio-system}
+spec:
+  pluginConfig:
+    global: {cluster: "`+cluster+`", timeout: 500ms}
+    rules:
+    - name: login
+      scope: global
+      key: [{header: x-user}]
+      limits: [{rate: 2/h}]
+      overrides: [{value: vip, unlimited: true}]
+    - {name: signup, scope: local, key: [{header: x-user}], limits: [{rate: 1000/h}]}
+`), 0o644))
+	want, wantLocal, err := descriptors(jsonFile, plugin, "login", "alice")
+	require.NoError(t, err)
+	got, local, err := descriptors(yamlFile, plugin, "login", "alice")
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(got))
+	assert.Equal(t, wantLocal, local)
+
+	require.NoError(t, os.WriteFile(yamlFile, []byte("kind: WasmPlugin\nspec: {pluginConfig: {rules: []}}\n---\nkind: WasmPlugin\nspec: {pluginConfig: {rules: []}}\n"), 0o644))
+	_, _, err = descriptors(yamlFile, plugin, "login", "alice")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "holds 2 plugin configurations")
 }

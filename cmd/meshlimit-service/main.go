@@ -4,7 +4,7 @@
 // Every flag can also be set by an environment variable (the flag wins); secrets are read from
 // the environment only, so that they do not show in the process list:
 //
-//	-listen             MESHLIMIT_LISTEN             address to serve on (default :8080)
+//	-listen             MESHLIMIT_LISTEN             address to serve on (default :8081)
 //	-redis              MESHLIMIT_REDIS              comma-separated Redis or Redis Cluster
 //	                                                 addresses; empty: in-memory store
 //	                    MESHLIMIT_REDIS_USERNAME     Redis ACL user
@@ -43,18 +43,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
+	"github.com/meshlimit/meshlimit/service/redisstore"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 func main() {
@@ -66,78 +68,41 @@ func main() {
 
 // options are the parsed flags and environment.
 type options struct {
-	listen, redis, redisUser, redisPass, secret, logLevel string
-	adminToken                                            string
-	timeout, grace, flushDelay, idleTimeout               time.Duration
-	maxKeys, maxConns                                     int
-	allowClientTime                                       bool
-	rls                                                   rlsOptions
+	listen, redis, redisUser, redisPass, secret string
+	adminToken                                  string
+	logLevel                                    slog.Level
+	timeout, grace, flushDelay, idleTimeout     time.Duration
+	maxKeys, maxConns                           int
+	allowClientTime                             bool
+	rls                                         rlsOptions
 }
 
+// forever is the longest duration a flag takes.
+const forever = time.Duration(math.MaxInt64)
+
 func parseOptions(args []string, getenv func(string) string) (options, error) {
-	env := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
 	var o options
-	fs := flag.NewFlagSet("meshlimit-service", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // realMain reports errors in one line, and prints the usage for -h
-	fs.StringVar(&o.listen, "listen", env("MESHLIMIT_LISTEN", ":8080"), "address to serve on")
-	fs.StringVar(&o.redis, "redis", env("MESHLIMIT_REDIS", ""), "comma-separated Redis addresses (empty: in-memory store)")
-	fs.StringVar(&o.logLevel, "log-level", env("MESHLIMIT_LOG_LEVEL", "info"), "debug, info, warn or error")
-	var timeout, grace, maxKeys, allow, flushDelay string
-	fs.StringVar(&timeout, "timeout", env("MESHLIMIT_TIMEOUT", service.DefaultTimeout.String()), "store deadline per check")
-	fs.StringVar(&flushDelay, "redis-flush-delay", env("MESHLIMIT_REDIS_FLUSH_DELAY", service.DefaultFlushDelay.String()), "how long the Redis client may wait to batch concurrent scripts into one write")
-	fs.StringVar(&grace, "shutdown-grace", env("MESHLIMIT_SHUTDOWN_GRACE", "10s"), "time to finish requests on shutdown")
-	fs.StringVar(&maxKeys, "max-keys", env("MESHLIMIT_MAX_KEYS", "1048576"), "in-memory store key bound")
-	fs.StringVar(&allow, "allow-client-time", env("MESHLIMIT_ALLOW_CLIENT_TIME", "false"), "accept now_us in checks (tests only)")
-	maxConns := fs.String("max-conns", env("MESHLIMIT_MAX_CONNS", "1024"), "connections held at once; at the cap the quietest idle one is closed for the new one")
-	idleTimeout := fs.String("idle-timeout", env("MESHLIMIT_IDLE_TIMEOUT", "30s"), "how long a keep-alive connection may idle")
-	var rlsPoll, rlsReflection string
-	fs.StringVar(&o.rls.config, "ratelimit-config", env("MESHLIMIT_RATELIMIT_CONFIG", ""), "directory of envoyproxy/ratelimit YAML files (enables POST /json)")
-	fs.StringVar(&o.rls.grpcListen, "grpc-listen", env("MESHLIMIT_GRPC_LISTEN", ""), "address of the gRPC RateLimitService (needs -ratelimit-config)")
-	fs.StringVar(&o.rls.headers, "ratelimit-response-headers", env("MESHLIMIT_RATELIMIT_RESPONSE_HEADERS", "off"), "off, draft03 or ietf")
-	fs.StringVar(&rlsPoll, "ratelimit-poll", env("MESHLIMIT_RATELIMIT_POLL", "2s"), "how often the ratelimit config directory is checked")
-	fs.StringVar(&rlsReflection, "grpc-reflection", env("MESHLIMIT_GRPC_REFLECTION", "false"), "register gRPC reflection")
-	if err := fs.Parse(args); err != nil {
-		return o, withFlags(err, fs)
+	f := newEnvFlags("meshlimit-service", getenv)
+	f.string(&o.listen, "listen", ":8081", "address to serve on")
+	f.string(&o.redis, "redis", "", "comma-separated Redis addresses (empty: in-memory store)")
+	f.level(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the messages logged: debug, info, warn or error")
+	f.duration(&o.timeout, "timeout", service.DefaultTimeout, 1, forever, "store deadline per check, a positive `duration`")
+	f.duration(&o.flushDelay, "redis-flush-delay", redisstore.DefaultFlushDelay, 0, time.Second, "how long the Redis client may wait to batch concurrent scripts into one write, a `duration` of at most 1s")
+	f.duration(&o.grace, "shutdown-grace", 10*time.Second, 0, forever, "`duration` given to the requests in flight on shutdown")
+	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound, a positive `int`")
+	f.bool(&o.allowClientTime, "allow-client-time", false, "accept now_us in checks (tests only)")
+	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once, a positive `int`; at the cap the quietest idle one is closed for the new one")
+	f.duration(&o.idleTimeout, "idle-timeout", 30*time.Second, 1, forever, "how long a keep-alive connection may idle, a positive `duration`")
+	f.string(&o.rls.config, "ratelimit-config", "", "directory of envoyproxy/ratelimit YAML files (enables POST /json)")
+	f.string(&o.rls.grpcListen, "grpc-listen", "", "address of the gRPC RateLimitService (needs -ratelimit-config)")
+	f.string(&o.rls.headers, "ratelimit-response-headers", "off", "off, draft03 or ietf")
+	f.duration(&o.rls.poll, "ratelimit-poll", 2*time.Second, 1, forever, "how often the ratelimit config directory is checked, a positive `duration`")
+	f.bool(&o.rls.reflection, "grpc-reflection", false, "register gRPC reflection")
+	if err := f.parse(args); err != nil {
+		return o, withFlags(err, f.fs)
 	}
-	if d, err := time.ParseDuration(rlsPoll); err != nil || d <= 0 {
-		return o, fmt.Errorf("-ratelimit-poll: want a positive duration, got %q", rlsPoll)
-	} else {
-		o.rls.poll = d
-	}
-	if b, err := strconv.ParseBool(rlsReflection); err != nil {
-		return o, fmt.Errorf("-grpc-reflection: want true or false, got %q", rlsReflection)
-	} else {
-		o.rls.reflection = b
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	var err error
-	if o.timeout, err = time.ParseDuration(timeout); err != nil || o.timeout <= 0 {
-		return o, fmt.Errorf("-timeout: want a positive duration, got %q", timeout)
-	}
-	if o.flushDelay, err = time.ParseDuration(flushDelay); err != nil || o.flushDelay < 0 || o.flushDelay > time.Second {
-		return o, fmt.Errorf("-redis-flush-delay: want a duration between 0 and 1s, got %q", flushDelay)
-	}
-	if o.grace, err = time.ParseDuration(grace); err != nil || o.grace < 0 {
-		return o, fmt.Errorf("-shutdown-grace: want a duration, got %q", grace)
-	}
-	if o.maxKeys, err = strconv.Atoi(maxKeys); err != nil || o.maxKeys <= 0 {
-		return o, fmt.Errorf("-max-keys: want a positive integer, got %q", maxKeys)
-	}
-	if o.allowClientTime, err = strconv.ParseBool(allow); err != nil {
-		return o, fmt.Errorf("-allow-client-time: want true or false, got %q", allow)
-	}
-	if o.maxConns, err = strconv.Atoi(*maxConns); err != nil || o.maxConns <= 0 {
-		return o, fmt.Errorf("-max-conns: want a positive integer, got %q", *maxConns)
-	}
-	if o.idleTimeout, err = time.ParseDuration(*idleTimeout); err != nil || o.idleTimeout <= 0 {
-		return o, fmt.Errorf("-idle-timeout: want a positive duration, got %q", *idleTimeout)
+	if f.fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", f.fs.Args())
 	}
 	o.redisUser, o.redisPass = getenv("MESHLIMIT_REDIS_USERNAME"), getenv("MESHLIMIT_REDIS_PASSWORD")
 	o.secret = getenv("MESHLIMIT_SECRET")
@@ -155,43 +120,36 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		}
 		return usageError{err}
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return usageError{fmt.Errorf("-log-level: want debug, info, warn or error, got %q", o.logLevel)}
-	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel, ReplaceAttr: durationsAsText}))
 
-	var store service.Store
-	if o.redis == "" {
-		store = service.NewMemoryStore(service.MemoryConfig{MaxKeys: o.maxKeys})
-		log.Info("store", "kind", "memory", "max_keys", o.maxKeys)
-	} else {
-		addrs := strings.Split(o.redis, ",")
-		if store, err = service.NewRedisStore(service.RedisConfig{Addrs: addrs, Username: o.redisUser, Password: o.redisPass, FlushDelay: o.flushDelay}); err != nil {
-			return fmt.Errorf("-redis %s: %w", o.redis, err)
-		}
-		log.Info("store", "kind", "redis", "addrs", addrs, "flush_delay", o.flushDelay)
+	store, err := openStore(o, log)
+	if err != nil {
+		return err
 	}
 	defer store.Close()
 
 	metrics := service.NewMetrics()
-	h, err := service.NewHandler(service.Config{
-		Store:   store,
-		Secret:  o.secret,
-		Timeout: o.timeout,
-		Parse:   service.ParseOptions{AllowClientTime: o.allowClientTime},
-		Logger:  log,
-		Metrics: metrics,
-	})
+	front, err := startRLS(ctx, o.rls, store, o.timeout, metrics, log)
 	if err != nil {
 		return err
 	}
-	front, err := startRLS(ctx, o.rls, store, h, o.timeout, metrics, log)
+	h, err := service.NewHandler(service.Config{
+		Store:      store,
+		Secret:     o.secret,
+		AdminToken: o.adminToken,
+		Timeout:    o.timeout,
+		Parse:      wire.DecodeOptions{AllowClientTime: o.allowClientTime},
+		JSON:       front.json,
+		Logger:     log,
+		Metrics:    metrics,
+	})
 	if err != nil {
+		front.stop(ctx)
 		return err
 	}
 	tcp, err := net.Listen("tcp", o.listen)
 	if err != nil {
+		front.stop(ctx)
 		return fmt.Errorf("-listen %s: %w", o.listen, err)
 	}
 	if n := fitToDescriptors(o.maxConns); n < o.maxConns {
@@ -199,13 +157,30 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		o.maxConns = n
 	}
 	ln := service.NewConnLimiter(tcp, o.maxConns)
-	admin, err := service.NewAdmin(service.AdminConfig{Store: store, Token: o.adminToken, Metrics: metrics})
-	if err != nil {
-		return err
-	}
-	srv := newServer(withAdmin(front.handler, admin), ln, o.idleTimeout, log)
+	srv := newServer(h, ln, o.idleTimeout, log)
 	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout, "max_conns", o.maxConns)
 
+	return serve(ctx, srv, ln, front, o.grace, log)
+}
+
+// openStore opens the store of o: Redis at -redis, or else the memory store.
+func openStore(o options, log *slog.Logger) (service.Store, error) {
+	if o.redis == "" {
+		log.Info("store", "kind", "memory", "max_keys", o.maxKeys)
+		return memstore.New(memstore.Config{MaxKeys: o.maxKeys}), nil
+	}
+	addrs := strings.Split(o.redis, ",")
+	store, err := redisstore.New(redisstore.Config{Addrs: addrs, Username: o.redisUser, Password: o.redisPass, FlushDelay: o.flushDelay})
+	if err != nil {
+		return nil, fmt.Errorf("-redis %s: %w", o.redis, err)
+	}
+	log.Info("store", "kind", "redis", "addrs", addrs, "flush_delay", o.flushDelay)
+	return store, nil
+}
+
+// serve serves srv on ln, and the gRPC front, until ctx ends or one of them fails; then it
+// shuts both down, letting requests in flight finish within grace.
+func serve(ctx context.Context, srv *http.Server, ln net.Listener, front *rlsFront, grace time.Duration, log *slog.Logger) error {
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
 	if front.serve != nil {
@@ -217,8 +192,8 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down", "grace", o.grace)
-	sctx, cancel := context.WithTimeout(context.Background(), o.grace)
+	log.Info("shutting down", "grace", grace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	front.stop(sctx)
 	if err := srv.Shutdown(sctx); err != nil {

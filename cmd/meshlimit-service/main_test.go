@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -19,13 +20,43 @@ func TestParseOptions(t *testing.T) {
 	assert.Equal(t, 30*time.Millisecond, o.timeout, "the flag wins over the environment")
 	assert.Equal(t, "a:1,b:2", o.redis)
 	assert.Equal(t, "s", o.secret)
-	assert.Equal(t, ":8080", o.listen)
+	assert.Equal(t, ":8081", o.listen, "the port of every deploy file")
 	assert.Equal(t, 100*time.Microsecond, o.flushDelay)
+	assert.Equal(t, slog.LevelInfo, o.logLevel)
 
 	for _, args := range [][]string{{"-timeout", "0"}, {"-max-keys", "x"}, {"-allow-client-time", "maybe"}, {"-redis-flush-delay", "-1ms"}, {"extra"}} {
 		_, err := parseOptions(args, func(string) string { return "" })
 		assert.Error(t, err, "%q", args)
 	}
+}
+
+// A flag's environment variable is typed like the flag, and a bad value is named by the
+// variable it came from.
+func TestAnEnvironmentValueIsParsedAsItsFlag(t *testing.T) {
+	env := map[string]string{"MESHLIMIT_ALLOW_CLIENT_TIME": "true", "MESHLIMIT_SHUTDOWN_GRACE": "1.5s", "MESHLIMIT_MAX_CONNS": "7", "MESHLIMIT_LOG_LEVEL": "warn"}
+	o, err := parseOptions(nil, func(k string) string { return env[k] })
+	require.NoError(t, err)
+	assert.True(t, o.allowClientTime)
+	assert.Equal(t, 1500*time.Millisecond, o.grace)
+	assert.Equal(t, 7, o.maxConns)
+	assert.Equal(t, slog.LevelWarn, o.logLevel)
+	for name, want := range map[string]string{
+		"MESHLIMIT_ALLOW_CLIENT_TIME": `MESHLIMIT_ALLOW_CLIENT_TIME: want true or false, got "maybe"`,
+		"MESHLIMIT_TIMEOUT":           `MESHLIMIT_TIMEOUT: want a positive duration, got "maybe"`,
+		"MESHLIMIT_MAX_KEYS":          `MESHLIMIT_MAX_KEYS: want a positive integer, got "maybe"`,
+	} {
+		_, err := parseOptions(nil, func(k string) string { return map[string]string{name: "maybe"}[k] })
+		assert.EqualError(t, err, want)
+	}
+	_, err = parseOptions([]string{"-timeout", "5ms"}, func(k string) string { return map[string]string{"MESHLIMIT_TIMEOUT": "maybe"}[k] })
+	assert.NoError(t, err, "the flag wins: its variable is not read")
+}
+
+// Durations are logged as text, not as slog's JSON nanoseconds.
+func TestDurationsAreLoggedAsText(t *testing.T) {
+	var b strings.Builder
+	slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{ReplaceAttr: durationsAsText})).Info("listening", "timeout", 1500*time.Millisecond, "flush_delay", 100*time.Microsecond)
+	assert.Contains(t, b.String(), `"timeout":"1.5s","flush_delay":"100µs"`)
 }
 
 // The binary's wiring serves the API on the in-memory store and shuts down gracefully when

@@ -12,7 +12,6 @@ import (
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/rls"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
-	"github.com/meshlimit/meshlimit/wire"
 )
 
 // rlsOptions are the flags of the envoyproxy/ratelimit-compatible front.
@@ -25,18 +24,16 @@ type rlsOptions struct {
 // rlsFront is the envoyproxy/ratelimit-compatible front: the gRPC server on -grpc-listen and
 // the /json endpoint on -listen, answering from the files of -ratelimit-config.
 type rlsFront struct {
-	handler  http.Handler          // the service's handler with POST /json added
+	json     http.Handler          // POST /json; nil without -ratelimit-config
 	serve    func() error          // serves gRPC until stop; nil without -grpc-listen
 	stop     func(context.Context) // stops gRPC (gracefully until ctx ends) and the watcher
 	grpcAddr string
 }
 
-// startRLS loads the configuration, starts its watcher and prepares the gRPC server; without
-// either flag it only counts /v1/check in sm (the "http" front) and /v1/resets ("resets").
-func startRLS(ctx context.Context, o rlsOptions, store service.Store, h http.Handler, timeout time.Duration, sm *service.Metrics, log *slog.Logger) (*rlsFront, error) {
-	h = sm.Instrument("http", wire.Path, h)
-	h = sm.Instrument("resets", wire.ResetsPath, h)
-	f := &rlsFront{handler: h, stop: func(context.Context) {}}
+// startRLS loads the configuration, starts its watcher and prepares the gRPC server and the
+// /json handler; without -ratelimit-config it does nothing.
+func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout time.Duration, sm *service.Metrics, log *slog.Logger) (*rlsFront, error) {
+	f := &rlsFront{stop: func(context.Context) {}}
 	if o.config == "" {
 		if o.grpcListen != "" {
 			return nil, errors.New("-grpc-listen: needs -ratelimit-config (the rules to answer with)")
@@ -67,10 +64,7 @@ func startRLS(ctx context.Context, o rlsOptions, store service.Store, h http.Han
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	go w.Run(wctx)
-	mux := http.NewServeMux()
-	mux.Handle("POST /json", s.JSONHandler())
-	mux.Handle("/", h)
-	f.handler, f.stop = mux, func(context.Context) { cancel() }
+	f.json, f.stop = s.JSONHandler(), func(context.Context) { cancel() }
 	if o.grpcListen == "" {
 		return f, nil
 	}

@@ -79,6 +79,15 @@ Environment only:
 `)
 }
 
+// durationsAsText is the logger's ReplaceAttr: a duration is logged as text ("1.5s"), where
+// slog's JSON handler writes its nanoseconds.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
+
 // spareDescriptors is what fitToDescriptors leaves for everything but the HTTP connections:
 // Redis connections, listeners, the gRPC front, files.
 const spareDescriptors = 128

@@ -27,6 +27,9 @@ func TestDashHPrintsUsageAndExitsZero(t *testing.T) {
 	for _, want := range []string{"Usage: meshlimit-service", "-redis", "-timeout", "-max-conns", "-idle-timeout", "MESHLIMIT_SECRET"} {
 		assert.Contains(t, stdout.String(), want)
 	}
+	for _, typed := range []string{"  -allow-client-time\n", "  -grpc-reflection\n", "  -timeout duration\n", "  -max-conns int\n", "  -log-level level\n", `(default ":8081")`} {
+		assert.Contains(t, stdout.String(), typed, "booleans take no value; the others say their type")
+	}
 }
 
 // Every error of the binary is one line on stderr, naming what to fix.
@@ -45,7 +48,7 @@ func TestEveryErrorOfTheBinaryIsOneClearLine(t *testing.T) {
 		{"a bad log level", []string{"-log-level", "loud"}, 2, `meshlimit-service: -log-level: want debug, info, warn or error, got "loud"`},
 		{"a bad connection cap", []string{"-max-conns", "0"}, 2, `meshlimit-service: -max-conns: want a positive integer, got "0"`},
 		{"an address in use", []string{"-listen", taken.Addr().String(), "-log-level", "error"}, 1, "meshlimit-service: -listen " + taken.Addr().String() + ": listen tcp"},
-		{"a Redis that does not answer", []string{"-redis", "127.0.0.1:1", "-log-level", "error"}, 1, "meshlimit-service: -redis 127.0.0.1:1: service: redis:"},
+		{"a Redis that does not answer", []string{"-redis", "127.0.0.1:1", "-log-level", "error"}, 1, "meshlimit-service: -redis 127.0.0.1:1: redisstore:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -5,6 +5,7 @@
 //
 //	mlplot [-o docs/algorithms.png] [-seed 1]
 //	mlplot -shedding [-o docs/shedding.png] [-seed 1]   (see shedding.go)
+//	mlplot -dashboard file.json [-o docs/observability.png]   (a dashboard's panels; dashboard.go)
 //
 // The trace is a minute of Poisson traffic at half the limit, with a burst at 3× the limit, a
 // spike, and a stretch just over the limit. Grey bars are the requests offered in each 500 ms,
@@ -113,9 +114,20 @@ func main() {
 	out := flag.String("o", "", "output PNG `file` (default docs/algorithms.png, or docs/shedding.png with -shedding)")
 	seed := flag.Uint64("seed", 1, "trace random `seed`")
 	shed := flag.Bool("shedding", false, "draw priority load shedding with an adaptive capacity instead")
+	dash := flag.String("dashboard", "", "draw the panel layout of the Grafana dashboard in `file` instead")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("mlplot: ")
+	if *dash != "" {
+		title, panels, err := readDashboard(*dash)
+		if err == nil {
+			err = writePNG(cmp.Or(*out, "docs/observability.png"), dashboardMap(title, panels))
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if *shed {
 		if err := writePNG(cmp.Or(*out, "docs/shedding.png"), shedding(*seed)); err != nil {
 			log.Fatal(err)

@@ -112,7 +112,7 @@ const functions = [
     length = Math.min(length, b.length - start);
     return length === 0 ? S.OK : vm.copyOut(b.slice(start, start + length), out, outn);
   }],
-  ['proxy_set_buffer_bytes', 'i32 i32 i32 i32 i32', (vm, t) => (vm.buffer(t) === undefined ? S.NotFound : S.BadArgument)],
+  ['proxy_set_buffer_bytes', 'i32 i32 i32 i32 i32', setBufferBytes],
   ['proxy_http_call', 'i32 i32 i32 i32 i32 i32 i32 i32 i32 i32', badArgument],
   ['proxy_grpc_call', 'i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32', badArgument],
   ['proxy_grpc_stream', 'i32 i32 i32 i32 i32 i32 i32 i32 i32', badArgument],
@@ -196,6 +196,21 @@ function sendLocalResponse(vm, status, dp, dn, bp, bn, hp, hn, grpc) {
   st.localReplyHold = true;
   const reply = { status: status >>> 0, headers, body, grpcStatus: grpc < 0 || grpc > 16 ? -1 : grpc, details };
   vm.deferred.push(() => st.sendLocalReply(reply, false));
+  return S.OK;
+}
+
+// setBufferBytes writes a body buffer as Envoy's Buffer::copyFrom does: start 0 drains length bytes
+// (all of them when length passes the end) and prepends the data, a start at or past the end appends,
+// any other start is BadArgument; the other buffers are not writable.
+function setBufferBytes(vm, t, start, length, p, n) {
+  const b = vm.buffer(t);
+  if (b === undefined) return S.NotFound;
+  if (t > 1) return S.BadArgument;
+  [start, length] = [start >>> 0, length >>> 0];
+  const data = vm.mem.str(p, n);
+  if (start === 0) vm.stream().setBodyView(t, data + b.slice(Math.min(length, b.length)));
+  else if (start >= b.length) vm.stream().setBodyView(t, b + data);
+  else return S.BadArgument;
   return S.OK;
 }
 

@@ -5,7 +5,7 @@
 const fs = require('fs');
 const path = require('path');
 const { Plugin, Process, Clock } = require('./plugin');
-const { Stream, roundTrip, sendRequest, finishResponse } = require('./stream');
+const { Stream, roundTrip, sendRequest, finishResponse, sendMessage, REQ, RESP } = require('./stream');
 const { LogLevel } = require('./abi');
 
 const epochNs = BigInt(Date.UTC(2026, 10, 29, 12, 0, 0)) * 1000000n; // 2026-11-29T12:00:00Z
@@ -62,6 +62,10 @@ function observe(s, action = '') {
     upstream_body_bytes: s.upstreamBody.length,
     downstream_body_bytes: s.downstreamBody.length,
     reset: s.reset,
+    client_read_disabled: s.dirs[REQ].flow.readDisabled,
+    upstream_read_disabled: s.dirs[RESP].flow.readDisabled,
+    upstream_chunks: s.dirs[REQ].flow.chunks,
+    downstream_chunks: s.dirs[RESP].flow.chunks,
   };
 }
 
@@ -110,6 +114,23 @@ function runStep(plugin, open, step) {
   if (step.respond !== undefined) {
     const s = open.get(step.respond);
     if (s.state() === 'continue' && !s.responseStarted) finishResponse(s, response(step.response));
+    return [observe(s, s.state())];
+  }
+  if (step.answer !== undefined) {
+    // The upstream of a bidirectional stream or a WebSocket answers once the request headers went
+    // upstream, whatever the request body does.
+    const s = open.get(step.answer);
+    if (s.upstream !== null && !s.responseStarted && s.state() !== 'stop') finishResponse(s, response(step.response));
+    return [observe(s, s.state())];
+  }
+  if (step.send !== undefined) {
+    const s = open.get(step.send);
+    if (step.response) {
+      if (!s.responseStarted) throw new Error('send: the upstream has not answered yet');
+      sendMessage(s, RESP, response(step.response));
+    } else {
+      sendMessage(s, REQ, request(step.request));
+    }
     return [observe(s, s.state())];
   }
   if (step.finish !== undefined) {

@@ -162,8 +162,8 @@ class VM {
   buffer(t) {
     const st = this.stream();
     switch (t) {
-      case 0: return st && st.open.reqBody ? st.reqBody : undefined;
-      case 1: return st && st.open.respBody ? st.respBody : undefined;
+      case 0: return st && st.open.reqBody ? st.bodyView(0) : undefined;
+      case 1: return st && st.open.respBody ? st.bodyView(1) : undefined;
       case 6: return this.plugin.cfg.vmConfig || '';
       case 7: return this.configuring ? this.plugin.cfg.pluginConfig : undefined;
     }

@@ -1,9 +1,10 @@
 // Package depcheck states the module's import policy and checks a package graph against it, in the
 // manner of the Go distribution's go/build deps_test.go. The policy is a table: for each package of
 // the module (by path relative to the module; "/..." also matches sub-packages), the module packages
-// and third-party packages it may import directly. The standard library is allowed everywhere; what
-// the table restricts is the module's own packages and third-party modules, so that imports go in
-// one direction (docs/architecture.md draws it). Forbidden adds what must not be linked at all.
+// (the same syntax) and third-party packages (each with its sub-packages) it may import directly.
+// The standard library is allowed everywhere; what the table restricts is the module's own packages
+// and third-party modules, so that imports go in one direction (docs/architecture.md draws it).
+// Forbidden adds what must not be linked at all.
 package depcheck
 
 import (
@@ -16,7 +17,8 @@ import (
 const Module = "github.com/meshlimit/meshlimit"
 
 // Rule says what one package (or family, with a trailing "/...") may import besides the standard
-// library: module packages relative to Module and third-party packages, each with its sub-packages.
+// library: module packages relative to Module (a package, or a family with a trailing "/...") and
+// third-party packages, each with its sub-packages.
 type Rule struct {
 	Package string
 	Allow   []string
@@ -27,34 +29,52 @@ type Rule struct {
 var Policy = []Rule{
 	{"algorithms", nil},
 	{"shed", nil},
+	{"messages", nil}, // counts gRPC and WebSocket messages in stream bytes; standard library only
 	{"internal/shedsim", []string{"shed"}},
 	{"internal/fnv", nil},
 	{"internal/sfv", nil},
 	{"internal/siphash", nil},
-	{"rules", []string{"algorithms", "shed", "internal/fnv", "internal/siphash"}},
+	{"rules/body", nil},
+	{"rules", []string{"algorithms", "shed", "wire", "rules/body", "internal/fnv", "internal/sfv", "internal/siphash"}},
 	{"wire", []string{"algorithms", "internal/fnv"}},
 	// The SDK reaches sharedstate only through its host store (checked file by file below).
 	{"sharedstate", []string{"algorithms", "internal/fnv", "internal/siphash", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"abi", []string{"github.com/tetratelabs/proxy-wasm-go-sdk"}},
-	{"filter", []string{"abi", "algorithms", "rules", "shed", "sharedstate", "wire", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
+	{"filter", []string{"abi", "algorithms", "rules", "rules/body", "shed", "sharedstate", "wire", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"cmd/filter", []string{"abi", "filter", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"cmd/passthrough", []string{"abi", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
-	{"service/...", []string{"algorithms", "wire", "service", "internal/fnv", "github.com/redis/rueidis", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane", "github.com/prometheus", "go.yaml.in/yaml"}},
-	{"cmd/meshlimit-service", []string{"service", "wire"}},
-	{"cmd/meshlimit-admin", []string{"rules", "wire"}}, // names keys as the filter does, from its configuration
+	// The service: its API and the Store contract; one package per store, the Redis client in the
+	// Redis store only; the contract's test suite; the envoyproxy/ratelimit front and its YAML.
+	{"service", []string{"algorithms", "wire", "github.com/prometheus"}},
+	{"service/memstore", []string{"service", "algorithms", "wire"}},
+	{"service/redisstore", []string{"service", "algorithms", "wire", "internal/fnv", "github.com/redis/rueidis"}},
+	{"service/storetest", []string{"service", "algorithms", "wire", "github.com/stretchr/testify"}},
+	{"service/rls", []string{"service", "service/rlsconfig", "algorithms", "internal/sfv", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane", "github.com/prometheus"}},
+	{"service/rlsconfig", []string{"algorithms", "go.yaml.in/yaml"}},
+	{"cmd/meshlimit-service", []string{"service/...", "wire"}},
+	{"cmd/meshlimit-admin", []string{"rules", "wire", "internal/pluginconfig"}}, // names keys as the filter does, from its configuration
+	{"internal/pluginconfig", []string{"go.yaml.in/yaml"}},
+	{"cmd/meshlimit-check", []string{"rules", "internal/pluginconfig"}}, // checks configurations with the filter's own decoder
 	{"internal/envoyhost", []string{"github.com/tetratelabs/wazero"}},
 	{"internal/redistest", []string{"github.com/stretchr/testify"}},
 	{"internal/depcheck", nil},
-	{"cmd/demo", []string{"internal/envoyhost", "service", "rules", "wire"}}, // rules, wire: the operator's admin reset names the key as the filter does
-	{"cmd/mlplot", []string{"algorithms", "shed", "internal/shedsim"}},
+	{"cmd/demo", []string{"internal/envoyhost", "service", "service/memstore", "rules", "wire"}}, // rules, wire: the operator's admin reset names the key as the filter does
+	{"cmd/mlplot", []string{"algorithms", "shed", "internal/shedsim", "deploy/observability"}},
 	{"e2e", nil},
+	{"deploy/observability", nil}, // the naming rules its tests check the dashboard and the alerts with
 }
 
 // Forbidden lists what a package must never import, even indirectly: the wasm filter must not link
-// an HTTP stack or a Redis client, and the service must not link the proxy-wasm side.
+// an HTTP stack or a Redis client, the service must not link the proxy-wasm side, and no part of the
+// service but the Redis store links the Redis client.
 var Forbidden = map[string][]string{
-	"cmd/filter":  {"net/http", "github.com/redis/rueidis", "google.golang.org/grpc"},
-	"service/...": {Module + "/filter", Module + "/sharedstate", Module + "/rules", "github.com/tetratelabs/proxy-wasm-go-sdk"},
+	"cmd/filter":        {"net/http", "github.com/redis/rueidis", "google.golang.org/grpc"},
+	"service/...":       {Module + "/filter", Module + "/sharedstate", Module + "/rules", "github.com/tetratelabs/proxy-wasm-go-sdk"},
+	"service":           {"github.com/redis/rueidis"},
+	"service/memstore":  {"github.com/redis/rueidis"},
+	"service/storetest": {"github.com/redis/rueidis"},
+	"service/rls":       {"github.com/redis/rueidis"},
+	"service/rlsconfig": {"github.com/redis/rueidis"},
 }
 
 // Package is what the checker needs to know of one package: its import path, its direct imports
@@ -141,14 +161,11 @@ func matches(pattern, rel string) bool {
 func allowed(r Rule, imp string) bool {
 	rel, inModule := strings.CutPrefix(imp, Module+"/")
 	for _, a := range r.Allow {
-		target := imp
-		if inModule {
-			target = rel
-		} else if !strings.Contains(a, ".") {
-			continue // a module-relative entry never allows an outside package
-		}
-		a = strings.TrimSuffix(a, "/")
-		if target == a || strings.HasPrefix(target, a+"/") {
+		thirdParty := strings.Contains(strings.SplitN(a, "/", 2)[0], ".")
+		switch {
+		case inModule && !thirdParty && matches(a, rel):
+			return true
+		case !inModule && thirdParty && (imp == a || strings.HasPrefix(imp, strings.TrimSuffix(a, "/")+"/")):
 			return true
 		}
 	}

@@ -65,7 +65,7 @@ func TestTheModuleFollowsItsImportPolicy(t *testing.T) {
 	require.NotEmpty(t, native)
 	assert.Empty(t, Check(native), "natively")
 
-	wasm := load(t, []string{"GOOS=wasip1", "GOARCH=wasm"}, "-tags", "tinygo", "./abi/", "./filter/", "./sharedstate/", "./rules/", "./cmd/filter/", "./cmd/passthrough/")
+	wasm := load(t, []string{"GOOS=wasip1", "GOARCH=wasm"}, "-tags", "tinygo", "./abi/", "./filter/", "./sharedstate/", "./rules/...", "./cmd/filter/", "./cmd/passthrough/")
 	require.NotEmpty(t, wasm)
 	assert.Empty(t, Check(wasm), "in the wasm build of the filter")
 }
@@ -94,6 +94,18 @@ func TestCheckNamesEveryForbiddenEdge(t *testing.T) {
 		{"the service importing the filter is refused, directly and through its dependencies",
 			pkg("service", map[string][]string{Module + "/filter": {"handler.go"}}, Module+"/filter"),
 			[]string{"forbidden dependency service -> filter (via its imports)", "forbidden import service -> filter (handler.go)"}},
+		{"the memory store importing the Redis client is refused",
+			pkg("service/memstore", map[string][]string{"github.com/redis/rueidis": {"memstore.go"}}, "github.com/redis/rueidis"),
+			[]string{"forbidden dependency service/memstore -> github.com/redis/rueidis (via its imports)", "forbidden import service/memstore -> github.com/redis/rueidis (memstore.go)"}},
+		{"the service linking the Redis client through the Redis store is refused",
+			pkg("service/rls", map[string][]string{Module + "/service/redisstore": {"server.go"}}, Module+"/service/redisstore", "github.com/redis/rueidis"),
+			[]string{"forbidden dependency service/rls -> github.com/redis/rueidis (via its imports)", "forbidden import service/rls -> service/redisstore (server.go)"}},
+		{"a store importing the other store is refused, though both are the service's",
+			pkg("service/memstore", map[string][]string{Module + "/service/redisstore": {"memstore.go"}}),
+			[]string{"forbidden import service/memstore -> service/redisstore (memstore.go)"}},
+		{"the Redis store importing the Redis client passes",
+			pkg("service/redisstore", map[string][]string{"github.com/redis/rueidis": {"redisstore.go"}, Module + "/service": {"redisstore.go"}}, "github.com/redis/rueidis"),
+			nil},
 		{"the wasm filter linking net/http is refused",
 			pkg("cmd/filter", map[string][]string{}, "net/http", "net/url"),
 			[]string{"forbidden dependency cmd/filter -> net/http (via its imports)"}},

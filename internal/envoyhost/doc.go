@@ -10,8 +10,11 @@
 // and 0.2.1 (§1.2), the restricted-callback windows (§1.3, §7), the canary and per-thread VMs
 // (§1.4, §5), Envoy's shared-data CAS rules (§2), deferred local replies and stream
 // resumption (§4), HTTP callouts delivered to the root context (§3), Envoy's property paths
-// (§6), first-value header reads (§10) and a 16384-page memory cap (§7). The places where it
-// knowingly differs are listed below under "Where it differs from Envoy".
+// (§6), first-value header reads (§10), a 16384-page memory cap (§7), and the body paths of
+// long streams (§13): body stops that keep calling the filter, the filter manager's buffer and
+// its watermarks, releases that skip the filter, Envoy's buffer writes, and local replies that
+// become direct replies or resets once the response started. The places where it knowingly
+// differs are listed below under "Where it differs from Envoy".
 //
 // # Model
 //
@@ -113,9 +116,20 @@
 // Streams and header maps:
 //
 //   - Streams are driven by the caller ([Stream], [VM.RoundTrip], [HTTPProxy]), not by an HTTP
-//     connection manager: there are no other filters, no local_reply_config, no watermarks.
-//   - A body chunk that arrived while its direction was paused is delivered on resume as one
-//     callback whose size is the whole buffered body.
+//     connection manager or a codec: there are no other filters, no local_reply_config, no
+//     upgrade_configs (Envoy refuses an upgrade without one with a 403), no HTTP/2 extended
+//     CONNECT to rewrite, and no stream_idle_timeout (Envoy's 5-minute default ends a stream
+//     that moves no data).
+//   - Flow control is recorded, not applied: when the held body passes the buffer limit under
+//     StopIterationAndWatermark or a headers stop, [Stream.Flow] reports the sender read-disabled,
+//     but the caller may still send chunks, which are held like any other; in Envoy they would
+//     wait in the socket or the HTTP/2 stream window (up to initial_stream_window_size, 16 MiB by
+//     default) and not reach the filter.
+//   - After a body callback that returned 2 or 3, the body buffer is NotFound until the next body
+//     callback; Envoy keeps a pointer to the chunk it moved (2) or the codec drained (3), so reading
+//     or writing it from a tick is undefined there.
+//   - Response trailers cannot be added from the last response body callback (Envoy creates them
+//     there with addEncodedTrailers); a local reply to a HEAD request carries its body.
 //   - A second proxy_send_local_response on the same stream returns BadArgument; Envoy returns
 //     Ok and queues it as well.
 //   - proxy_get_header_map_pairs on a map that is not available returns BadArgument; Envoy

@@ -438,11 +438,8 @@ func (v *VM) buffer(t uint32) (*[]byte, bool) {
 		if st == nil {
 			return nil, false
 		}
-		if t == 0 && st.reqBodyOpen {
-			return &st.reqBody, true
-		}
-		if t == 1 && st.respBodyOpen {
-			return &st.respBody, true
+		if t == 0 && st.reqBodyOpen || t == 1 && st.respBodyOpen {
+			return st.bodyView(int(t)), true
 		}
 	case 4:
 		if v.callResp != nil {

@@ -3,7 +3,6 @@ package envoyhost
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"time"
 
@@ -11,11 +10,13 @@ import (
 )
 
 // Stream is one HTTP stream (request and response) on one VM, driven the way Envoy's
-// filter manager drives the Wasm filter (§1.4, §4): the host creates the stream
+// filter manager drives the Wasm filter (§1.4, §4, §13): the host creates the stream
 // context just before proxy_on_request_headers, holds back body and trailer
-// callbacks while a direction is paused, applies local replies and resumptions after
-// the guest call that asked for them returns, and ends with proxy_on_log,
-// proxy_on_done and proxy_on_delete on Close.
+// callbacks while a direction is stopped on its headers, keeps calling the body callback
+// with each new chunk while a direction is stopped on its body (body.go), applies local
+// replies and resumptions after the guest call that asked for them returns, and ends
+// with proxy_on_log, proxy_on_done and proxy_on_delete on Close. Both directions may
+// carry data at once, as a bidirectional gRPC stream or an upgraded WebSocket does.
 //
 // A Stream's methods may be called from any goroutine; each takes the VM's lock, so
 // they are serialized with the VM's other guest calls.
@@ -30,9 +31,8 @@ type Stream struct {
 	responseStarted bool // response headers exist (from upstream or a local reply)
 
 	reqHeaders, reqTrailers     Headers
-	reqBody                     []byte
 	respHeaders, respTrailers   Headers
-	respBody                    []byte
+	grpc                        bool // the request's content-type is gRPC's (Envoy's is_grpc_request_)
 	reqHeadersOpen, reqBodyOpen bool
 	reqTrailersOpen             bool
 	respHeadersOpen             bool
@@ -69,17 +69,27 @@ const (
 // direction is the iteration state of the request or the response.
 type direction struct {
 	headersPassed bool
-	paused        bool
-	pausedAt      phase
-	// Data that arrived while paused, delivered on resume.
+	// paused: the filter stopped this direction and has not let it go on. Stopped on its
+	// headers or trailers, the direction holds back later body and trailers (pend*, Envoy's
+	// StopAllIterationAndWatermark); stopped on its body (a single-iteration stop), it keeps
+	// offering each new chunk to the body callback (body.go).
+	paused   bool
+	pausedAt phase
+	// Data that arrived while stopped on the headers, delivered on resume.
 	pendBody        []byte
 	pendBodySet     bool
 	pendEOS         bool
 	pendTrailers    Headers
 	pendTrailersSet bool
-	// buffering: the last body callback returned StopIterationAndBuffer (1), so Envoy buffers
-	// the body and calls again with each new chunk, passing the whole buffered size.
+	// chunk is the chunk offered to the body callback in progress; held is the filter
+	// manager's buffer: the chunks the filter stopped with StopIterationAndBuffer (1) or
+	// StopIterationAndWatermark (2), released together when the direction goes on.
+	chunk, held []byte
+	// buffering: the last body callback returned 1, so the next chunk joins held before the
+	// callback, which is passed the size of all of it and reads all of it.
 	buffering bool
+	flow      Flow
+	aboveHigh bool // held passed the buffer limit and has not drained to half of it yet
 }
 
 // ErrStreamOrder is returned when a Stream method is called out of HTTP order: headers
@@ -127,6 +137,7 @@ func (s *Stream) SendRequestHeaders(h Headers, endOfStream bool) (Action, error)
 	s.headersSent = true
 	s.start = v.p.clock.Now()
 	s.reqHeaders = lowerHeaders(h).Clone()
+	s.grpc = isGRPC(s.reqHeaders)
 	if v.failed != nil {
 		return s.failedVM(dirRequest, phaseHeaders), nil
 	}
@@ -148,7 +159,8 @@ func (s *Stream) SendRequestHeaders(h Headers, endOfStream bool) (Action, error)
 }
 
 // SendRequestBody delivers a chunk of request body (proxy_on_request_body). While the
-// request is paused the chunk is buffered and delivered on resume (§4).
+// request is stopped on its headers the chunk is held and delivered on resume (§4); while
+// it is stopped on its body the chunk is offered to the filter at once (§13).
 func (s *Stream) SendRequestBody(body []byte, endOfStream bool) (Action, error) {
 	return s.sendBody(dirRequest, body, endOfStream)
 }
@@ -239,33 +251,23 @@ func (s *Stream) directionStarted(dir int) bool {
 	return s.responseStarted
 }
 
-// deliverBody calls the body callback of dir, or buffers the chunk while dir is
-// paused. It requires v.mu.
+// deliverBody offers a chunk to the body callback of dir (body.go), or holds it back
+// while dir is stopped on its headers or trailers. It requires v.mu.
 func (s *Stream) deliverBody(dir int, body []byte, eos bool) Action {
-	v := s.vm
 	d := &s.dirs[dir]
 	if s.ended {
 		return ActionStop
 	}
-	if d.paused && d.buffering {
-		return s.deliverBuffered(dir, body, eos)
-	}
-	if d.paused || !d.headersPassed {
+	if d.paused && d.pausedAt != phaseBody || !d.headersPassed {
 		d.pendBody = append(d.pendBody, body...)
 		d.pendBodySet, d.pendEOS = true, eos
+		s.filled(dir, true) // a headers stop is StopAllIterationAndWatermark
 		return ActionPause
 	}
-	if v.failed != nil {
+	if s.vm.failed != nil {
 		return s.failedVM(dir, phaseBody)
 	}
-	if dir == dirRequest {
-		s.reqBody = append(s.reqBody, body...)
-		s.reqBodyOpen = true
-		return s.callback(dir, phaseBody, v.ex.onRequestBody, "proxy_on_request_body", uint64(len(s.reqBody)), b2u(eos))
-	}
-	s.respBody = append(s.respBody, body...)
-	s.respBodyOpen = true
-	return s.callback(dir, phaseBody, v.ex.onResponseBody, "proxy_on_response_body", uint64(len(s.respBody)), b2u(eos))
+	return s.offerBody(dir, body, eos)
 }
 
 // deliverTrailers calls the trailers callback of dir, or buffers the trailers while
@@ -276,12 +278,13 @@ func (s *Stream) deliverTrailers(dir int, h Headers) Action {
 	if s.ended {
 		return ActionStop
 	}
-	if d.paused && d.pausedAt == phaseBody && !d.pendBodySet && v.failed == nil {
+	if d.paused && d.pausedAt == phaseBody && v.failed == nil {
 		// A filter that stopped its body (StopIterationAndBuffer and the like: Envoy's
 		// StopSingleIteration, not a StopAll) is called with the trailers, as Envoy's filter
 		// manager calls decodeTrailers on every filter that has not stopped all iteration;
-		// when its trailers callback continues, the held body passes, then the trailers.
-		d.paused, d.buffering = false, false
+		// when its trailers callback continues, the held body passes, then the trailers. A
+		// body it buffered stays readable meanwhile.
+		d.paused = false
 	}
 	if d.paused || !d.headersPassed {
 		d.pendTrailers, d.pendTrailersSet = h, true
@@ -298,9 +301,10 @@ func (s *Stream) deliverTrailers(dir int, h Headers) Action {
 	return s.callback(dir, phaseTrailers, v.ex.onResponseTrailers, "proxy_on_response_trailers", uint64(len(h)))
 }
 
-// callback calls a stream callback and applies its outcome: a failed VM answers 503
-// (or passes when fail-open); a local reply forces stop; 0 continues; anything else
-// pauses (StopAllIteration, §4). Deferred effects run afterwards. It requires v.mu.
+// callback calls a headers or trailers callback and applies its outcome: a failed VM
+// answers 503 (or passes when fail-open); a local reply forces stop; 0 continues; anything
+// else pauses (StopAllIteration, §4). Deferred effects run afterwards. Body callbacks go
+// through offerBody. It requires v.mu.
 func (s *Stream) callback(dir int, ph phase, fn api.Function, name string, args ...uint64) Action {
 	v := s.vm
 	if fn == nil {
@@ -315,10 +319,6 @@ func (s *Stream) callback(dir int, ph phase, fn api.Function, name string, args 
 	if !ok {
 		return s.failedVM(dir, ph)
 	}
-	s.dirs[dir].buffering = ph == phaseBody && uint32(res) == 1 && !v.stopNext
-	if s.dirs[dir].buffering {
-		s.bodyStats[dir].Buffered++
-	}
 	if uint32(res) == 0 && !v.stopNext {
 		s.passed(dir, ph)
 	} else {
@@ -330,40 +330,30 @@ func (s *Stream) callback(dir int, ph phase, fn api.Function, name string, args 
 }
 
 // passed records that phase ph of dir went through the filter: the data moves on
-// and stops being accessible to the guest (§4).
+// and stops being accessible to the guest (§4). A body held until the trailers passes
+// before them.
 func (s *Stream) passed(dir int, ph phase) {
-	if dir == dirRequest {
-		switch ph {
-		case phaseHeaders:
-			s.reqHeadersOpen = false
-			s.upstream = s.reqHeaders.Clone()
-			s.dirs[dir].headersPassed = true
-		case phaseBody:
-			s.reqBodyOpen = false
-			s.upstreamBody = append(s.upstreamBody, s.reqBody...)
-			s.reqBody = s.reqBody[:0]
-		case phaseTrailers:
+	d := &s.dirs[dir]
+	switch {
+	case ph == phaseBody:
+		d.held = append(d.held, d.chunk...) // empty while buffering: the chunk joined held first
+		d.chunk = d.chunk[:0]
+		s.release(dir)
+	case ph == phaseTrailers:
+		if dir == dirRequest {
 			s.reqTrailersOpen = false
-			s.reqBodyOpen = false // a body held until the trailers passes before them
-			s.upstreamBody = append(s.upstreamBody, s.reqBody...)
-			s.reqBody = s.reqBody[:0]
+		} else {
+			s.respTrailersOpen = false
 		}
-		return
-	}
-	switch ph {
-	case phaseHeaders:
+		s.release(dir)
+	case dir == dirRequest:
+		s.reqHeadersOpen = false
+		s.upstream = s.reqHeaders.Clone()
+		d.headersPassed = true
+	default:
 		s.respHeadersOpen = false
 		s.downstream = s.respHeaders.Clone()
-		s.dirs[dir].headersPassed = true
-	case phaseBody:
-		s.respBodyOpen = false
-		s.downstreamBody = append(s.downstreamBody, s.respBody...)
-		s.respBody = s.respBody[:0]
-	case phaseTrailers:
-		s.respTrailersOpen = false
-		s.respBodyOpen = false
-		s.downstreamBody = append(s.downstreamBody, s.respBody...)
-		s.respBody = s.respBody[:0]
+		d.headersPassed = true
 	}
 }
 
@@ -378,14 +368,22 @@ func (s *Stream) action(dir int) Action {
 	return ActionContinue
 }
 
-// resume continues dir after proxy_continue_stream (deferred, §4): the paused phase
-// passes and buffered body and trailers are delivered. It requires v.mu.
+// resume continues dir after proxy_continue_stream (deferred, §4). After a body stop, what
+// the filter manager holds passes in one piece without another body callback (§13); after
+// a trailers stop, the held body and the trailers pass; after a headers stop, the headers
+// pass and the held-back body is delivered to the filter as one chunk, then the trailers.
+// It requires v.mu.
 func (s *Stream) resume(dir int) {
 	d := &s.dirs[dir]
 	if s.ended || !d.paused {
 		return
 	}
-	d.paused, d.buffering = false, false
+	d.paused = false
+	if d.pausedAt == phaseBody {
+		s.release(dir)
+		s.signal()
+		return
+	}
 	s.passed(dir, d.pausedAt)
 	if d.pendBodySet {
 		body, eos := d.pendBody, d.pendEOS
@@ -396,7 +394,7 @@ func (s *Stream) resume(dir int) {
 			return
 		}
 		// Held trailers follow even when the body callback stopped: a body stop is a single-filter
-		// stop, so Envoy's commonContinue still hands the trailers to the filter (deliverTrailers).
+		// stop, so the trailers still reach the filter (deliverTrailers).
 	}
 	if d.pendTrailersSet {
 		h := d.pendTrailers
@@ -431,42 +429,59 @@ func (s *Stream) failedVM(dir int, ph phase) Action {
 	return ActionStop
 }
 
-// sendLocalReply ends the stream with reply. Unless the host itself failed the
-// stream, the reply's headers and body pass through the filter's response callbacks,
-// as Envoy's encoder path does (§4). It requires v.mu.
+// sendLocalReply ends the stream with reply the way Envoy's DownstreamFilterManager does
+// (§4, §13): before any response headers, the reply's headers and body pass through the
+// filter's response callbacks (unless the host itself failed the stream); when response
+// headers exist but the filter holds them, the reply goes straight to the client, past the
+// filter; once response headers went downstream, the stream is reset and the reply dropped.
+// It requires v.mu.
 func (s *Stream) sendLocalReply(reply *LocalReply, hostFailure bool) {
 	if s.ended {
 		return
 	}
 	v := s.vm
-	s.ended, s.local = true, reply
+	s.ended = true
 	s.dirs[dirRequest].paused, s.dirs[dirResponse].paused = false, false
-	h := make(Headers, 0, len(reply.Headers)+3)
-	h = append(h, [2]string{":status", strconv.Itoa(reply.Status)})
-	h = append(h, reply.Headers...)
-	if len(reply.Body) > 0 {
-		h = append(h, [2]string{"content-length", strconv.Itoa(len(reply.Body))})
-		if _, ok := h.Get("content-type"); !ok {
-			h = append(h, [2]string{"content-type", "text/plain"})
+	s.reqBodyOpen, s.respBodyOpen = false, false
+	switch {
+	case s.dirs[dirResponse].headersPassed:
+		s.reset = true
+		s.signal()
+		return
+	case s.responseStarted:
+		s.local = reply
+		s.downstream, s.downstreamBody = s.localReplyHeaders(reply)
+		if len(s.downstreamBody) > 0 {
+			s.dirs[dirResponse].flow.Chunks++
 		}
+		s.signal()
+		return
 	}
+	s.local = reply
+	h, body := s.localReplyHeaders(reply)
 	s.responseStarted = true
-	s.respHeaders, s.respBody = h, append([]byte(nil), reply.Body...)
+	s.respHeaders = h
+	d := &s.dirs[dirResponse]
+	d.chunk, d.buffering = append(d.chunk[:0], body...), false
 	if !hostFailure && v.failed == nil && s.created {
 		if fn := v.ex.onResponseHeaders; fn != nil {
 			s.respHeadersOpen = true
-			v.call(fn, "proxy_on_response_headers", s.id, uint64(s.id), uint64(len(h)), b2u(len(reply.Body) == 0))
+			v.call(fn, "proxy_on_response_headers", s.id, uint64(s.id), uint64(len(h)), b2u(len(body) == 0))
 			s.respHeadersOpen = false
 		}
-		if fn := v.ex.onResponseBody; fn != nil && len(reply.Body) > 0 && v.failed == nil {
+		if fn := v.ex.onResponseBody; fn != nil && len(body) > 0 && v.failed == nil {
 			s.respBodyOpen = true
-			v.call(fn, "proxy_on_response_body", s.id, uint64(s.id), uint64(len(reply.Body)), 1)
+			v.call(fn, "proxy_on_response_body", s.id, uint64(s.id), uint64(len(body)), 1)
 			s.respBodyOpen = false
 		}
 		v.runDeferred()
 	}
 	s.downstream = s.respHeaders.Clone()
-	s.downstreamBody = append(s.downstreamBody[:0], s.respBody...)
+	s.downstreamBody = append(s.downstreamBody[:0], d.chunk...)
+	if len(d.chunk) > 0 {
+		d.flow.Chunks++
+	}
+	d.chunk = d.chunk[:0]
 	s.signal()
 }
 

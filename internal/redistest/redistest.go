@@ -322,9 +322,12 @@ func free(port int) bool {
 	return true
 }
 
-// WaitFor polls cond every 10ms until it holds or d passes.
+// WaitFor polls cond every 10ms until it holds or d passes, where d is at least a minute whatever
+// the caller says: the bound is a safety net against a hang, never what a test passes or fails by
+// on a loaded machine.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	d = max(d, time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	for !cond() {

@@ -1,36 +1,71 @@
 package sfv
 
 import (
+	"math"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func TestParseListAcceptsValidListsAndRejectsMalformedOnes(t *testing.T) {
-	got, err := ParseList(`"burst";q=100;w=60, "daily";q=1000;w=86400, tok;a, (1 2);x=?1, :aGk=:, -1.5`)
-	require.NoError(t, err)
-	require.Len(t, got, 6)
-	assert.Equal(t, String("burst"), got[0].Value)
-	assert.Equal(t, []Param{{"q", int64(100)}, {"w", int64(60)}}, got[0].Params)
-	assert.Equal(t, Token("tok"), got[2].Value)
-	assert.Equal(t, []Param{{"a", true}}, got[2].Params)
-	assert.Equal(t, []Param{{"x", true}}, got[3].Params)
-	assert.Equal(t, []byte("hi"), got[4].Value)
-	for _, bad := range []string{`"a",`, `"a";Q=1`, `"a";q=1234567890123456`, `"a" "b"`, `"a\x"`, `"unterminated`, `"a";q=1;q=2`} {
-		_, err := ParseList(bad)
-		assert.Error(t, err, bad)
+func TestDecimalsInHeadersAreWhatStrconvWrites(t *testing.T) {
+	for _, n := range []int64{0, 1, 9, 10, 99, 100, 12345, MaxInteger, math.MaxInt64, -1, -10, math.MinInt64} {
+		assert.Equal(t, strconv.FormatInt(n, 10), string(appendDecimal([]byte("x"), n)[1:]), "%d", n)
 	}
 }
 
-func TestParsePoliciesReadsTheQuotaUnitAndPartitionKeyAndRejectsBadOnes(t *testing.T) {
-	got, err := ParsePolicies(`"a";q=5;w=60;qu="requests";pk=:aGk=:, "b";q=3;qu="concurrent-requests"`)
-	require.NoError(t, err)
-	require.Len(t, got, 2)
-	assert.Equal(t, Policy{Name: "a", Params: map[string]int64{"q": 5, "w": 60}, Unit: "requests", PartitionKey: []byte("hi")}, got[0])
-	assert.Equal(t, "concurrent-requests", got[1].Unit)
-	for _, bad := range []string{`"a";qu=requests`, `"a";qu="tokens"`, `"a";pk="aGk="`, `"a";pk=::`, `"a";q="5"`, `"a";q=-1`} {
-		_, err := ParsePolicies(bad)
-		assert.Error(t, err, bad)
+func TestAnIntegerOutsideTheRangeIsWrittenAtItsBound(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0", 42: "42", -42: "-42", MaxInteger: "999999999999999", MaxInteger + 1: "999999999999999",
+		math.MaxInt64: "999999999999999", math.MinInt64: "-999999999999999",
+	} {
+		assert.Equal(t, want, string(AppendInteger(nil, n)), "%d", n)
 	}
+}
+
+// Whatever the string, the encoder writes one sf-string that the parser reads back: the text
+// itself when it is printable ASCII, with '?' for each byte that is not.
+func TestEveryStringIsWrittenAsAnSFStringThatParsesBack(t *testing.T) {
+	for s, want := range map[string]string{
+		"api-per-ip-0": "api-per-ip-0", `a"b\c`: `a"b\c`, "tab\there": "tab?here", "é": "??", "": "",
+		"example7.key_2_value_2": "example7.key_2_value_2",
+	} {
+		members, err := ParseList(string(AppendString(nil, s)))
+		require.NoError(t, err, "%q", s)
+		require.Len(t, members, 1)
+		assert.Equal(t, String(want), members[0].Value, "%q", s)
+	}
+}
+
+func TestAByteSequenceParsesBackToItsBytes(t *testing.T) {
+	for _, b := range [][]byte{{}, {0}, []byte("hi"), {0xff, 0xfe, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05}} {
+		members, err := ParseList(string(AppendByteSequence(nil, b)))
+		require.NoError(t, err, "%x", b)
+		assert.Equal(t, b, members[0].Value, "%x", b)
+	}
+}
+
+// The filter renders the quota fields of every response with the encoder: it must not allocate.
+func TestTheEncoderDoesNotAllocate(t *testing.T) {
+	buf := make([]byte, 0, 128)
+	pk := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		b := AppendString(buf[:0], "api-per-ip-0")
+		b = AppendInteger(append(b, ";q="...), 1000)
+		_ = AppendByteSequence(append(b, ";pk="...), pk)
+	}))
+}
+
+func FuzzAppendString(f *testing.F) {
+	f.Add("api")
+	f.Add("\"\\\x00\xff")
+	f.Fuzz(func(t *testing.T, s string) {
+		members, err := ParseList(string(AppendString(nil, s)))
+		require.NoError(t, err, "%q", s)
+		require.Len(t, members, 1)
+		got, ok := members[0].Value.(String)
+		require.True(t, ok)
+		assert.Len(t, got, len(s), "one byte written for each byte of %q", s)
+	})
 }

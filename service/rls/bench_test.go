@@ -9,17 +9,15 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
 )
 
 // BenchmarkDecide measures the decision path without the network: match, count in the
 // memory store, answer (and, with metrics, count).
 func BenchmarkDecide(b *testing.B) {
-	rules, err := rlsconfig.LoadDir("../rlsconfig/testdata/good")
-	if err != nil {
-		b.Fatal(err)
-	}
-	store := service.NewMemoryStore(service.MemoryConfig{SweepInterval: -1})
+	rules := goodRules(b)
+	store := memstore.New(memstore.Config{SweepInterval: -1})
 	defer store.Close()
 	reqs := make([]*pb.RateLimitRequest, 1024)
 	for i := range reqs {

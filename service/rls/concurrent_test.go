@@ -14,8 +14,8 @@ import (
 	"github.com/meshlimit/meshlimit/service"
 )
 
-// barrierStore lets a Decide through only once n are in flight together (or fails it after
-// a second): a sequential caller fails, a concurrent one passes.
+// barrierStore lets a Decide or a CountWindow through only once n are in flight together (or
+// fails it after a second): a sequential caller fails, a concurrent one passes.
 type barrierStore struct {
 	service.Store
 	n    int
@@ -25,6 +25,21 @@ type barrierStore struct {
 }
 
 func (b *barrierStore) Decide(ctx context.Context, r service.Request) (algorithms.Decision, error) {
+	if err := b.wait(); err != nil {
+		return algorithms.Decision{}, err
+	}
+	return b.Store.Decide(ctx, r)
+}
+
+func (b *barrierStore) CountWindow(ctx context.Context, r service.CountRequest) (int64, time.Duration, error) {
+	if err := b.wait(); err != nil {
+		return 0, 0, err
+	}
+	return b.Store.CountWindow(ctx, r)
+}
+
+// wait returns once n calls are in flight together, or an error after a second.
+func (b *barrierStore) wait() error {
 	b.mu.Lock()
 	if b.in++; b.in == b.n {
 		close(b.open)
@@ -32,9 +47,9 @@ func (b *barrierStore) Decide(ctx context.Context, r service.Request) (algorithm
 	b.mu.Unlock()
 	select {
 	case <-b.open:
-		return b.Store.Decide(ctx, r)
+		return nil
 	case <-time.After(time.Second):
-		return algorithms.Decision{}, errors.New("not concurrent")
+		return errors.New("not concurrent")
 	}
 }
 

@@ -8,7 +8,7 @@
 //   - Each descriptor is matched as rlsconfig.Config.Match describes; a descriptor's limit
 //     field (Envoy's override) replaces the match entirely, as long as the domain exists.
 //   - A limit counts in fixed windows aligned to the Unix epoch, keyed by the domain, the
-//     entries as sent and the unit (service.CountWindow): the configured requests_per_unit is
+//     entries as sent and the unit (service.WindowCounter): the configured requests_per_unit is
 //     not part of the key, so counts survive a reload and an override with the same unit
 //     shares the counter. A wildcard level with share_threshold puts its pattern in the key in
 //     place of the value sent, so every value it matches counts together. The descriptor is OVER_LIMIT when the count after this call exceeds

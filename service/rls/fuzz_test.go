@@ -10,7 +10,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
 )
 
@@ -21,11 +21,8 @@ func FuzzDecide(f *testing.F) {
 	f.Add("example9", "path", "/api/x/action", "route", "", uint32(0), uint64(1), false, int32(0), uint32(0), 2)
 	f.Add("example7", "key_1", "value_1", "user", "bkthomps", uint32(3), uint64(0), true, int32(2), uint32(5), 3)
 	f.Add("internal", "ldap", "", "azure", "x", uint32(1), uint64(9), false, int32(9), uint32(1), 1)
-	rules, err := rlsconfig.LoadDir("../rlsconfig/testdata/good")
-	if err != nil {
-		f.Fatal(err)
-	}
-	store := service.NewMemoryStore(service.MemoryConfig{SweepInterval: -1})
+	rules := goodRules(f)
+	store := memstore.New(memstore.Config{SweepInterval: -1})
 	f.Cleanup(func() { store.Close() })
 	s, err := NewServer(Config{Store: store, Rules: func() *rlsconfig.Config { return rules }, Headers: HeadersDraft03,
 		Now: func() time.Time { return minuteStart }})

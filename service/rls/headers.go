@@ -8,6 +8,8 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/meshlimit/meshlimit/internal/sfv"
 )
 
 // HeaderMode selects the response headers a Server asks Envoy to add.
@@ -78,23 +80,29 @@ func draft03(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core
 
 // ietf writes RateLimit-Policy and RateLimit with one member per descriptor with a limit.
 func ietf(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core.HeaderValue {
-	var policy, state []string
+	var policy, state []byte
 	for i, st := range sts {
 		l := st.GetCurrentLimit()
 		if l == nil {
 			continue
 		}
-		name := sfString(policyName(l, &plans[i], i))
-		w := int64(plans[i].limit.Unit.Duration() / time.Second)
-		policy = append(policy, fmt.Sprintf("%s;q=%d;w=%d", name, l.GetRequestsPerUnit(), w))
-		state = append(state, fmt.Sprintf("%s;r=%d;t=%d", name, st.GetLimitRemaining(), st.GetDurationUntilReset().GetSeconds()))
+		if len(policy) > 0 {
+			policy, state = append(policy, ", "...), append(state, ", "...)
+		}
+		start := len(policy)
+		policy = sfv.AppendString(policy, policyName(l, &plans[i], i))
+		state = append(state, policy[start:]...)
+		policy = sfv.AppendInteger(append(policy, ";q="...), int64(l.GetRequestsPerUnit()))
+		policy = sfv.AppendInteger(append(policy, ";w="...), int64(plans[i].limit.Unit.Duration()/time.Second))
+		state = sfv.AppendInteger(append(state, ";r="...), int64(st.GetLimitRemaining()))
+		state = sfv.AppendInteger(append(state, ";t="...), st.GetDurationUntilReset().GetSeconds())
 	}
 	if len(policy) == 0 {
 		return nil
 	}
 	return []*core.HeaderValue{
-		{Key: "RateLimit-Policy", Value: strings.Join(policy, ", ")},
-		{Key: "RateLimit", Value: strings.Join(state, ", ")},
+		{Key: "RateLimit-Policy", Value: string(policy)},
+		{Key: "RateLimit", Value: string(state)},
 	}
 }
 
@@ -108,23 +116,4 @@ func policyName(l *pb.RateLimitResponse_RateLimit, p *plan, i int) string {
 		return p.rule.Path
 	}
 	return "descriptor-" + strconv.Itoa(i)
-}
-
-// sfString quotes s as a structured-field string (RFC 8941), replacing bytes it cannot hold.
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }

@@ -47,8 +47,7 @@ func value(m *dto.Metric) float64 {
 
 func TestMetricsCountHitsPerDescriptorAndRequestsPerFront(t *testing.T) {
 	sm := service.NewMetrics()
-	rules, err := rlsconfig.LoadDir("../rlsconfig/testdata/good")
-	require.NoError(t, err)
+	rules := goodRules(t)
 	s, err := NewServer(Config{Store: memoryStore(t), Rules: func() *rlsconfig.Config { return rules },
 		Metrics: NewMetrics(sm), Now: func() time.Time { return minuteStart }})
 	require.NoError(t, err)

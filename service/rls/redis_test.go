@@ -9,11 +9,12 @@ import (
 
 	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/redisstore"
 )
 
 func redisStore(t *testing.T, addr string) service.Store {
 	t.Helper()
-	s, err := service.NewRedisStore(service.RedisConfig{Addrs: []string{addr}})
+	s, err := redisstore.New(redisstore.Config{Addrs: []string{addr}})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s

@@ -134,7 +134,7 @@ func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Ti
 	var remaining int64
 	var reset time.Duration
 	if l.Algorithm == 0 {
-		count, r, err := service.CountWindow(ctx, s.cfg.Store, key, l.Unit.Duration(), p.hits, now)
+		count, r, err := s.cfg.Store.CountWindow(ctx, service.CountRequest{Key: key, Window: l.Unit.Duration(), Hits: p.hits, Now: now})
 		if err != nil {
 			return nil, err
 		}

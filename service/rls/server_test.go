@@ -22,6 +22,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
 )
 
@@ -42,10 +43,8 @@ type fixture struct {
 
 func newFixture(t *testing.T, store service.Store, headers HeaderMode) *fixture {
 	t.Helper()
-	f := &fixture{t: t, now: minuteStart}
-	rules, err := rlsconfig.LoadDir("../rlsconfig/testdata/good")
-	require.NoError(t, err)
-	f.rules = rules
+	f := &fixture{t: t, now: minuteStart, rules: goodRules(t)}
+	var err error
 	f.srv, err = NewServer(Config{
 		Store: store, Headers: headers, Timeout: 2 * time.Second,
 		Rules: func() *rlsconfig.Config { f.mu.Lock(); defer f.mu.Unlock(); return f.rules },
@@ -64,8 +63,18 @@ func newFixture(t *testing.T, store service.Store, headers HeaderMode) *fixture 
 	return f
 }
 
+// goodRules is the configuration of ../rlsconfig/testdata/good.
+func goodRules(t testing.TB) *rlsconfig.Config {
+	t.Helper()
+	files, err := rlsconfig.ReadDir("../rlsconfig/testdata/good")
+	require.NoError(t, err)
+	rules, err := rlsconfig.Load(files)
+	require.NoError(t, err)
+	return rules
+}
+
 func memoryStore(t *testing.T) service.Store {
-	s := service.NewMemoryStore(service.MemoryConfig{SweepInterval: -1})
+	s := memstore.New(memstore.Config{SweepInterval: -1})
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -316,9 +325,13 @@ func TestAStoreThatDoesNotAnswerIsUnavailableNotOK(t *testing.T) {
 	assert.Equal(t, ok, resp.GetOverallCode(), "a request that needs no counter does not touch the store")
 }
 
-// failingStore fails every decision.
+// failingStore fails every decision and every count.
 type failingStore struct{ service.Store }
 
 func (failingStore) Decide(context.Context, service.Request) (algorithms.Decision, error) {
 	return algorithms.Decision{}, errors.New("store down")
+}
+
+func (failingStore) CountWindow(context.Context, service.CountRequest) (int64, time.Duration, error) {
+	return 0, 0, errors.New("store down")
 }

@@ -125,12 +125,6 @@ func (c *Config) Match(domain string, n int, entry func(i int) Entry) (r Rule, o
 	return Rule{}, false
 }
 
-// find returns the rule of this level that e matches, or nil.
-func (l *node) find(e Entry) *node {
-	n, _, _ := l.findHow(e)
-	return n
-}
-
 // globMatch reports whether v matches the pattern split at its '*'s into parts: v starts with
 // the first part, ends with the last, and holds the others in order in between.
 func globMatch(parts []string, v string) bool {
@@ -184,8 +178,8 @@ func (c *Config) MetricName(domain string, n int, entry func(i int) Entry) strin
 	return b.String()
 }
 
-// findHow is find that also returns the configured value that matched ("" for the key-only
-// rule) and whether it is a wildcard that matched.
+// findHow returns the rule of this level that e matches (nil: none), the configured value that
+// matched ("" for the key-only rule) and whether it is a wildcard that matched.
 func (l *node) findHow(e Entry) (n *node, value string, wildcard bool) {
 	if e.Value != "" {
 		if n := l.exact[e]; n != nil {

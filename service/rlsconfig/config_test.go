@@ -9,7 +9,9 @@ import (
 
 func loadGood(t *testing.T) *Config {
 	t.Helper()
-	c, err := LoadDir("testdata/good")
+	files, err := ReadDir("testdata/good")
+	require.NoError(t, err)
+	c, err := Load(files)
 	require.NoError(t, err)
 	return c
 }

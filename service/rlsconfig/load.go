@@ -111,15 +111,6 @@ func isConfigName(name string) bool {
 	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
 }
 
-// LoadDir is ReadDir then Load.
-func LoadDir(dir string) (*Config, error) {
-	files, err := ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	return Load(files)
-}
-
 // parser holds the state of one file's parse.
 type parser struct {
 	file  string

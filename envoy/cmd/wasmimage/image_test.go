@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/envoy/internal/ociimage"
 )
 
 // The media types of the OCI image specification that the compat variant uses.
@@ -101,7 +103,7 @@ func TestTheLayoutIsACompatWasmImageOfTheModule(t *testing.T) {
 	assert.Equal(t, ociIndex, idx.MediaType)
 	require.Len(t, idx.Manifests, 1, "one image, so crane push and Istio see a manifest, not an index")
 	assert.Equal(t, ociManifest, idx.Manifests[0].MediaType)
-	assert.Equal(t, "0.1.0", idx.Manifests[0].Annotations[refNameAnnotation], "oras and skopeo select the image by this tag")
+	assert.Equal(t, "0.1.0", idx.Manifests[0].Annotations[ociimage.RefNameAnnotation], "oras and skopeo select the image by this tag")
 
 	var m manifest
 	require.NoError(t, json.Unmarshal(readBlob(t, dir, idx.Manifests[0]), &m))

@@ -31,6 +31,8 @@ import (
 	"path"
 
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/meshlimit/meshlimit/envoy/internal/ociimage"
 )
 
 func main() {
@@ -78,7 +80,7 @@ func run(args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "image %s:%s (compat variant, %d-byte module) %s\n", *repo, *tag, len(module), digest)
 	if *layoutDir != "" {
-		if err := writeLayout(*layoutDir, img, *tag); err != nil {
+		if err := ociimage.WriteLayout(*layoutDir, img, *tag); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "  OCI layout: %s\n", *layoutDir)
@@ -86,7 +88,7 @@ func run(args []string, out io.Writer) error {
 		fmt.Fprintf(out, "          or  oras cp --from-oci-layout %s:%s REGISTRY/%s:%s\n", *layoutDir, *tag, *repo, *tag)
 	}
 	if *tarPath != "" {
-		if err := writeArchive(*tarPath, img, *tag); err != nil {
+		if err := ociimage.WriteArchive(*tarPath, img, *tag); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "  OCI archive: %s (skopeo copy oci-archive:%s:%s docker://REGISTRY/%s:%s)\n", *tarPath, *tarPath, *tag, *repo, *tag)

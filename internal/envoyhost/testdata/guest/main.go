@@ -281,6 +281,7 @@ func onTick(root uint32) {
 		}
 	}
 	heldResponses = heldResponses[:0]
+	releaseHeld()
 }
 
 //go:wasmexport proxy_on_request_headers
@@ -299,6 +300,9 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		return 0
 	case "pause_response":
 		pauseResponse[id] = true
+		return 0
+	case "stream":
+		startStream(id, get)
 		return 0
 	case "get":
 		ptr, size, cas := uint32(0xdeadbeef), uint32(0xdeadbeef), uint32(0xdeadbeef)
@@ -443,6 +447,9 @@ var buffering = map[uint32]bool{}
 
 //go:wasmexport proxy_on_request_body
 func onRequestBody(id, size, eos uint32) uint32 {
+	if o := streamsOps[id]; o != nil {
+		return streamBody(o, 0, size)
+	}
 	incMetric("body_bytes", int64(size))
 	if !buffering[id] {
 		return 0
@@ -462,6 +469,9 @@ var bufferingResponse = map[uint32]bool{}
 
 //go:wasmexport proxy_on_response_body
 func onResponseBody(id, size, eos uint32) uint32 {
+	if o := streamsOps[id]; o != nil {
+		return streamBody(o, 1, size)
+	}
 	incMetric("response_body_bytes", int64(size))
 	if !bufferingResponse[id] {
 		return 0
@@ -494,6 +504,9 @@ var (
 //go:wasmexport proxy_on_response_headers
 func onResponseHeaders(id, n, eos uint32) uint32 {
 	addHeader(2, "x-guest-response", itoa(id))
+	if o := streamsOps[id]; o != nil && o.replyOn == "response_headers" {
+		limitReply()
+	}
 	if pauseResponse[id] {
 		delete(pauseResponse, id)
 		heldResponses = append(heldResponses, id)
@@ -512,4 +525,7 @@ func onDone(id uint32) uint32 {
 }
 
 //go:wasmexport proxy_on_delete
-func onDelete(id uint32) { incMetric("deletes", 1) }
+func onDelete(id uint32) {
+	incMetric("deletes", 1)
+	delete(streamsOps, id)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package messages
+
+const raceEnabled = false

@@ -1,0 +1,151 @@
+package rules
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+func (v *validator) overrides(path string, ojs []overrideJSON, r *Rule) map[string]int {
+	if len(ojs) > maxOverrides {
+		v.failf(path, "%d overrides: at most %d are allowed", len(ojs), maxOverrides)
+		return nil
+	}
+	if len(r.key) == 0 {
+		v.failf(path, "overrides need key parts: without them every request has the same key")
+		return nil
+	}
+	m := make(map[string]int, len(ojs))
+	for i := range ojs {
+		oj := &ojs[i]
+		op := path + "[" + strconv.Itoa(i) + "]"
+		if oj.Value == nil {
+			v.failf(op+".value", "required")
+			continue
+		}
+		val := *oj.Value
+		if val == "" && r.MissingKey != MissingKeyDefault {
+			v.failf(op+".value", `"" names the shared bucket of missing_key "default", which this rule does not use`)
+		} else if val != "" {
+			if err := checkKeyValue(val, r.key); err != nil {
+				v.failf(op+".value", "%v", err)
+			}
+		}
+		if _, dup := m[val]; dup {
+			v.failf(op+".value", "%q is overridden twice", val)
+		}
+		m[val] = -1
+		switch {
+		case oj.Unlimited && len(oj.Limits) > 0:
+			v.failf(op, "set limits or unlimited, not both")
+		case !oj.Unlimited && len(oj.Limits) == 0:
+			v.failf(op, "set limits or unlimited: true")
+		case len(oj.Limits) > maxLimits:
+			v.failf(op+".limits", "%d limits: at most %d are allowed", len(oj.Limits), maxLimits)
+		case !oj.Unlimited:
+			m[val] = len(r.sets)
+			r.sets = append(r.sets, newLimitSet(len(r.sets), v.limits(op+".limits", oj.Limits, r.Name), 1, val))
+		}
+	}
+	return m
+}
+
+// checkKeyValue checks that an override value is a well-formed key value for the parts:
+// the right number of '|'-separated parts, valid escapes, no part longer than maxPartLen,
+// and client_ip parts written as AppendKey writes them.
+func checkKeyValue(val string, parts []keyPart) error {
+	var part []byte
+	idx := 0
+	flush := func() error {
+		if idx >= len(parts) {
+			return nil // counted below
+		}
+		return checkOverridePart(idx, &parts[idx], string(part))
+	}
+	for i := 0; i < len(val); i++ {
+		c := val[i]
+		switch c {
+		case '\\':
+			if i+1 >= len(val) || (val[i+1] != '\\' && val[i+1] != '|') {
+				return fmt.Errorf(`invalid escape at byte %d: only \\ and \| are escapes`, i)
+			}
+			i++
+			part = append(part, val[i])
+		case '|':
+			if err := flush(); err != nil {
+				return err
+			}
+			part = part[:0]
+			idx++
+		default:
+			part = append(part, c)
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if idx+1 != len(parts) {
+		return fmt.Errorf("%d parts, but the key has %d (%s); separate parts with \"|\"", idx+1, len(parts), describeKey(parts))
+	}
+	return nil
+}
+
+// checkOverridePart checks part idx of an override value, unescaped, against its key part p: it is
+// not empty, not hashed, and written as the key holds it.
+func checkOverridePart(idx int, p *keyPart, part string) error {
+	if len(part) == 0 {
+		return fmt.Errorf("part %d (%s) is empty, and an empty part is never a key value", idx+1, p.kind)
+	}
+	if len(part) > maxPartLen {
+		return fmt.Errorf("part %d (%s) is longer than %d bytes: such values are hashed and cannot be overridden", idx+1, p.kind, maxPartLen)
+	}
+	if p.kind == keyClientIP {
+		var buf [64]byte
+		want, ok := p.canonicalIP(buf[:0], part)
+		if !ok {
+			return fmt.Errorf("part %d (client_ip) %q is not an IP address", idx+1, part)
+		}
+		if string(want) != part {
+			return fmt.Errorf("part %d (client_ip) %q never matches: the key holds %q", idx+1, part, want)
+		}
+	}
+	return checkNormalizedPart(idx, p, part)
+}
+
+// canonicalIP appends the key form of an address or prefix written in an override value.
+func (p *keyPart) canonicalIP(dst []byte, s string) ([]byte, bool) {
+	addrPart, _, _ := strings.Cut(s, "/")
+	addr, ok := parseClientAddr(addrPart)
+	if !ok || strings.ContainsAny(addrPart, "[]%") || strings.Count(addrPart, ":") == 1 {
+		return dst, false
+	}
+	dst, st := p.appendMasked(dst, addr)
+	return dst, st == KeyFound
+}
+
+func describeKey(parts []keyPart) string {
+	names := make([]string, len(parts))
+	for i, p := range parts {
+		names[i] = p.kind.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// checkNormalizedPart reports an override part of a path or host key part that is not written
+// the way the key holds it (normalized path; lower-case host without port and trailing dot):
+// such an override could never match.
+func checkNormalizedPart(idx int, p *keyPart, part string) error {
+	var want string
+	switch p.kind {
+	case keyPath:
+		want = string(AppendNormalizedPath(nil, part))
+	case keyHost:
+		want = strings.ToLower(hostName(part))
+	default:
+		return nil
+	}
+	if want != part {
+		return fmt.Errorf("part %d (%s) %q never matches: the key holds %q", idx+1, p.kind, part, want)
+	}
+	return nil
+}

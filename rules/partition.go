@@ -1,0 +1,55 @@
+package rules
+
+import (
+	"encoding/binary"
+	"unsafe"
+
+	"github.com/meshlimit/meshlimit/internal/sfv"
+	"github.com/meshlimit/meshlimit/internal/siphash"
+)
+
+// PartitionKey is the pk parameter of a RateLimit-Policy or RateLimit member: 8 bytes of a keyed
+// hash of a rule's key value, never the value itself. The zero value is "no pk".
+type PartitionKey struct {
+	sum [8]byte
+	set bool
+}
+
+// Partition returns the partition key of the key value key of rule: when response.partition_key
+// is on, the first 8 bytes (big-endian) of SipHash-2-4 of the rule's fingerprint followed by key,
+// keyed with response.partition_key_secret; otherwise the zero PartitionKey. Key values are often
+// client identities (an IP address, an API key, a user), which the response must not disclose to
+// whoever reads it on the way (caches, logs, browser scripts): a keyed hash names the partition
+// without revealing it, and without the secret nobody can confirm a guessed value, even for a
+// low-entropy key such as an IPv4 address (2^32 guesses). The fingerprint makes the pk of one key
+// differ between rules, and change when a rule's limits change (when its counters start afresh).
+// The same key gets the same pk on every worker and every proxy with the same configuration.
+// Partition does not allocate.
+func (r *Response) Partition(rule *Rule, key []byte) PartitionKey {
+	if !r.partitionKey || rule == nil { // inlined at the caller: no call when partition_key is off
+		return PartitionKey{}
+	}
+	return r.partition(rule, key)
+}
+
+func (r *Response) partition(rule *Rule, key []byte) PartitionKey {
+	pk := PartitionKey{set: true}
+	binary.BigEndian.PutUint64(pk.sum[:], siphash.Sum64(r.pkKey[0], r.pkKey[1], rule.fingerprint, key))
+	return pk
+}
+
+// PartitionString is Partition for a key held as a string.
+func (r *Response) PartitionString(rule *Rule, key string) PartitionKey {
+	if !r.partitionKey || rule == nil {
+		return PartitionKey{}
+	}
+	return r.Partition(rule, unsafe.Slice(unsafe.StringData(key), len(key))) // read only
+}
+
+// appendPK appends ";pk=:<base64>:" when pk is set.
+func appendPK(buf []byte, pk *PartitionKey) []byte {
+	if !pk.set {
+		return buf
+	}
+	return sfv.AppendByteSequence(append(buf, ";pk="...), pk.sum[:])
+}

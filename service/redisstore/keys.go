@@ -1,0 +1,111 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/service"
+)
+
+// Inspect implements service.Store: it reads the key's fields as the scripts store them (see lua/) and
+// rebuilds the algorithms package's encoding of the state (algorithms/doc.go) to peek at it. The
+// time is req.Now or the service's clock.
+func (s *Store) Inspect(ctx context.Context, req service.Request) (service.KeyState, error) {
+	if err := req.Validate(); err != nil {
+		return service.KeyState{}, err
+	}
+	now := req.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	state, err := s.readState(ctx, req)
+	if err != nil {
+		return service.KeyState{}, err
+	}
+	return service.PeekState(req.Limit, state, now)
+}
+
+// readState returns the encoded state of req's key, or nil when it has none.
+func (s *Store) readState(ctx context.Context, req service.Request) ([]byte, error) {
+	key := s.stateKey(req.Limit.Kind, req.Key)
+	k := req.Limit.Kind
+	if k == algorithms.SlidingLog {
+		raw, err := s.client.Do(ctx, s.client.B().Get().Key(key).Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, s.redisErr(err)
+		}
+		return encodeLog(raw)
+	}
+	fields := map[algorithms.Kind][]string{
+		algorithms.TokenBucket:   {"i", "f"},
+		algorithms.LeakyBucket:   {"i", "f"},
+		algorithms.FixedWindow:   {"s", "k"},
+		algorithms.SlidingWindow: {"s", "p", "k"},
+	}[k]
+	msgs, err := s.client.Do(ctx, s.client.B().Hmget().Key(key).Field(fields...).Build()).ToArray()
+	if err != nil {
+		return nil, s.redisErr(err)
+	}
+	state := []byte{1<<4 | byte(k)}
+	for i := range msgs {
+		if msgs[i].IsNil() {
+			return nil, nil
+		}
+		v, err := msgs[i].AsInt64()
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("redisstore: key %s field %s: not a state", key, fields[i])
+		}
+		state = binary.BigEndian.AppendUint64(state, uint64(v))
+	}
+	return state, nil
+}
+
+// encodeLog turns the sliding log's run-length string "clock t1 n1 t2 n2 ..." into the algorithms
+// package's encoding: the clock, then one entry per unit.
+func encodeLog(raw string) ([]byte, error) {
+	bad := errors.New("redisstore: sliding log: not a state")
+	vals := strings.Fields(raw)
+	if len(vals)%2 != 1 {
+		return nil, bad
+	}
+	nums := make([]int64, len(vals))
+	for i, v := range vals {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, bad
+		}
+		nums[i] = n
+	}
+	state := binary.BigEndian.AppendUint64([]byte{1<<4 | byte(algorithms.SlidingLog)}, uint64(nums[0]))
+	units := int64(0)
+	for i := 1; i+1 < len(nums); i += 2 {
+		for range min(nums[i+1], algorithms.MaxLogQuota-units) {
+			state = binary.BigEndian.AppendUint64(state, uint64(nums[i]))
+			units++
+		}
+	}
+	return state, nil
+}
+
+// Reset implements service.Store.
+func (s *Store) Reset(ctx context.Context, req service.Request) (bool, error) {
+	if err := req.Validate(); err != nil {
+		return false, err
+	}
+	n, err := s.client.Do(ctx, s.client.B().Del().Key(s.stateKey(req.Limit.Kind, req.Key)).Build()).AsInt64()
+	if err != nil {
+		return false, s.redisErr(err)
+	}
+	return n > 0, nil
+}

@@ -1,0 +1,147 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/service"
+)
+
+//go:embed lua/*.lua
+var luaFS embed.FS
+
+// scripts are the store's Lua scripts. Every node is given the sources of those a check runs
+// with SCRIPT LOAD (at start and by Ping), so that no check meets NOSCRIPT; the reset log's,
+// off the proxies' request path, are loaded by their first call.
+type scripts struct {
+	decide  [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind
+	settle  [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind, for the kinds that settle
+	permit  [3]*rueidis.Lua                         // by service.PermitOp
+	resets  [2]*rueidis.Lua                         // append, read
+	sources []string                                // of decide, settle and permit
+}
+
+// permitScripts are the files of the permit scripts, by service.PermitOp.
+var permitScripts = [3]string{
+	service.PermitAcquire: "permit_acquire.lua",
+	service.PermitRenew:   "permit_renew.lua",
+	service.PermitRelease: "permit_release.lua",
+}
+
+func newScripts() (scripts, error) {
+	var sc scripts
+	add := func(src string, err error) (*rueidis.Lua, error) {
+		if err != nil {
+			return nil, err
+		}
+		sc.sources = append(sc.sources, src)
+		return rueidis.NewLuaScript(src), nil
+	}
+	var err error
+	for _, k := range algorithms.Kinds {
+		if sc.decide[k], err = add(script(k)); err != nil {
+			return scripts{}, err
+		}
+		if !k.Settles() {
+			continue
+		}
+		if sc.settle[k], err = add(settleScript(k)); err != nil {
+			return scripts{}, err
+		}
+	}
+	for op, name := range permitScripts {
+		if sc.permit[op], err = add(composeScript("", name)); err != nil {
+			return scripts{}, err
+		}
+	}
+	for i, name := range []string{"resets_append.lua", "resets_read.lua"} {
+		src, err := composeScript("", name)
+		if err != nil {
+			return scripts{}, err
+		}
+		sc.resets[i] = rueidis.NewLuaScript(src)
+	}
+	return sc, nil
+}
+
+// script returns the Lua source that decides kind: lua/lib.lua followed by the algorithm's
+// body (token and leaky bucket share lua/gcra_state.lua and lua/gcra.lua, selected by a
+// one-line prefix).
+func script(kind algorithms.Kind) (string, error) {
+	switch kind {
+	case algorithms.TokenBucket:
+		return composeScript("local LEAKY = false\n", "lib.lua", "gcra_state.lua", "gcra.lua")
+	case algorithms.LeakyBucket:
+		return composeScript("local LEAKY = true\n", "lib.lua", "gcra_state.lua", "gcra.lua")
+	case algorithms.FixedWindow, algorithms.SlidingLog, algorithms.SlidingWindow:
+		return composeScript("", "lib.lua", kind.String()+".lua")
+	}
+	return "", fmt.Errorf("redisstore: no script for %v", kind)
+}
+
+// settleScript returns the Lua source that settles a cost of kind (see lua/lib.lua): lib.lua
+// followed by the algorithm's settle body.
+func settleScript(kind algorithms.Kind) (string, error) {
+	switch kind {
+	case algorithms.TokenBucket:
+		return composeScript("local LEAKY = false\n", "lib.lua", "gcra_state.lua", "gcra_settle.lua")
+	case algorithms.LeakyBucket:
+		return composeScript("local LEAKY = true\n", "lib.lua", "gcra_state.lua", "gcra_settle.lua")
+	case algorithms.FixedWindow:
+		return composeScript("", "lib.lua", "fixed_window_settle.lua")
+	}
+	return "", fmt.Errorf("redisstore: %v does not settle a cost", kind)
+}
+
+// composeScript returns prefix followed by the named files of lua/.
+func composeScript(prefix string, files ...string) (string, error) {
+	var b strings.Builder
+	b.WriteString(prefix)
+	for _, f := range files {
+		src, err := luaFS.ReadFile("lua/" + f)
+		if err != nil {
+			return "", err
+		}
+		b.Write(src)
+	}
+	return b.String(), nil
+}
+
+// loadScripts loads the scripts on every node.
+func (s *Store) loadScripts(ctx context.Context) error {
+	for addr, n := range s.client.Nodes() {
+		if err := loadScriptsOn(ctx, n, s.scripts.sources); err != nil {
+			return fmt.Errorf("redisstore: %s: loading the scripts: %w", addr, err)
+		}
+	}
+	return nil
+}
+
+// loadScriptsOn loads, with SCRIPT LOAD, the sources that node n does not hold (SCRIPT EXISTS).
+func loadScriptsOn(ctx context.Context, n rueidis.Client, sources []string) error {
+	shas := make([]string, len(sources))
+	for i, src := range sources {
+		sum := sha1.Sum([]byte(src)) // the digest EVALSHA names a script by
+		shas[i] = hex.EncodeToString(sum[:])
+	}
+	exists, err := n.Do(ctx, n.B().ScriptExists().Sha1(shas...).Build()).AsIntSlice()
+	if err != nil {
+		return err
+	}
+	for i, e := range exists {
+		if e == 1 {
+			continue
+		}
+		if err := n.Do(ctx, n.B().ScriptLoad().Script(sources[i]).Build()).Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

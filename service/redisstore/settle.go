@@ -1,0 +1,28 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/meshlimit/meshlimit/service"
+)
+
+// Settle implements service.Store: one EVALSHA of the kind's settle script on the descriptor's
+// state key, with the same TTL as a decision, or longer while the key is in debt.
+func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	return s.settleAt(ctx, req, pexpireMs(req.Limit.TTL()))
+}
+
+// settleAt runs req's settle script with the given PEXPIRE in milliseconds.
+func (s *Store) settleAt(ctx context.Context, req service.SettleRequest, ttlMs int64) error {
+	l := req.Limit
+	args := append(limitArgs(l, req.Delta, ttlMs, req.Now), strconv.FormatInt(int64(req.Age/time.Microsecond), 10))
+	if err := s.scripts.settle[l.Kind].Exec(ctx, s.client, []string{s.stateKey(l.Kind, req.Key)}, args).Error(); err != nil {
+		return s.redisErr(err)
+	}
+	return nil
+}

@@ -1,0 +1,251 @@
+// Package storetest holds the contract every service.Store keeps, as one test suite: decisions,
+// window counters, settles, concurrency permits, the inspection and reset of keys, and the
+// reset log. The tests of each store (package memstore, and package redisstore on a real
+// redis-server, standalone and Cluster) run it, so that the stores cannot drift apart.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/service"
+)
+
+// Run runs the contract on stores made by newStore, one for each part of it. The parts may
+// share what is behind their stores (one redis-server): their keys do not overlap, and only
+// one part writes to the reset log.
+func Run(t *testing.T, newStore func(t *testing.T) service.Store) {
+	t.Run("decisions", func(t *testing.T) {
+		s := newStore(t)
+		testDecisions(t, s)
+		testDecisionEdges(t, s)
+	})
+	t.Run("window counters", func(t *testing.T) { testCounters(t, newStore(t)) })
+	t.Run("settles", func(t *testing.T) { testSettles(t, newStore(t)) })
+	t.Run("permits", func(t *testing.T) { testPermits(t, newStore(t)) })
+	t.Run("keys", func(t *testing.T) { testKeys(t, newStore(t)) })
+	t.Run("reset log", func(t *testing.T) { testResetLog(t, newStore(t)) })
+}
+
+// limits are the limits of the decisions' contract, one per algorithm and a bucket with a
+// burst.
+var limits = []algorithms.Limit{
+	{Kind: algorithms.TokenBucket, Quota: 5, Window: time.Hour},
+	{Kind: algorithms.TokenBucket, Quota: 5, Window: time.Hour, Burst: 8},
+	{Kind: algorithms.LeakyBucket, Quota: 5, Window: time.Hour},
+	{Kind: algorithms.FixedWindow, Quota: 5, Window: time.Hour},
+	{Kind: algorithms.SlidingLog, Quota: 5, Window: time.Hour},
+	{Kind: algorithms.SlidingWindow, Quota: 5, Window: time.Hour},
+}
+
+// testDecisions checks Decide against the store's own clock (production's path).
+func testDecisions(t *testing.T, s service.Store) {
+	ctx := context.Background()
+	for _, l := range limits {
+		name := fmt.Sprintf("%v burst %d", l.Kind, l.Burst)
+		t.Run(name+" admits capacity then denies with a retry", func(t *testing.T) {
+			key := "exhaust " + name
+			c := l.Capacity()
+			d, err := s.Decide(ctx, service.Request{Key: key, Limit: l, Cost: 2})
+			require.NoError(t, err)
+			assert.True(t, d.Allowed)
+			assert.Equal(t, l.Quota, d.Limit)
+			assert.Equal(t, c-2, d.Remaining)
+			assert.Positive(t, d.Reset)
+			for range c - 2 {
+				d, err = s.Decide(ctx, service.Request{Key: key, Limit: l, Cost: 1})
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+			}
+			assert.Zero(t, d.Remaining)
+			d, err = s.Decide(ctx, service.Request{Key: key, Limit: l, Cost: 1})
+			require.NoError(t, err)
+			assert.False(t, d.Allowed, "the request after capacity")
+			assert.Positive(t, d.RetryAfter)
+			assert.LessOrEqual(t, d.RetryAfter, l.TTL())
+		})
+		t.Run(name+" denies a cost above capacity without charging", func(t *testing.T) {
+			key := "over " + name
+			d, err := s.Decide(ctx, service.Request{Key: key, Limit: l, Cost: l.Capacity() + 1})
+			require.NoError(t, err)
+			assert.False(t, d.Allowed)
+			assert.Equal(t, algorithms.RetryNever, d.RetryAfter)
+			d, err = s.Decide(ctx, service.Request{Key: key, Limit: l, Cost: l.Capacity()})
+			require.NoError(t, err)
+			assert.True(t, d.Allowed, "the whole capacity is still there")
+		})
+	}
+	t.Run("keys and algorithms are independent counters", func(t *testing.T) {
+		fixed := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 1, Window: time.Hour}
+		log := algorithms.Limit{Kind: algorithms.SlidingLog, Quota: 1, Window: time.Hour}
+		for _, r := range []service.Request{
+			{Key: "indep a", Limit: fixed, Cost: 1},
+			{Key: "indep b", Limit: fixed, Cost: 1},
+			{Key: "indep a", Limit: log, Cost: 1},
+		} {
+			d, err := s.Decide(ctx, r)
+			require.NoError(t, err)
+			assert.True(t, d.Allowed, "%s %v", r.Key, r.Limit.Kind)
+		}
+		d, err := s.Decide(ctx, service.Request{Key: "indep a", Limit: fixed, Cost: 1})
+		require.NoError(t, err)
+		assert.False(t, d.Allowed)
+	})
+	t.Run("an explicit now is honoured", func(t *testing.T) {
+		l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 1, Window: time.Second}
+		t0 := time.Unix(1_800_000_000, 0)
+		for i, c := range []struct {
+			at      time.Time
+			allowed bool
+		}{
+			{t0, true},
+			{t0.Add(999 * time.Millisecond), false}, // same window
+			{t0.Add(time.Second), true},             // the next one
+			{t0.Add(500 * time.Millisecond), false}, // clock stepped back: stays in the newer window
+		} {
+			d, err := s.Decide(ctx, service.Request{Key: "explicit now", Limit: l, Cost: 1, Now: c.at})
+			require.NoError(t, err)
+			assert.Equal(t, c.allowed, d.Allowed, "step %d", i)
+		}
+	})
+}
+
+// testDecisionEdges checks Decide on invalid requests, a cancelled context and concurrent
+// decisions on one key, and Ping.
+func testDecisionEdges(t *testing.T, s service.Store) {
+	ctx := context.Background()
+	t.Run("rejects invalid requests", func(t *testing.T) {
+		ok := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 1, Window: time.Second}
+		for _, r := range []service.Request{
+			{Key: "", Limit: ok, Cost: 1},
+			{Key: "k", Limit: ok, Cost: 0},
+			{Key: "k", Limit: algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 0, Window: time.Second}, Cost: 1},
+			{Key: "k", Limit: algorithms.Limit{Quota: 1, Window: time.Second}, Cost: 1},
+		} {
+			_, err := s.Decide(ctx, r)
+			assert.Error(t, err, "%+v", r)
+		}
+	})
+	t.Run("fails on a cancelled context", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := s.Decide(cctx, service.Request{Key: "cancelled", Limit: limits[0], Cost: 1})
+		assert.ErrorIs(t, err, context.Canceled)
+	})
+	t.Run("decisions on one key are atomic under concurrency", func(t *testing.T) {
+		for _, l := range []algorithms.Limit{
+			{Kind: algorithms.FixedWindow, Quota: 100, Window: time.Hour},
+			{Kind: algorithms.TokenBucket, Quota: 100, Window: 100 * time.Hour},
+			{Kind: algorithms.SlidingLog, Quota: 100, Window: time.Hour},
+		} {
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 32 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 10 {
+						d, err := s.Decide(ctx, service.Request{Key: "race", Limit: l, Cost: 1})
+						if !assert.NoError(t, err, "goroutine %d", g) {
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			assert.Equal(t, int64(100), admitted.Load(), "%v: 320 requests, quota 100", l.Kind)
+		}
+	})
+	t.Run("pings", func(t *testing.T) {
+		assert.NoError(t, s.Ping(ctx))
+	})
+}
+
+// testKeys checks Inspect and Reset: what a request would find, read without charging, and
+// forgotten.
+func testKeys(t *testing.T, s service.Store) {
+	ctx := context.Background()
+	for _, l := range limits {
+		name := fmt.Sprintf("%v burst %d", l.Kind, l.Burst)
+		t.Run(name, func(t *testing.T) {
+			req := service.Request{Key: "inspected " + name, Limit: l, Cost: 1}
+			st, err := s.Inspect(ctx, req)
+			require.NoError(t, err)
+			assert.Equal(t, service.KeyState{Remaining: l.Capacity()}, st, "a key never seen has the capacity")
+			for range l.Capacity() {
+				_, err := s.Decide(ctx, req)
+				require.NoError(t, err)
+			}
+			for range 2 {
+				st, err = s.Inspect(ctx, req)
+				require.NoError(t, err)
+				assert.True(t, st.Found)
+				assert.Zero(t, st.Remaining)
+				assert.Positive(t, st.Reset)
+			}
+			deleted, err := s.Reset(ctx, req)
+			require.NoError(t, err)
+			assert.True(t, deleted)
+			st, err = s.Inspect(ctx, req)
+			require.NoError(t, err)
+			assert.False(t, st.Found, "the reset key is forgotten")
+			d, err := s.Decide(ctx, req)
+			require.NoError(t, err)
+			assert.True(t, d.Allowed, "the reset key passes at once")
+			deleted, err = s.Reset(ctx, service.Request{Key: "never seen", Limit: l, Cost: 1})
+			require.NoError(t, err)
+			assert.False(t, deleted)
+		})
+	}
+	t.Run("rejects invalid requests", func(t *testing.T) {
+		_, err := s.Inspect(ctx, service.Request{Limit: limits[0], Cost: 1})
+		assert.Error(t, err)
+		_, err = s.Reset(ctx, service.Request{Key: "k", Cost: 1})
+		assert.Error(t, err)
+	})
+}
+
+// testSettles checks Settle: a refund makes room, an over-run charges beyond the quota, and the
+// kinds that keep no exact state to refund into are refused before the store is touched.
+func testSettles(t *testing.T, s service.Store) {
+	ctx := context.Background()
+	t0 := time.Unix(1_800_000_000, 0)
+	l := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 10, Window: 10 * time.Second}
+	decide := func(cost int64) algorithms.Decision {
+		t.Helper()
+		d, err := s.Decide(ctx, service.Request{Key: "settled", Limit: l, Cost: cost, Now: t0})
+		require.NoError(t, err)
+		return d
+	}
+	settle := func(delta int64) {
+		t.Helper()
+		require.NoError(t, s.Settle(ctx, service.SettleRequest{Key: "settled", Limit: l, Delta: delta, Now: t0}))
+	}
+	require.True(t, decide(8).Allowed, "the reservation")
+	assert.False(t, decide(8).Allowed, "a second reservation does not fit")
+	settle(-6) // the first request used 2
+	d := decide(8)
+	require.True(t, d.Allowed, "the refund made room")
+	assert.Zero(t, d.Remaining)
+	settle(15) // it used 23: capped at one capacity of debt
+	d = decide(1)
+	require.False(t, d.Allowed)
+	assert.Equal(t, 11*time.Second, d.RetryAfter, "a full bucket of debt: 20 s to repay, then 1 s for the unit, less the 10 s of burst")
+
+	for _, k := range []algorithms.Kind{algorithms.SlidingLog, algorithms.SlidingWindow} {
+		err := s.Settle(ctx, service.SettleRequest{Key: "k", Limit: algorithms.Limit{Kind: k, Quota: 10, Window: time.Second}, Delta: -1})
+		assert.ErrorContains(t, err, "does not settle", "%v", k)
+	}
+	assert.Error(t, s.Settle(ctx, service.SettleRequest{Key: "k", Limit: l, Delta: -1, Age: -time.Second}), "a negative age")
+}
