@@ -334,7 +334,8 @@ func goAtLeast(tag string) error {
 func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
 
 // TestServiceReadsTheConfiguredEnvironment checks that the decision service's source reads
-// the environment variables that compose.yaml and service.yaml set. It is skipped until
+// the environment variables that compose.yaml and service.yaml set: by name, or as the variable of
+// the flag of that name (cmd/meshlimit-service reads MESHLIMIT_ and the flag's name in capitals). It is skipped until
 // cmd/meshlimit-service exists.
 func TestServiceReadsTheConfiguredEnvironment(t *testing.T) {
 	mains, _ := filepath.Glob(filepath.Join("..", "cmd", "meshlimit-service", "*.go"))
@@ -352,6 +353,10 @@ func TestServiceReadsTheConfiguredEnvironment(t *testing.T) {
 		src = append(src, data...)
 	}
 	for _, name := range []string{envListen, envRedis, envTimeout} {
-		assert.True(t, bytes.Contains(src, []byte(strconv.Quote(name))), "compose.yaml and istio/service.yaml set %s, but the service never reads it", name)
+		// The service reads MESHLIMIT_X by name, or as the environment variable of its flag -x.
+		flag := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, "MESHLIMIT_"), "_", "-"))
+		reads := bytes.Contains(src, []byte(strconv.Quote(name))) ||
+			(bytes.Contains(src, []byte(`"MESHLIMIT_"`)) && bytes.Contains(src, []byte(strconv.Quote(flag))))
+		assert.True(t, reads, "compose.yaml and istio/service.yaml set %s, but the service never reads it", name)
 	}
 }
