@@ -11,34 +11,43 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// checkEffectiveWindow checks the contract of d.EffectiveWindow, for d decided (or peeked) at now
-// with next the state after it: spending Remaining at now is admitted, a unit more is admitted at
-// now + EffectiveWindow and not a microsecond earlier, a denial waits at least as long, and a client
-// that sends units one by one at random instants within the window gets no more than Remaining.
-func checkEffectiveWindow(t *testing.T, r *rand.Rand, l Limit, next []byte, now int64, d Decision) {
-	t.Helper()
+// effectiveWindowError checks the contract of d.EffectiveWindow, for d decided (or peeked) at now
+// with next the state after it: it is positive and whole microseconds, a denial waits at least as
+// long, spending Remaining at now is admitted, and then a unit more is admitted at now +
+// EffectiveWindow and not a microsecond earlier.
+func effectiveWindowError(l Limit, next []byte, now int64, d Decision) error {
 	now -= now % 1000 // decisions count from the microsecond
 	e := d.EffectiveWindow
-	require.Positive(t, e, "%+v", d)
-	require.Zero(t, e%us, "whole microseconds")
-	if !d.Allowed && d.RetryAfter != RetryNever {
-		require.LessOrEqual(t, e, d.RetryAfter, "a denial waits at least the effective window")
+	switch {
+	case e <= 0 || e%us != 0:
+		return fmt.Errorf("effective window %v: want whole microseconds > 0", e)
+	case !d.Allowed && d.RetryAfter != RetryNever && e > d.RetryAfter:
+		return fmt.Errorf("effective window %v after RetryAfter %v", e, d.RetryAfter)
 	}
 	spent := next
 	if d.Remaining > 0 {
 		var s Decision
 		var err error
-		spent, s, err = l.Decide(next, now, d.Remaining, nil)
-		require.NoError(t, err)
-		require.True(t, s.Allowed, "Remaining %d can be spent at once: %+v", d.Remaining, s)
+		if spent, s, err = l.Decide(next, now, d.Remaining, nil); err != nil || !s.Allowed {
+			return fmt.Errorf("spending Remaining %d at once: %+v, %v", d.Remaining, s, err)
+		}
 	}
-	_, early, err := l.Decide(spent, now+int64(e-us), 1, nil)
-	require.NoError(t, err)
-	assert.False(t, early.Allowed, "one unit more 1µs before the effective window ends (%v)", e)
-	_, due, err := l.Decide(spent, now+int64(e), 1, nil)
-	require.NoError(t, err)
-	assert.True(t, due.Allowed, "one unit more when the effective window ends (%v)", e)
+	if _, early, _ := l.Decide(spent, now+int64(e-us), 1, nil); early.Allowed {
+		return fmt.Errorf("one unit more admitted 1µs before the effective window %v ends", e)
+	}
+	if _, due, _ := l.Decide(spent, now+int64(e), 1, nil); !due.Allowed {
+		return fmt.Errorf("one unit more denied when the effective window %v ends: %+v", e, due)
+	}
+	return nil
+}
 
+// checkEffectiveWindow checks effectiveWindowError's contract, and that a client that sends units
+// one by one at random instants within the window gets no more than Remaining.
+func checkEffectiveWindow(t *testing.T, r *rand.Rand, l Limit, next []byte, now int64, d Decision) {
+	t.Helper()
+	require.NoError(t, effectiveWindowError(l, next, now, d), "%+v", d)
+	now -= now % 1000
+	e := d.EffectiveWindow
 	at := make([]int64, 12)
 	for i := range at {
 		at[i] = now + r.Int64N(int64(e))
