@@ -420,7 +420,8 @@ func TestDenyReusesTheLocalResponse(t *testing.T) {
 }
 
 func TestRenderingDoesNotAllocate(t *testing.T) {
-	r := responseOf(t, `{"body_format": "problem_json", "rate_limit_headers": ["ietf", "draft03"], "headers": {"x-a": "b"}}`)
+	r := responseOf(t, `{"body_format": "problem_json", "rate_limit_headers": ["ietf", "draft03"], "headers": {"x-a": "b"},
+		"retry_after_jitter": "2s", "effective_window_jitter": "3s"}`)
 	outcomes := []Outcome{
 		{Limit: spec("per-second", 10, time.Second), Decision: denied(time.Second, time.Second)},
 		{Limit: spec("per-hour", 1000, time.Hour), Decision: allowed(5, time.Minute)},
@@ -430,7 +431,7 @@ func TestRenderingDoesNotAllocate(t *testing.T) {
 	var lr LocalResponse
 	lr.Headers = make([]Field, 0, 16)
 	assert.Zero(t, testing.AllocsPerRun(200, func() {
-		fields, buf = r.AppendAllowed(fields[:0], buf[:0], outcomes, 0)
+		fields, buf = r.AppendAllowed(fields[:0], buf[:0], outcomes, 5)
 	}), "AppendAllowed")
 	assert.Zero(t, testing.AllocsPerRun(200, func() {
 		buf = r.Deny(&lr, buf[:0], outcomes, false, 3)
