@@ -127,6 +127,7 @@ func (l Limit) decideBucket(g *gcraParams, state []byte, n, cost int64, dst []by
 		d.Remaining = g.tokens(g.sub(limit, tat))
 	}
 	d.Reset = time.Duration(usToDuration(g.sub(tat, now).ceil()))
+	d.EffectiveWindow = g.effectiveWindow(tat, d.Remaining, n)
 
 	dst = append(dst[:0], header(l.Kind))
 	dst = appendField(dst, tat.i)

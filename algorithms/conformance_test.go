@@ -151,6 +151,9 @@ func checkTrace(t testing.TB, l Limit, start int64, reqs []req) []admission {
 		case !l.IdleAt(next, latest+int64(ttl)):
 			fail("not idle after TTL")
 		}
+		if err := effectiveWindowError(l, next, now, dec); err != nil {
+			fail("%v", err)
+		}
 		if !dec.Allowed {
 			// Logically unchanged: the old and the new state decide a probe alike.
 			_, p1, err1 := l.Decide(state, now, 1, nil)

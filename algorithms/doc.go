@@ -61,6 +61,12 @@
 // with RetryAfter = RetryNever, after the state is normalized as for any denial). Durations
 // in a Decision are microseconds × 1000.
 //
+// EffectiveWindow is the RetryAfter a request of cost 1 would get right after Remaining was
+// spent at n: within it no client gets more than Remaining, whenever it sends (spending at once
+// is what gets the most out of every algorithm), so it is the effective window of the RateLimit
+// field (draft-ietf-httpapi-ratelimit-headers-11). Unlike Reset it ends when the first unit comes
+// back, not the last: for the sliding log when the oldest live entry expires, not the newest.
+//
 // # Token bucket and leaky bucket (GCRA)
 //
 // Both are GCRA: the state is one theoretical arrival time TAT, the instant at which the
@@ -83,6 +89,7 @@
 //	Remaining = tokens((n,0) + τ − TAT), or 0 if negative
 //	            tokens(si,sf) = q2 + (r2 + sf) // W,  q2, r2 = muldivmod(si, Q, W)
 //	Reset    = ceil(TAT − n)
+//	EffectiveWindow = ceil(TAT + (Remaining+1)×T − ((n,0) + τ))   (T when full)
 //
 // State (17 bytes): 0x11 (token) or 0x12 (leaky), ti (uint64 BE), tf (uint64 BE). A tf >= Q
 // (written under a larger Quota) rounds TAT up to (ti+1, 0). TTL = ceil(τ).
@@ -101,7 +108,7 @@
 //	elseif n < s then n' = s                    (clock stepped back: stay in the stored window)
 //	allowed  = c <= Q − k                       then k = k + c
 //	Remaining = max(Q − k, 0);  Reset = s + W − n if k > 0, else 0
-//	RetryAfter = s + W − n
+//	RetryAfter = s + W − n;  EffectiveWindow = s + W − n
 //
 // State (17 bytes): 0x13, s µs, k. TTL = W. At most Q per aligned window, hence at most 2Q in
 // any span of length W (Q at the end of one window and Q at the start of the next).
@@ -166,6 +173,8 @@
 //	RetryAfter = e_j + W − n  for the j-th oldest live entry, j = #live + c − Q (1-based)
 //	Remaining = max(Q − #live, 0), counting this request if allowed
 //	Reset    = newest live entry + W − n, or 0 if none
+//	EffectiveWindow = e_j + W − n  for the j-th oldest live entry (this request's
+//	           included), j = max(#live − Q, 0) + 1, or n' + W − n if there are fewer
 //
 // State (9 + 8×entries bytes, at most 9 + 8×Q): 0x14, clock µs, entries µs ascending; only
 // the newest Q live entries are kept. TTL = W. Exact: at most Q in any span (t−W, t].
@@ -190,6 +199,7 @@
 //	  a >= 0:           s + W − q4 − n          where q4 = muldivmod(a, W, p)   (a < p)
 //	  a < 0, Q−c >= k:  s + W − n
 //	  a < 0, Q−c < k:   s + 2W − q5 − n         where q5 = muldivmod(Q − c, W, k)
+//	EffectiveWindow = RetryAfter of c = 1 with k + Remaining in place of k (k after this request)
 //
 // State (25 bytes): 0x15, s µs, p, k. TTL = 2W. At most Q per aligned window (k <= Q), hence
 // at most 2Q in any span of length W in the worst case: Q requests at the very end of a window

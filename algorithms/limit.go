@@ -258,6 +258,16 @@ type Decision struct {
 	// Delay is, for an allowed LeakyBucket request, the time to hold it before forwarding: its
 	// turn in the queue at Quota per Window. It is 0 otherwise.
 	Delay time.Duration
+	// EffectiveWindow is the time within which no more than Remaining cost can be admitted,
+	// however requests arrive: the earliest time at which a request of cost 1 would be admitted
+	// if a request of cost Remaining were admitted at now (> 0; "the effective window" of
+	// draft-ietf-httpapi-ratelimit-headers-11, §4.1.2). For every algorithm but the sliding
+	// window counter that is also when Remaining, left unspent, next grows; the counter gives
+	// more to a client that spends now, whose use then weighs less and less in the next window.
+	// On a denial it is at most RetryAfter. Decide and Peek
+	// always set it; a decision rebuilt from fewer fields (another process's answer) may leave
+	// it 0, and Limit.EffectiveWindowOf then tells what those fields allow.
+	EffectiveWindow time.Duration
 }
 
 // Decide decides a request of the given cost at time now (unix nanoseconds) against the encoded

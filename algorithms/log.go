@@ -97,6 +97,7 @@ func (l Limit) decideLog(state []byte, n, cost int64, dst []byte) ([]byte, Decis
 	if newest >= 0 {
 		d.Reset = time.Duration(usToDuration(newest + w - n))
 	}
+	d.EffectiveWindow = s.effectiveWindow(first, count, q, w, eff, n)
 
 	// Keep the live entries, at most the newest Quota of them (with more, only the newest
 	// Quota can ever decide anything: the older ones expire first).

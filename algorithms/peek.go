@@ -41,9 +41,9 @@ func (l Limit) Peek(state []byte, now int64) (Decision, error) {
 
 // peekLog is Peek for the sliding log, whose decide function would copy the log.
 func (l Limit) peekLog(state []byte, n int64) (Decision, error) {
-	d := Decision{Limit: l.Quota, Remaining: l.Quota}
+	d := Decision{Limit: l.Quota, Remaining: l.Quota, EffectiveWindow: l.Window}
 	if len(state) == 0 {
-		return d, nil
+		return d, nil // spending the whole quota now, the first unit is back after Window
 	}
 	s, err := decodeLog(state)
 	if err != nil {
@@ -51,10 +51,12 @@ func (l Limit) peekLog(state []byte, n int64) (Decision, error) {
 	}
 	w := l.windowUs()
 	eff := max(n, s.clock)
-	count := int64(s.len() - s.firstLive(eff-w))
+	first := s.firstLive(eff - w)
+	count := int64(s.len() - first)
 	d.Remaining = max(l.Quota-count, 0)
 	if count > 0 {
 		d.Reset = time.Duration(usToDuration(s.newest() + w - n))
 	}
+	d.EffectiveWindow = s.effectiveWindow(first, count, l.Quota, w, eff, n)
 	return d, nil
 }

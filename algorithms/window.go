@@ -91,6 +91,7 @@ func (l Limit) decideFixed(state []byte, n, cost int64, dst []byte) ([]byte, Dec
 	if k > 0 {
 		d.Reset = time.Duration(usToDuration(end - n))
 	}
+	d.EffectiveWindow = time.Duration(usToDuration(end - n)) // every unit is back at the window's end
 	dst = append(dst[:0], header(FixedWindow))
 	dst = appendField(dst, s)
 	dst = appendField(dst, k)
@@ -171,6 +172,7 @@ func (l Limit) decideSliding(state []byte, n, cost int64, dst []byte) ([]byte, D
 	case p > 0:
 		d.Reset = time.Duration(usToDuration(s + w - n))
 	}
+	d.EffectiveWindow = slidingEffective(s, p, k, d.Remaining, q, w, n)
 	dst = append(dst[:0], header(SlidingWindow))
 	dst = appendField(dst, s)
 	dst = appendField(dst, p)

@@ -368,8 +368,9 @@ func TestAPanicInATickIsRecoveredAndHeldRequestsAreStillReleased(t *testing.T) {
 }
 
 // TestADenialReportsTheOtherLimitsAsTheyWereAndTIsWhenMoreQuotaComes is finding 10 of issue 10 on the
-// compiled module: t is the seconds until additional quota is available (draft-ietf-httpapi-ratelimit-
-// headers-10), and a request denied by one limit reports the others uncharged: the hourly limit says
+// compiled module: t is the effective window, the seconds within which the client can use no more
+// than the available quota (draft-ietf-httpapi-ratelimit-headers-11, §4.1.2: for a bucket, until its
+// next unit), and a request denied by one limit reports the others uncharged: the hourly limit says
 // r=98;t=36 on the allowed request and on the denial alike (it said t=72, then r=98;t=108).
 func TestADenialReportsTheOtherLimitsAsTheyWereAndTIsWhenMoreQuotaComes(t *testing.T) {
 	p := load(t, module(t, "meshlimit"), `{"rules":[

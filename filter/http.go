@@ -275,7 +275,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 		return respondAction(paused)
 	}
 	s := &h.plugin.scratch
-	s.fields, s.buf = h.plugin.cfg.Response.AppendAllowed(s.fields[:0], s.buf[:0], h.quota)
+	s.fields, s.buf = h.plugin.cfg.Response.AppendAllowed(s.fields[:0], s.buf[:0], h.quota, rand.Uint64())
 	for _, f := range s.fields {
 		_ = abi.AddHeader(abi.ResponseHeaders, f.Name, f.Value) // the host copies the value
 	}

@@ -4,14 +4,16 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // response compiles the response object.
 func (v *validator) response(rj *responseJSON) *Response {
-	r := &Response{Status: defaultStatus, QuotaHeadersOnAllowed: true, sets: setIETF}
+	r := &Response{Status: defaultStatus, QuotaHeadersOnAllowed: true, dialects: dialects[:1]}
 	if rj.Status.Set {
 		if s := rj.Status.Value; s < 400 || s > 599 {
 			v.failf("response.status", "%d out of range: want 400 to 599", s)
@@ -23,9 +25,10 @@ func (v *validator) response(rj *responseJSON) *Response {
 		r.QuotaHeadersOnAllowed = *rj.QuotaHeadersOnAllowed
 	}
 	if rj.RateLimitHeaders != nil {
-		r.sets = v.headerSets(rj.RateLimitHeaders)
+		r.dialects = v.headerSets(rj.RateLimitHeaders)
 	}
-	v.jitter(rj.RetryAfterJitter, r)
+	r.RetryAfterJitter, r.jitterSecond = v.jitter("response.retry_after_jitter", rj.RetryAfterJitter)
+	r.WindowJitter, r.windowSecond = v.jitter("response.effective_window_jitter", rj.EffectiveWindowJitter)
 	v.body(rj, r)
 	r.extra = v.extraHeaders(rj.Headers)
 	if h := rj.ExplainHeader; h != "" {
@@ -52,49 +55,70 @@ func (v *validator) partitionKey(rj *responseJSON, r *Response) {
 	r.pkKey = [2]uint64{binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])}
 }
 
-// headerSets compiles response.rate_limit_headers.
-func (v *validator) headerSets(names []string) (sets headerSet) {
+// headerSets compiles response.rate_limit_headers into the enabled dialects, in the order of the
+// table, refusing two that write the same field.
+func (v *validator) headerSets(names []string) []*dialect {
+	enabled := make([]bool, len(dialects))
 	none := false
 	for i, s := range names {
 		p := "response.rate_limit_headers[" + strconv.Itoa(i) + "]"
-		var bit headerSet
-		switch s {
-		case "ietf":
-			bit = setIETF
-		case "draft03":
-			bit = setDraft03
-		case "none":
+		if s == "none" {
 			none = true
 			continue
-		default:
-			v.failf(p, "unknown header set %q (want ietf, draft03 or none)", s)
-			continue
 		}
-		if sets&bit != 0 {
+		j := slices.IndexFunc(dialects, func(d *dialect) bool { return d.name == s })
+		switch {
+		case j < 0:
+			v.failf(p, "unknown header set %q (want %s)", s, dialectNames())
+		case enabled[j]:
 			v.failf(p, "%q is listed twice", s)
+		default:
+			for k, on := range enabled {
+				if on && shareField(dialects[j], dialects[k]) {
+					v.failf(p, "%q writes a field that %q writes too: list one of them", s, dialects[k].name)
+				}
+			}
+			enabled[j] = true
 		}
-		sets |= bit
 	}
-	if none && sets != 0 {
+	var sets []*dialect
+	for j, on := range enabled {
+		if on {
+			sets = append(sets, dialects[j])
+		}
+	}
+	if none && len(sets) > 0 {
 		v.failf("response.rate_limit_headers", `"none" cannot be combined with other header sets`)
 	}
 	return sets
 }
 
-// jitter compiles response.retry_after_jitter.
-func (v *validator) jitter(s string, r *Response) {
-	if s != "" {
-		d, err := parseDuration(s)
-		switch {
-		case err != nil:
-			v.failf("response.retry_after_jitter", "%v", err)
-		case d > maxJitter:
-			v.failf("response.retry_after_jitter", "%s is above the maximum of 1h", s)
-		default:
-			r.RetryAfterJitter = d
-			r.jitterSecond = ceilSeconds(d)
+// shareField reports whether dialects a and b write a field of the same name.
+func shareField(a, b *dialect) bool {
+	for _, f := range a.fields {
+		if slices.Contains(b.fields, f) {
+			return true
 		}
 	}
+	return false
+}
+
+// jitter compiles a jitter duration (response.retry_after_jitter or effective_window_jitter) at
+// path: the duration and its whole seconds, rounded up.
+func (v *validator) jitter(path, s string) (time.Duration, int64) {
+	if s == "" {
+		return 0, 0
+	}
+	d, err := parseDuration(s)
+	switch {
+	case err != nil:
+		v.failf(path, "%v", err)
+	case d > maxJitter:
+		v.failf(path, "%s is above the maximum of 1h", s)
+	default:
+		return d, ceilSeconds(d)
+	}
+	return 0, 0
 }
 
 // body compiles response.body and body_format into the text, problem document and gRPC message.

@@ -163,10 +163,11 @@ type LimitSpec struct {
 	// limit with another fingerprint is not valid for this one.
 	Fingerprint uint64
 
-	// policy is the limit's RateLimit-Policy member and sfName the length of its leading
-	// sf-string (the quoted Name), rendered once at the end of compilation (see Response).
-	policy []byte
-	sfName int
+	// policy is the limit's policy member in dialect policyOf and sfName the length of its
+	// leading sf-string (the quoted Name), rendered once at the end of compilation (see Response).
+	policy   []byte
+	sfName   int
+	policyOf *dialect
 }
 
 // costSpec is a compiled cost: a constant, or a header with default and max.

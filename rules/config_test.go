@@ -204,6 +204,7 @@ func TestParseConfigAppliesDocumentedDefaults(t *testing.T) {
 	assert.Equal(t, uint32(429), resp.Status)
 	assert.True(t, resp.QuotaHeadersOnAllowed)
 	assert.Equal(t, time.Duration(0), resp.RetryAfterJitter)
+	assert.Equal(t, time.Duration(0), resp.WindowJitter)
 	assert.Equal(t, "ietf", resp.headerSetNames())
 	assert.Equal(t, defaultBody, string(resp.textBody))
 
@@ -246,6 +247,7 @@ func TestParseConfigCompilesEveryField(t *testing.T) {
 	}, c.Global)
 	assert.Equal(t, "ietf+draft03", c.Response.headerSetNames())
 	assert.Equal(t, 2*time.Second, c.Response.RetryAfterJitter)
+	assert.Equal(t, time.Second, c.Response.WindowJitter)
 	assert.True(t, c.Response.partitionKey)
 	assert.NotEqual(t, [2]uint64{}, c.Response.pkKey)
 

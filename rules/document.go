@@ -221,6 +221,9 @@ type responseJSON struct {
 	QuotaHeadersOnAllowed *bool `json:"quota_headers_on_allowed"`
 	// RetryAfterJitter is the most Retry-After is randomly lengthened by. Default 0.
 	RetryAfterJitter string `json:"retry_after_jitter"`
+	// EffectiveWindowJitter is the most every t (the effective window) of a response is
+	// randomly lengthened by. Default 0.
+	EffectiveWindowJitter string `json:"effective_window_jitter"`
 	// ExplainHeader, when set, names a header added to every denied response with the
 	// name of the rule that denied it. Default: none.
 	ExplainHeader string `json:"explain_header"`

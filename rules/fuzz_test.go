@@ -251,7 +251,8 @@ func splitKey(t *testing.T, key []byte) []string {
 func FuzzDeny(f *testing.F) {
 	f.Add(int64(0), int64(time.Second), int64(time.Second), false, int64(5), int64(time.Minute), true, uint64(3), false)
 	f.Add(int64(-7), int64(-1), int64(algorithms.RetryNever), false, int64(1<<62), int64(1<<62), false, uint64(1<<63), true)
-	cfg := mustParse(f, `{"response": {"body_format": "problem_json", "rate_limit_headers": ["ietf", "draft03"], "retry_after_jitter": "3s"},
+	cfg := mustParse(f, `{"response": {"body_format": "problem_json", "rate_limit_headers": ["ietf", "draft03"], "retry_after_jitter": "3s",
+		"effective_window_jitter": "4s"},
 		"rules": [{"name": "r", "limits": [{"rate": "10/s"}, {"rate": "1000/1h30m"}]}]}`)
 	limits := cfg.Rules()[0].limits()
 	f.Fuzz(func(t *testing.T, rem1, reset1, retry1 int64, ok1 bool, rem2, reset2 int64, ok2 bool, random uint64, grpc bool) {

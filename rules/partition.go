@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"unsafe"
 
-	"github.com/meshlimit/meshlimit/internal/sfv"
 	"github.com/meshlimit/meshlimit/internal/siphash"
 )
 
@@ -44,12 +43,4 @@ func (r *Response) PartitionString(rule *Rule, key string) PartitionKey {
 		return PartitionKey{}
 	}
 	return r.Partition(rule, unsafe.Slice(unsafe.StringData(key), len(key))) // read only
-}
-
-// appendPK appends ";pk=:<base64>:" when pk is set.
-func appendPK(buf []byte, pk *PartitionKey) []byte {
-	if !pk.set {
-		return buf
-	}
-	return sfv.AppendByteSequence(append(buf, ";pk="...), pk.sum[:])
 }

@@ -22,7 +22,7 @@ func pkFields(t *testing.T, response string, i int, key string) (policy, state s
 	rule := c.Rules()[i]
 	set, _ := rule.Limits([]byte(key))
 	out := []Outcome{{Limit: &set.Limits[0], Decision: allowed(4, time.Second), Partition: c.Response.Partition(rule, []byte(key))}}
-	fields, _ := c.Response.AppendAllowed(nil, nil, out)
+	fields, _ := c.Response.AppendAllowed(nil, nil, out, 0)
 	pol, ok := header(t, fields, HeaderRateLimitPolicy)
 	require.True(t, ok)
 	rl, ok := header(t, fields, HeaderRateLimit)
@@ -117,7 +117,7 @@ func TestRenderingWithPartitionKeysDoesNotAllocate(t *testing.T) {
 	lr.Headers = make([]Field, 0, 8)
 	assert.Zero(t, testing.AllocsPerRun(200, func() {
 		outcomes[0] = Outcome{Limit: &set.Limits[0], Decision: allowed(4, time.Second), Partition: c.Response.Partition(rule, key)}
-		fields, buf = c.Response.AppendAllowed(fields[:0], buf[:0], outcomes)
+		fields, buf = c.Response.AppendAllowed(fields[:0], buf[:0], outcomes, 0)
 	}), "AppendAllowed")
 	assert.Zero(t, testing.AllocsPerRun(200, func() {
 		outcomes[0] = Outcome{Limit: &set.Limits[0], Decision: denied(time.Second, time.Second), Partition: c.Response.PartitionString(rule, "203.0.113.9")}

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"math/bits"
 	"strings"
 	"time"
 
@@ -37,22 +38,15 @@ const (
 	abnormalTitle = "Request not satisfied due to detection of abnormal request pattern"
 )
 
-// headerSet is a bit set of quota header dialects.
-type headerSet uint8
-
-const (
-	setIETF headerSet = 1 << iota
-	setDraft03
-)
-
 // Response is the compiled top-level response configuration: it renders quota headers
 // for allowed requests and the local response for denied ones. It is immutable.
 //
-// The quota headers follow draft-ietf-httpapi-ratelimit-headers-10, both Structured Field
-// Lists (RFC 9651) with one member per policy, the policy name as an sf-string:
+// The quota headers are those of the dialects response.rate_limit_headers enables (dialect.go).
+// The "ietf" dialect follows draft-ietf-httpapi-ratelimit-headers-11: two Structured Field Lists
+// (RFC 9651) with one member per policy, the policy name as an sf-string:
 //
 //	RateLimit-Policy: "api-per-ip-0";q=10;w=1;qu="requests", "api-per-ip-1";q=1000;w=3600;qu="requests"
-//	RateLimit: "api-per-ip-0";r=0;t=1, "api-per-ip-1";r=958;t=3550
+//	RateLimit: "api-per-ip-0";r=0;t=1, "api-per-ip-1";r=958;t=4
 //
 // The parameters:
 //   - q is the limit's quota and w its window in seconds, rounded up (at least 1); a
@@ -61,34 +55,41 @@ const (
 //     bytes) or "concurrent-requests" (a concurrency limit).
 //   - pk, on both fields and only with response.partition_key, is the outcome's
 //     PartitionKey: 8 bytes of a keyed hash of the key value, as a Byte Sequence.
-//   - r is the quota units remaining (never negative).
-//   - t is the seconds until additional quota is available, as draft-10 defines it (not
-//     until the quota is fully restored): for a policy that denied the request, until the
-//     request would be admitted (Decision.RetryAfter, rounded up, at least 1); for any other
-//     policy, until its remaining quota next grows, rounded up, and 0 exactly when nothing
-//     is used (Remaining at capacity). For the buckets that is the next unit's refill, for
-//     the fixed window the window's end; for the sliding log and the sliding window counter
-//     the decision carries only the time until the quota is full (Decision.Reset), which t
-//     reports: an upper bound, never earlier than the truth. A policy that would have
-//     admitted a request another policy denied is reported uncharged (callers pass the
-//     decision without the request: see sharedstate.Outcome). Rounding up means t is never
-//     0 while quota is still coming back.
+//   - r is the available quota, Decision.Remaining (never negative).
+//   - t is the effective window, "the number of seconds within which the client can use no
+//     more than the available quota" (§4.1.2): Decision.EffectiveWindow, the time until one
+//     unit more than r could be admitted had r been spent at once, rounded up (so at least 1).
+//     For the buckets that is the next unit's refill (one unit's when the bucket is full), for
+//     the fixed window the window's end, for the sliding log the expiry of its oldest live
+//     entry, for the sliding window counter the time until earlier use weighs one unit less.
+//     A denying policy's t is the same, and ends no later than its Retry-After. A decision
+//     without an effective window (the global service's answers, a cached denial) gets what
+//     algorithms.Limit.EffectiveWindowOf derives: exact for the buckets, the request's wait
+//     on a denial, else the time until the quota is full (an upper bound), 0 for an unused
+//     window. A policy that would have admitted a request another policy denied is reported
+//     uncharged (callers pass the decision without the request: see sharedstate.Outcome). A
+//     concurrency limit has no t: a permit comes back when a request ends, not at a time.
 //
 // Members are ordered most restrictive first, so clients that read one member read the one
-// that matters: policies that denied (longest wait first), then the others (fewest
-// remaining first, then latest reset); ties keep configuration order. Every integer is
-// clamped to the Structured Field range (15 digits).
+// that matters: policies that denied (longest wait first), then the others (least available
+// quota first, then the one that is full again last); ties keep configuration order. Every
+// integer is clamped to the Structured Field range (15 digits).
 //
-// A denied response also carries Retry-After: the largest t among the policies that denied
-// (at least 1 second), plus a jitter of 0 to retry_after_jitter seconds (rounded up) drawn
-// from the caller's random value. So Retry-After is never earlier than any denying
-// policy's t, as the draft requires. A request whose cost exceeds a denying limit's
-// capacity can never be admitted (algorithms.RetryNever): its response has no Retry-After,
-// and that policy's t falls back to the time until its quota is fully restored.
+// A denied response also carries Retry-After: the longest wait among the policies that denied
+// (Decision.RetryAfter, rounded up, at least 1 second), plus a jitter of 0 to retry_after_jitter
+// seconds (rounded up), and never less than a denying policy's t as sent: "the Retry-After field
+// value SHOULD NOT reference a point in time earlier than the end of the effective window" (§6).
+// A request whose cost exceeds a denying limit's capacity can never be admitted
+// (algorithms.RetryNever): its response has no Retry-After.
 //
-// The draft03 set is Envoy's: X-RateLimit-Limit "<q>, <q>;w=<w>;name="<policy>", ..." with
-// the first member's quota in front, X-RateLimit-Remaining and X-RateLimit-Reset from the
-// first (most restrictive) member.
+// With effective_window_jitter, every t of a response is lengthened by the same 0 to that many
+// whole seconds, drawn from the caller's random value, so that clients limited together do not
+// all come back at once ("adding some jitter to the effective window", §8.5). Jitter only adds:
+// t is never shorter than the effective window.
+//
+// The draft03 dialect is Envoy's: X-RateLimit-Limit "<q>, <q>;w=<w>;name="<policy>", ..." with
+// the first member's quota in front, X-RateLimit-Remaining and X-RateLimit-Reset (its t) from
+// the first (most restrictive) member.
 type Response struct {
 	// Status is the HTTP status of a denied, non-gRPC request.
 	Status uint32
@@ -96,18 +97,21 @@ type Response struct {
 	QuotaHeadersOnAllowed bool
 	// RetryAfterJitter is the most Retry-After is lengthened by.
 	RetryAfterJitter time.Duration
+	// WindowJitter is the most every t is lengthened by (effective_window_jitter).
+	WindowJitter time.Duration
 	// ExplainHeader is the lower-case name of the header that names the denying rule, or "".
 	ExplainHeader string
 
-	sets         headerSet
+	dialects     []*dialect // enabled, in the order of the table
 	problem      bool
 	contentType  []byte
 	textBody     []byte
 	problemHead  []byte // `{"type":…,"title":…,"status":N[,"detail":…]`
 	abnormalHead []byte // the same with the abnormal-usage-detected type
 	grpcMessage  []byte
-	extra        []Field // sorted by name; values are immutable
-	jitterSecond int64
+	extra        []Field   // sorted by name; values are immutable
+	jitterSecond int64     // retry_after_jitter, whole seconds
+	windowSecond int64     // effective_window_jitter, whole seconds
 	partitionKey bool      // response.partition_key
 	pkKey        [2]uint64 // the SipHash key, from response.partition_key_secret
 }
@@ -132,6 +136,9 @@ type Outcome struct {
 	// Abnormal marks a denial for abnormal usage (a key in a count_on penalty box): a problem
 	// document then has the abnormal-usage-detected type.
 	Abnormal bool
+	// Cost is the request's cost in the limit's units, for a dialect with a cost parameter (none
+	// of the shipped ones, so callers leave it 0, which writes none).
+	Cost int64
 }
 
 // LocalResponse is a rendered denied response, for proxywasm.SendHttpResponse (status,
@@ -159,14 +166,15 @@ func IsGRPC(contentType string) bool {
 // AppendAllowed appends the quota headers for an allowed request (to be added to the
 // upstream's response) to dst, rendering their values into buf, and returns both extended.
 // It renders nothing when quota_headers_on_allowed is false, no header set is enabled or
-// outcomes is empty. It reorders outcomes (most restrictive first) and does not allocate
-// when dst and buf have room.
-func (r *Response) AppendAllowed(dst []Field, buf []byte, outcomes []Outcome) ([]Field, []byte) {
+// outcomes is empty. random is any uniformly distributed value; it only picks the jitter of t
+// (effective_window_jitter), so tests can pass a constant. It reorders outcomes (most
+// restrictive first) and does not allocate when dst and buf have room.
+func (r *Response) AppendAllowed(dst []Field, buf []byte, outcomes []Outcome, random uint64) ([]Field, []byte) {
 	if !r.QuotaHeadersOnAllowed || len(outcomes) == 0 {
 		return dst, buf
 	}
 	sortOutcomes(outcomes)
-	return r.appendQuota(dst, buf, outcomes)
+	return r.appendQuota(dst, buf, outcomes, r.windowJitter(random))
 }
 
 // Deny renders the local response for a denied request into dst, reusing its slices, with
@@ -174,7 +182,7 @@ func (r *Response) AppendAllowed(dst []Field, buf []byte, outcomes []Outcome) ([
 // that applied (those that denied and those that allowed); an empty list (a denial by
 // failure_mode "deny") renders no quota headers and Retry-After: 1 plus jitter. grpc
 // selects the gRPC form (see IsGRPC). random is any uniformly distributed value; it only
-// picks the Retry-After jitter, so tests can pass a constant. Deny reorders outcomes.
+// picks the jitters of Retry-After and t, so tests can pass a constant. Deny reorders outcomes.
 func (r *Response) Deny(dst *LocalResponse, buf []byte, outcomes []Outcome, grpc bool, random uint64) []byte {
 	sortOutcomes(outcomes)
 	dst.Headers = dst.Headers[:0]
@@ -182,8 +190,9 @@ func (r *Response) Deny(dst *LocalResponse, buf []byte, outcomes []Outcome, grpc
 	if grpc {
 		dst.Status, dst.GRPCStatus = 200, GRPCResourceExhausted
 	}
-	dst.Headers, buf = r.appendQuota(dst.Headers, buf, outcomes)
-	dst.Headers, buf = r.appendRetryAfter(dst.Headers, buf, outcomes, random)
+	window := r.windowJitter(random)
+	dst.Headers, buf = r.appendQuota(dst.Headers, buf, outcomes, window)
+	dst.Headers, buf = r.appendRetryAfter(dst.Headers, buf, outcomes, random, window)
 	if grpc {
 		for _, f := range r.extra {
 			if f.Name != headerContentType {
@@ -214,23 +223,37 @@ func (r *Response) Deny(dst *LocalResponse, buf []byte, outcomes []Outcome, grpc
 }
 
 // appendRetryAfter appends Retry-After: the longest wait of the limits that denied, at least 1 s,
-// plus the configured jitter; none when a denying cost can never fit.
-func (r *Response) appendRetryAfter(dst []Field, buf []byte, outcomes []Outcome, random uint64) ([]Field, []byte) {
-	var retry int64 = 1
+// plus the configured jitter, and at least the t sent for each of them (with window, its jitter);
+// none when a denying cost can never fit.
+func (r *Response) appendRetryAfter(dst []Field, buf []byte, outcomes []Outcome, random uint64, window int64) ([]Field, []byte) {
+	var retry, end int64 = 1, 0
 	for i := range outcomes {
-		if d := &outcomes[i].Decision; !d.Allowed {
+		o := &outcomes[i]
+		if d := &o.Decision; !d.Allowed {
 			if d.RetryAfter == algorithms.RetryNever {
 				return dst, buf
 			}
 			retry = max(retry, retrySeconds(d))
+			if o.Limit.Concurrency == 0 {
+				end = max(end, effectiveSeconds(o, window))
+			}
 		}
 	}
 	if r.jitterSecond > 0 {
 		retry += int64(random % uint64(r.jitterSecond+1))
 	}
 	start := len(buf)
-	buf = sfv.AppendInteger(buf, retry)
+	buf = sfv.AppendInteger(buf, min(max(retry, end), sfv.MaxInteger))
 	return append(dst, Field{HeaderRetryAfter, buf[start:]}), buf
+}
+
+// windowJitter is the jitter of t that random picks: 0 to effective_window_jitter whole seconds,
+// drawn from other bits of random than the Retry-After jitter.
+func (r *Response) windowJitter(random uint64) int64 {
+	if r.windowSecond == 0 {
+		return 0
+	}
+	return int64(bits.RotateLeft64(random, 32) % uint64(r.windowSecond+1))
 }
 
 // appendProblem appends the problem document of a denial, naming the limits that denied.
@@ -264,17 +287,16 @@ func (r *Response) appendProblem(buf []byte, outcomes []Outcome) []byte {
 	return append(buf, '}')
 }
 
-// headerSetNames renders the enabled sets for the summary.
+// headerSetNames renders the enabled dialects for the summary.
 func (r *Response) headerSetNames() string {
-	switch r.sets {
-	case setIETF:
-		return "ietf"
-	case setDraft03:
-		return "draft03"
-	case setIETF | setDraft03:
-		return "ietf+draft03"
+	if len(r.dialects) == 0 {
+		return "none"
 	}
-	return "none"
+	names := make([]string, len(r.dialects))
+	for i, d := range r.dialects {
+		names[i] = d.name
+	}
+	return strings.Join(names, "+")
 }
 
 // reservedHeaders are set by the filter itself and cannot be configured as extra headers.

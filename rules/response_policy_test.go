@@ -36,7 +36,7 @@ func TestQuotaHeadersAreTheSameWhetherPoliciesWereRenderedAtCompileOrPerRequest(
 		for _, i := range which {
 			outcomes = append(outcomes, Outcome{Limit: &specs[i], Decision: decisions[i]})
 		}
-		fields, _ := cfg.Response.AppendAllowed(nil, nil, outcomes)
+		fields, _ := cfg.Response.AppendAllowed(nil, nil, outcomes, 0)
 		var out []string
 		for _, f := range fields {
 			out = append(out, f.Name+": "+string(f.Value))
@@ -64,7 +64,7 @@ func TestAPolicyRenderedAtCompileIsNeverWrittenByRendering(t *testing.T) {
 	before := string(spec.policy)
 	buf := make([]byte, 0, 256)
 	for _, remaining := range []int64{9, 123456, 0} {
-		fields, b := cfg.Response.AppendAllowed(nil, buf[:0], []Outcome{{Limit: spec, Decision: algorithms.Decision{Allowed: true, Remaining: remaining, Reset: time.Second}}})
+		fields, b := cfg.Response.AppendAllowed(nil, buf[:0], []Outcome{{Limit: spec, Decision: algorithms.Decision{Allowed: true, Remaining: remaining, Reset: time.Second}}}, 0)
 		buf = b
 		require.Len(t, fields, 2)
 		fields[1].Value = append(fields[1].Value[:0], "overwritten by a careless caller"...)

@@ -79,7 +79,7 @@ func TestEveryPolicyMemberNamesItsQuotaUnit(t *testing.T) {
 		{"a concurrency limit counts concurrent requests", slots, "concurrent-requests"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			fields, _ := responseOf(t, `{}`).AppendAllowed(nil, nil, []Outcome{{Limit: tt.limit, Decision: allowed(1, time.Second)}})
+			fields, _ := responseOf(t, `{}`).AppendAllowed(nil, nil, []Outcome{{Limit: tt.limit, Decision: allowed(1, time.Second)}}, 0)
 			pol, ok := header(t, fields, HeaderRateLimitPolicy)
 			require.True(t, ok)
 			ps, err := sfv.ParsePolicies(pol)
@@ -96,7 +96,7 @@ func TestAppendAllowedRendersIETFFieldsThatParse(t *testing.T) {
 		{Limit: spec("per-hour", 1000, time.Hour), Decision: allowed(958, 150*time.Second+time.Millisecond)},
 		{Limit: spec("per-second", 10, time.Second), Decision: allowed(3, 700*time.Millisecond)},
 	}
-	fields, buf := r.AppendAllowed(nil, nil, outcomes)
+	fields, buf := r.AppendAllowed(nil, nil, outcomes, 0)
 	assert.NotEmpty(t, buf)
 	require.Len(t, fields, 2)
 
@@ -116,7 +116,10 @@ func TestAppendAllowedRendersIETFFieldsThatParse(t *testing.T) {
 	}, parsePolicies(t, rl))
 }
 
-func TestTIsZeroOnlyWhenTheQuotaIsFull(t *testing.T) {
+// TestTOfABucketDecisionWithoutAnEffectiveWindowIsDerivedFromRemainingAndReset covers the decisions
+// that reach the renderer without Decision.EffectiveWindow (the service's answers): t is still the
+// bucket's effective window, never 0.
+func TestTOfABucketDecisionWithoutAnEffectiveWindowIsDerivedFromRemainingAndReset(t *testing.T) {
 	r := responseOf(t, `{}`)
 	for _, tc := range []struct {
 		name      string
@@ -124,14 +127,14 @@ func TestTIsZeroOnlyWhenTheQuotaIsFull(t *testing.T) {
 		reset     time.Duration
 		want      int64
 	}{
-		{"a full bucket reports 0", 10, 0, 0},
+		{"a full bucket reports one unit's refill, as every client can use no more than its quota within it", 10, 0, 1},
 		{"a unit due in a nanosecond rounds up to 1", 9, time.Nanosecond, 1},
 		{"a unit due in a second reports 1", 9, time.Second, 1},
 		{"a unit due just after a second reports 2", 9, time.Second + 1, 2},
 		{"with five missing, the first is back four units before the bucket is full", 5, 5500 * time.Millisecond, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fields, _ := r.AppendAllowed(nil, nil, []Outcome{{Limit: spec("p", 10, 10*time.Second), Decision: allowed(tc.remaining, tc.reset)}})
+			fields, _ := r.AppendAllowed(nil, nil, []Outcome{{Limit: spec("p", 10, 10*time.Second), Decision: allowed(tc.remaining, tc.reset)}}, 0)
 			rl, _ := header(t, fields, HeaderRateLimit)
 			assert.Equal(t, tc.want, parsePolicies(t, rl)[0].params["t"])
 		})
@@ -144,7 +147,7 @@ func TestWindowIsWholeSecondsRoundedUpAndAtLeastOne(t *testing.T) {
 		window time.Duration
 		want   int64
 	}{{250 * time.Millisecond, 1}, {time.Second, 1}, {1500 * time.Millisecond, 2}, {90 * time.Second, 90}, {24 * time.Hour, 86400}} {
-		fields, _ := r.AppendAllowed(nil, nil, []Outcome{{Limit: spec("p", 10, tc.window), Decision: allowed(5, 0)}})
+		fields, _ := r.AppendAllowed(nil, nil, []Outcome{{Limit: spec("p", 10, tc.window), Decision: allowed(5, 0)}}, 0)
 		pol, _ := header(t, fields, HeaderRateLimitPolicy)
 		assert.Equal(t, tc.want, parsePolicies(t, pol)[0].params["w"], "window %v", tc.window)
 	}
@@ -155,19 +158,19 @@ func TestAppendAllowedHonoursTheConfiguration(t *testing.T) {
 		return []Outcome{{Limit: spec("p", 10, time.Second), Decision: allowed(5, time.Second)}}
 	}
 	t.Run("quota_headers_on_allowed false renders nothing", func(t *testing.T) {
-		fields, _ := responseOf(t, `{"quota_headers_on_allowed": false}`).AppendAllowed(nil, nil, outcomes())
+		fields, _ := responseOf(t, `{"quota_headers_on_allowed": false}`).AppendAllowed(nil, nil, outcomes(), 0)
 		assert.Empty(t, fields)
 	})
 	t.Run("none renders nothing", func(t *testing.T) {
-		fields, _ := responseOf(t, `{"rate_limit_headers": ["none"]}`).AppendAllowed(nil, nil, outcomes())
+		fields, _ := responseOf(t, `{"rate_limit_headers": ["none"]}`).AppendAllowed(nil, nil, outcomes(), 0)
 		assert.Empty(t, fields)
 	})
 	t.Run("an empty list renders nothing", func(t *testing.T) {
-		fields, _ := responseOf(t, `{"rate_limit_headers": []}`).AppendAllowed(nil, nil, outcomes())
+		fields, _ := responseOf(t, `{"rate_limit_headers": []}`).AppendAllowed(nil, nil, outcomes(), 0)
 		assert.Empty(t, fields)
 	})
 	t.Run("no outcomes render nothing", func(t *testing.T) {
-		fields, _ := responseOf(t, `{}`).AppendAllowed(nil, nil, nil)
+		fields, _ := responseOf(t, `{}`).AppendAllowed(nil, nil, nil, 0)
 		assert.Empty(t, fields)
 	})
 	t.Run("draft03 renders Envoy's X-RateLimit fields", func(t *testing.T) {
@@ -175,7 +178,7 @@ func TestAppendAllowedHonoursTheConfiguration(t *testing.T) {
 		fields, _ := r.AppendAllowed(nil, nil, []Outcome{
 			{Limit: spec("per-hour", 1000, time.Hour), Decision: allowed(999, time.Minute)},
 			{Limit: spec("per-second", 10, time.Second), Decision: allowed(9, 100*time.Millisecond)},
-		})
+		}, 0)
 		require.Len(t, fields, 3)
 		limit, _ := header(t, fields, HeaderXRateLimitLimit)
 		assert.Equal(t, `10, 10;w=1;name="per-second", 1000;w=3600;name="per-hour"`, limit)
@@ -188,7 +191,7 @@ func TestAppendAllowedHonoursTheConfiguration(t *testing.T) {
 		assert.Equal(t, "1", reset)
 	})
 	t.Run("both sets together", func(t *testing.T) {
-		fields, _ := responseOf(t, `{"rate_limit_headers": ["draft03", "ietf"]}`).AppendAllowed(nil, nil, outcomes())
+		fields, _ := responseOf(t, `{"rate_limit_headers": ["draft03", "ietf"]}`).AppendAllowed(nil, nil, outcomes(), 0)
 		assert.Len(t, fields, 5)
 	})
 }
@@ -197,7 +200,7 @@ func TestValuesAreClampedToTheStructuredFieldRange(t *testing.T) {
 	r := responseOf(t, `{}`)
 	big := spec("p", algorithms.MaxQuota*10000, time.Second)
 	big.Limit.Kind = algorithms.FixedWindow // t is the reset time
-	fields, _ := r.AppendAllowed(nil, nil, []Outcome{{Limit: big, Decision: allowed(-5, 1<<62)}})
+	fields, _ := r.AppendAllowed(nil, nil, []Outcome{{Limit: big, Decision: allowed(-5, 1<<62)}}, 0)
 	pol, _ := header(t, fields, HeaderRateLimitPolicy)
 	assert.Equal(t, int64(sfv.MaxInteger), parsePolicies(t, pol)[0].params["q"])
 	rl, _ := header(t, fields, HeaderRateLimit)
@@ -384,7 +387,7 @@ func TestDenyOmitsRetryAfterWhenTheCostCanNeverFit(t *testing.T) {
 	rl, _ := header(t, lr.Headers, HeaderRateLimit)
 	got := parsePolicies(t, rl)
 	assert.Equal(t, "small", got[0].name, "RetryNever sorts first")
-	assert.Equal(t, map[string]int64{"r": 10, "t": 0}, got[0].params, "t falls back to when more quota comes: nothing is used")
+	assert.Equal(t, map[string]int64{"r": 10, "t": 1}, got[0].params, "t is the effective window of the full bucket: one unit's refill, 0.1 s")
 }
 
 func TestOutcomesAreOrderedMostRestrictiveFirst(t *testing.T) {
@@ -417,7 +420,8 @@ func TestDenyReusesTheLocalResponse(t *testing.T) {
 }
 
 func TestRenderingDoesNotAllocate(t *testing.T) {
-	r := responseOf(t, `{"body_format": "problem_json", "rate_limit_headers": ["ietf", "draft03"], "headers": {"x-a": "b"}}`)
+	r := responseOf(t, `{"body_format": "problem_json", "rate_limit_headers": ["ietf", "draft03"], "headers": {"x-a": "b"},
+		"retry_after_jitter": "2s", "effective_window_jitter": "3s"}`)
 	outcomes := []Outcome{
 		{Limit: spec("per-second", 10, time.Second), Decision: denied(time.Second, time.Second)},
 		{Limit: spec("per-hour", 1000, time.Hour), Decision: allowed(5, time.Minute)},
@@ -427,7 +431,7 @@ func TestRenderingDoesNotAllocate(t *testing.T) {
 	var lr LocalResponse
 	lr.Headers = make([]Field, 0, 16)
 	assert.Zero(t, testing.AllocsPerRun(200, func() {
-		fields, buf = r.AppendAllowed(fields[:0], buf[:0], outcomes)
+		fields, buf = r.AppendAllowed(fields[:0], buf[:0], outcomes, 5)
 	}), "AppendAllowed")
 	assert.Zero(t, testing.AllocsPerRun(200, func() {
 		buf = r.Deny(&lr, buf[:0], outcomes, false, 3)
@@ -464,7 +468,7 @@ func BenchmarkAllowedRequest(b *testing.B) {
 				outcomes = append(outcomes, Outcome{Limit: &limits[i], Decision: allowed(limits[i].Limit.Quota-1, time.Second)})
 			}
 		}
-		fields, buf = c.Response.AppendAllowed(fields[:0], buf[:0], outcomes)
+		fields, buf = c.Response.AppendAllowed(fields[:0], buf[:0], outcomes, 0)
 	}
 }
 
@@ -497,67 +501,35 @@ func decisions(t *testing.T, l algorithms.Limit, steps ...[2]int64) (ds []algori
 
 func rateLimitT(t *testing.T, r *Response, o Outcome) int64 {
 	t.Helper()
-	fields, _ := r.AppendAllowed(nil, nil, []Outcome{o})
+	fields, _ := r.AppendAllowed(nil, nil, []Outcome{o}, 0)
 	rl, _ := header(t, fields, HeaderRateLimit)
 	return parsePolicies(t, rl)[0].params["t"]
 }
 
-// TestTIsTheTimeUntilMoreQuotaComesNotUntilTheQuotaIsFull follows draft-ietf-httpapi-ratelimit-headers-10:
-// t is the seconds until additional quota is available, with decisions made by the real algorithms.
-func TestTIsTheTimeUntilMoreQuotaComesNotUntilTheQuotaIsFull(t *testing.T) {
+// TestTOfAnUnusedLimitIsItsEffectiveWindowWhateverTheAlgorithm: draft -11 defines t as "the number
+// of seconds within which the client can use no more than the available quota" (§4.1.2), which an
+// unused limit has too (draft -10's "until additional quota is made available" gave 0): the whole
+// quota now, and nothing more until the first unit spent comes back.
+func TestTOfAnUnusedLimitIsItsEffectiveWindowWhateverTheAlgorithm(t *testing.T) {
 	r := responseOf(t, `{}`)
-	for _, tc := range []struct {
-		name  string
-		limit algorithms.Limit
-		steps [][2]int64 // offset (ns), cost
-		want  int64
-	}{
-		{"a token bucket of 100/h two units down gets its next unit in 36s, not 72s",
-			algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 100, Window: time.Hour}, [][2]int64{{0, 1}, {0, 1}}, 36},
-		{"a token bucket that took 42 units 10s ago gets the first back 26s from now",
-			algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 100, Window: time.Hour}, [][2]int64{{0, 42}, {int64(10 * time.Second), 1}}, 26},
-		{"a leaky bucket of 10/s one unit down drains it in 100ms",
-			algorithms.Limit{Kind: algorithms.LeakyBucket, Quota: 10, Window: time.Second}, [][2]int64{{0, 1}}, 1},
-		{"a fixed window gives everything back at its end",
-			algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 10, Window: time.Minute}, [][2]int64{{int64(20 * time.Second), 3}}, 40},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ds, _, _ := decisions(t, tc.limit, tc.steps...)
-			last := ds[len(ds)-1]
-			require.True(t, last.Allowed)
-			assert.Equal(t, tc.want, rateLimitT(t, r, Outcome{Limit: &LimitSpec{Name: "p", Limit: tc.limit}, Decision: last}))
-		})
+	want := map[algorithms.Kind]int64{
+		algorithms.TokenBucket:   1,  // one unit's refill: 0.6 s
+		algorithms.LeakyBucket:   1,  // the same
+		algorithms.FixedWindow:   60, // the window's end: 1.8e9 s is a multiple of a minute
+		algorithms.SlidingLog:    60, // the first unit spent expires
+		algorithms.SlidingWindow: 61, // 100 spent now weigh 99 after 0.6 s of the next window
 	}
-}
-
-func TestTIsZeroWhenNothingIsUsedWhateverTheAlgorithm(t *testing.T) {
-	r := responseOf(t, `{}`)
 	for _, k := range algorithms.Kinds {
 		l := algorithms.Limit{Kind: k, Quota: 100, Window: time.Minute}
 		d, err := l.Peek(nil, int64(1_800_000_000)*int64(time.Second))
 		require.NoError(t, err)
-		assert.Equal(t, int64(0), rateLimitT(t, r, Outcome{Limit: &LimitSpec{Name: "big", Limit: l}, Decision: d}), "%v", k)
-	}
-}
-
-// TestTOfTheSlidingAlgorithmsIsNeverEarlierThanMoreQuotaComes checks the upper bound the sliding log
-// and the sliding window counter report: at t (rounded down by a second) no more quota has come yet
-// only if t is not early; so a client that waits t finds at least one more unit.
-func TestTOfTheSlidingAlgorithmsIsNeverEarlierThanMoreQuotaComes(t *testing.T) {
-	r := responseOf(t, `{}`)
-	for _, k := range []algorithms.Kind{algorithms.SlidingLog, algorithms.SlidingWindow} {
-		l := algorithms.Limit{Kind: k, Quota: 10, Window: time.Minute}
-		ds, state, now := decisions(t, l, [2]int64{0, 3}, [2]int64{int64(25 * time.Second), 2})
-		tt := rateLimitT(t, r, Outcome{Limit: &LimitSpec{Name: "p", Limit: l}, Decision: ds[1]})
-		later, err := l.Peek(state, now+tt*int64(time.Second))
-		require.NoError(t, err)
-		assert.Greater(t, later.Remaining, ds[1].Remaining, "%v: after t more quota is there", k)
+		assert.Equal(t, want[k], rateLimitT(t, r, Outcome{Limit: &LimitSpec{Name: "big", Limit: l}, Decision: d}), "%v", k)
 	}
 }
 
 // TestADenialReportsTheOtherLimitsUncharged is finding 10 of issue 10: a request denied by one limit
 // reports the others as they are (the decision without the request, algorithms.Limit.Peek), so their r
-// and t are what the previous allowed response said, and a full limit says t=0.
+// and t are what the previous allowed response said, and a full limit says its effective window.
 func TestADenialReportsTheOtherLimitsUncharged(t *testing.T) {
 	r := responseOf(t, `{}`)
 	hourly := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 100, Window: time.Hour}
@@ -579,7 +551,7 @@ func TestADenialReportsTheOtherLimitsUncharged(t *testing.T) {
 	assert.Equal(t, []policy{
 		{"burst", map[string]int64{"r": 0, "t": 2}},
 		{"hourly", map[string]int64{"r": 98, "t": allowedT}},
-		{"big", map[string]int64{"r": 100, "t": 0}},
+		{"big", map[string]int64{"r": 100, "t": 1}}, // one unit's refill, 0.6 s
 	}, parsePolicies(t, rl))
 	assert.Equal(t, int64(36), allowedT)
 }

@@ -173,7 +173,7 @@ func TestAByteCostAdvertisesItsQuotaUnitAsContentBytes(t *testing.T) {
 		l := &r.LimitSets()[0].Limits[0]
 		outcomes = append(outcomes, Outcome{Limit: l, Decision: algorithms.Decision{Allowed: true, Limit: l.Limit.Quota, Remaining: 1}})
 	}
-	fields, _ := c.Response.AppendAllowed(nil, nil, outcomes)
+	fields, _ := c.Response.AppendAllowed(nil, nil, outcomes, 0)
 	var policy string
 	for _, f := range fields {
 		if f.Name == HeaderRateLimitPolicy {

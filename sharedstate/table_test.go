@@ -391,5 +391,6 @@ func TestADeniedRequestReportsTheLimitsThatWouldHaveAdmittedItUncharged(t *testi
 	out, err = l.Take(three, []byte("k"), t0, 2) // the second limit's capacity is 1: never admitted
 	require.NoError(t, err)
 	require.False(t, out.Allowed)
-	assert.Equal(t, algorithms.Decision{Allowed: true, Limit: 100, Remaining: 100}, out.Decisions[0], "full: r=100, reset 0")
+	assert.Equal(t, algorithms.Decision{Allowed: true, Limit: 100, Remaining: 100, EffectiveWindow: 600 * time.Millisecond}, out.Decisions[0],
+		"full: r=100, reset 0, one unit back 0.6 s after spending them all")
 }

@@ -23,8 +23,9 @@ const (
 	// LIMIT_RESPONSE_HEADERS_ENABLED) describing one descriptor: the last one over the limit,
 	// else the first with the fewest remaining among those with a limit.
 	HeadersDraft03
-	// HeadersIETF adds the structured fields RateLimit-Policy and RateLimit of the current
-	// IETF draft, one list member per descriptor with a limit, in request order.
+	// HeadersIETF adds the structured fields RateLimit-Policy and RateLimit of
+	// draft-ietf-httpapi-ratelimit-headers-11, one list member per descriptor with a limit, in
+	// request order: q and w, r the available quota and t the effective window (see ietf).
 	HeadersIETF
 )
 
@@ -78,7 +79,13 @@ func draft03(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core
 	}
 }
 
-// ietf writes RateLimit-Policy and RateLimit with one member per descriptor with a limit.
+// ietf writes RateLimit-Policy and RateLimit with one member per descriptor with a limit: q is
+// requests_per_unit and w the unit in seconds; r is the available quota, the status's
+// LimitRemaining; t is the effective window, "the number of seconds within which the client can
+// use no more than the available quota" (§4.1.2), rounded up: for the fixed window (the peer's
+// counting, and the default) the window's end, DurationUntilReset; for an algorithm of the
+// extension its decision's effective window (algorithms.Limit.EffectiveWindowOf), where
+// DurationUntilReset is the time until the quota is full again.
 func ietf(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core.HeaderValue {
 	var policy, state []byte
 	for i, st := range sts {
@@ -95,7 +102,11 @@ func ietf(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core.He
 		policy = sfv.AppendInteger(append(policy, ";q="...), int64(l.GetRequestsPerUnit()))
 		policy = sfv.AppendInteger(append(policy, ";w="...), int64(plans[i].limit.Unit.Duration()/time.Second))
 		state = sfv.AppendInteger(append(state, ";r="...), int64(st.GetLimitRemaining()))
-		state = sfv.AppendInteger(append(state, ";t="...), st.GetDurationUntilReset().GetSeconds())
+		t := st.GetDurationUntilReset().GetSeconds()
+		if w := plans[i].window; w > 0 {
+			t = int64((w + time.Second - 1) / time.Second)
+		}
+		state = sfv.AppendInteger(append(state, ";t="...), t)
 	}
 	if len(policy) == 0 {
 		return nil

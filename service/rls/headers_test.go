@@ -2,13 +2,17 @@ package rls
 
 import (
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/internal/sfv"
+	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/rlsconfig"
 )
 
 func headerMap(hs []*core.HeaderValue) map[string]string {
@@ -75,4 +79,63 @@ func TestParseHeaderMode(t *testing.T) {
 	}
 	_, err := ParseHeaderMode("draft99")
 	assert.Error(t, err)
+}
+
+// effectiveWindows is a configuration with one descriptor per algorithm, 10 per minute (100 per hour
+// for the token bucket).
+const effectiveWindows = `domain: windows
+descriptors:
+  - {key: algo, value: fixed, rate_limit: {unit: minute, requests_per_unit: 10}}
+  - {key: algo, value: token, rate_limit: {unit: hour, requests_per_unit: 100, algorithm: token_bucket}}
+  - {key: algo, value: log, rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_log}}
+  - {key: algo, value: counter, rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_window}}
+`
+
+// ietfT sends hits for one descriptor at the given seconds after minuteStart and returns the t of
+// the last answer's RateLimit field, with the status's DurationUntilReset.
+func ietfT(t *testing.T, store service.Store, value string, steps ...[2]int64) (tParam, untilReset int64) {
+	t.Helper()
+	f := newFixture(t, store, HeadersIETF)
+	rules, err := rlsconfig.Load([]rlsconfig.File{{Name: "windows.yaml", Data: []byte(effectiveWindows)}})
+	require.NoError(t, err)
+	f.mu.Lock()
+	f.rules = rules
+	f.mu.Unlock()
+	var resp *pb.RateLimitResponse
+	for _, s := range steps {
+		f.setNow(minuteStart.Add(time.Duration(s[0]) * time.Second))
+		resp = f.call(req("windows", withHits(desc("algo", value), uint64(s[1]))))
+	}
+	ps, err := sfv.ParsePolicies(headerMap(resp.GetResponseHeadersToAdd())["RateLimit"])
+	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	return ps[0].Params["t"], resp.GetStatuses()[0].GetDurationUntilReset().GetSeconds()
+}
+
+// TestIETFHeadersTIsTheEffectiveWindowOfEachAlgorithm: the RLS front's t is the effective window of
+// draft-ietf-httpapi-ratelimit-headers-11, as the filter's is, while DurationUntilReset keeps the
+// peer's meaning (the fixed window's end; for the extension's algorithms, until the quota is full).
+func TestIETFHeadersTIsTheEffectiveWindowOfEachAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		value    string
+		steps    [][2]int64 // seconds after the start of a minute, hits
+		t, reset int64
+		redisT   int64 // with the Redis store, whose decisions carry no effective window
+	}{
+		{"the fixed window ends at its end", "fixed", [][2]int64{{20, 3}}, 40, 40, 40},
+		{"a token bucket of 100/h two units down gets its next unit in 36 s", "token", [][2]int64{{0, 1}, {0, 1}}, 36, 72, 36},
+		{"a sliding log with 3 used at 0 s and 2 at 25 s can use more in 35 s", "log", [][2]int64{{0, 3}, {25, 2}}, 35, 60, 60},
+		{"a sliding window counter with 5 of 10 used 25 s in frees a unit in 41 s", "counter", [][2]int64{{0, 3}, {25, 2}}, 41, 95, 95},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, reset := ietfT(t, memoryStore(t), tc.value, tc.steps...)
+			assert.Equal(t, tc.t, got, "t")
+			assert.Equal(t, tc.reset, reset, "DurationUntilReset")
+		})
+		t.Run(tc.name+", on Redis", func(t *testing.T) {
+			got, _ := ietfT(t, redisStore(t, redistest.Start(t).Addr()), tc.value, tc.steps...)
+			assert.Equal(t, tc.redisT, got, "t: exact for the buckets and the fixed window, the time until full for the sliding algorithms")
+		})
+	}
 }

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -26,6 +27,9 @@ type plan struct {
 	rule  rlsconfig.Rule      // the matched rule (zero for an override)
 	hits  int64
 	over  bool // decided: the count is over the limit (shadow or not)
+	// window is, decided by an algorithm of the extension, its effective window (for t); 0 for
+	// the fixed window, whose effective window is DurationUntilReset.
+	window time.Duration
 }
 
 // overrideUnits maps the units of Envoy's limit override to rlsconfig's.

@@ -140,12 +140,13 @@ func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Ti
 		}
 		over, remaining, reset = count > int64(l.RequestsPerUnit), max(int64(l.RequestsPerUnit)-count, 0), r
 	} else if p.hits > 0 {
-		d, err := s.cfg.Store.Decide(ctx, service.Request{Key: key, Now: now, Cost: p.hits,
-			Limit: algorithms.Limit{Kind: l.Algorithm, Quota: int64(l.RequestsPerUnit), Window: l.Unit.Duration()}})
+		limit := algorithms.Limit{Kind: l.Algorithm, Quota: int64(l.RequestsPerUnit), Window: l.Unit.Duration()}
+		d, err := s.cfg.Store.Decide(ctx, service.Request{Key: key, Now: now, Cost: p.hits, Limit: limit})
 		if err != nil {
 			return nil, err
 		}
 		over, remaining, reset = !d.Allowed, d.Remaining, d.Reset
+		p.window = limit.EffectiveWindowOf(d)
 	}
 	if reset <= 0 {
 		reset = untilWindowEnd(l.Unit, s.clock(now))
