@@ -17,16 +17,25 @@ import (
 // taken by a rule that was followed by a denial (a later rule, the shedder) is given back at
 // once.
 //
-// The permits of a key are one owned record (owned.go) in a sharedstate.Records set of
+// The permits of a key are one owned record (sharedstate.OwnedEditor) in a sharedstate.Records set of
 // max_keys slots; a key that finds no room shares the set's overflow record with the other
 // keys without room (one pool of N permits for all of them). Every worker VM admits against
 // the sum of the live entries, with compare-and-swap, so the total in flight never exceeds N
 // however the workers interleave. Each VM also counts, per key, the permits its own streams
 // hold; its timer rewrites its entries with those counts every permitRenew, which renews
 // their lease and repairs a release that could not be written (CAS contention). What a dead
-// or replaced VM held is reclaimed permitLease after its last renewal at most, and counted in
+// or replaced VM held is reclaimed the owned lease after its last renewal at most, and counted in
 // meshlimit.rule.<rule>.permits_reclaimed.
 
+// permitRenew is how often a plugin rewrites the entries of the owned records it holds
+// (permits and shedding slots), renewing their lease (sharedstate's owned records: 10 s): four
+// renewals fit in a lease, so a slow tick does not drop a live owner.
+const permitRenew = int64(2e9)
+
+// The owner id of an owned record is a random 32-bit VM instance id (drawn once per VM) and a
+// 32-bit epoch (the number of plugin starts in that VM): a reconfigured plugin is a new owner,
+// and the permits of the old one expire unless its streams end and release them.
+//
 // vmInstance is the random id of this VM, drawn at its first plugin start; pluginEpoch counts
 // the plugin starts in the VM. Together they make the owner id of a plugin context.
 var (
@@ -59,7 +68,7 @@ type concurrencyState struct {
 	owner     uint64
 	held      map[permitKey]int64 // the permits this plugin's streams hold, per key
 	lastRenew int64
-	ed        ownedEditor
+	ed        sharedstate.OwnedEditor
 	key       []byte // a key being released or renewed (not the scratch's: deny still reads that)
 }
 
@@ -74,7 +83,7 @@ func (rs *ruleState) newPermits(base, fp string) (err error) {
 
 // updateOwned applies e to key's owned record in rec, or to the overflow record when the key
 // finds no room.
-func (p *pluginContext) updateOwned(rec *sharedstate.Records, key []byte, e *ownedEditor) (sharedstate.Result, error) {
+func (p *pluginContext) updateOwned(rec *sharedstate.Records, key []byte, e *sharedstate.OwnedEditor) (sharedstate.Result, error) {
 	res, err := p.records.Update(rec, key, e)
 	if err == nil && res.Placement == sharedstate.NoRoom {
 		res, err = p.records.UpdateShared(rec.OverflowKey(), e)
@@ -98,28 +107,28 @@ func (p *pluginContext) acquirePermit(rs *ruleState, key []byte, now int64, enfo
 func (p *pluginContext) acquireOwned(rs *ruleState, rec *sharedstate.Records, spec *rules.LimitSpec, key []byte, now int64, enforced, fallback bool) (denied bool, h heldPermit, held bool) {
 	s, r, c := &p.scratch, rs.rule, &p.conc
 	e := &c.ed
-	e.op, e.k, e.class, e.owner, e.now, e.limit, e.policy, e.force = opAcquire, 1, 0, c.owner, now, spec.Concurrency, nil, !enforced
+	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Limit, e.Policy, e.Force = sharedstate.OwnedAcquire, 1, 0, c.owner, now, spec.Concurrency, nil, !enforced
 	res, err := p.updateOwned(rec, key, e)
 	if err := p.updated(rs, res.Attempts, err); err != nil {
 		return p.failed(rs, enforced), h, false
 	}
 	p.countPlaced(rs, res.Placement)
-	if e.reclaimed > 0 {
-		rs.metrics.permitsReclaimed.Increment(uint64(e.reclaimed))
+	if e.Reclaimed > 0 {
+		rs.metrics.permitsReclaimed.Increment(uint64(e.Reclaimed))
 	}
-	if e.admitted {
+	if e.Admitted {
 		h = heldPermit{rule: r.Index, key: string(key), overflow: res.Placement == sharedstate.Overflow, fallback: fallback}
 		if c.held == nil {
 			c.held = map[permitKey]int64{}
 		}
 		c.held[h]++
 	}
-	p.count(rs, e.allowed, enforced)
+	p.count(rs, e.Allowed, enforced)
 	if enforced {
-		d := rules.ConcurrencyDecision(spec.Concurrency, e.total, e.allowed)
+		d := rules.ConcurrencyDecision(spec.Concurrency, e.Total, e.Allowed)
 		s.outcomes = append(s.outcomes, rules.Outcome{Limit: spec, Decision: d, Partition: p.cfg.Response.Partition(r, key)})
 	}
-	return enforced && !e.allowed, h, e.admitted
+	return enforced && !e.Allowed, h, e.Admitted
 }
 
 // countPlaced counts overflow and evictions of an owned update.
@@ -145,14 +154,14 @@ func (p *pluginContext) releasePermits(held []heldPermit, now int64) []heldPermi
 		} else {
 			c.held[h] = 0 // renewed (with 0: removed) on the next renewal, then forgotten
 		}
-		p.writeOwned(h, opRelease, 0, now)
+		p.writeOwned(h, sharedstate.OwnedRelease, 0, now)
 	}
 	return held[:0]
 }
 
 // writeOwned writes one release or renewal of h's entry; a failure is repaired by the next
 // renewal, or by the lease.
-func (p *pluginContext) writeOwned(h heldPermit, op int, count int64, now int64) {
+func (p *pluginContext) writeOwned(h heldPermit, op sharedstate.OwnedOp, count int64, now int64) {
 	c := &p.conc
 	rs := &p.rules[h.rule]
 	rec := rs.permits
@@ -160,7 +169,7 @@ func (p *pluginContext) writeOwned(h heldPermit, op int, count int64, now int64)
 		rec = rs.fbPermits
 	}
 	e := &c.ed
-	e.op, e.k, e.class, e.owner, e.now, e.set[0] = op, 1, 0, c.owner, now, count
+	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Counts[0] = op, 1, 0, c.owner, now, count
 	var err error
 	if h.overflow {
 		_, err = p.records.UpdateShared(rec.OverflowKey(), e)
@@ -174,8 +183,8 @@ func (p *pluginContext) writeOwned(h heldPermit, op int, count int64, now int64)
 		}
 		return
 	}
-	if e.reclaimed > 0 {
-		rs.metrics.permitsReclaimed.Increment(uint64(e.reclaimed))
+	if e.Reclaimed > 0 {
+		rs.metrics.permitsReclaimed.Increment(uint64(e.Reclaimed))
 	}
 }
 
@@ -188,7 +197,7 @@ func (p *pluginContext) renewPermits(now int64) {
 	}
 	c.lastRenew = now
 	for h, n := range c.held {
-		p.writeOwned(h, opRenew, n, now)
+		p.writeOwned(h, sharedstate.OwnedRenew, n, now)
 		if n == 0 {
 			delete(c.held, h)
 		}

@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"encoding/binary"
 	"errors"
 	"time"
 
@@ -25,134 +24,13 @@ import (
 // fewer than 2 × Batch units of a key, and the excess is below P × 2 × Batch for P proxies. Units not
 // spent within ttl are dropped (admitting less, never more; counted in lease_expired).
 //
-// Each grant keeps its own expiry: a record holds the two most recent grants, spent oldest first. When
-// a third grant lands while both are live, the older two are merged under the earlier expiry, so no
+// Each grant keeps its own expiry (sharedstate.LeaseEditor holds the record and its operations), so no
 // unit is ever spendable later than ttl after the grant that brought it (some may expire early).
 //
 // The records live in a sharedstate.Records set of max_keys slots per rule, owner-checked: a key's
 // lease is never read, spent or replaced by another key (a record is taken over only when it holds no
 // live units and no lease is in flight). A key that finds no room leases nothing and is decided call by
 // call.
-
-// leasePayloadSize is the size of a lease record's payload: two grants (units, expiry) and the time
-// until which a lease is in flight, all 8-byte little-endian.
-const leasePayloadSize = 40
-
-// leaseRecord is a decoded lease payload.
-type leaseRecord struct {
-	units, expiry [2]int64 // [0] the older grant, [1] the newer
-	inflight      int64
-}
-
-func decodeLease(p []byte) (r leaseRecord) {
-	if len(p) != leasePayloadSize {
-		return r // none (or unreadable): nothing leased
-	}
-	for i := range 2 {
-		r.units[i] = int64(binary.LittleEndian.Uint64(p[16*i:]))
-		r.expiry[i] = int64(binary.LittleEndian.Uint64(p[16*i+8:]))
-	}
-	r.inflight = int64(binary.LittleEndian.Uint64(p[32:]))
-	return r
-}
-
-func (r *leaseRecord) append(dst []byte) []byte {
-	for i := range 2 {
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.units[i]))
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.expiry[i]))
-	}
-	return binary.LittleEndian.AppendUint64(dst, uint64(r.inflight))
-}
-
-// expire drops the units of grants that expired at now and returns how many, then moves the newer
-// grant into the older's place when the older is empty.
-func (r *leaseRecord) expire(now int64) (dropped int64) {
-	for i := range 2 {
-		if r.units[i] > 0 && r.expiry[i] <= now {
-			dropped += r.units[i]
-			r.units[i] = 0
-		}
-	}
-	if r.units[0] == 0 {
-		r.units[0], r.expiry[0], r.units[1], r.expiry[1] = r.units[1], r.expiry[1], 0, 0
-	}
-	return dropped
-}
-
-func (r *leaseRecord) live() int64 { return r.units[0] + r.units[1] }
-
-// spend takes cost units, oldest grant first; the caller checked that live() >= cost.
-func (r *leaseRecord) spend(cost int64) {
-	from0 := min(cost, r.units[0])
-	r.units[0] -= from0
-	r.units[1] -= cost - from0
-	r.expire(0) // shift only: expiry times are positive
-}
-
-// grant adds units that expire at expiry. With two live grants already, the older two merge under
-// the earlier expiry (the older grant's).
-func (r *leaseRecord) grant(units, expiry int64) {
-	switch {
-	case r.units[0] == 0:
-		r.units[0], r.expiry[0] = units, expiry
-	case r.units[1] == 0:
-		r.units[1], r.expiry[1] = units, expiry
-	default:
-		r.units[0] += r.units[1]
-		r.expiry[0] = min(r.expiry[0], r.expiry[1])
-		r.units[1], r.expiry[1] = units, expiry
-	}
-}
-
-// Lease operations, the modes of leaseEditor.
-const (
-	leaseSpend = iota // take cost units if there are enough
-	leaseClaim        // mark a lease in flight if fewer than batch units are live and none is in flight
-	leaseEnd          // end the lease in flight, adding granted units
-)
-
-// leaseEditor is the sharedstate.Editor of one lease operation. Its outputs describe the round that
-// was written (Edit recomputes them on every CAS round).
-type leaseEditor struct {
-	op                              int
-	now, cost, batch, until, expiry int64 // inputs: until = in flight until (claim), expiry of the grant (end)
-	done, low                       bool  // outputs: spent or claimed; the key runs low
-	dropped                         int64 // output: units that expired unspent
-}
-
-// Vacant implements sharedstate.Editor: a record with no live units and no lease in flight holds nothing.
-func (e *leaseEditor) Vacant(p []byte) bool {
-	r := decodeLease(p)
-	r.expire(e.now)
-	return r.live() == 0 && r.inflight <= e.now
-}
-
-// Edit implements sharedstate.Editor.
-func (e *leaseEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
-	r := decodeLease(cur)
-	e.done, e.low = false, false
-	e.dropped = r.expire(e.now)
-	switch e.op {
-	case leaseSpend:
-		e.low = r.live()-e.cost < e.batch && r.inflight <= e.now
-		if r.live() < e.cost {
-			return dst, e.dropped > 0, nil // write only to drop what expired (then a fresh record is vacant)
-		}
-		r.spend(e.cost)
-	case leaseClaim:
-		if r.inflight > e.now || r.live() >= e.batch {
-			return dst, false, nil
-		}
-		r.inflight = e.until
-	case leaseEnd:
-		r.inflight = 0
-		if e.cost > 0 {
-			r.grant(e.cost, e.expiry)
-		}
-	}
-	e.done = true
-	return r.append(dst), true, nil
-}
 
 // leaseState is the lease bookkeeping of one plugin (one worker thread).
 type leaseState struct {
@@ -173,22 +51,22 @@ const maxLeaseWants = 1024
 // covers one tick's consumption keeps the units from running out.
 func (p *pluginContext) spendLease(it *globalItem, now int64) bool {
 	e := &p.leaseEd
-	*e = leaseEditor{op: leaseSpend, now: now, cost: it.cost, batch: it.rs.rule.Lease().Batch}
+	*e = sharedstate.LeaseEditor{Op: sharedstate.LeaseSpend, Now: now, Cost: it.cost, Batch: it.rs.rule.Lease().Batch}
 	res, err := p.records.Update(it.rs.leases, []byte(it.key), e)
 	if err != nil || res.Placement == sharedstate.NoRoom {
 		return false // no room: the key is decided call by call, and cannot lease
 	}
 	p.countExpired(it, e)
-	if e.low {
+	if e.Low {
 		p.wantLease(it, now)
 	}
-	return e.done && res.Written
+	return e.Done && res.Written
 }
 
 // countExpired counts the units an operation found expired, when it wrote.
-func (p *pluginContext) countExpired(it *globalItem, e *leaseEditor) {
-	if e.dropped > 0 {
-		it.rs.metrics.leaseExpired.Increment(uint64(e.dropped))
+func (p *pluginContext) countExpired(it *globalItem, e *sharedstate.LeaseEditor) {
+	if e.Dropped > 0 {
+		it.rs.metrics.leaseExpired.Increment(uint64(e.Dropped))
 	}
 }
 
@@ -284,19 +162,19 @@ func (p *pluginContext) onLeaseResponse(it *globalItem, numHeaders, bodySize int
 // worker has one in flight: the check and the mark are one compare-and-swap.
 func (p *pluginContext) claimLease(it *globalItem, now int64) bool {
 	e := &p.leaseEd
-	*e = leaseEditor{op: leaseClaim, now: now, batch: it.rs.rule.Lease().Batch, until: now + int64(p.global.cfg.Timeout)*2}
+	*e = sharedstate.LeaseEditor{Op: sharedstate.LeaseClaim, Now: now, Batch: it.rs.rule.Lease().Batch, Until: now + int64(p.global.cfg.Timeout)*2}
 	res, err := p.records.Update(it.rs.leases, []byte(it.key), e)
 	if err != nil || !res.Written {
 		return false
 	}
 	p.countExpired(it, e)
-	return e.done
+	return e.Done
 }
 
 // endLease ends the lease in flight for the key, adding granted units (valid for the rule's ttl).
 func (p *pluginContext) endLease(it *globalItem, granted, now int64) {
 	e := &p.leaseEd
-	*e = leaseEditor{op: leaseEnd, now: now, cost: granted, expiry: now + int64(it.rs.rule.Lease().TTL)}
+	*e = sharedstate.LeaseEditor{Op: sharedstate.LeaseEnd, Now: now, Cost: granted, Expiry: now + int64(it.rs.rule.Lease().TTL)}
 	if _, err := p.records.Update(it.rs.leases, []byte(it.key), e); err == nil {
 		p.countExpired(it, e)
 	}

@@ -1,9 +1,8 @@
 package filter
 
 import (
-	"encoding/binary"
-
 	"github.com/meshlimit/meshlimit/abi"
+	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
 // The over-limit cache: one sharedstate.Records set per global rule (max_keys slots), so that every
@@ -15,28 +14,6 @@ import (
 // exchange an admin reset at the service is seen by the next request on every proxy (a cached denial
 // is forgotten when the proxy reads the reset log, within global.reset_poll: resets.go).
 
-const blockedPayloadSize = 9
-
-// blockEditor is the sharedstate.Editor of an over-limit cache entry.
-type blockEditor struct {
-	now, until int64
-	idx        byte
-}
-
-// Vacant implements sharedstate.Editor: an entry that has expired (or cannot be read) blocks nothing.
-func (e *blockEditor) Vacant(p []byte) bool {
-	return len(p) != blockedPayloadSize || int64(binary.LittleEndian.Uint64(p)) <= e.now
-}
-
-// Edit implements sharedstate.Editor: the entry blocks until the later of its current and new times.
-func (e *blockEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
-	if len(cur) == blockedPayloadSize && int64(binary.LittleEndian.Uint64(cur)) >= e.until {
-		return dst, false, nil // already blocked for at least as long
-	}
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.until))
-	return append(dst, e.idx), true, nil
-}
-
 // blocked reports whether the key is in the over-limit cache at now: until when, and which limit denied.
 // A rule with cache_denials false never finds a key there (even one cached before a reload that
 // turned the cache off): every request asks the service, so an admin reset is seen at once.
@@ -45,11 +22,11 @@ func (p *pluginContext) blocked(it *globalItem, now int64) (idx int, until int64
 		return 0, 0, false
 	}
 	v, ok, err := p.records.Find(it.rs.blocked, []byte(it.key))
-	if err != nil || !ok || len(v) != blockedPayloadSize {
+	if err != nil || !ok {
 		return 0, 0, false
 	}
-	until, idx = int64(binary.LittleEndian.Uint64(v)), int(v[8])
-	if until <= now || idx >= len(it.spec) {
+	until, idx, ok = sharedstate.ParseBlock(v)
+	if !ok || until <= now || idx >= len(it.spec) {
 		return 0, 0, false
 	}
 	return idx, until, true
@@ -61,6 +38,6 @@ func (p *pluginContext) block(it *globalItem, idx int, until int64) {
 	if it.rs.rule.Settle() != nil || !it.rs.rule.CacheDenials {
 		return
 	}
-	p.blockEd = blockEditor{now: abi.UnixNano(), until: until, idx: byte(idx)}
+	p.blockEd = sharedstate.BlockEditor{Now: abi.UnixNano(), Until: until, Limit: byte(idx)}
 	_, _ = p.records.Update(it.rs.blocked, []byte(it.key), &p.blockEd)
 }

@@ -41,8 +41,8 @@ type pluginContext struct {
 	name    string        // the plugin_name property, which namespaces every key
 	global  *globalClient // nil without a global object in the configuration
 	leases  leaseState
-	blockEd blockEditor // the editors of the over-limit cache and lease records, reused
-	leaseEd leaseEditor
+	blockEd sharedstate.BlockEditor // the editors of the over-limit cache and lease records, reused
+	leaseEd sharedstate.LeaseEditor
 	conc    concurrencyState // concurrency permits (concurrency.go)
 	sheds   []shedState      // the load shedders (shed.go), in configuration order
 	resets  resetPoller      // the reset log poll (resets.go)

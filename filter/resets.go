@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -51,12 +50,6 @@ import (
 // the reset log (when global.reset_poll is shorter).
 const resetsMissingBackoff = int64(time.Minute)
 
-// resetRecordSize is the size of the poll record: a version byte, the position applied and the
-// time the last poll was claimed (unix ns).
-const resetRecordSize = 17
-
-const resetRecordVersion = 1
-
 // resetPoller is this worker's side of the reset log.
 type resetPoller struct {
 	key       string // the shared-data poll record
@@ -103,13 +96,14 @@ func (p *pluginContext) pollResets(now int64) {
 	if err != nil {
 		return
 	}
-	seq, polledAt := parseResetRecord(v)
-	if due := polledAt + rp.every; now < due && polledAt <= now {
+	pos, _ := sharedstate.ParseResetPosition(v)
+	seq := pos.Seq
+	if due := pos.PolledAt + rp.every; now < due && pos.PolledAt <= now {
 		rp.nextRead = due
 		return
 	}
 	rp.nextRead = now + rp.every
-	rp.val = appendResetRecord(rp.val[:0], seq, now)
+	rp.val = sharedstate.ResetPosition{Seq: seq, PolledAt: now}.AppendBinary(rp.val[:0])
 	if u.Write(rp.key, rp.val, cas) != nil {
 		return // another worker claimed this period's poll (or the store failed: next period)
 	}
@@ -167,8 +161,8 @@ func (p *pluginContext) resetPosition(since uint64) uint64 {
 	if err != nil {
 		return since
 	}
-	seq, _ := parseResetRecord(v)
-	return max(seq, since)
+	pos, _ := sharedstate.ParseResetPosition(v)
+	return max(pos.Seq, since)
 }
 
 // readResetsAnswer reads the answer of a reset log call: a 200 with a well-formed body.
@@ -207,35 +201,22 @@ func (p *pluginContext) advanceResets(since uint64, a *wire.ResetsAnswer) {
 		if err != nil {
 			return
 		}
-		seq, polledAt := parseResetRecord(v)
-		next := max(seq, a.Seq)
-		if a.Truncated && seq == since {
+		pos, ok := sharedstate.ParseResetPosition(v)
+		next := max(pos.Seq, a.Seq)
+		if a.Truncated && pos.Seq == since {
 			next = a.Seq
 		}
 		if a.More {
-			polledAt = 0
+			pos.PolledAt = 0
 		}
-		if next == seq && len(v) == resetRecordSize && !a.More {
+		if next == pos.Seq && ok && !a.More {
 			return
 		}
-		rp.val = appendResetRecord(rp.val[:0], next, polledAt)
+		rp.val = sharedstate.ResetPosition{Seq: next, PolledAt: pos.PolledAt}.AppendBinary(rp.val[:0])
 		if err := u.Write(rp.key, rp.val, cas); !errors.Is(err, sharedstate.ErrCasMismatch) {
 			return
 		}
 	}
-}
-
-func parseResetRecord(v []byte) (seq uint64, polledAt int64) {
-	if len(v) != resetRecordSize || v[0] != resetRecordVersion {
-		return 0, 0 // missing or unreadable: no position, the poll is due
-	}
-	return binary.LittleEndian.Uint64(v[1:]), int64(binary.LittleEndian.Uint64(v[9:]))
-}
-
-func appendResetRecord(b []byte, seq uint64, polledAt int64) []byte {
-	b = append(b, resetRecordVersion)
-	b = binary.LittleEndian.AppendUint64(b, seq)
-	return binary.LittleEndian.AppendUint64(b, uint64(polledAt))
 }
 
 // applyReset forgets the key of one entry in this proxy's shared data and reports whether the

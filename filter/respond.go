@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"encoding/binary"
 	"errors"
 	"strconv"
 	"time"
@@ -102,11 +101,11 @@ func (p *pluginContext) penalized(rs *ruleState, key []byte, limits int, now int
 		return 0, 0, false
 	}
 	v, ok, err := p.records.Find(rs.blocked, key)
-	if err != nil || !ok || len(v) != blockedPayloadSize {
+	if err != nil || !ok {
 		return 0, 0, false
 	}
-	until, idx = int64(binary.LittleEndian.Uint64(v)), int(v[8])
-	if until <= now || idx >= limits {
+	until, idx, ok = sharedstate.ParseBlock(v)
+	if !ok || until <= now || idx >= limits {
 		return 0, 0, false
 	}
 	return idx, until, true
@@ -115,7 +114,7 @@ func (p *pluginContext) penalized(rs *ruleState, key []byte, limits int, now int
 // penalize puts key in the rule's penalty box until then (limit idx denied it).
 func (p *pluginContext) penalize(rs *ruleState, key string, idx int, until int64) {
 	rs.metrics.penalties.Increment(1)
-	p.blockEd = blockEditor{now: abi.UnixNano(), until: until, idx: byte(idx)}
+	p.blockEd = sharedstate.BlockEditor{Now: abi.UnixNano(), Until: until, Limit: byte(idx)}
 	_, _ = p.records.Update(rs.blocked, []byte(key), &p.blockEd)
 }
 

@@ -18,7 +18,7 @@ import (
 // request gets a class (its route's, its class_from identity's, its class header's, or the
 // default) and is admitted by
 // shed.Policy against the capacity: the configured one, or the adaptive controller's. The
-// requests in flight per class are one owned record (owned.go) shared by every worker, with
+// requests in flight per class are one owned record (sharedstate.OwnedEditor) shared by every worker, with
 // the same owners, leases and renewals as concurrency permits, so a dead VM's slots are
 // reclaimed. A shed request gets a 503 with the temporary-reduced-capacity problem type and a
 // jittered Retry-After. In shadow mode the shedder counts what it would shed and sheds nothing;
@@ -53,9 +53,9 @@ type shedState struct {
 	capacity int64
 	held     [shed.MaxClasses]int64 // slots this plugin's streams hold
 	local    shed.Histogram
-	ed       ownedEditor
-	gradEd   gradientEditor
-	histEd   histogramEditor
+	ed       sharedstate.OwnedEditor
+	gradEd   sharedstate.GradientEditor
+	histEd   sharedstate.HistogramEditor
 	metrics  shedMetrics
 	buf      []byte
 	kbuf     []byte // scratch of the class and enforcement keys
@@ -106,7 +106,7 @@ func (p *pluginContext) admitShed(st *shedState, now int64) (class int, shedIt b
 	}
 	e := &st.ed
 	k := cfg.Policy.Classes()
-	e.op, e.k, e.class, e.owner, e.now, e.policy, e.capacity, e.force = opAcquire, k, c, p.conc.owner, now, &cfg.Policy, st.capacity, shadow
+	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Policy, e.Capacity, e.Force = sharedstate.OwnedAcquire, k, c, p.conc.owner, now, &cfg.Policy, st.capacity, shadow
 	_, err := p.records.UpdateShared(st.stateKey, e)
 	if err != nil {
 		if !errors.Is(err, sharedstate.ErrContention) {
@@ -114,18 +114,18 @@ func (p *pluginContext) admitShed(st *shedState, now int64) (class int, shedIt b
 		}
 		return -1, false // the shedder fails open: it protects the upstream, it is no limit
 	}
-	if e.reclaimed > 0 {
-		st.metrics.reclaimed.Increment(uint64(e.reclaimed))
+	if e.Reclaimed > 0 {
+		st.metrics.reclaimed.Increment(uint64(e.Reclaimed))
 	}
 	switch {
-	case e.allowed:
+	case e.Allowed:
 		st.metrics.admitted[c].Increment(1)
 	case shadow:
 		st.metrics.shadowShed[c].Increment(1)
 	default:
 		st.metrics.shed[c].Increment(1)
 	}
-	if !e.admitted {
+	if !e.Admitted {
 		return -1, !shadow
 	}
 	st.held[c]++
@@ -140,9 +140,9 @@ func (p *pluginContext) releaseShed(st *shedState, class int, latency, now int64
 		st.local.Record(time.Duration(latency))
 	}
 	e := &st.ed
-	e.op, e.k, e.class, e.owner, e.now = opRelease, st.cfg.Policy.Classes(), class, p.conc.owner, now
-	if _, err := p.records.UpdateShared(st.stateKey, e); err == nil && e.reclaimed > 0 {
-		st.metrics.reclaimed.Increment(uint64(e.reclaimed))
+	e.Op, e.Classes, e.Class, e.Owner, e.Now = sharedstate.OwnedRelease, st.cfg.Policy.Classes(), class, p.conc.owner, now
+	if _, err := p.records.UpdateShared(st.stateKey, e); err == nil && e.Reclaimed > 0 {
+		st.metrics.reclaimed.Increment(uint64(e.Reclaimed))
 	}
 }
 
@@ -150,13 +150,13 @@ func (p *pluginContext) releaseShed(st *shedState, class int, latency, now int64
 // hold (see renewPermits).
 func (p *pluginContext) renewShed(st *shedState, now int64) {
 	e := &st.ed
-	e.op, e.k, e.owner, e.now, e.set = opRenew, st.cfg.Policy.Classes(), p.conc.owner, now, st.held
+	e.Op, e.Classes, e.Owner, e.Now, e.Counts = sharedstate.OwnedRenew, st.cfg.Policy.Classes(), p.conc.owner, now, st.held
 	if _, err := p.records.UpdateShared(st.stateKey, e); err == nil {
-		if e.reclaimed > 0 {
-			st.metrics.reclaimed.Increment(uint64(e.reclaimed))
+		if e.Reclaimed > 0 {
+			st.metrics.reclaimed.Increment(uint64(e.Reclaimed))
 		}
-		s := e.rec.state()
-		for c := range e.k {
+		s := e.InFlight()
+		for c := range e.Classes {
 			setGauge(st.metrics.inFlight[c], int64(s.InFlight[c]))
 		}
 	}
@@ -185,4 +185,51 @@ func setGauge(g proxywasm.MetricGauge, v int64) {
 	if d := v - g.Value(); d != 0 {
 		g.Add(d)
 	}
+}
+
+// tickShed runs the adaptive controller's part of a tick (see shedState): merge, update at most
+// once per interval across workers, and refresh the capacity the request path uses. now 0 only
+// reads the capacity.
+func (p *pluginContext) tickShed(st *shedState, now int64) {
+	g := st.cfg.Adaptive
+	if g == nil {
+		return
+	}
+	he, ge := &st.histEd, &st.gradEd
+	*ge = sharedstate.GradientEditor{G: g, Now: now}
+	if now > 0 {
+		*he = sharedstate.HistogramEditor{Add: &st.local}
+		if _, err := p.records.UpdateShared(st.histKey, he); err != nil {
+			return // contention: the samples stay local until the next tick
+		}
+		st.local.Reset()
+		peak := p.peekShed(st, now)
+		ge.Run, ge.Sum = true, g.Summarize(&he.Merged, peak)
+	}
+	res, err := p.records.UpdateShared(st.gradKey, ge)
+	if err != nil {
+		return
+	}
+	if res.Written && ge.Step.Updated {
+		*he = sharedstate.HistogramEditor{Reset: true}
+		_, _ = p.records.UpdateShared(st.histKey, he)
+		e := &st.ed
+		e.Op, e.Classes, e.Owner, e.Now = sharedstate.OwnedEndInterval, st.cfg.Policy.Classes(), p.conc.owner, now
+		_, _ = p.records.UpdateShared(st.stateKey, e)
+	}
+	if c := ge.State.Capacity(); c > 0 {
+		st.capacity = c
+	}
+	setGauge(st.metrics.capacity, st.capacity)
+}
+
+// peekShed returns the peak in flight of the current interval (at least the current total),
+// without writing.
+func (p *pluginContext) peekShed(st *shedState, now int64) int64 {
+	e := &st.ed
+	e.Op, e.Classes, e.Owner, e.Now = sharedstate.OwnedPeek, st.cfg.Policy.Classes(), p.conc.owner, now
+	if _, err := p.records.UpdateShared(st.stateKey, e); err != nil {
+		return 0
+	}
+	return e.Peak
 }

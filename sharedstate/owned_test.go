@@ -1,4 +1,4 @@
-package filter
+package sharedstate
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 
 // apply runs one round of e on payload p, as a CAS round would, and returns the payload after
 // it (p itself when the editor did not write).
-func apply(t *testing.T, e *ownedEditor, p []byte) []byte {
+func apply(t *testing.T, e *OwnedEditor, p []byte) []byte {
 	t.Helper()
 	next, write, err := e.Edit(nil, p)
 	require.NoError(t, err)
@@ -21,8 +21,8 @@ func apply(t *testing.T, e *ownedEditor, p []byte) []byte {
 	return next
 }
 
-func acquire(owner uint64, now, limit int64) *ownedEditor {
-	return &ownedEditor{op: opAcquire, k: 1, owner: owner, now: now, limit: limit}
+func acquire(owner uint64, now, limit int64) *OwnedEditor {
+	return &OwnedEditor{Op: OwnedAcquire, Classes: 1, Owner: owner, Now: now, Limit: limit}
 }
 
 func TestOwnersTogetherNeverHoldMoreThanTheLimit(t *testing.T) {
@@ -31,7 +31,7 @@ func TestOwnersTogetherNeverHoldMoreThanTheLimit(t *testing.T) {
 	for i := range 40 {
 		e := acquire(uint64(i%4+1), 1, 25)
 		p = apply(t, e, p)
-		if e.admitted {
+		if e.Admitted {
 			admitted++
 		}
 	}
@@ -47,16 +47,16 @@ func TestAReleaseEndsOneOfTheOwnersPermitsAndNeverUnderflows(t *testing.T) {
 	for range 2 {
 		p = apply(t, acquire(7, 1, 5), p)
 	}
-	rel := &ownedEditor{op: opRelease, k: 1, owner: 7, now: 2}
+	rel := &OwnedEditor{Op: OwnedRelease, Classes: 1, Owner: 7, Now: 2}
 	p = apply(t, rel, p)
-	assert.Equal(t, int64(2), rel.total, "the total before the release")
+	assert.Equal(t, int64(2), rel.Total, "the total before the release")
 	p = apply(t, rel, p)
 	var r ownedRecord
 	r.decode(p, 1)
 	assert.Zero(t, r.n, "an owner holding nothing has no entry")
 	p2 := apply(t, rel, p)
 	assert.Equal(t, p, p2, "a release with nothing held writes nothing")
-	other := &ownedEditor{op: opRelease, k: 1, owner: 8, now: 2}
+	other := &OwnedEditor{Op: OwnedRelease, Classes: 1, Owner: 8, Now: 2}
 	p = apply(t, acquire(7, 3, 5), p)
 	p = apply(t, other, p)
 	r.decode(p, 1)
@@ -69,15 +69,15 @@ func TestAnOwnerThatStopsRenewingLosesItsPermitsAfterTheLease(t *testing.T) {
 		p = apply(t, acquire(1, 0, 4), p) // owner 1 dies after this
 	}
 	p = apply(t, acquire(2, 0, 4), p)
-	renew := &ownedEditor{op: opRenew, k: 1, owner: 2, now: permitLease - 1}
-	renew.set[0] = 1
+	renew := &OwnedEditor{Op: OwnedRenew, Classes: 1, Owner: 2, Now: ownedLease - 1}
+	renew.Counts[0] = 1
 	p = apply(t, renew, p)
-	assert.Zero(t, renew.reclaimed, "within the lease nothing is reclaimed")
-	e := acquire(2, permitLease, 4)
+	assert.Zero(t, renew.Reclaimed, "within the lease nothing is reclaimed")
+	e := acquire(2, ownedLease, 4)
 	p = apply(t, e, p)
-	assert.Equal(t, int64(3), e.reclaimed, "owner 1's three permits come back at its lease's end")
-	assert.True(t, e.admitted)
-	assert.Equal(t, int64(1), e.total, "owner 2's renewed permit still counts")
+	assert.Equal(t, int64(3), e.Reclaimed, "owner 1's three permits come back at its lease's end")
+	assert.True(t, e.Admitted)
+	assert.Equal(t, int64(1), e.Total, "owner 2's renewed permit still counts")
 	var r ownedRecord
 	r.decode(p, 1)
 	assert.Equal(t, 1, r.n)
@@ -89,14 +89,14 @@ func TestARenewalWritesTheOwnersOwnCount(t *testing.T) {
 	for range 3 {
 		p = apply(t, acquire(5, 0, 10), p)
 	}
-	renew := &ownedEditor{op: opRenew, k: 1, owner: 5, now: 1}
-	renew.set[0] = 1 // two releases were lost: the owner knows of one stream
+	renew := &OwnedEditor{Op: OwnedRenew, Classes: 1, Owner: 5, Now: 1}
+	renew.Counts[0] = 1 // two releases were lost: the owner knows of one stream
 	p = apply(t, renew, p)
 	var r ownedRecord
 	r.decode(p, 1)
 	assert.Equal(t, int64(1), total(&r))
-	assert.Equal(t, int64(1)+permitLease, r.expiry[0])
-	renew.set[0] = 0
+	assert.Equal(t, int64(1)+ownedLease, r.expiry[0])
+	renew.Counts[0] = 0
 	p = apply(t, renew, p)
 	r.decode(p, 1)
 	assert.Zero(t, r.n, "a renewal with nothing held removes the entry")
@@ -111,7 +111,7 @@ func TestAFullRecordRefusesANewOwnerButNotAnExistingOne(t *testing.T) {
 	assert.ErrorIs(t, err, errOwnersFull)
 	e := acquire(1, 0, 1000)
 	p = apply(t, e, p)
-	assert.True(t, e.admitted)
+	assert.True(t, e.Admitted)
 }
 
 func TestAMalformedOrForeignPayloadReadsAsEmpty(t *testing.T) {
@@ -130,7 +130,7 @@ func TestAMalformedOrForeignPayloadReadsAsEmpty(t *testing.T) {
 			assert.Zero(t, r.n)
 			e := acquire(1, 0, 1)
 			_ = apply(t, e, tt.payload)
-			assert.True(t, e.admitted)
+			assert.True(t, e.Admitted)
 		})
 	}
 }
@@ -141,9 +141,9 @@ func TestTheShedderEditorAdmitsByClassAndKeepsThePeak(t *testing.T) {
 	admitted := [3]int{}
 	for i := range 30 {
 		c := i % 3
-		e := &ownedEditor{op: opAcquire, k: 3, class: c, owner: 1, now: 0, policy: &pol, capacity: 10}
+		e := &OwnedEditor{Op: OwnedAcquire, Classes: 3, Class: c, Owner: 1, Now: 0, Policy: &pol, Capacity: 10}
 		p = apply(t, e, p)
-		if e.admitted {
+		if e.Admitted {
 			admitted[c]++
 		}
 	}
@@ -152,11 +152,11 @@ func TestTheShedderEditorAdmitsByClassAndKeepsThePeak(t *testing.T) {
 	assert.Equal(t, int64(10), total(&r), "the capacity is reached")
 	assert.Equal(t, uint32(10), r.peak)
 	assert.GreaterOrEqual(t, admitted[0], 1, "critical keeps its reserve")
-	rel := &ownedEditor{op: opRelease, k: 3, class: 2, owner: 1, now: 0}
+	rel := &OwnedEditor{Op: OwnedRelease, Classes: 3, Class: 2, Owner: 1, Now: 0}
 	p = apply(t, rel, p)
-	iv := &ownedEditor{op: opInterval, k: 3, owner: 1, now: 0}
+	iv := &OwnedEditor{Op: OwnedEndInterval, Classes: 3, Owner: 1, Now: 0}
 	p = apply(t, iv, p)
-	assert.Equal(t, int64(10), iv.peak, "the ended interval's peak")
+	assert.Equal(t, int64(10), iv.Peak, "the ended interval's peak")
 	r.decode(p, 3)
 	assert.Equal(t, uint32(9), r.peak, "the next interval starts at the current total")
 }
@@ -165,10 +165,10 @@ func TestAShadowAcquireCountsTheRequestItWouldHaveRefused(t *testing.T) {
 	var p []byte
 	p = apply(t, acquire(1, 0, 1), p)
 	e := acquire(1, 0, 1)
-	e.force = true
+	e.Force = true
 	p = apply(t, e, p)
-	assert.False(t, e.allowed)
-	assert.True(t, e.admitted, "counted, so that it is released like the others")
+	assert.False(t, e.Allowed)
+	assert.True(t, e.Admitted, "counted, so that it is released like the others")
 	var r ownedRecord
 	r.decode(p, 1)
 	assert.Equal(t, int64(2), total(&r))
@@ -186,14 +186,14 @@ func FuzzOwnedRecordNeverExceedsTheLimit(f *testing.F) {
 		now := int64(0)
 		for _, op := range ops {
 			owner := uint64(op%4) + 1
-			var e *ownedEditor
+			var e *OwnedEditor
 			switch op >> 6 {
 			case 0, 1:
 				e = acquire(owner, now, lim)
 			case 2:
-				e = &ownedEditor{op: opRelease, k: 1, owner: owner, now: now}
+				e = &OwnedEditor{Op: OwnedRelease, Classes: 1, Owner: owner, Now: now}
 			default:
-				now += permitLease / 4
+				now += ownedLease / 4
 				continue
 			}
 			next, write, err := e.Edit(nil, p)
