@@ -34,7 +34,8 @@
 // shares and no client knows (see Updater): a client cannot compute a key value that would share a
 // victim's record or aim at its slots; two keys share a record only by chance (~n²/2^65 for n keys).
 //
-// The package depends on algorithms for the decisions and on the SDK only in HostStore.
+// The package depends on algorithms and shed for the decisions and knows nothing of the host: the filter
+// gives it a Store over the proxy's shared data.
 package sharedstate
 
 import (

@@ -346,7 +346,7 @@ func BenchmarkTake(b *testing.B) {
 }
 
 func ExampleLimiter_Take() {
-	store := NewMemStore() // in the filter: HostStore{}
+	store := NewMemStore() // in the filter: the proxy's shared data, through its host port
 	u, _ := NewUpdater(store, "meshlimit/example/sentinel", 0)
 	tab, _ := NewTable("meshlimit/example/per-ip", 10_000, []algorithms.Limit{
 		{Kind: algorithms.TokenBucket, Quota: 2, Window: time.Second},

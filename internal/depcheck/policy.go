@@ -37,8 +37,7 @@ var Policy = []Rule{
 	{"rules/body", nil},
 	{"rules", []string{"algorithms", "shed", "wire", "rules/body", "internal/fnv", "internal/sfv", "internal/siphash"}},
 	{"wire", []string{"algorithms", "internal/fnv"}},
-	// The SDK reaches sharedstate only through its host store (checked file by file below).
-	{"sharedstate", []string{"algorithms", "shed", "internal/fnv", "internal/siphash", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
+	{"sharedstate", []string{"algorithms", "shed", "internal/fnv", "internal/siphash"}},
 	{"abi", []string{"github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"filter", []string{"abi", "algorithms", "rules", "rules/body", "shed", "sharedstate", "wire", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"cmd/filter", []string{"abi", "filter", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
@@ -113,13 +112,6 @@ func checkDirect(p Package, rel string) []string {
 			continue
 		}
 		errs = append(errs, fmt.Sprintf("forbidden import %s -> %s (%s)", rel, trim(imp), strings.Join(files, ", ")))
-	}
-	if rel == "sharedstate" {
-		for imp, files := range p.Imports {
-			if strings.HasPrefix(imp, "github.com/tetratelabs/proxy-wasm-go-sdk") && (len(files) != 1 || files[0] != "hoststore.go") {
-				errs = append(errs, fmt.Sprintf("forbidden import %s -> %s outside hoststore.go (%s)", rel, imp, strings.Join(files, ", ")))
-			}
-		}
 	}
 	return errs
 }
