@@ -268,3 +268,75 @@ func TestTheBindingCompilesOnlyForStandardGoWasip1Builds(t *testing.T) {
 		assert.Equal(t, "wasip1 && !tinygo.wasm", constraint, "%s must build only for wasip1 and not under real TinyGo", name)
 	}
 }
+
+// A host call that returns data re-enters the guest's allocator before it writes its results, and
+// the allocator runs on the calling goroutine's stack, which it may grow (Go then moves the stack):
+// a result written through a pointer into the stack would land at the stack's old address, and the
+// call would seem to return nothing (the plugin configuration read as empty, after a deeper call
+// chain moved the stack boundary). So every result of such a call (a ret* parameter of an import
+// that has retData) goes through the package's out variables, never through a local's address or a
+// pointer the caller passed in.
+func TestNoHostCallThatReturnsDataWritesItsResultsIntoAStack(t *testing.T) {
+	b := readBinding(t)
+	resultParams := map[string][]int{} // import Go name → indices of its ret* parameters
+	for name, fd := range b.imports {
+		var idx []int
+		hasData, i := false, 0
+		for _, f := range fd.Type.Params.List {
+			for _, n := range f.Names {
+				if strings.HasPrefix(n.Name, "ret") {
+					idx = append(idx, i)
+				}
+				hasData = hasData || n.Name == "retData"
+				i++
+			}
+		}
+		if hasData {
+			resultParams[name] = idx
+		}
+	}
+	require.NotEmpty(t, resultParams)
+	files, err := filepath.Glob("*_wasip1.go")
+	require.NoError(t, err)
+	calls := 0
+	for _, fd := range parseFuncs(t, files) {
+		ast.Inspect(fd, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			id, ok := call.Fun.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			idx, ok := resultParams[id.Name]
+			if !ok {
+				return true
+			}
+			calls++
+			for _, i := range idx {
+				assert.True(t, isOutField(call.Args[i]), "%s: argument %d of %s must be unsafe.Pointer(&out.<field>)", fd.Name.Name, i, id.Name)
+			}
+			return true
+		})
+	}
+	assert.GreaterOrEqual(t, calls, len(resultParams), "every import that returns data is called")
+}
+
+// isOutField reports whether e is unsafe.Pointer(&out.<field>).
+func isOutField(e ast.Expr) bool {
+	conv, ok := e.(*ast.CallExpr)
+	if !ok || len(conv.Args) != 1 {
+		return false
+	}
+	addr, ok := conv.Args[0].(*ast.UnaryExpr)
+	if !ok || addr.Op != token.AND {
+		return false
+	}
+	sel, ok := addr.X.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	x, ok := sel.X.(*ast.Ident)
+	return ok && x.Name == "out"
+}

@@ -10,6 +10,24 @@ import "unsafe"
 // call, only for that call's result).
 var recv []byte
 
+// out holds the out-parameters of the host call that returns data. The host writes them after it
+// re-entered the guest's allocator (proxy_on_memory_allocate), which runs on the calling goroutine's
+// stack and may grow it: Go then copies the stack elsewhere, and an out-parameter on the stack would
+// be written at its old address (the call would seem to return nothing, or a value a moved frame no
+// longer holds). So they live here, off every stack: a VM makes one host call at a time, and the
+// allocator makes none.
+var out struct {
+	data      unsafe.Pointer
+	size, cas uint32
+}
+
+// taken returns the out-parameters of the host call just made, and clears them for the next.
+func taken() (data unsafe.Pointer, size, cas uint32) {
+	data, size, cas = out.data, out.size, out.cas
+	out.data, out.size, out.cas = nil, 0, 0
+	return data, size, cas
+}
+
 // receive is the allocator's side of recv: the start of recv when size fits, else nil (then the SDK's
 // allocator hands out fresh memory).
 func receive(size uint32) unsafe.Pointer {
@@ -37,11 +55,10 @@ func received(buf []byte, data unsafe.Pointer, size uint32) []byte {
 // else into fresh memory, and returns it. It allocates nothing when buf is large enough; pass the
 // returned slice back as buf next time. The value is overwritten by the next read into the same buf.
 func GetProperty(path, buf []byte) ([]byte, Status) {
-	var data unsafe.Pointer
-	var size uint32
 	recv = buf[:cap(buf)]
-	st := hostGetProperty(unsafe.Pointer(unsafe.SliceData(path)), int32(len(path)), unsafe.Pointer(&data), unsafe.Pointer(&size))
+	st := hostGetProperty(unsafe.Pointer(unsafe.SliceData(path)), int32(len(path)), unsafe.Pointer(&out.data), unsafe.Pointer(&out.size))
 	recv = nil
+	data, size, _ := taken()
 	if st != 0 {
 		return buf[:0], Status(st)
 	}
@@ -51,11 +68,10 @@ func GetProperty(path, buf []byte) ([]byte, Status) {
 // GetSharedData reads key's value and cas from the host's shared data, into buf's memory when it
 // fits (see GetProperty).
 func GetSharedData(key string, buf []byte) ([]byte, uint32, Status) {
-	var data unsafe.Pointer
-	var size, cas uint32
 	recv = buf[:cap(buf)]
-	st := hostGetSharedData(unsafe.Pointer(unsafe.StringData(key)), int32(len(key)), unsafe.Pointer(&data), unsafe.Pointer(&size), unsafe.Pointer(&cas))
+	st := hostGetSharedData(unsafe.Pointer(unsafe.StringData(key)), int32(len(key)), unsafe.Pointer(&out.data), unsafe.Pointer(&out.size), unsafe.Pointer(&out.cas))
 	recv = nil
+	data, size, cas := taken()
 	if st != 0 {
 		return buf[:0], 0, Status(st)
 	}
@@ -65,11 +81,10 @@ func GetSharedData(key string, buf []byte) ([]byte, uint32, Status) {
 // GetHeader reads the first value of the header name in the map m of the current stream, into buf's
 // memory when it fits (see GetProperty).
 func GetHeader(m MapType, name string, buf []byte) ([]byte, Status) {
-	var data unsafe.Pointer
-	var size uint32
 	recv = buf[:cap(buf)]
-	st := hostGetHeaderMapValue(uint32(m), unsafe.Pointer(unsafe.StringData(name)), int32(len(name)), unsafe.Pointer(&data), unsafe.Pointer(&size))
+	st := hostGetHeaderMapValue(uint32(m), unsafe.Pointer(unsafe.StringData(name)), int32(len(name)), unsafe.Pointer(&out.data), unsafe.Pointer(&out.size))
 	recv = nil
+	data, size, _ := taken()
 	if st != 0 {
 		return buf[:0], Status(st)
 	}

@@ -44,10 +44,9 @@ func hostGetSharedData(key unsafe.Pointer, keySize int32, retData unsafe.Pointer
 
 //go:linkname ProxyGetSharedData github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxyGetSharedData
 func ProxyGetSharedData(key *byte, keySize int, retData **byte, retSize *int, retCas *uint32) uint32 {
-	var data unsafe.Pointer
-	var size uint32
-	st := hostGetSharedData(unsafe.Pointer(key), int32(keySize), unsafe.Pointer(&data), unsafe.Pointer(&size), unsafe.Pointer(retCas))
-	*retData, *retSize = (*byte)(data), int(size)
+	st := hostGetSharedData(unsafe.Pointer(key), int32(keySize), unsafe.Pointer(&out.data), unsafe.Pointer(&out.size), unsafe.Pointer(&out.cas))
+	data, size, c := taken()
+	*retData, *retSize, *retCas = (*byte)(data), int(size), c
 	return st
 }
 
@@ -84,9 +83,8 @@ func hostDequeueSharedQueue(queueID uint32, retData unsafe.Pointer, retSize unsa
 
 //go:linkname ProxyDequeueSharedQueue github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxyDequeueSharedQueue
 func ProxyDequeueSharedQueue(queueID uint32, retData **byte, retSize *int) uint32 {
-	var data unsafe.Pointer
-	var size uint32
-	st := hostDequeueSharedQueue(queueID, unsafe.Pointer(&data), unsafe.Pointer(&size))
+	st := hostDequeueSharedQueue(queueID, unsafe.Pointer(&out.data), unsafe.Pointer(&out.size))
+	data, size, _ := taken()
 	*retData, *retSize = (*byte)(data), int(size)
 	return st
 }
@@ -106,9 +104,8 @@ func hostGetHeaderMapValue(mapType uint32, key unsafe.Pointer, keySize int32, re
 
 //go:linkname ProxyGetHeaderMapValue github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxyGetHeaderMapValue
 func ProxyGetHeaderMapValue(mapType uint32, key *byte, keySize int, retData **byte, retSize *int) uint32 {
-	var data unsafe.Pointer
-	var size uint32
-	st := hostGetHeaderMapValue(mapType, unsafe.Pointer(key), int32(keySize), unsafe.Pointer(&data), unsafe.Pointer(&size))
+	st := hostGetHeaderMapValue(mapType, unsafe.Pointer(key), int32(keySize), unsafe.Pointer(&out.data), unsafe.Pointer(&out.size))
+	data, size, _ := taken()
 	*retData, *retSize = (*byte)(data), int(size)
 	return st
 }
@@ -146,9 +143,8 @@ func hostGetHeaderMapPairs(mapType uint32, retData unsafe.Pointer, retSize unsaf
 
 //go:linkname ProxyGetHeaderMapPairs github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxyGetHeaderMapPairs
 func ProxyGetHeaderMapPairs(mapType uint32, retData **byte, retSize *int) uint32 {
-	var data unsafe.Pointer
-	var size uint32
-	st := hostGetHeaderMapPairs(mapType, unsafe.Pointer(&data), unsafe.Pointer(&size))
+	st := hostGetHeaderMapPairs(mapType, unsafe.Pointer(&out.data), unsafe.Pointer(&out.size))
+	data, size, _ := taken()
 	*retData, *retSize = (*byte)(data), int(size)
 	return st
 }
@@ -168,9 +164,8 @@ func hostGetBufferBytes(bufferType uint32, start int32, maxSize int32, retData u
 
 //go:linkname ProxyGetBufferBytes github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxyGetBufferBytes
 func ProxyGetBufferBytes(bufferType uint32, start int, maxSize int, retData **byte, retSize *int) uint32 {
-	var data unsafe.Pointer
-	var size uint32
-	st := hostGetBufferBytes(bufferType, int32(start), int32(maxSize), unsafe.Pointer(&data), unsafe.Pointer(&size))
+	st := hostGetBufferBytes(bufferType, int32(start), int32(maxSize), unsafe.Pointer(&out.data), unsafe.Pointer(&out.size))
+	data, size, _ := taken()
 	*retData, *retSize = (*byte)(data), int(size)
 	return st
 }
@@ -214,9 +209,8 @@ func hostCallForeignFunction(name unsafe.Pointer, nameSize int32, param unsafe.P
 
 //go:linkname ProxyCallForeignFunction github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxyCallForeignFunction
 func ProxyCallForeignFunction(name *byte, nameSize int, param *byte, paramSize int, retData **byte, retSize *int) uint32 {
-	var data unsafe.Pointer
-	var size uint32
-	st := hostCallForeignFunction(unsafe.Pointer(name), int32(nameSize), unsafe.Pointer(param), int32(paramSize), unsafe.Pointer(&data), unsafe.Pointer(&size))
+	st := hostCallForeignFunction(unsafe.Pointer(name), int32(nameSize), unsafe.Pointer(param), int32(paramSize), unsafe.Pointer(&out.data), unsafe.Pointer(&out.size))
+	data, size, _ := taken()
 	*retData, *retSize = (*byte)(data), int(size)
 	return st
 }
@@ -281,9 +275,8 @@ func hostGetProperty(path unsafe.Pointer, pathSize int32, retData unsafe.Pointer
 
 //go:linkname ProxyGetProperty github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal.ProxyGetProperty
 func ProxyGetProperty(path *byte, pathSize int, retData **byte, retSize *int) uint32 {
-	var data unsafe.Pointer
-	var size uint32
-	st := hostGetProperty(unsafe.Pointer(path), int32(pathSize), unsafe.Pointer(&data), unsafe.Pointer(&size))
+	st := hostGetProperty(unsafe.Pointer(path), int32(pathSize), unsafe.Pointer(&out.data), unsafe.Pointer(&out.size))
+	data, size, _ := taken()
 	*retData, *retSize = (*byte)(data), int(size)
 	return st
 }
