@@ -4,8 +4,6 @@ import (
 	"errors"
 	"math/rand/v2"
 
-	"github.com/meshlimit/meshlimit/abi"
-
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
@@ -52,7 +50,7 @@ func newOwner() uint64 {
 	return uint64(vmInstance)<<32 | uint64(pluginEpoch)
 }
 
-// heldPermit is a permit (or a shedding slot, rule -1) a stream holds.
+// heldPermit is a permit a stream holds.
 type heldPermit struct {
 	rule     int
 	key      string
@@ -63,58 +61,76 @@ type heldPermit struct {
 // permitKey names the permits of one key of one rule in the plugin's own bookkeeping.
 type permitKey = heldPermit
 
-// concurrencyState is what a plugin keeps for its concurrency rules.
-type concurrencyState struct {
+// permits is what a plugin keeps for its concurrency rules: the permits its streams hold, per key,
+// which its timer renews.
+type permits struct {
+	*env
 	owner     uint64
+	rules     []ruleState
 	held      map[permitKey]int64 // the permits this plugin's streams hold, per key
 	lastRenew int64
 	ed        sharedstate.OwnedEditor
-	key       []byte // a key being released or renewed (not the scratch's: deny still reads that)
+	key       []byte // a key being released or renewed (not the decision's: deny still reads that)
 }
 
-// newPermits creates the permit records of a rule with a local concurrency limit.
-func (rs *ruleState) newPermits(base, fp string) (err error) {
-	if rs.rule.Scope == rules.ScopeGlobal {
-		return nil
+// any reports whether a rule of the plugin holds permits in this proxy's shared data (then the
+// timer renews them).
+func (c *permits) any() bool {
+	for i := range c.rules {
+		if c.rules[i].permits != nil || c.rules[i].fbPermits != nil {
+			return true
+		}
 	}
-	rs.permits, err = sharedstate.NewRecords(base+"permits/"+fp, rs.rule.MaxKeys)
-	return err
+	return false
 }
 
-// updateOwned applies e to key's owned record in rec, or to the overflow record when the key
-// finds no room.
-func (p *pluginContext) updateOwned(rec *sharedstate.Records, key []byte, e *sharedstate.OwnedEditor) (sharedstate.Result, error) {
-	res, err := p.records.Update(rec, key, e)
+// update applies e to key's owned record in rec, or to the overflow record when the key finds no
+// room.
+func (c *permits) update(rec *sharedstate.Records, key []byte, e *sharedstate.OwnedEditor) (sharedstate.Result, error) {
+	res, err := c.records.Update(rec, key, e)
 	if err == nil && res.Placement == sharedstate.NoRoom {
-		res, err = p.records.UpdateShared(rec.OverflowKey(), e)
+		res, err = c.records.UpdateShared(rec.OverflowKey(), e)
 	}
 	return res, err
 }
 
-// acquirePermit decides a request against the rule's concurrency limit and reports whether it
-// is denied (enforced). An admitted request's permit is listed in the scratch for the stream.
-func (p *pluginContext) acquirePermit(rs *ruleState, key []byte, now int64, enforced bool) bool {
-	denied, h, held := p.acquireOwned(rs, rs.permits, rs.rule.Concurrency(), key, now, enforced, false)
+// acquire decides a request against the rule's concurrency limit and reports whether it is denied
+// (enforced). An admitted request's permit is listed in the decision, for the stream.
+func (c *permits) acquire(rs *ruleState, key []byte, now int64, enforced bool) bool {
+	denied, h, held := c.acquireOwned(rs, rs.permits, rs.rule.Concurrency(), key, now, enforced, false)
 	if held {
-		p.scratch.acquired = append(p.scratch.acquired, h)
+		c.d.acquired = append(c.d.acquired, h)
+	}
+	return denied
+}
+
+// acquireFallback decides a global concurrency item by its rule's local fallback limit (the service
+// could not decide) and reports whether the request is denied. The permit, when one is taken, is
+// the stream's at once: this runs in the request path or in a callback of the paused request, and
+// the stream's end gives it back whichever way the request goes.
+func (c *permits) acquireFallback(h *httpContext, it *globalItem, now int64) bool {
+	rs := it.rs
+	denied, held, ok := c.acquireOwned(rs, rs.fbPermits, rs.rule.FallbackConcurrency(), []byte(it.key), now, !rs.rule.Shadow, true)
+	if ok {
+		h.permits = append(h.permits, held)
 	}
 	return denied
 }
 
 // acquireOwned decides a request against spec, a concurrency limit whose permits are in rec
-// (fallback: a global rule's local fallback), and reports whether it is denied (enforced) and
-// the permit the request holds, if held.
-func (p *pluginContext) acquireOwned(rs *ruleState, rec *sharedstate.Records, spec *rules.LimitSpec, key []byte, now int64, enforced, fallback bool) (denied bool, h heldPermit, held bool) {
-	s, r, c := &p.scratch, rs.rule, &p.conc
+// (fallback: a global rule's local fallback), and reports whether it is denied (enforced) and the
+// permit the request holds, if held.
+func (c *permits) acquireOwned(rs *ruleState, rec *sharedstate.Records, spec *rules.LimitSpec, key []byte, now int64, enforced, fallback bool) (denied bool, h heldPermit, held bool) {
+	d, r := &c.d, rs.rule
 	e := &c.ed
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Limit, e.Policy, e.Force = sharedstate.OwnedAcquire, 1, 0, c.owner, now, spec.Concurrency, nil, !enforced
-	res, err := p.updateOwned(rec, key, e)
-	if err := p.updated(rs, res.Attempts, err); err != nil {
-		return p.failed(rs, enforced), h, false
+	res, err := c.update(rec, key, e)
+	if err := c.updated(rs, res.Attempts, err); err != nil {
+		return rs.failed(enforced), h, false
 	}
-	p.countPlaced(rs, res.Placement)
+	rs.countPlaced(res.Placement)
 	if e.Reclaimed > 0 {
-		rs.metrics.permitsReclaimed.Increment(uint64(e.Reclaimed))
+		rs.metrics.permitsReclaimed.inc(uint64(e.Reclaimed))
 	}
 	if e.Admitted {
 		h = heldPermit{rule: r.Index, key: string(key), overflow: res.Placement == sharedstate.Overflow, fallback: fallback}
@@ -123,28 +139,16 @@ func (p *pluginContext) acquireOwned(rs *ruleState, rec *sharedstate.Records, sp
 		}
 		c.held[h]++
 	}
-	p.count(rs, e.Allowed, enforced)
+	d.count(rs, e.Allowed, enforced)
 	if enforced {
-		d := rules.ConcurrencyDecision(spec.Concurrency, e.Total, e.Allowed)
-		s.outcomes = append(s.outcomes, rules.Outcome{Limit: spec, Decision: d, Partition: p.cfg.Response.Partition(r, key)})
+		d.outcome(spec, rules.ConcurrencyDecision(spec.Concurrency, e.Total, e.Allowed), c.cfg.Response.Partition(r, key))
 	}
 	return enforced && !e.Allowed, h, e.Admitted
 }
 
-// countPlaced counts overflow and evictions of an owned update.
-func (p *pluginContext) countPlaced(rs *ruleState, pl sharedstate.Placement) {
-	switch pl {
-	case sharedstate.Overflow:
-		rs.metrics.overflow.Increment(1)
-	case sharedstate.Evicted:
-		rs.metrics.evictions.Increment(1)
-	}
-}
-
-// releasePermits gives back the permits in held (the stream's, or those taken by a request that
-// was then denied) and empties it.
-func (p *pluginContext) releasePermits(held []heldPermit, now int64) []heldPermit {
-	c := &p.conc
+// release gives back the permits in held (the stream's, or those taken by a request that was then
+// denied) and empties it.
+func (c *permits) release(held []heldPermit, now int64) []heldPermit {
 	if c.held == nil {
 		c.held = map[permitKey]int64{}
 	}
@@ -154,16 +158,19 @@ func (p *pluginContext) releasePermits(held []heldPermit, now int64) []heldPermi
 		} else {
 			c.held[h] = 0 // renewed (with 0: removed) on the next renewal, then forgotten
 		}
-		p.writeOwned(h, sharedstate.OwnedRelease, 0, now)
+		c.write(h, sharedstate.OwnedRelease, 0, now)
 	}
 	return held[:0]
 }
 
-// writeOwned writes one release or renewal of h's entry; a failure is repaired by the next
-// renewal, or by the lease.
-func (p *pluginContext) writeOwned(h heldPermit, op sharedstate.OwnedOp, count int64, now int64) {
-	c := &p.conc
-	rs := &p.rules[h.rule]
+// releaseAcquired gives back the permits taken for the current request, which is denied after all
+// (a later rule, the shedder).
+func (c *permits) releaseAcquired(now int64) { c.d.acquired = c.release(c.d.acquired, now) }
+
+// write writes one release or renewal of h's entry; a failure is repaired by the next renewal, or
+// by the lease.
+func (c *permits) write(h heldPermit, op sharedstate.OwnedOp, count int64, now int64) {
+	rs := &c.rules[h.rule]
 	rec := rs.permits
 	if h.fallback {
 		rec = rs.fbPermits
@@ -172,126 +179,49 @@ func (p *pluginContext) writeOwned(h heldPermit, op sharedstate.OwnedOp, count i
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Counts[0] = op, 1, 0, c.owner, now, count
 	var err error
 	if h.overflow {
-		_, err = p.records.UpdateShared(rec.OverflowKey(), e)
+		_, err = c.records.UpdateShared(rec.OverflowKey(), e)
 	} else {
 		c.key = append(c.key[:0], h.key...)
-		_, err = p.records.Update(rec, c.key, e)
+		_, err = c.records.Update(rec, c.key, e)
 	}
 	if err != nil {
 		if errors.Is(err, sharedstate.ErrContention) {
-			rs.metrics.casExhausted.Increment(1)
+			rs.metrics.casExhausted.inc(1)
 		}
 		return
 	}
 	if e.Reclaimed > 0 {
-		rs.metrics.permitsReclaimed.Increment(uint64(e.Reclaimed))
+		rs.metrics.permitsReclaimed.inc(uint64(e.Reclaimed))
 	}
 }
 
-// renewPermits, on a tick, rewrites this plugin's entries with the counts its streams hold
-// (renewing their lease) every permitRenew, and forgets the keys that hold nothing any more.
-func (p *pluginContext) renewPermits(now int64) {
-	c := &p.conc
+// renew, on a tick, rewrites this plugin's entries with the counts its streams hold (renewing their
+// lease) every permitRenew, and forgets the keys that hold nothing any more.
+func (c *permits) renew(now int64) {
 	if now-c.lastRenew < permitRenew {
 		return
 	}
 	c.lastRenew = now
 	for h, n := range c.held {
-		p.writeOwned(h, sharedstate.OwnedRenew, n, now)
+		c.write(h, sharedstate.OwnedRenew, n, now)
 		if n == 0 {
 			delete(c.held, h)
 		}
 	}
-	for i := range p.sheds {
-		p.renewShed(&p.sheds[i], now)
+}
+
+// adopt moves the permits taken for the current request to the stream, which releases them when it
+// ends. It runs deferred, so a panic after a permit was taken does not leak it.
+func (c *permits) adopt(h *httpContext) {
+	if d := &c.d; len(d.acquired) > 0 {
+		h.permits = append(h.permits, d.acquired...)
+		d.acquired = d.acquired[:0]
 	}
 }
 
-// adoptPermits moves the permits taken for the current request to the stream, which releases
-// them when it ends. It runs deferred, so a panic after a permit was taken does not leak it.
-func (h *httpContext) adoptPermits() {
-	s := &h.plugin.scratch
-	if len(s.acquired) > 0 {
-		h.permits = append(h.permits, s.acquired...)
-		s.acquired = s.acquired[:0]
-	}
-}
-
-// admitShed runs the first shedder that matches the current request, if any, and reports
-// whether the request was shed (the response is then sent, and the rules' permits given back).
-func (h *httpContext) admitShed(now int64) bool {
-	p := h.plugin
-	idx := -1
-	for i := range p.sheds {
-		if p.sheds[i].cfg.Matches(&p.scratch.req) {
-			idx = i
-			break
-		}
-	}
-	if idx < 0 {
-		return false
-	}
-	st := &p.sheds[idx]
-	class, shedIt := p.admitShed(st, now)
-	if class >= 0 {
-		h.shedClass, h.shedIdx, h.shedHeld, h.admitted = class, idx, true, now
-	}
-	if !shedIt {
-		return false
-	}
-	p.scratch.acquired = p.releasePermits(p.scratch.acquired, now)
-	p.sendShed(st)
-	return true
-}
-
-// endStream gives back what the stream holds: its permits and its shedding slot (with the
-// upstream latency when a response came).
-func (h *httpContext) endStream() {
-	if len(h.permits) == 0 && !h.shedHeld {
-		return
-	}
-	p := h.plugin
-	now := abi.UnixNano()
-	h.permits = p.releasePermits(h.permits, now)
-	if h.shedHeld {
-		h.shedHeld = false
-		latency := int64(-1)
-		if h.responded > 0 {
-			latency = h.responded - h.admitted
-		}
-		p.releaseShed(&p.sheds[h.shedIdx], h.shedClass, latency, now)
-	}
-}
-
-// permitTickMillis is the timer period the permits and the shedders need: the shortest adaptive
-// controller's interval, else a second (renewals run every permitRenew); 0 without either. A
-// controller with a longer interval updates on the first tick past it (Gradient.Update).
-func (p *pluginContext) permitTickMillis() uint32 {
-	tick := int64(0)
-	for i := range p.sheds {
-		ms := int64(1000)
-		if g := p.sheds[i].cfg.Adaptive; g != nil {
-			ms = max(g.Interval.Milliseconds(), 1)
-		}
-		if tick == 0 || ms < tick {
-			tick = ms
-		}
-	}
-	if tick > 0 {
-		return uint32(tick)
-	}
-	for i := range p.rules {
-		if p.rules[i].permits != nil || p.rules[i].fbPermits != nil {
-			return 1000
-		}
-	}
-	return 0
-}
-
-// tickOwned renews the permits and shedding slots, and runs the adaptive controller.
-func (p *pluginContext) tickOwned(now int64) {
-	p.renewPermits(now)
-	for i := range p.sheds {
-		p.tickShed(&p.sheds[i], now)
+// endStream gives back the permits the stream holds.
+func (c *permits) endStream(h *httpContext) {
+	if len(h.permits) > 0 {
+		h.permits = c.release(h.permits, c.host.now())
 	}
 }

@@ -3,11 +3,8 @@ package filter
 import (
 	"unsafe"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/internal/fnv"
-	"github.com/meshlimit/meshlimit/rules"
 )
 
 // Explainability: a denied request says which rule, limit and key denied it.
@@ -28,50 +25,49 @@ var (
 
 // explain records why the current request is denied and returns pairs with the explain header
 // appended when one is configured.
-func (h *httpContext) explain(pairs [][2]string) [][2]string {
-	p := h.plugin
-	s := &p.scratch
-	rs := s.resp.denier
+func (r *replier) explain(h *httpContext, pairs [][2]string) [][2]string {
+	d := &r.d
+	rs := d.denier
 	if rs == nil {
 		return pairs
 	}
 	limit := ""
-	for i := range s.outcomes {
-		if !s.outcomes[i].Decision.Allowed {
-			limit = s.outcomes[i].Limit.Name
+	for i := range d.outcomes {
+		if !d.outcomes[i].Decision.Allowed {
+			limit = d.outcomes[i].Limit.Name
 			break
 		}
 	}
-	s.resp.hash = keyHash(s.resp.hash[:0], p.name, h.denierKey(rs))
-	kh := s.resp.hash
+	r.hash = keyHash(r.hash[:0], r.name, denierKey(h, d, rs))
+	kh := r.hash
 	// The host copies the values during the calls: views of the strings are enough. An empty limit
 	// is not written: the filter state stays unset, as it always has (the SDK refused empty values).
-	_ = abi.SetProperty(propRule, bytesOf(rs.rule.Name))
+	r.host.setProperty(propRule, bytesOf(rs.rule.Name))
 	if limit != "" {
-		_ = abi.SetProperty(propLimit, bytesOf(limit))
+		r.host.setProperty(propLimit, bytesOf(limit))
 	}
-	_ = abi.SetProperty(propKeyHash, kh)
-	if p.cfg.LogLevel <= rules.LogDebug {
-		proxywasm.LogDebugf("meshlimit: denied by rule %s, limit %s, key hash %s", rs.rule.Name, limit, kh)
+	r.host.setProperty(propKeyHash, kh)
+	if r.debugging() {
+		logf(r.host, logDebug, "meshlimit: denied by rule %s, limit %s, key hash %s", rs.rule.Name, limit, kh)
 	}
-	if name := p.cfg.Response.ExplainHeader; name != "" {
+	if name := r.cfg.Response.ExplainHeader; name != "" {
 		pairs = append(pairs, [2]string{name, rs.rule.Name})
 	}
 	return pairs
 }
 
-// denierKey returns the key value the denying rule decided: a global item's, or the last key the
-// local path computed (the local path stops at the first denial).
-func (h *httpContext) denierKey(rs *ruleState) string {
-	for _, items := range [2][]globalItem{h.globals, h.plugin.scratch.globals} {
+// denierKey returns the key value the denying rule decided: a global item's (of the stream's call,
+// or of the request), or the last key the local path computed (the local path stops at the first
+// denial).
+func denierKey(h *httpContext, d *decision, rs *ruleState) string {
+	for _, items := range [2][]globalItem{h.call.items, d.globals} {
 		for i := range items {
 			if items[i].rs == rs {
 				return items[i].key
 			}
 		}
 	}
-	k := h.plugin.scratch.key
-	return unsafe.String(unsafe.SliceData(k), len(k))
+	return bytesString(d.key)
 }
 
 // bytesOf views s as bytes, for a host call that copies them and never writes.

@@ -4,13 +4,10 @@ import (
 	"errors"
 	"time"
 
-	"github.com/meshlimit/meshlimit/rules"
-	"github.com/meshlimit/meshlimit/wire"
-
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
-	"github.com/meshlimit/meshlimit/abi"
+	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 // The global path: rules with scope "global" (or "both") are decided by the decision service
@@ -46,19 +43,36 @@ type globalItem struct {
 	fromBody bool
 }
 
-// globalClient is a plugin's connection to the decision service: the prepared call headers and the
-// circuit breaker of this worker thread.
+// callStream is what a stream that waits for the service's answer keeps of its request while other
+// requests reuse the decision.
+type callStream struct {
+	items    []globalItem    // what the service was asked
+	outcomes []rules.Outcome // the outcomes of the local rules already decided
+	delay    int64           // and the shaping delay they asked for
+	deadline int64           // when to stop waiting (unix ns); 0 when not waiting
+}
+
+// globalClient is a plugin's connection to the decision service: the prepared call headers, the
+// circuit breaker of this worker thread, and the paused requests whose call is out.
 type globalClient struct {
+	*env
 	cfg     *rules.Global
 	headers [][2]string
 	timeout uint32 // ms
 	breaker breaker
 	metrics globalMetrics
 	body    []byte
+	answer  []wire.Decision // the decisions of the last answer read (readCheck)
 
 	waiting   []*httpContext // paused requests whose call is not answered yet, checked every tick
 	nextLogAt int64          // when a refused check may be logged again
 	permits   globalPermits  // the permits this worker's streams hold (global_concurrency.go)
+
+	leases  *leaser
+	local   *permits // the local fallback of a global concurrency rule
+	settle  *settler
+	cache   *overLimitCache
+	charges *charger
 }
 
 // deadlineSlack is how long after global.timeout the filter gives up on a call itself: the host's
@@ -68,104 +82,90 @@ const deadlineSlack = 5 * time.Millisecond
 // rejectLogEvery bounds the warnings about refused checks: one per worker per period.
 const rejectLogEvery = 10 * time.Second
 
-func newGlobalClient(g *rules.Global) *globalClient {
+func newGlobalClient(e *env, g *rules.Global, owner uint64) *globalClient {
 	h := [][2]string{{":method", "POST"}, {":path", g.Path}, {":authority", g.Authority}, {"content-type", wire.ContentType}}
 	if g.Secret != "" {
 		h = append(h, [2]string{wire.SecretHeader, g.Secret})
 	}
-	return &globalClient{
+	c := &globalClient{
+		env:     e,
 		cfg:     g,
 		headers: h,
 		timeout: uint32((g.Timeout + time.Millisecond - 1) / time.Millisecond),
 		breaker: breaker{threshold: g.BreakerFailures, cooldown: int64(g.BreakerCooldown)},
-		metrics: defineGlobalMetrics(),
+		metrics: defineGlobalMetrics(e.host),
+		answer:  make([]wire.Decision, 0, wire.MaxDescriptors),
 	}
+	c.permits = globalPermits{g: c, owner: owner}
+	return c
 }
 
-// breaker is a consecutive-failure circuit breaker. It belongs to one VM (one worker thread): Envoy
-// gives each thread its own, so one thread's probe does not depend on another's.
-type breaker struct {
-	threshold int
-	cooldown  int64
-	failures  int
-	openUntil int64
-	probing   bool
-}
-
-// allow reports whether a call may be made at now: always while closed; after the cooldown, one
-// probe at a time.
-func (b *breaker) allow(now int64) bool {
-	if b.failures < b.threshold {
+// queue queues a global (or both) rule's decision for the service, unless leased units admit the
+// request at once. It reports whether nothing is left to decide locally.
+func (g *globalClient) queue(rs *ruleState, set *rules.LimitSet, key []byte, cost, now int64) (done bool) {
+	r := rs.rule
+	it := globalItem{rs: rs, spec: set.Limits, key: string(key), cost: cost}
+	if r.Lease() != nil && g.leases.spend(&it, now) {
+		rs.metrics.leaseSpent.inc(1)
+		rs.metrics.allowed.inc(1)
 		return true
 	}
-	if now < b.openUntil || b.probing {
-		return false
+	g.d.globals = append(g.d.globals, it)
+	if r.Lease() != nil {
+		g.leases.want(&it, now)
 	}
-	b.probing = true
-	return true
+	return r.Scope == rules.ScopeGlobal
 }
 
-func (b *breaker) success() { b.failures, b.probing = 0, false }
-
-// failure records a failed call and reports whether it opened the breaker.
-func (b *breaker) failure(now int64) (opened bool) {
-	wasProbe := b.probing
-	b.probing = false
-	b.failures++
-	if b.failures >= b.threshold {
-		b.openUntil = now + b.cooldown
-		return b.failures == b.threshold || wasProbe
-	}
-	return false
-}
-
-// checkGlobal decides the global items of the current request: from the over-limit cache, from the
+// check decides the global items of the current request: from the over-limit cache, from the
 // fallback when the breaker is open, or by calling the service (then it pauses the request).
-func (h *httpContext) checkGlobal(now int64) types.Action {
-	p := h.plugin
-	s := &p.scratch
-	for i := range s.globals {
-		it := &s.globals[i]
-		if idx, until, ok := p.blocked(it, now); ok && !it.rs.rule.Shadow {
-			it.rs.metrics.cachedDenials.Increment(1)
-			it.rs.metrics.limited.Increment(1)
-			s.resp.denier = it.rs
-			d := cachedDenial(&it.spec[idx], until-now)
-			s.outcomes = append(s.outcomes, rules.Outcome{Limit: &it.spec[idx], Decision: d, Partition: p.cfg.Response.PartitionString(it.rs.rule, it.key)})
+func (g *globalClient) check(h *httpContext, now int64) types.Action {
+	d := &g.d
+	for i := range d.globals {
+		it := &d.globals[i]
+		if idx, until, ok := g.cache.blocked(it, now); ok && !it.rs.rule.Shadow {
+			it.rs.metrics.cachedDenials.inc(1)
+			it.rs.metrics.limited.inc(1)
+			d.denier = it.rs
+			d.outcome(&it.spec[idx], cachedDenial(&it.spec[idx], until-now), g.env.cfg.Response.PartitionString(it.rs.rule, it.key))
 			h.deny()
 			return types.ActionPause
 		}
 	}
-	g := p.global
 	if !g.breaker.allow(now) {
-		g.metrics.shortCircuited.Increment(1)
-		return h.finishGlobal(h.fallback(s.globals, now), false, now)
+		g.metrics.shortCircuited.inc(1)
+		return h.finish(g.fallback(h, d.globals, now), false, now)
 	}
-	p.assignPermits(s.globals, h.id)
-	g.body = appendCheckBody(g.body[:0], p.name, s.globals)
-	if _, err := proxywasm.DispatchHttpCall(g.cfg.Cluster, g.headers, g.body, nil, g.timeout, h.onGlobalResponse); err != nil {
+	g.permits.assign(d.globals, h.id)
+	g.body = appendCheckBody(g.body[:0], g.name, d.globals)
+	if err := g.host.dispatch(g.cfg.Cluster, g.headers, g.body, g.timeout, func(numHeaders, bodySize, _ int) {
+		g.onAnswer(h, numHeaders, bodySize)
+	}); err != nil {
 		// BadArgument: the cluster is unknown to this proxy (Istio: outside the sidecar's egress).
-		g.metrics.failures.Increment(1)
-		if g.breaker.failure(now) {
-			g.metrics.breakerOpened.Increment(1)
-		}
-		proxywasm.LogWarnf("meshlimit: calling cluster %q: %v", g.cfg.Cluster, err)
-		return h.finishGlobal(h.fallback(s.globals, now), false, now)
+		g.failure(now)
+		logf(g.host, logWarn, "meshlimit: calling cluster %q: %v", g.cfg.Cluster, err)
+		return h.finish(g.fallback(h, d.globals, now), false, now)
 	}
-	g.metrics.calls.Increment(1)
-	h.calls++ // onGlobalResponse is bound to h: h is not recycled until it has run
-	// Other requests reuse the scratch space while this one waits: keep what the answer needs.
-	h.globals = append(h.globals[:0], s.globals...)
-	h.localOutcomes = append(h.localOutcomes[:0], s.outcomes...)
-	h.delay = s.delay
-	h.deadline = now + int64(g.cfg.Timeout+deadlineSlack)
-	g.waiting = append(g.waiting, h)
+	g.metrics.calls.inc(1)
+	h.calls++ // onAnswer is bound to h: h is not recycled until it has run
+	// Other requests reuse the decision while this one waits: keep what the answer needs.
+	c := &h.call
+	c.items = append(c.items[:0], d.globals...)
+	c.outcomes = append(c.outcomes[:0], d.outcomes...)
+	c.delay = d.delay
+	g.wait(h, now)
 	return types.ActionPause
+}
+
+// wait puts h on the list of requests waiting for an answer, until the call's deadline.
+func (g *globalClient) wait(h *httpContext, now int64) {
+	h.call.deadline = now + int64(g.cfg.Timeout+deadlineSlack)
+	g.waiting = append(g.waiting, h)
 }
 
 // unwait takes h off the list of requests waiting for an answer.
 func (g *globalClient) unwait(h *httpContext) {
-	h.deadline = 0
+	h.call.deadline = 0
 	for i, w := range g.waiting {
 		if w == h {
 			last := len(g.waiting) - 1
@@ -176,226 +176,186 @@ func (g *globalClient) unwait(h *httpContext) {
 	}
 }
 
-// expireCalls, on a tick, gives up on every call not answered by its deadline: the request is decided
-// as for a failed call (fallback, or failure_mode) and resumed; the answer, if it ever comes, is
-// ignored. A request whose stream is gone is just forgotten.
-func (p *pluginContext) expireCalls(now int64) {
-	g := p.global
-	if g == nil {
-		return
+// endStream, at the end of a stream, forgets the call it still waits for (the client left): its
+// answer never comes to a stream gone.
+func (g *globalClient) endStream(h *httpContext) {
+	if h.call.deadline != 0 {
+		g.unwait(h)
 	}
-	g.renewPermits(p.name, now)
-	g.releaseDeferred(p.name, now)
+}
+
+// failure counts a failed call towards the breaker.
+func (g *globalClient) failure(now int64) {
+	g.metrics.failures.inc(1)
+	if g.breaker.failure(now) {
+		g.metrics.breakerOpened.inc(1)
+	}
+}
+
+// tick renews and releases the global permits, and gives up on every call not answered by its
+// deadline: the request is decided as for a failed call (fallback, or failure_mode) and resumed; the
+// answer, if it ever comes, is ignored. A request whose stream is gone is just forgotten.
+func (g *globalClient) tick(now int64) {
+	g.permits.renew(now)
+	g.permits.releaseDeferred(now)
 	for i := 0; i < len(g.waiting); {
 		h := g.waiting[i]
-		if h.deadline > now {
+		if h.call.deadline > now {
 			i++
 			continue
 		}
 		g.unwait(h)
-		if proxywasm.SetEffectiveContext(h.id) != nil {
+		if !g.host.enter(h.id) {
 			continue
 		}
-		g.metrics.deadlineExpired.Increment(1)
-		h.expire(now)
+		g.metrics.deadlineExpired.inc(1)
+		g.expire(h, now)
 	}
 }
 
 // expire decides a request whose call passed its deadline, as for a failed call.
-func (h *httpContext) expire(now int64) {
-	if h.chargeExpired() {
+func (g *globalClient) expire(h *httpContext, now int64) {
+	if g.charges.expired(h) {
 		return
 	}
 	defer h.recoverPaused("the call deadline")
-	h.restoreScratch()
-	h.globalFailed(errors.New("no answer by the deadline"), now)
+	g.d.restore(&h.call)
+	g.failed(h, errors.New("no answer by the deadline"), now)
 }
 
-// restoreScratch puts back, in the scratch space, what a paused request had decided before its call.
-func (h *httpContext) restoreScratch() {
-	s := &h.plugin.scratch
-	s.req.reset() // the scratch request view may hold another stream's values
-	s.outcomes = append(s.outcomes[:0], h.localOutcomes...)
-	s.delay = h.delay
-}
-
-// globalFailed decides a paused request whose call failed: a refused check (4xx) by each rule's
+// failed decides a paused request whose call failed: a refused check (4xx) by each rule's
 // failure_mode, anything else (an outage) by the fallback, counting towards the breaker.
-func (h *httpContext) globalFailed(err error, now int64) {
-	p, g := h.plugin, h.plugin.global
-	defer g.releaseItems(h.globals, now) // what the call may have acquired before it failed
+func (g *globalClient) failed(h *httpContext, err error, now int64) {
+	items := h.call.items
+	defer g.permits.releaseItems(items, now) // what the call may have acquired before it failed
 	var se *statusError
 	if errors.As(err, &se) && se.rejected() {
-		g.metrics.rejected.Increment(1)
+		g.metrics.rejected.inc(1)
 		if now >= g.nextLogAt {
 			g.nextLogAt = now + int64(rejectLogEvery)
-			proxywasm.LogWarnf("meshlimit: the decision service refused the check (%v); each rule's failure_mode applies (this warning: at most once per %v per worker; meshlimit.global.rejected counts them)", err, rejectLogEvery)
+			logf(g.host, logWarn, "meshlimit: the decision service refused the check (%v); each rule's failure_mode applies (this warning: at most once per %v per worker; meshlimit.global.rejected counts them)", err, rejectLogEvery)
 		}
-		h.finishGlobal(h.failureMode(h.globals), true, now)
+		h.finish(failureMode(items), true, now)
 		return
 	}
-	g.metrics.failures.Increment(1)
-	if g.breaker.failure(now) {
-		g.metrics.breakerOpened.Increment(1)
+	g.failure(now)
+	if g.debugging() {
+		logf(g.host, logDebug, "meshlimit: global service: %v", err)
 	}
-	if p.cfg.LogLevel <= rules.LogDebug {
-		proxywasm.LogDebugf("meshlimit: global service: %v", err)
-	}
-	h.finishGlobal(h.fallback(h.globals, now), true, now)
+	h.finish(g.fallback(h, items, now), true, now)
 }
 
 // failureMode decides items by their rules' failure_mode alone and reports whether the request is
 // denied.
-func (h *httpContext) failureMode(items []globalItem) (denied bool) {
+func failureMode(items []globalItem) (denied bool) {
 	for i := range items {
 		rs := items[i].rs
 		if rs.rule.FailureMode == rules.FailDeny && !rs.rule.Shadow {
-			rs.metrics.failureDenied.Increment(1)
+			rs.metrics.failureDenied.inc(1)
 			return true
 		}
 	}
 	return false
 }
 
-// onGlobalResponse is the proxy_http_call callback. The SDK calls it with the paused stream as the
-// effective context (and not at all if the stream is gone).
-func (h *httpContext) onGlobalResponse(numHeaders, bodySize, _ int) {
-	p, g := h.plugin, h.plugin.global
+// onAnswer is the callback of a check. The host calls it with the paused stream as the current
+// context (and not at all if the stream is gone).
+func (g *globalClient) onAnswer(h *httpContext, numHeaders, bodySize int) {
 	h.calls--
-	if h.deadline == 0 {
-		g.metrics.lateAnswers.Increment(1) // the request was decided at its deadline
+	if h.call.deadline == 0 {
+		g.metrics.lateAnswers.inc(1) // the request was decided at its deadline
 		return
 	}
-	sent := h.deadline - int64(g.cfg.Timeout+deadlineSlack) // settle_global.go: the reservations are no older
+	sent := h.call.deadline - int64(g.cfg.Timeout+deadlineSlack) // settle_global.go: the reservations are no older
 	g.unwait(h)
 	defer h.recoverPaused("the service's answer")
-	testPanic(panicServiceAnswer)
-	s := &p.scratch
-	h.restoreScratch()
-	now := abi.UnixNano()
-	decisions, err := readCheckResponse(numHeaders, bodySize, descriptorCount(h.globals))
+	testPanic(g.host, panicServiceAnswer)
+	g.d.restore(&h.call)
+	now := g.host.now()
+	decisions, err := g.readCheck(numHeaders, bodySize, descriptorCount(h.call.items))
 	if err != nil {
-		h.globalFailed(err, now)
+		g.failed(h, err, now)
 		return
 	}
 	g.breaker.success()
-	denied := false
+	denied := g.apply(h.call.items, decisions, now)
+	g.settle.reserveGlobal(h, decisions, sent)
+	g.permits.hold(h.id, h.call.items, decisions)
+	h.finish(denied, true, now)
+}
+
+// apply records the service's decisions of items (one per limit, in order) and reports whether the
+// request is denied; every rule is counted, even after a denial.
+func (g *globalClient) apply(items []globalItem, decisions []wire.Decision, now int64) (denied bool) {
+	d := &g.d
 	j := 0
-	for i := range h.globals {
-		it := &h.globals[i]
+	for i := range items {
+		it := &items[i]
 		r := it.rs.rule
 		enforced := !r.Shadow
 		allowed := true
-		pk := p.cfg.Response.PartitionString(r, it.key)
+		pk := g.env.cfg.Response.PartitionString(r, it.key)
 		for k := range it.spec {
-			d := decisions[j]
+			dec := decisions[j]
 			j++
-			if d.Skipped {
+			if dec.Skipped {
 				continue
 			}
-			allowed = allowed && d.Allowed
+			allowed = allowed && dec.Allowed
 			if enforced {
-				s.outcomes = append(s.outcomes, rules.Outcome{Limit: &it.spec[k], Decision: d.Algorithms(), Partition: pk})
-				if d.Allowed {
-					s.delay = max(s.delay, d.DelayMs*int64(time.Millisecond)) // a global leaky bucket shapes too
+				d.outcome(&it.spec[k], dec.Algorithms(), pk)
+				if dec.Allowed {
+					d.delay = max(d.delay, dec.DelayMs*int64(time.Millisecond)) // a global leaky bucket shapes too
 				}
 			}
-			if !d.Allowed && d.RetryAfterMs > 0 {
-				p.block(it, k, now+d.RetryAfterMs*int64(time.Millisecond))
+			if !dec.Allowed && dec.RetryAfterMs > 0 {
+				g.cache.block(it, k, now+dec.RetryAfterMs*int64(time.Millisecond))
 			}
 		}
-		p.nearLimitWire(it.rs, decisions[j-len(it.spec):j], it.spec)
-		if p.count(it.rs, allowed, enforced) { // every rule is counted, even after a denial
+		it.rs.nearLimitWire(decisions[j-len(it.spec):j], it.spec)
+		if d.count(it.rs, allowed, enforced) {
 			denied = true
 		}
 	}
-	h.reserveGlobal(decisions, sent) // settle_global.go
-	g.holdPermits(h.id, h.globals, decisions)
-	h.finishGlobal(denied, true, now)
-}
-
-// finishGlobal ends the global decision: a denial sends the local response; a shaping delay holds
-// the request until its turn; otherwise the request continues (resumed, when it was paused). It
-// returns the action for a decision made in OnHttpRequestHeaders.
-func (h *httpContext) finishGlobal(denied, paused bool, now int64) types.Action {
-	s := &h.plugin.scratch
-	if denied {
-		h.deny()
-		return types.ActionPause
-	}
-	if st := h.settle; st != nil && st.global {
-		h.keepForBody() // settle_global.go: the headers' decision; the body's items are still to come
-	}
-	if len(s.outcomes) > 0 && h.plugin.cfg.Response.QuotaHeadersOnAllowed {
-		h.setQuota(s.outcomes)
-	}
-	if s.delay > 0 {
-		h.plugin.shaper.hold(h.id, now+s.delay)
-		return types.ActionPause
-	}
-	if paused {
-		if err := proxywasm.ResumeHttpRequest(); err != nil {
-			proxywasm.LogErrorf("meshlimit: resuming the request: %v", err)
-		}
-	}
-	return types.ActionContinue
+	return denied
 }
 
 // fallback decides items without the service: each rule's fallback limits in shared data, or its
 // failure mode. It reports whether the request is denied.
-func (h *httpContext) fallback(items []globalItem, now int64) (denied bool) {
-	p := h.plugin
+func (g *globalClient) fallback(h *httpContext, items []globalItem, now int64) (denied bool) {
+	d := &g.d
 	for i := range items {
 		it := &items[i]
 		rs, r := it.rs, it.rs.rule
-		rs.metrics.fallback.Increment(1)
+		rs.metrics.fallback.inc(1)
 		if rs.fbPermits != nil {
-			if h.acquireFallbackPermit(it, now) {
+			if g.local.acquireFallback(h, it, now) {
 				return true
 			}
 			continue
 		}
 		if rs.fallback == nil {
 			if r.FailureMode == rules.FailDeny && !r.Shadow {
-				rs.metrics.failureDenied.Increment(1)
+				rs.metrics.failureDenied.inc(1)
 				return true
 			}
 			continue
 		}
-		out, err := p.limiter.Take(rs.fallback, []byte(it.key), now, it.cost)
-		if err := p.updated(rs, out.Attempts, err); err != nil {
-			if p.failed(rs, !r.Shadow) {
+		out, err := g.limiter.Take(rs.fallback, []byte(it.key), now, it.cost)
+		if err := g.updated(rs, out.Attempts, err); err != nil {
+			if rs.failed(!r.Shadow) {
 				return true
 			}
 			continue
 		}
 		if !r.Shadow {
-			pk := p.cfg.Response.PartitionString(r, it.key)
+			pk := g.env.cfg.Response.PartitionString(r, it.key)
 			for k, fb := 0, r.Fallback(); k < len(fb.Limits); k++ {
-				p.scratch.outcomes = append(p.scratch.outcomes, rules.Outcome{Limit: &fb.Limits[k], Decision: out.Decisions[k], Partition: pk})
+				d.outcome(&fb.Limits[k], out.Decisions[k], pk)
 			}
 		}
-		if p.count(rs, out.Allowed, !r.Shadow) {
+		if d.count(rs, out.Allowed, !r.Shadow) {
 			return true
-		}
-	}
-	return false
-}
-
-// count records a rule's decision in its metrics (and tags a shadow denial) and reports whether it
-// denies the request.
-func (p *pluginContext) count(rs *ruleState, allowed, enforced bool) (denied bool) {
-	switch {
-	case allowed:
-		rs.metrics.allowed.Increment(1)
-	case enforced:
-		rs.metrics.limited.Increment(1)
-		p.scratch.resp.denier = rs
-		return true
-	default:
-		rs.metrics.shadowLimited.Increment(1)
-		if rs.rule.ShadowHeader != "" {
-			_ = proxywasm.AddHttpRequestHeader(rs.rule.ShadowHeader, rs.rule.Name)
 		}
 	}
 	return false
@@ -415,25 +375,25 @@ func (p *pluginContext) count(rs *ruleState, allowed, enforced bool) (denied boo
 //	meshlimit.global.permit_failures  those of them that failed (the permits' leases cover them)
 //	meshlimit.global.permits_lost     permits a renewal found gone (their lease had ended, or Redis restarted): no longer renewed
 type globalMetrics struct {
-	calls, failures, breakerOpened, shortCircuited, leaseCalls proxywasm.MetricCounter
-	rejected, deadlineExpired, lateAnswers                     proxywasm.MetricCounter
-	permitCalls, permitFailures, permitsLost                   proxywasm.MetricCounter
+	calls, failures, breakerOpened, shortCircuited, leaseCalls counter
+	rejected, deadlineExpired, lateAnswers                     counter
+	permitCalls, permitFailures, permitsLost                   counter
 }
 
-func defineGlobalMetrics() globalMetrics {
+func defineGlobalMetrics(h host) globalMetrics {
 	return globalMetrics{
-		calls:          proxywasm.DefineCounterMetric("meshlimit.global.calls"),
-		failures:       proxywasm.DefineCounterMetric("meshlimit.global.failures"),
-		breakerOpened:  proxywasm.DefineCounterMetric("meshlimit.global.breaker_opened"),
-		shortCircuited: proxywasm.DefineCounterMetric("meshlimit.global.short_circuited"),
-		leaseCalls:     proxywasm.DefineCounterMetric("meshlimit.global.lease_calls"),
+		calls:          newCounter(h, "meshlimit.global.calls"),
+		failures:       newCounter(h, "meshlimit.global.failures"),
+		breakerOpened:  newCounter(h, "meshlimit.global.breaker_opened"),
+		shortCircuited: newCounter(h, "meshlimit.global.short_circuited"),
+		leaseCalls:     newCounter(h, "meshlimit.global.lease_calls"),
 
-		rejected:        proxywasm.DefineCounterMetric("meshlimit.global.rejected"),
-		deadlineExpired: proxywasm.DefineCounterMetric("meshlimit.global.deadline_expired"),
-		lateAnswers:     proxywasm.DefineCounterMetric("meshlimit.global.late_answers"),
+		rejected:        newCounter(h, "meshlimit.global.rejected"),
+		deadlineExpired: newCounter(h, "meshlimit.global.deadline_expired"),
+		lateAnswers:     newCounter(h, "meshlimit.global.late_answers"),
 
-		permitCalls:    proxywasm.DefineCounterMetric("meshlimit.global.permit_calls"),
-		permitFailures: proxywasm.DefineCounterMetric("meshlimit.global.permit_failures"),
-		permitsLost:    proxywasm.DefineCounterMetric("meshlimit.global.permits_lost"),
+		permitCalls:    newCounter(h, "meshlimit.global.permit_calls"),
+		permitFailures: newCounter(h, "meshlimit.global.permit_failures"),
+		permitsLost:    newCounter(h, "meshlimit.global.permits_lost"),
 	}
 }

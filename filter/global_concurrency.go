@@ -5,9 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
-	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/wire"
 )
@@ -16,7 +13,7 @@ import (
 // its permits in the decision service (service/API.md, "Concurrency permits"). The request's
 // /v1/check carries the permit with the rule's other global descriptors, under an id unique to
 // the request (this plugin context's owner id, the stream id and a random number). An admitted
-// stream's permits are kept per stream in the worker's globalClient; every globalPermitRenew
+// stream's permits are kept per stream in the worker's globalPermits; every globalPermitRenew
 // the tick renews them all (batched, up to wire.MaxDescriptors per call), and the stream's end
 // (OnHttpStreamDone) releases them with a call whose answer is not awaited. A permit whose
 // release is lost (a call that fails, a VM that dies, a proxy that goes away) ends with its
@@ -56,6 +53,8 @@ type globalPermit struct {
 
 // globalPermits are the permits this worker's streams hold in the service.
 type globalPermits struct {
+	g         *globalClient
+	owner     uint64                    // the plugin's owner id, which starts every permit id
 	held      map[uint32][]globalPermit // by stream id
 	nextRenew int64
 	body      []byte
@@ -69,11 +68,11 @@ type deferredRelease struct {
 	gp  globalPermit
 }
 
-// assignPermits gives each global concurrency item of a request a permit id.
-func (p *pluginContext) assignPermits(items []globalItem, stream uint32) {
+// assign gives each global concurrency item of a request a permit id.
+func (gp *globalPermits) assign(items []globalItem, stream uint32) {
 	for i := range items {
 		if it := &items[i]; isConcurrency(it.spec) {
-			b := strconv.AppendUint(make([]byte, 0, 48), p.conc.owner, 36)
+			b := strconv.AppendUint(make([]byte, 0, 48), gp.owner, 36)
 			b = append(b, '/')
 			b = strconv.AppendUint(b, uint64(stream), 36)
 			b = append(b, '/')
@@ -85,9 +84,9 @@ func (p *pluginContext) assignPermits(items []globalItem, stream uint32) {
 // isConcurrency reports whether a rule's limits are one concurrency limit.
 func isConcurrency(spec []rules.LimitSpec) bool { return len(spec) == 1 && spec[0].Concurrency > 0 }
 
-// holdPermits keeps, for the stream, the permits of an answer that admitted every descriptor
-// (an answer with any denial was released by the service).
-func (g *globalClient) holdPermits(stream uint32, items []globalItem, decisions []wire.Decision) {
+// hold keeps, for the stream, the permits of an answer that admitted every descriptor (an answer
+// with any denial was released by the service).
+func (gp *globalPermits) hold(stream uint32, items []globalItem, decisions []wire.Decision) {
 	for _, d := range decisions {
 		if !d.Allowed || d.Skipped {
 			return
@@ -95,166 +94,142 @@ func (g *globalClient) holdPermits(stream uint32, items []globalItem, decisions 
 	}
 	for i := range items {
 		if it := &items[i]; it.permit != "" {
-			if g.permits.held == nil {
-				g.permits.held = map[uint32][]globalPermit{}
+			if gp.held == nil {
+				gp.held = map[uint32][]globalPermit{}
 			}
-			g.permits.held[stream] = append(g.permits.held[stream],
+			gp.held[stream] = append(gp.held[stream],
 				globalPermit{stream: stream, rule: it.rs.rule.Name, fp: it.spec[0].Fingerprint, key: it.key, permit: it.permit})
 		}
 	}
 }
 
-// endGlobalPermits, at the end of a stream, releases the permits it holds in the service, and
-// those a call still unanswered may have acquired.
-func (h *httpContext) endGlobalPermits() {
-	g := h.plugin.global
-	if g == nil {
-		return
+// endStream, at the end of a stream, releases the permits it holds in the service, and those a call
+// still unanswered may have acquired.
+func (gp *globalPermits) endStream(h *httpContext) {
+	if h.call.deadline != 0 {
+		gp.releaseItems(h.call.items, gp.g.host.now())
 	}
-	if h.deadline != 0 {
-		g.releaseItems(h.globals, abi.UnixNano())
-	}
-	if held, ok := g.permits.held[h.id]; ok {
-		delete(g.permits.held, h.id)
-		g.release(h.plugin.name, held)
+	if held, ok := gp.held[h.id]; ok {
+		delete(gp.held, h.id)
+		gp.release(held)
 	}
 }
 
-// releaseItems releases, when two call timeouts have passed, the permits of items, sent in a
-// call that failed, was given up or lost its stream.
-func (g *globalClient) releaseItems(items []globalItem, now int64) {
-	due := now + 2*int64(g.cfg.Timeout)
+// releaseItems releases, when two call timeouts have passed, the permits of items, sent in a call
+// that failed, was given up or lost its stream.
+func (gp *globalPermits) releaseItems(items []globalItem, now int64) {
+	due := now + 2*int64(gp.g.cfg.Timeout)
 	for i := range items {
 		if it := &items[i]; it.permit != "" {
-			gp := globalPermit{rule: it.rs.rule.Name, fp: it.spec[0].Fingerprint, key: it.key, permit: it.permit}
-			g.permits.deferred = append(g.permits.deferred, deferredRelease{due: due, gp: gp})
+			p := globalPermit{rule: it.rs.rule.Name, fp: it.spec[0].Fingerprint, key: it.key, permit: it.permit}
+			gp.deferred = append(gp.deferred, deferredRelease{due: due, gp: p})
 		}
 	}
 }
 
 // releaseDeferred, on a tick, releases the deferred permits that are due.
-func (g *globalClient) releaseDeferred(plugin string, now int64) {
-	d := g.permits.deferred
+func (gp *globalPermits) releaseDeferred(now int64) {
+	d := gp.deferred
 	if len(d) == 0 || d[0].due > now { // appended in due order
 		return
 	}
-	refs, n := g.permits.refs[:0], 0
+	refs, n := gp.refs[:0], 0
 	for n < len(d) && d[n].due <= now {
 		refs = append(refs, d[n].gp)
 		n++
 	}
-	g.permits.refs = refs
-	g.permits.deferred = append(d[:0], d[n:]...)
+	gp.refs = refs
+	gp.deferred = append(d[:0], d[n:]...)
 	for len(refs) > 0 {
 		k := min(len(refs), wire.MaxDescriptors)
-		g.permitCall(plugin, wire.Release, refs[:k])
+		gp.call(wire.Release, refs[:k])
 		refs = refs[k:]
 	}
 }
 
-// release sends one call that releases permits (at most wire.MaxDescriptors of them; a stream
-// holds one per global concurrency rule), not awaiting its answer beyond counting a failure.
-func (g *globalClient) release(plugin string, permits []globalPermit) {
-	g.permitCall(plugin, wire.Release, permits[:min(len(permits), wire.MaxDescriptors)])
+// release sends one call that releases permits (at most wire.MaxDescriptors of them; a stream holds
+// one per global concurrency rule), not awaiting its answer beyond counting a failure.
+func (gp *globalPermits) release(permits []globalPermit) {
+	gp.call(wire.Release, permits[:min(len(permits), wire.MaxDescriptors)])
 }
 
-// renewPermits, on a tick, renews the permits of every live stream every globalPermitRenew.
-func (g *globalClient) renewPermits(plugin string, now int64) {
-	if len(g.permits.held) == 0 || now < g.permits.nextRenew {
+// renew, on a tick, renews the permits of every live stream every globalPermitRenew.
+func (gp *globalPermits) renew(now int64) {
+	if len(gp.held) == 0 || now < gp.nextRenew {
 		return
 	}
-	g.permits.nextRenew = now + int64(globalPermitRenew)
-	refs := g.permits.refs[:0]
-	for _, held := range g.permits.held {
+	gp.nextRenew = now + int64(globalPermitRenew)
+	refs := gp.refs[:0]
+	for _, held := range gp.held {
 		refs = append(refs, held...)
 	}
-	g.permits.refs = refs
+	gp.refs = refs
 	for len(refs) > 0 {
 		n := min(len(refs), wire.MaxDescriptors)
-		g.permitCall(plugin, wire.Renew, refs[:n])
+		gp.call(wire.Renew, refs[:n])
 		refs = refs[n:]
 	}
 }
 
-// permitCall sends a renew or release call for permits, unless the breaker is open (the
-// leases then cover them). Its answer counts renewals that found their permit gone.
-func (g *globalClient) permitCall(plugin string, list wire.PermitList, permits []globalPermit) {
-	if g.breaker.failures >= g.breaker.threshold {
+// call sends a renew or release call for permits, unless the breaker is open (the leases then
+// cover them). Its answer counts renewals that found their permit gone.
+func (gp *globalPermits) call(list wire.PermitList, permits []globalPermit) {
+	g := gp.g
+	if g.breaker.open() {
 		return
 	}
 	lease := time.Duration(0)
 	if list == wire.Renew {
 		lease = globalPermitLease
 	}
-	b := wire.AppendPermitListStart(g.permits.body[:0], list, false)
-	for i, gp := range permits {
-		b = wire.AppendPermitRef(b, i, wire.Key{Plugin: plugin, Rule: gp.rule, Fingerprint: gp.fp, Value: gp.key}, gp.permit, lease)
+	b := wire.AppendPermitListStart(gp.body[:0], list, false)
+	for i, p := range permits {
+		b = wire.AppendPermitRef(b, i, wire.Key{Plugin: g.name, Rule: p.rule, Fingerprint: p.fp, Value: p.key}, p.permit, lease)
 	}
-	g.permits.body = wire.AppendRequestEnd(b)
+	gp.body = wire.AppendRequestEnd(b)
 	var batch []globalPermit // a renewal's answer names the entries it did not renew
 	if list == wire.Renew {
 		batch = append(batch, permits...)
 	}
-	_, err := proxywasm.DispatchHttpCall(g.cfg.Cluster, g.headers, g.permits.body, nil, g.timeout, func(numHeaders, bodySize, _ int) {
-		g.onPermitAnswer(batch, numHeaders, bodySize)
+	err := g.host.dispatch(g.cfg.Cluster, g.headers, gp.body, g.timeout, func(numHeaders, bodySize, _ int) {
+		gp.onAnswer(batch, numHeaders, bodySize)
 	})
-	g.metrics.permitCalls.Increment(1)
+	g.metrics.permitCalls.inc(1)
 	if err != nil {
-		g.metrics.permitFailures.Increment(1)
+		g.metrics.permitFailures.inc(1)
 	}
 }
 
-// onPermitAnswer reads the answer to a renew (batch: its entries) or release call. A permit
-// the service did not renew is gone (its lease ended, or Redis restarted): it is counted once
-// and no longer renewed; its stream goes on without it.
-func (g *globalClient) onPermitAnswer(batch []globalPermit, numHeaders, bodySize int) {
-	a, err := readPermitAnswer(numHeaders, bodySize)
+// onAnswer reads the answer to a renew (batch: its entries) or release call. A permit the service
+// did not renew is gone (its lease ended, or Redis restarted): it is counted once and no longer
+// renewed; its stream goes on without it.
+func (gp *globalPermits) onAnswer(batch []globalPermit, numHeaders, bodySize int) {
+	g := gp.g
+	a, err := g.readPermitAnswer(numHeaders, bodySize)
 	if err != nil {
-		g.metrics.permitFailures.Increment(1)
+		g.metrics.permitFailures.inc(1)
 		return
 	}
 	for i := range batch {
 		if a.Lost&(1<<i) != 0 {
-			g.metrics.permitsLost.Increment(1)
-			g.forget(&batch[i])
+			g.metrics.permitsLost.inc(1)
+			gp.forget(&batch[i])
 		}
 	}
 }
 
 // forget drops a permit from its stream's list.
-func (g *globalClient) forget(gp *globalPermit) {
-	held := g.permits.held[gp.stream]
+func (gp *globalPermits) forget(p *globalPermit) {
+	held := gp.held[p.stream]
 	for i := range held {
-		if held[i].permit == gp.permit {
+		if held[i].permit == p.permit {
 			held = append(held[:i], held[i+1:]...)
 			break
 		}
 	}
 	if len(held) == 0 {
-		delete(g.permits.held, gp.stream)
+		delete(gp.held, p.stream)
 	} else {
-		g.permits.held[gp.stream] = held
+		gp.held[p.stream] = held
 	}
-}
-
-// readPermitAnswer reads the answer to a renew or release call: a 200 with the counts.
-func readPermitAnswer(numHeaders, bodySize int) (wire.Answer, error) {
-	body, err := readCallBody(numHeaders, bodySize)
-	if err != nil {
-		return wire.Answer{}, err
-	}
-	return wire.DecodeFullAnswer(body, 0, answerScratch)
-}
-
-// acquireFallbackPermit decides a global concurrency item by its rule's local fallback limit
-// (the service could not decide) and reports whether the request is denied. The permit, when
-// one is taken, is the stream's at once: this runs in the request path or in a callback of the
-// paused request, and the stream's end gives it back whichever way the request goes.
-func (h *httpContext) acquireFallbackPermit(it *globalItem, now int64) bool {
-	p, rs := h.plugin, it.rs
-	denied, held, ok := p.acquireOwned(rs, rs.fbPermits, rs.rule.FallbackConcurrency(), []byte(it.key), now, !rs.rule.Shadow, true)
-	if ok {
-		h.permits = append(h.permits, held)
-	}
-	return denied
 }

@@ -41,7 +41,7 @@ func pendingCall(t *testing.T, host proxytest.HostEmulator, id uint32) proxytest
 	return calls[0]
 }
 
-func counter(t *testing.T, host proxytest.HostEmulator, name string) uint64 {
+func metric(t *testing.T, host proxytest.HostEmulator, name string) uint64 {
 	t.Helper()
 	n, err := host.GetCounterMetric(name)
 	require.NoError(t, err, name)
@@ -65,7 +65,7 @@ func TestAGlobalRuleAsksTheServiceOnceAndResumesTheRequestItAllows(t *testing.T)
 	host.CallOnHttpCallResponse(call.CalloutID, h, nil, b)
 	assert.Equal(t, types.ActionContinue, host.GetCurrentHttpStreamAction(id))
 	assert.Nil(t, host.GetSentLocalResponse(id))
-	assert.Equal(t, uint64(1), counter(t, host, "meshlimit.rule.per-user.allowed"))
+	assert.Equal(t, uint64(1), metric(t, host, "meshlimit.rule.per-user.allowed"))
 }
 
 func TestAGlobalDenialIsAnsweredAndRememberedUntilItsRetryAfter(t *testing.T) {
@@ -82,7 +82,7 @@ func TestAGlobalDenialIsAnsweredAndRememberedUntilItsRetryAfter(t *testing.T) {
 	assert.Equal(t, types.ActionPause, host.CallOnRequestHeaders(again, request("/", [2]string{"x-user", "bob"}), true))
 	assert.Empty(t, host.GetCalloutAttributesFromContext(again), "the over-limit cache answers without a call")
 	require.NotNil(t, host.GetSentLocalResponse(again))
-	assert.Equal(t, uint64(1), counter(t, host, "meshlimit.rule.per-user.cached_denials"))
+	assert.Equal(t, uint64(1), metric(t, host, "meshlimit.rule.per-user.cached_denials"))
 
 	other := host.InitializeHttpContext()
 	host.CallOnRequestHeaders(other, request("/", [2]string{"x-user", "carol"}), true)
@@ -104,7 +104,7 @@ func TestAFailingServiceAppliesTheRuleFallbackInTheProxy(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []uint32{200, 429}, statuses, "the fallback's 1/h admits one and denies the next")
-	assert.Equal(t, uint64(2), counter(t, host, "meshlimit.rule.per-user.fallback"))
+	assert.Equal(t, uint64(2), metric(t, host, "meshlimit.rule.per-user.fallback"))
 }
 
 func TestTheBreakerStopsCallingAFailingServiceAndFailsOpenByDefault(t *testing.T) {
@@ -118,8 +118,8 @@ func TestTheBreakerStopsCallingAFailingServiceAndFailsOpenByDefault(t *testing.T
 	id := host.InitializeHttpContext()
 	assert.Equal(t, types.ActionContinue, host.CallOnRequestHeaders(id, request("/", [2]string{"x-user", "erin"}), true))
 	assert.Empty(t, host.GetCalloutAttributesFromContext(id), "the open breaker short-circuits the call")
-	assert.Equal(t, uint64(1), counter(t, host, "meshlimit.global.breaker_opened"))
-	assert.Equal(t, uint64(1), counter(t, host, "meshlimit.global.short_circuited"))
+	assert.Equal(t, uint64(1), metric(t, host, "meshlimit.global.breaker_opened"))
+	assert.Equal(t, uint64(1), metric(t, host, "meshlimit.global.short_circuited"))
 }
 
 func TestFailureModeDenyClosesTheDoorWhenTheServiceFails(t *testing.T) {
@@ -128,7 +128,7 @@ func TestFailureModeDenyClosesTheDoorWhenTheServiceFails(t *testing.T) {
 	host.CallOnRequestHeaders(id, request("/", [2]string{"x-user", "frank"}), true)
 	host.CallOnHttpCallResponse(pendingCall(t, host, id).CalloutID, [][2]string{{":status", "504"}}, nil, nil)
 	require.NotNil(t, host.GetSentLocalResponse(id))
-	assert.Equal(t, uint64(1), counter(t, host, "meshlimit.rule.per-user.failure_denied"))
+	assert.Equal(t, uint64(1), metric(t, host, "meshlimit.rule.per-user.failure_denied"))
 }
 
 func TestLeasedUnitsAdmitRequestsWithoutACall(t *testing.T) {
@@ -161,6 +161,6 @@ func TestLeasedUnitsAdmitRequestsWithoutACall(t *testing.T) {
 		assert.Equal(t, types.ActionContinue, host.CallOnRequestHeaders(id, request("/", [2]string{"x-user", "gina"}), true), "request %d", i)
 		assert.Empty(t, host.GetCalloutAttributesFromContext(id), "request %d spends leased units", i)
 	}
-	assert.Equal(t, uint64(5), counter(t, host, "meshlimit.rule.per-user.leased"))
-	assert.Equal(t, uint64(4), counter(t, host, "meshlimit.rule.per-user.lease_spent"))
+	assert.Equal(t, uint64(5), metric(t, host, "meshlimit.rule.per-user.leased"))
+	assert.Equal(t, uint64(4), metric(t, host, "meshlimit.rule.per-user.lease_spent"))
 }

@@ -3,8 +3,6 @@ package filter
 import (
 	"unsafe"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
 )
@@ -19,14 +17,15 @@ import (
 // kept across requests, so reading them allocates nothing; their string views are valid for the
 // request being decided only.
 type hostRequest struct {
-	read                              uint8 // bit set of the values already read
-	method, path, host, route, source string
-	headers                           [][2]string // every request header, in the host's order
-	norm                              []byte      // the normalized path; its buffer is kept across requests
-	routeBuf, sourceBuf               []byte      // what route and source view
-	methodBuf, pathBuf, hostBuf       []byte      // and method, path and host when read one by one
-	headerBuf                         []byte      // what Header's last value read alone views
-	propPath                          []byte      // Property's encoded path, reused
+	host                                   host
+	read                                   uint8 // bit set of the values already read
+	method, path, authority, route, source string
+	headers                                [][2]string // every request header, in the host's order
+	norm                                   []byte      // the normalized path; its buffer is kept across requests
+	routeBuf, sourceBuf                    []byte      // what route and source view
+	methodBuf, pathBuf, authorityBuf       []byte      // and method, path and authority when read one by one
+	headerBuf                              []byte      // what Header's last value read alone views
+	propPath                               []byte      // Property's encoded path, reused
 }
 
 const (
@@ -47,7 +46,7 @@ func (r *hostRequest) reset() {
 // loadHeaders reads every request header once.
 func (r *hostRequest) loadHeaders() {
 	if r.read&readHeaders == 0 {
-		r.headers, _ = proxywasm.GetHttpRequestHeaders()
+		r.headers, _ = r.host.headers(requestPart)
 		r.read |= readHeaders
 	}
 }
@@ -72,9 +71,9 @@ func (r *hostRequest) Header(name string) (string, bool) {
 	if r.read&readHeaders != 0 {
 		return r.HeaderValue(name, 0)
 	}
-	v, st := abi.GetHeader(abi.RequestHeaders, name, r.headerBuf)
+	v, ok := r.host.header(requestPart, name, r.headerBuf)
 	r.headerBuf = v
-	return bytesString(v), st == abi.StatusOK
+	return bytesString(v), ok
 }
 
 // NormalizedPath implements Request.
@@ -93,9 +92,9 @@ func (r *hostRequest) pseudo(bit uint8, dst *string, buf *[]byte, name string) s
 		if r.read&readHeaders != 0 {
 			*dst, _ = r.HeaderValue(name, 0)
 		} else {
-			v, st := abi.GetHeader(abi.RequestHeaders, name, *buf)
+			v, ok := r.host.header(requestPart, name, *buf)
 			*buf, *dst = v, ""
-			if st == abi.StatusOK {
+			if ok {
 				*dst = bytesString(v)
 			}
 		}
@@ -107,9 +106,9 @@ func (r *hostRequest) pseudo(bit uint8, dst *string, buf *[]byte, name string) s
 // property reads a fixed property (path encoded by abi.PropertyPath) into buf once per request.
 func (r *hostRequest) property(bit uint8, dst *string, buf *[]byte, path []byte) string {
 	if r.read&bit == 0 {
-		v, st := abi.GetProperty(path, *buf)
+		v, ok := r.host.property(path, *buf)
 		*buf, *dst = v, ""
-		if st == abi.StatusOK {
+		if ok {
 			*dst = bytesString(v)
 		}
 		r.read |= bit
@@ -131,7 +130,9 @@ func (r *hostRequest) Method() string {
 func (r *hostRequest) Path() string { return r.pseudo(readPath, &r.path, &r.pathBuf, ":path") }
 
 // Host implements Request.
-func (r *hostRequest) Host() string { return r.pseudo(readHost, &r.host, &r.hostBuf, ":authority") }
+func (r *hostRequest) Host() string {
+	return r.pseudo(readHost, &r.authority, &r.authorityBuf, ":authority")
+}
 
 // RouteName implements Request.
 func (r *hostRequest) RouteName() string {
@@ -155,11 +156,37 @@ func (r *hostRequest) Property(path []string) (string, bool) {
 	if len(path) == 0 {
 		return "", false
 	}
-	v, st := abi.GetProperty(r.propPath, nil)
-	if st != abi.StatusOK {
+	v, ok := r.host.property(r.propPath, nil)
+	if !ok {
 		return "", false
 	}
 	return bytesString(v), true
+}
+
+// hostResponse reads the upstream's response headers: the first value of a header, as Envoy's
+// proxy_get_header_map_value gives it, received into a buffer it reuses (no allocation once it has
+// grown). A value is valid until the next read: its caller uses it at once.
+type hostResponse struct {
+	host host
+	buf  []byte
+}
+
+// header returns the first value of the response header name.
+func (r *hostResponse) header(name string) (string, bool) {
+	v, ok := r.host.header(responsePart, name, r.buf)
+	r.buf = v
+	if !ok {
+		return "", false
+	}
+	return bytesString(v), true
+}
+
+// HeaderValue implements rules.HeaderSource (for count_on): the first value only.
+func (r *hostResponse) HeaderValue(name string, i int) (string, bool) {
+	if i > 0 {
+		return "", false
+	}
+	return r.header(name)
 }
 
 // bytesString views b as a string without copying. Only for bytes that nothing modifies while the

@@ -4,9 +4,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
-	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
@@ -32,9 +29,12 @@ import (
 // live units and no lease is in flight). A key that finds no room leases nothing and is decided call by
 // call.
 
-// leaseState is the lease bookkeeping of one plugin (one worker thread).
-type leaseState struct {
-	want    map[leaseKey]globalItem // keys whose buckets run low, to lease for on the next tick
+// leaser is the lease bookkeeping of one plugin (one worker thread).
+type leaser struct {
+	*env
+	g       *globalClient
+	ed      sharedstate.LeaseEditor // reused
+	wants   map[leaseKey]globalItem // keys whose buckets run low, to lease for on the next tick
 	backoff map[leaseKey]int64      // keys the service refused a batch for, until when
 }
 
@@ -46,91 +46,90 @@ type leaseKey struct {
 // maxLeaseWants bounds the keys a worker remembers to lease for between two ticks.
 const maxLeaseWants = 1024
 
-// spendLease takes the request's cost from the key's leased units. It reports whether the request
-// was admitted that way, and asks for a lease when less than a batch is left, so that a batch that
+// spend takes the request's cost from the key's leased units. It reports whether the request was
+// admitted that way, and asks for a lease when less than a batch is left, so that a batch that
 // covers one tick's consumption keeps the units from running out.
-func (p *pluginContext) spendLease(it *globalItem, now int64) bool {
-	e := &p.leaseEd
+func (l *leaser) spend(it *globalItem, now int64) bool {
+	e := &l.ed
 	*e = sharedstate.LeaseEditor{Op: sharedstate.LeaseSpend, Now: now, Cost: it.cost, Batch: it.rs.rule.Lease().Batch}
-	res, err := p.records.Update(it.rs.leases, []byte(it.key), e)
+	res, err := l.records.Update(it.rs.leases, []byte(it.key), e)
 	if err != nil || res.Placement == sharedstate.NoRoom {
 		return false // no room: the key is decided call by call, and cannot lease
 	}
-	p.countExpired(it, e)
+	countExpired(it, e)
 	if e.Low {
-		p.wantLease(it, now)
+		l.want(it, now)
 	}
 	return e.Done && res.Written
 }
 
 // countExpired counts the units an operation found expired, when it wrote.
-func (p *pluginContext) countExpired(it *globalItem, e *sharedstate.LeaseEditor) {
+func countExpired(it *globalItem, e *sharedstate.LeaseEditor) {
 	if e.Dropped > 0 {
-		it.rs.metrics.leaseExpired.Increment(uint64(e.Dropped))
+		it.rs.metrics.leaseExpired.inc(uint64(e.Dropped))
 	}
 }
 
-func (p *pluginContext) wantLease(it *globalItem, now int64) {
+// want remembers to lease for the key on the next tick, unless the service refused it a batch
+// until later.
+func (l *leaser) want(it *globalItem, now int64) {
 	k := leaseKey{rule: it.rs.rule.Index, key: it.key}
-	if until, ok := p.leases.backoff[k]; ok {
+	if until, ok := l.backoff[k]; ok {
 		if now < until {
 			return
 		}
-		delete(p.leases.backoff, k)
+		delete(l.backoff, k)
 	}
-	if p.leases.want == nil {
-		p.leases.want = map[leaseKey]globalItem{}
+	if l.wants == nil {
+		l.wants = map[leaseKey]globalItem{}
 	}
-	if len(p.leases.want) < maxLeaseWants {
-		p.leases.want[k] = *it
+	if len(l.wants) < maxLeaseWants {
+		l.wants[k] = *it
 	}
 }
 
-// refillLeases, on a tick, leases a batch for every key that ran low, one call per key, unless another
+// refill, on a tick, leases a batch for every key that ran low, one call per key, unless another
 // worker of this proxy already has a lease in flight for it or the key no longer runs low.
-func (p *pluginContext) refillLeases(now int64) {
-	if len(p.leases.want) == 0 || p.global == nil || !p.global.breaker.allow(now) {
+func (l *leaser) refill(now int64) {
+	g := l.g
+	if len(l.wants) == 0 || g == nil || !g.breaker.allow(now) {
 		return
 	}
-	g := p.global
-	for k, it := range p.leases.want {
-		delete(p.leases.want, k)
-		if !p.claimLease(&it, now) {
+	for k, it := range l.wants {
+		delete(l.wants, k)
+		if !l.claim(&it, now) {
 			continue
 		}
 		batch := it
 		batch.cost = it.rs.rule.Lease().Batch
-		g.body = appendCheckBody(g.body[:0], p.name, []globalItem{batch})
-		_, err := proxywasm.DispatchHttpCall(g.cfg.Cluster, g.headers, g.body, nil, g.timeout, func(numHeaders, bodySize, _ int) {
-			p.onLeaseResponse(&batch, numHeaders, bodySize)
+		g.body = appendCheckBody(g.body[:0], l.name, []globalItem{batch})
+		err := l.host.dispatch(g.cfg.Cluster, g.headers, g.body, g.timeout, func(numHeaders, bodySize, _ int) {
+			l.onAnswer(&batch, numHeaders, bodySize)
 		})
 		if err != nil {
-			g.metrics.failures.Increment(1)
-			p.endLease(&batch, 0, now)
+			g.metrics.failures.inc(1)
+			l.end(&batch, 0, now)
 			continue
 		}
-		g.metrics.leaseCalls.Increment(1)
+		g.metrics.leaseCalls.inc(1)
 	}
 }
 
-// onLeaseResponse adds a granted batch to the key's bucket; a refused batch makes this worker stop
-// leasing for the key until the service's Retry-After (requests are then decided one by one).
-func (p *pluginContext) onLeaseResponse(it *globalItem, numHeaders, bodySize int) {
-	defer p.recoverPanic("a lease answer")
-	g := p.global
-	now := abi.UnixNano()
-	decisions, err := readCheckResponse(numHeaders, bodySize, len(it.spec))
+// onAnswer adds a granted batch to the key's bucket; a refused batch makes this worker stop leasing
+// for the key until the service's Retry-After (requests are then decided one by one).
+func (l *leaser) onAnswer(it *globalItem, numHeaders, bodySize int) {
+	defer l.panics.recoverPanic("a lease answer")
+	g := l.g
+	now := l.host.now()
+	decisions, err := g.readCheck(numHeaders, bodySize, len(it.spec))
 	if err != nil {
 		var se *statusError
 		if errors.As(err, &se) && se.rejected() {
-			g.metrics.rejected.Increment(1) // refused, not an outage: no breaker (see globalFailed)
+			g.metrics.rejected.inc(1) // refused, not an outage: no breaker (see globalClient.failed)
 		} else {
-			g.metrics.failures.Increment(1)
-			if g.breaker.failure(now) {
-				g.metrics.breakerOpened.Increment(1)
-			}
+			g.failure(now)
 		}
-		p.endLease(it, 0, now)
+		l.end(it, 0, now)
 		return
 	}
 	g.breaker.success()
@@ -145,37 +144,37 @@ func (p *pluginContext) onLeaseResponse(it *globalItem, numHeaders, bodySize int
 		}
 	}
 	if wait > 0 {
-		if p.leases.backoff == nil {
-			p.leases.backoff = map[leaseKey]int64{}
+		if l.backoff == nil {
+			l.backoff = map[leaseKey]int64{}
 		}
-		if len(p.leases.backoff) < maxLeaseWants {
-			p.leases.backoff[leaseKey{rule: it.rs.rule.Index, key: it.key}] = now + wait
+		if len(l.backoff) < maxLeaseWants {
+			l.backoff[leaseKey{rule: it.rs.rule.Index, key: it.key}] = now + wait
 		}
-		p.endLease(it, 0, now)
+		l.end(it, 0, now)
 		return
 	}
-	it.rs.metrics.leased.Increment(uint64(it.cost))
-	p.endLease(it, it.cost, now)
+	it.rs.metrics.leased.inc(uint64(it.cost))
+	l.end(it, it.cost, now)
 }
 
-// claimLease marks a lease in flight for the key if it still holds less than a batch and no other
+// claim marks a lease in flight for the key if it still holds less than a batch and no other
 // worker has one in flight: the check and the mark are one compare-and-swap.
-func (p *pluginContext) claimLease(it *globalItem, now int64) bool {
-	e := &p.leaseEd
-	*e = sharedstate.LeaseEditor{Op: sharedstate.LeaseClaim, Now: now, Batch: it.rs.rule.Lease().Batch, Until: now + int64(p.global.cfg.Timeout)*2}
-	res, err := p.records.Update(it.rs.leases, []byte(it.key), e)
+func (l *leaser) claim(it *globalItem, now int64) bool {
+	e := &l.ed
+	*e = sharedstate.LeaseEditor{Op: sharedstate.LeaseClaim, Now: now, Batch: it.rs.rule.Lease().Batch, Until: now + int64(l.g.cfg.Timeout)*2}
+	res, err := l.records.Update(it.rs.leases, []byte(it.key), e)
 	if err != nil || !res.Written {
 		return false
 	}
-	p.countExpired(it, e)
+	countExpired(it, e)
 	return e.Done
 }
 
-// endLease ends the lease in flight for the key, adding granted units (valid for the rule's ttl).
-func (p *pluginContext) endLease(it *globalItem, granted, now int64) {
-	e := &p.leaseEd
+// end ends the lease in flight for the key, adding granted units (valid for the rule's ttl).
+func (l *leaser) end(it *globalItem, granted, now int64) {
+	e := &l.ed
 	*e = sharedstate.LeaseEditor{Op: sharedstate.LeaseEnd, Now: now, Cost: granted, Expiry: now + int64(it.rs.rule.Lease().TTL)}
-	if _, err := p.records.Update(it.rs.leases, []byte(it.key), e); err == nil {
-		p.countExpired(it, e)
+	if _, err := l.records.Update(it.rs.leases, []byte(it.key), e); err == nil {
+		countExpired(it, e)
 	}
 }

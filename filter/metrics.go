@@ -1,12 +1,5 @@
 package filter
 
-import (
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
-	"github.com/meshlimit/meshlimit/rules"
-	"github.com/meshlimit/meshlimit/sharedstate"
-)
-
 // Metrics follow Envoy's dotted stat names (Envoy shows them with the prefix "wasmcustom."; Istio
 // exports them to Prometheus with dots turned into underscores). Every VM defines the same names; the
 // host keeps one stat per name, so the counts add up across worker threads.
@@ -35,76 +28,32 @@ import (
 //	meshlimit.global.resets_applied              reset log entries applied: keys an admin reset, forgotten in shared data
 //	meshlimit.global.resets_poll_failed          reads of the reset log that failed (applied later, from the same position)
 //	meshlimit.global.resets_truncated            reads that found the proxy's position gone from the log (resets may be missed)
-type pluginMetrics struct {
-	configErrors, panics proxywasm.MetricCounter
-}
-
 type ruleMetrics struct {
-	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, overflow, evictions, fallback, cachedDenials, leased, leaseSpent, leaseExpired, permitsReclaimed proxywasm.MetricCounter
-	nearLimit, counted, unanswered, penalties, penaltyDenied                                                                                                                   proxywasm.MetricCounter
+	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, overflow, evictions, fallback, cachedDenials, leased, leaseSpent, leaseExpired, permitsReclaimed counter
+	nearLimit, counted, unanswered, penalties, penaltyDenied                                                                                                                   counter
 }
 
-func definePluginMetrics() pluginMetrics {
-	return pluginMetrics{
-		configErrors: proxywasm.DefineCounterMetric("meshlimit.config_errors"),
-		panics:       proxywasm.DefineCounterMetric("meshlimit.panics"),
-	}
-}
-
-func defineRuleMetrics(rule string) ruleMetrics {
+func defineRuleMetrics(h host, rule string) ruleMetrics {
 	p := "meshlimit.rule." + rule + "."
 	return ruleMetrics{
-		allowed:          proxywasm.DefineCounterMetric(p + "allowed"),
-		limited:          proxywasm.DefineCounterMetric(p + "limited"),
-		shadowLimited:    proxywasm.DefineCounterMetric(p + "shadow_limited"),
-		casRetries:       proxywasm.DefineCounterMetric(p + "cas_retries"),
-		casExhausted:     proxywasm.DefineCounterMetric(p + "cas_exhausted"),
-		failureDenied:    proxywasm.DefineCounterMetric(p + "failure_denied"),
-		overflow:         proxywasm.DefineCounterMetric(p + "overflow"),
-		evictions:        proxywasm.DefineCounterMetric(p + "evictions"),
-		fallback:         proxywasm.DefineCounterMetric(p + "fallback"),
-		cachedDenials:    proxywasm.DefineCounterMetric(p + "cached_denials"),
-		leased:           proxywasm.DefineCounterMetric(p + "leased"),
-		leaseSpent:       proxywasm.DefineCounterMetric(p + "lease_spent"),
-		leaseExpired:     proxywasm.DefineCounterMetric(p + "lease_expired"),
-		nearLimit:        proxywasm.DefineCounterMetric(p + "near_limit"),
-		counted:          proxywasm.DefineCounterMetric(p + "counted"),
-		unanswered:       proxywasm.DefineCounterMetric(p + "unanswered"),
-		penalties:        proxywasm.DefineCounterMetric(p + "penalties"),
-		penaltyDenied:    proxywasm.DefineCounterMetric(p + "penalty_denied"),
-		permitsReclaimed: proxywasm.DefineCounterMetric(p + "permits_reclaimed"),
-	}
-}
-
-// placed counts where a Take found the key's state and returns the limits its decisions are of: the
-// rule's overflow limits when the key had no room, else the set's own.
-func (rs *ruleState) placed(pl sharedstate.Placement, own []rules.LimitSpec) []rules.LimitSpec {
-	if pl < sharedstate.Evicted { // Owned, Claimed: inlined at the caller, nothing to count
-		return own
-	}
-	return rs.placedElsewhere(pl, own)
-}
-
-func (rs *ruleState) placedElsewhere(pl sharedstate.Placement, own []rules.LimitSpec) []rules.LimitSpec {
-	switch pl {
-	case sharedstate.Overflow:
-		rs.metrics.overflow.Increment(1)
-		return rs.overflow
-	case sharedstate.Evicted:
-		rs.metrics.evictions.Increment(1)
-	}
-	return own
-}
-
-// resetMetrics are the counters of the reset log (resets.go).
-type resetMetrics struct {
-	applied, pollFailed, truncated proxywasm.MetricCounter
-}
-
-func defineResetMetrics() resetMetrics {
-	return resetMetrics{
-		applied:    proxywasm.DefineCounterMetric("meshlimit.global.resets_applied"),
-		pollFailed: proxywasm.DefineCounterMetric("meshlimit.global.resets_poll_failed"),
-		truncated:  proxywasm.DefineCounterMetric("meshlimit.global.resets_truncated"),
+		allowed:          newCounter(h, p+"allowed"),
+		limited:          newCounter(h, p+"limited"),
+		shadowLimited:    newCounter(h, p+"shadow_limited"),
+		casRetries:       newCounter(h, p+"cas_retries"),
+		casExhausted:     newCounter(h, p+"cas_exhausted"),
+		failureDenied:    newCounter(h, p+"failure_denied"),
+		overflow:         newCounter(h, p+"overflow"),
+		evictions:        newCounter(h, p+"evictions"),
+		fallback:         newCounter(h, p+"fallback"),
+		cachedDenials:    newCounter(h, p+"cached_denials"),
+		leased:           newCounter(h, p+"leased"),
+		leaseSpent:       newCounter(h, p+"lease_spent"),
+		leaseExpired:     newCounter(h, p+"lease_expired"),
+		nearLimit:        newCounter(h, p+"near_limit"),
+		counted:          newCounter(h, p+"counted"),
+		unanswered:       newCounter(h, p+"unanswered"),
+		penalties:        newCounter(h, p+"penalties"),
+		penaltyDenied:    newCounter(h, p+"penalty_denied"),
+		permitsReclaimed: newCounter(h, p+"permits_reclaimed"),
 	}
 }

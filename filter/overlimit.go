@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
@@ -14,30 +13,49 @@ import (
 // exchange an admin reset at the service is seen by the next request on every proxy (a cached denial
 // is forgotten when the proxy reads the reset log, within global.reset_poll: resets.go).
 
-// blocked reports whether the key is in the over-limit cache at now: until when, and which limit denied.
-// A rule with cache_denials false never finds a key there (even one cached before a reload that
-// turned the cache off): every request asks the service, so an admin reset is seen at once.
-func (p *pluginContext) blocked(it *globalItem, now int64) (idx int, until int64, ok bool) {
-	if !it.rs.rule.CacheDenials {
-		return 0, 0, false
-	}
-	v, ok, err := p.records.Find(it.rs.blocked, []byte(it.key))
+// overLimitCache keeps the over-limit entries of the plugin's rules (rs.blocked): a global rule's
+// cached denials, and a counted rule's penalty box (charge.go), which share the record format
+// (sharedstate.BlockEditor).
+type overLimitCache struct {
+	*env
+	ed sharedstate.BlockEditor // reused
+}
+
+// find reports whether key is blocked in rec at now: until when, and which of its limits (fewer
+// than limits) denied it.
+func (o *overLimitCache) find(rec *sharedstate.Records, key []byte, limits int, now int64) (idx int, until int64, ok bool) {
+	v, ok, err := o.records.Find(rec, key)
 	if err != nil || !ok {
 		return 0, 0, false
 	}
 	until, idx, ok = sharedstate.ParseBlock(v)
-	if !ok || until <= now || idx >= len(it.spec) {
+	if !ok || until <= now || idx >= limits {
 		return 0, 0, false
 	}
 	return idx, until, true
 }
 
+// put blocks key in rec until then (limit idx denied it).
+func (o *overLimitCache) put(rec *sharedstate.Records, key []byte, idx int, until int64) {
+	o.ed = sharedstate.BlockEditor{Now: o.host.now(), Until: until, Limit: byte(idx)}
+	_, _ = o.records.Update(rec, key, &o.ed)
+}
+
+// blocked reports whether the key is in the over-limit cache at now: until when, and which limit denied.
+// A rule with cache_denials false never finds a key there (even one cached before a reload that
+// turned the cache off): every request asks the service, so an admin reset is seen at once.
+func (o *overLimitCache) blocked(it *globalItem, now int64) (idx int, until int64, ok bool) {
+	if !it.rs.rule.CacheDenials {
+		return 0, 0, false
+	}
+	return o.find(it.rs.blocked, []byte(it.key), len(it.spec), now)
+}
+
 // block records that the key is denied by limit idx until then. A rule that settles is not cached: a
 // refund (settle_global.go) may make room before the Retry-After; nor is one with cache_denials false.
-func (p *pluginContext) block(it *globalItem, idx int, until int64) {
+func (o *overLimitCache) block(it *globalItem, idx int, until int64) {
 	if it.rs.rule.Settle() != nil || !it.rs.rule.CacheDenials {
 		return
 	}
-	p.blockEd = sharedstate.BlockEditor{Now: abi.UnixNano(), Until: until, Limit: byte(idx)}
-	_, _ = p.records.Update(it.rs.blocked, []byte(it.key), &p.blockEd)
+	o.put(it.rs.blocked, []byte(it.key), idx, until)
 }

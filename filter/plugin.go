@@ -5,14 +5,10 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/meshlimit/meshlimit/internal/fnv"
-	"github.com/meshlimit/meshlimit/rules"
-
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/meshlimit/meshlimit/abi"
-	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
@@ -25,43 +21,71 @@ func NewVMContext() types.VMContext { return &vmContext{} }
 type vmContext struct{ types.DefaultVMContext }
 
 // NewPluginContext implements types.VMContext.
-func (*vmContext) NewPluginContext(uint32) types.PluginContext { return &pluginContext{} }
+func (*vmContext) NewPluginContext(uint32) types.PluginContext { return newPluginContext(&sdkHost{}) }
 
-// pluginContext implements types.PluginContext. It holds the parsed configuration and what the
-// request path needs: one shared-data table per set of limits, the limiter and the metrics.
-type pluginContext struct {
-	types.DefaultPluginContext
+// env is what every feature of a plugin shares: the host, the configuration and the plugin's name
+// (which namespaces every key), the cursors over its shared data, the request being decided, the
+// response being read, and the panic guard. The features embed a pointer to their plugin's.
+type env struct {
+	host    host
 	cfg     *rules.Config
-	rules   []ruleState
+	name    string
+	records *sharedstate.Cursor // every record set: over-limit cache, leases, permits, shedders
 	limiter *sharedstate.Limiter
-	records *sharedstate.Cursor // the over-limit cache and the lease records
-	metrics pluginMetrics
-	scratch scratch
-	shaper  shaper
-	name    string        // the plugin_name property, which namespaces every key
-	global  *globalClient // nil without a global object in the configuration
-	leases  leaseState
-	blockEd sharedstate.BlockEditor // the editors of the over-limit cache and lease records, reused
-	leaseEd sharedstate.LeaseEditor
-	conc    concurrencyState // concurrency permits (concurrency.go)
-	sheds   []shedState      // the load shedders (shed.go), in configuration order
-	resets  resetPoller      // the reset log poll (resets.go)
-
-	panicLogged bool // a recovered panic was logged (once per VM: see recover.go)
+	d       decision
+	resp    hostResponse
+	panics  panicGuard
 }
 
-// ruleState is what a plugin keeps per configured rule.
-type ruleState struct {
-	rule      *rules.Rule
-	tables    []*sharedstate.Table // one per rules.LimitSet, by its Index
-	fallback  *sharedstate.Table   // the fallback limits of a global rule, or nil
-	blocked   *sharedstate.Records // the over-limit cache of a global rule
-	leases    *sharedstate.Records // the leased units of a rule with a lease
-	permits   *sharedstate.Records // the permits of a rule with a local concurrency limit
-	fbPermits *sharedstate.Records // the local fallback permits of a global concurrency rule
-	overflow  []rules.LimitSpec    // what keys without room are decided against in tables[0]
-	settle    *settleRule          // the counters of a rule whose cost settles (settle.go), once used
-	metrics   ruleMetrics
+// debugging reports whether the configuration logs at debug level. Check it before formatting a
+// debug line: the formatting allocates.
+func (e *env) debugging() bool { return e.cfg.LogLevel <= rules.LogDebug }
+
+// updated counts the CAS rounds a shared-state update of the rule took and logs a failure that is
+// not contention (which is counted); it returns err.
+func (e *env) updated(rs *ruleState, attempts int, err error) error {
+	if attempts > 1 {
+		rs.metrics.casRetries.inc(uint64(attempts - 1))
+	}
+	if err != nil {
+		if errors.Is(err, sharedstate.ErrContention) {
+			rs.metrics.casExhausted.inc(1)
+		} else {
+			logf(e.host, logWarn, "meshlimit: rule %s: %v", rs.rule.Name, err)
+		}
+	}
+	return err
+}
+
+// pluginContext implements types.PluginContext: it starts the features its configuration asks for
+// and hands the timer to them; httpContext hands them the callbacks of each stream. doc.go lists
+// the features and where each lives.
+type pluginContext struct {
+	types.DefaultPluginContext
+	env
+	rules        []ruleState
+	configErrors counter
+	free         []*httpContext       // contexts of finished streams, for the next streams (see recycle)
+	ends         []func(*httpContext) // the features' ends of a stream, in order (endHooks)
+
+	global  *globalClient // nil without a global object in the configuration
+	leases  leaser
+	resets  resetPoller
+	cache   overLimitCache
+	permits permits
+	sheds   shedder
+	shaper  shaper
+	settle  settler
+	charges charger
+	replies replier
+}
+
+// newPluginContext returns a plugin context on h, not started.
+func newPluginContext(h host) *pluginContext {
+	p := &pluginContext{}
+	p.host = h
+	p.panics.host = h
+	return p
 }
 
 // keyPrefix is the start of every shared-data key the plugin writes. The shared data of a vm_id is one
@@ -73,76 +97,84 @@ const keyPrefix = "meshlimit/"
 func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 	defer func() {
 		if r := recover(); r != nil {
-			p.recovered("the plugin start", r)
+			p.panics.recovered("the plugin start", r)
 			status = types.OnPluginStartStatusFailed
 		}
 	}()
-	p.metrics = definePluginMetrics()
-	if err := p.start(HostStore()); err != nil {
-		p.metrics.configErrors.Increment(1)
-		proxywasm.LogCriticalf("meshlimit: invalid configuration: %v", err)
+	p.configErrors = newCounter(p.host, "meshlimit.config_errors")
+	p.panics.count = newCounter(p.host, "meshlimit.panics")
+	if err := p.start(); err != nil {
+		p.configErrors.inc(1)
+		logf(p.host, logCritical, "meshlimit: invalid configuration: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
 	if period := p.tickPeriod(); period > 0 {
-		if err := proxywasm.SetTickPeriodMilliSeconds(period); err != nil {
-			proxywasm.LogCriticalf("meshlimit: shaping and leases need a timer: %v", err)
+		if err := p.host.setTick(period); err != nil {
+			logf(p.host, logCritical, "meshlimit: shaping and leases need a timer: %v", err)
 			return types.OnPluginStartStatusFailed
 		}
 	}
-	proxywasm.LogInfof("meshlimit: %s", p.cfg.Summary())
+	logf(p.host, logInfo, "meshlimit: %s", p.cfg.Summary())
 	return types.OnPluginStartStatusOK
 }
 
-// HostStore returns the shared data of the proxy the plugin runs in.
-func HostStore() sharedstate.Store { return &hostStore{} }
-
-func (p *pluginContext) start(store sharedstate.Store) error {
-	data, err := proxywasm.GetPluginConfiguration()
-	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
+// start reads and compiles the configuration and starts the features it asks for.
+func (p *pluginContext) start() error {
+	data, err := p.host.config()
+	if err != nil {
 		return fmt.Errorf("reading the plugin configuration: %w", err)
 	}
 	cfg, err := rules.ParseConfig(data)
 	if err != nil {
 		return err
 	}
-	name := pluginName()
+	name := pluginName(p.host)
 	if err := cfg.CheckPluginName(name); err != nil {
 		return err
 	}
-	u, err := sharedstate.NewUpdater(store, keyPrefix+name+"/sentinel", 0)
+	u, err := sharedstate.NewUpdater(p.host, keyPrefix+name+"/sentinel", 0)
 	if err != nil {
 		return err
 	}
 	p.cfg, p.limiter, p.records, p.name = cfg, sharedstate.NewLimiter(u), sharedstate.NewCursor(u), name
-	p.conc.owner = newOwner()
-	if cfg.Global != nil {
-		p.global = newGlobalClient(cfg.Global)
-		p.startResets()
-	}
+	p.d.host, p.d.req.host, p.resp.host = p.host, p.host, p.host
 	p.rules = make([]ruleState, 0, len(cfg.Rules()))
 	for i, r := range cfg.Rules() {
-		rs, err := newRuleState(keyPrefix+name+"/"+r.Name+"/", r)
+		rs, err := newRuleState(p.host, keyPrefix+name+"/"+r.Name+"/", r)
 		if err != nil {
 			return fmt.Errorf("rules[%d]: %w", i, err)
 		}
 		p.rules = append(p.rules, rs)
 	}
-	p.sheds = make([]shedState, len(cfg.Shedders))
-	for i, s := range cfg.Shedders {
-		base := keyPrefix + name + "/shed/"
-		if s.Name != "" {
-			base += s.Name + "/"
-		}
-		p.startShed(&p.sheds[i], s, base)
-	}
+	p.startFeatures(newOwner())
 	return nil
+}
+
+// startFeatures gives every feature its collaborators, and starts those the configuration asks
+// for. owner is the plugin's owner id in the owned records (permits, shedding slots).
+func (p *pluginContext) startFeatures(owner uint64) {
+	e := &p.env
+	p.cache = overLimitCache{env: e}
+	p.permits = permits{env: e, owner: owner, rules: p.rules}
+	p.shaper = shaper{host: p.host}
+	p.replies = replier{env: e}
+	if g := p.cfg.Global; g != nil {
+		p.global = newGlobalClient(e, g, owner)
+		p.global.leases, p.global.local, p.global.settle, p.global.cache, p.global.charges = &p.leases, &p.permits, &p.settle, &p.cache, &p.charges
+		p.leases = leaser{env: e, g: p.global}
+		p.resets.start(e, p.global, p.rules)
+	}
+	p.settle = settler{env: e, g: p.global, shaper: &p.shaper}
+	p.charges = charger{env: e, g: p.global, cache: &p.cache}
+	p.sheds.start(e, owner, &p.permits, p.cfg.Shedders, keyPrefix+p.name+"/shed/")
+	p.ends = p.endHooks()
 }
 
 // newRuleState creates the shared-data tables of a rule, under keys that start with base: one per
 // limit set, named by the fingerprint of what gives its state a meaning, so that a changed limit
 // starts from fresh state and an unchanged one keeps its state across reconfigurations.
-func newRuleState(base string, r *rules.Rule) (ruleState, error) {
-	rs := ruleState{rule: r, metrics: defineRuleMetrics(r.Name), overflow: r.LimitSets()[0].Limits}
+func newRuleState(h host, base string, r *rules.Rule) (ruleState, error) {
+	rs := ruleState{rule: r, metrics: defineRuleMetrics(h, r.Name), overflow: r.LimitSets()[0].Limits}
 	fp := strconv.FormatUint(r.Fingerprint(), 36)
 	if err := rs.globalRecords(base, fp); err != nil {
 		return rs, err
@@ -153,64 +185,7 @@ func newRuleState(base string, r *rules.Rule) (ruleState, error) {
 	if r.Concurrency() != nil {
 		return rs, rs.newPermits(base, fp)
 	}
-	var overflow []algorithms.Limit // nil: the rule's own limits
-	if o := r.Overflow(); o != nil {
-		overflow, rs.overflow = limitsOf(o.Limits), o.Limits
-	}
-	for _, set := range r.LimitSets() {
-		prefix := base + fp
-		if set.Override != "" || set.Index > 0 {
-			// An override's table holds one key value; its name carries that value's hash, so that two
-			// overrides with the same limits never share a slot.
-			prefix = base + "override/" + strconv.FormatUint(fnv.String(set.Override), 36) + "/" + strconv.FormatUint(set.Fingerprint, 36)
-		}
-		var o []algorithms.Limit
-		if set.Index == 0 {
-			o = overflow // an override's table holds its one key: it never overflows
-		}
-		t, err := sharedstate.NewTable(prefix, set.Slots, limitsOf(set.Limits), o)
-		if err != nil {
-			return rs, err
-		}
-		rs.tables = append(rs.tables, t)
-	}
-	return rs, nil
-}
-
-// globalRecords creates what only a global rule has: its over-limit cache, its lease records and its
-// fallback table, each in max_keys slots.
-func (rs *ruleState) globalRecords(base, fp string) (err error) {
-	r := rs.rule
-	if r.Scope == rules.ScopeLocal {
-		return nil
-	}
-	if rs.blocked, err = sharedstate.NewRecords(base+"blocked/"+fp, r.MaxKeys); err != nil {
-		return err
-	}
-	if r.Lease() != nil {
-		if rs.leases, err = sharedstate.NewRecords(base+"lease/"+fp, r.MaxKeys); err != nil {
-			return err
-		}
-	}
-	if fb := r.FallbackConcurrency(); fb != nil {
-		rs.fbPermits, err = sharedstate.NewRecords(base+"fallback-permits/"+strconv.FormatUint(fb.Fingerprint, 36), r.MaxKeys)
-		return err
-	}
-	if fb := r.Fallback(); fb != nil {
-		rs.fallback, err = sharedstate.NewTable(base+"fallback/"+strconv.FormatUint(fb.Fingerprint, 36), fb.Slots, limitsOf(fb.Limits), nil)
-		if err != nil {
-			return fmt.Errorf("fallback: %w", err)
-		}
-	}
-	return nil
-}
-
-func limitsOf(specs []rules.LimitSpec) []algorithms.Limit {
-	limits := make([]algorithms.Limit, len(specs))
-	for i := range specs {
-		limits[i] = specs[i].Limit
-	}
-	return limits
+	return rs, rs.newTables(base, fp)
 }
 
 // leaseTickMillis is the timer period of a plugin with leases: how soon a worker that saw a bucket run
@@ -218,42 +193,50 @@ func limitsOf(specs []rules.LimitSpec) []algorithms.Limit {
 const leaseTickMillis = 20
 
 // tickPeriod is the timer period the plugin needs: the shaper's if any limit shapes, the lease
-// renewal's (which also checks the deadlines of calls to the service) with a global service, else none.
+// renewal's (which also checks the deadlines of calls to the service) with a global service, else
+// the owned records' (permits and shedders), else none.
 func (p *pluginContext) tickPeriod() uint32 {
-	if t := p.permitTickMillis(); t > 0 && !p.shapes() && p.global == nil {
-		return t // else the shorter period of shaping or leases serves the permits too
+	t := p.sheds.tickMillis()
+	if t == 0 && p.permits.any() {
+		t = 1000 // renewals run every permitRenew
 	}
-	if p.shapes() {
-		return shapeTickMillis
-	}
-	if p.global != nil {
+	switch {
+	case shapes(p.rules):
+		return shapeTickMillis // which serves the permits too
+	case p.global != nil:
 		return leaseTickMillis
 	}
-	return 0
+	return t
 }
 
 // pluginName returns the plugin_name property (Istio: "<namespace>.<name>"), or "default".
-func pluginName() string {
-	v, err := proxywasm.GetProperty([]string{"plugin_name"})
-	if err != nil || len(v) == 0 {
+func pluginName(h host) string {
+	v, ok := h.property(pluginNamePath, nil)
+	if !ok || len(v) == 0 {
 		return "default"
 	}
 	return string(v)
 }
 
+var pluginNamePath = abi.PropertyPath("plugin_name")
+
 // NewHttpContext implements types.PluginContext.
 func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext { return p.newHTTPContext(id) }
 
-// OnTick implements types.PluginContext: requests held by a leaky bucket are released when due, and
-// leases are renewed for keys that run low.
-// Calls to the service that passed their deadline are given up. A panic is recovered.
+// OnTick implements types.PluginContext: calls to the service that passed their deadline are given
+// up, requests held by a leaky bucket are released when due, leases are renewed for keys that run
+// low, the owned records renewed and the adaptive shedders run, and the reset log is read. A panic
+// is recovered.
 func (p *pluginContext) OnTick() {
-	defer p.recoverPanic("a tick")
-	now := abi.UnixNano()
-	p.expireCalls(now)
-	testPanic(panicTick)
+	defer p.panics.recoverPanic("a tick")
+	now := p.host.now()
+	if p.global != nil {
+		p.global.tick(now)
+	}
+	testPanic(p.host, panicTick)
 	p.shaper.release(now)
-	p.refillLeases(now)
-	p.tickOwned(now)
-	p.pollResets(now)
+	p.leases.refill(now)
+	p.permits.renew(now)
+	p.sheds.tick(now)
+	p.resets.poll(now)
 }

@@ -32,15 +32,6 @@ func request(path string, extra ...[2]string) [][2]string {
 	return append([][2]string{{":method", "GET"}, {":path", path}, {":authority", "a.example"}}, extra...)
 }
 
-func pairValue(h [][2]string, name string) (string, bool) {
-	for _, kv := range h {
-		if kv[0] == name {
-			return kv[1], true
-		}
-	}
-	return "", false
-}
-
 func TestPluginStartFailsOnABadConfigurationAndSaysWhichField(t *testing.T) {
 	host, status := emulate(t, `{"rules":[{"name":"r","limits":[{"rate":"10/parsec"}]}]}`)
 	assert.Equal(t, types.OnPluginStartStatusFailed, status)

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
-	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/sharedstate"
 	"github.com/meshlimit/meshlimit/wire"
@@ -52,6 +49,9 @@ const resetsMissingBackoff = int64(time.Minute)
 
 // resetPoller is this worker's side of the reset log.
 type resetPoller struct {
+	*env
+	g         *globalClient
+	rules     []ruleState
 	key       string // the shared-data poll record
 	every     int64  // global.reset_poll (ns); 0: off
 	headers   [][2]string
@@ -65,33 +65,30 @@ type resetPoller struct {
 	metrics   resetMetrics
 }
 
-// startResets prepares the reset log poll of a plugin with a global service (off when
-// global.reset_poll is 0).
-func (p *pluginContext) startResets() {
-	g := p.global.cfg
-	rp := &p.resets
-	*rp = resetPoller{key: keyPrefix + p.name + "/resets", every: int64(g.ResetPoll), timeout: p.global.timeout}
+// start prepares the reset log poll of a plugin with a global service g (off when
+// global.reset_poll is 0), for the plugin's rules.
+func (rp *resetPoller) start(e *env, g *globalClient, rules []ruleState) {
+	*rp = resetPoller{env: e, g: g, rules: rules, key: keyPrefix + e.name + "/resets", every: int64(g.cfg.ResetPoll), timeout: g.timeout}
 	if rp.every == 0 {
 		return
 	}
-	rp.headers = append(rp.headers, p.global.headers...)
+	rp.headers = append(rp.headers, g.headers...)
 	for i := range rp.headers {
 		if rp.headers[i][0] == ":path" {
 			rp.headers[i][1] = wire.ResetsPath
 		}
 	}
-	rp.metrics = defineResetMetrics()
+	rp.metrics = defineResetMetrics(e.host)
 }
 
-// pollResets, on a tick, claims the poll when it is due and no other worker claimed it, and calls
-// the service for the entries after the position applied.
-func (p *pluginContext) pollResets(now int64) {
-	rp := &p.resets
+// poll, on a tick, claims the poll when it is due and no other worker claimed it, and calls the
+// service for the entries after the position applied.
+func (rp *resetPoller) poll(now int64) {
 	if rp.every == 0 || now < rp.nextRead || rp.inflight > now {
 		return
 	}
 	rp.inflight = 0
-	u := p.records.Updater()
+	u := rp.records.Updater()
 	v, cas, err := u.Read(rp.key)
 	if err != nil {
 		return
@@ -107,57 +104,56 @@ func (p *pluginContext) pollResets(now int64) {
 	if u.Write(rp.key, rp.val, cas) != nil {
 		return // another worker claimed this period's poll (or the store failed: next period)
 	}
-	rp.body = wire.AppendResetsRequest(rp.body[:0], p.name, seq)
-	_, err = proxywasm.DispatchHttpCall(p.global.cfg.Cluster, rp.headers, rp.body, nil, rp.timeout, func(numHeaders, bodySize, _ int) {
-		p.onResetsAnswer(seq, numHeaders, bodySize)
+	rp.body = wire.AppendResetsRequest(rp.body[:0], rp.name, seq)
+	err = rp.host.dispatch(rp.g.cfg.Cluster, rp.headers, rp.body, rp.timeout, func(numHeaders, bodySize, _ int) {
+		rp.onAnswer(seq, numHeaders, bodySize)
 	})
 	if err != nil {
-		p.resetsFailed(now, err)
+		rp.failed(now, err)
 		return
 	}
 	rp.inflight = now + int64(time.Duration(rp.timeout)*time.Millisecond+deadlineSlack)
 }
 
-// onResetsAnswer applies the entries of an answer to the poll from position since, then advances
-// the position. A failed or unreadable answer changes nothing: the next period asks again.
-func (p *pluginContext) onResetsAnswer(since uint64, numHeaders, bodySize int) {
-	defer p.recoverPanic("a reset log answer")
-	rp := &p.resets
+// onAnswer applies the entries of an answer to the poll from position since, then advances the
+// position. A failed or unreadable answer changes nothing: the next period asks again.
+func (rp *resetPoller) onAnswer(since uint64, numHeaders, bodySize int) {
+	defer rp.panics.recoverPanic("a reset log answer")
 	rp.inflight = 0
-	now := abi.UnixNano()
-	a, err := p.readResetsAnswer(numHeaders, bodySize)
+	now := rp.host.now()
+	a, err := rp.readAnswer(numHeaders, bodySize)
 	if err != nil {
 		if se, ok := err.(*statusError); ok && se.status == "404" {
 			rp.nextRead = now + max(rp.every, resetsMissingBackoff)
 			rp.nextLogAt = 0 // say so at once, and then once per wait
 			err = fmt.Errorf("%w: the service does not serve the reset log (an older version?); this worker asks again in %v (global.reset_poll \"off\" stops asking)", err, time.Duration(max(rp.every, resetsMissingBackoff)))
 		}
-		p.resetsFailed(now, err)
+		rp.failed(now, err)
 		return
 	}
-	applied := p.resetPosition(since)
+	applied := rp.position(since)
 	for i := range a.Resets {
-		if a.Resets[i].Seq > applied && p.applyReset(a.Resets[i].Key) {
-			rp.metrics.applied.Increment(1)
+		if a.Resets[i].Seq > applied && rp.apply(a.Resets[i].Key) {
+			rp.metrics.applied.inc(1)
 		}
 	}
 	if a.Truncated {
-		rp.metrics.truncated.Increment(1)
-		proxywasm.LogWarnf("meshlimit: the reset log no longer holds position %d (this proxy fell behind it, or the service lost it): resets before position %d may not have reached this proxy's shared data", since, a.Seq)
+		rp.metrics.truncated.inc(1)
+		logf(rp.host, logWarn, "meshlimit: the reset log no longer holds position %d (this proxy fell behind it, or the service lost it): resets before position %d may not have reached this proxy's shared data", since, a.Seq)
 	}
 	if a.More {
 		rp.nextRead = 0
 	}
-	p.advanceResets(since, &a)
+	rp.advance(since, &a)
 }
 
-// resetPosition returns the position applied as the poll record says now, at least since: a worker
+// position returns the position applied as the poll record says now, at least since: a worker
 // whose answer comes late (after another worker polled in a later period and applied the same
 // entries) applies none of those again. Applying an entry twice is not idempotent in time: between
 // the two, the key may have earned new state (a penalty box after its reset), which a stale entry
 // must not forget.
-func (p *pluginContext) resetPosition(since uint64) uint64 {
-	v, _, err := p.records.Updater().Read(p.resets.key)
+func (rp *resetPoller) position(since uint64) uint64 {
+	v, _, err := rp.records.Updater().Read(rp.key)
 	if err != nil {
 		return since
 	}
@@ -165,37 +161,35 @@ func (p *pluginContext) resetPosition(since uint64) uint64 {
 	return max(pos.Seq, since)
 }
 
-// readResetsAnswer reads the answer of a reset log call: a 200 with a well-formed body.
-func (p *pluginContext) readResetsAnswer(numHeaders, bodySize int) (wire.ResetsAnswer, error) {
-	body, err := readCallBody(numHeaders, bodySize)
+// readAnswer reads the answer of a reset log call: a 200 with a well-formed body.
+func (rp *resetPoller) readAnswer(numHeaders, bodySize int) (wire.ResetsAnswer, error) {
+	body, err := readCallBody(rp.host, numHeaders, bodySize)
 	if err != nil {
 		return wire.ResetsAnswer{}, err
 	}
-	a, err := wire.DecodeResetsAnswer(body, p.resets.answer)
-	p.resets.answer = a.Resets[:0]
+	a, err := wire.DecodeResetsAnswer(body, rp.answer)
+	rp.answer = a.Resets[:0]
 	if err != nil {
 		return a, fmt.Errorf("decoding the body: %w", err)
 	}
 	return a, nil
 }
 
-// resetsFailed counts a failed poll and warns at most once per rejectLogEvery per worker.
-func (p *pluginContext) resetsFailed(now int64, err error) {
-	rp := &p.resets
-	rp.metrics.pollFailed.Increment(1)
+// failed counts a failed poll and warns at most once per rejectLogEvery per worker.
+func (rp *resetPoller) failed(now int64, err error) {
+	rp.metrics.pollFailed.inc(1)
 	if now >= rp.nextLogAt {
 		rp.nextLogAt = now + int64(rejectLogEvery)
-		proxywasm.LogWarnf("meshlimit: reading the reset log on cluster %q: %v; admin resets reach this proxy's shared data once a poll succeeds (this warning: at most once per %v per worker; meshlimit.global.resets_poll_failed counts them)",
-			p.global.cfg.Cluster, err, rejectLogEvery)
+		logf(rp.host, logWarn, "meshlimit: reading the reset log on cluster %q: %v; admin resets reach this proxy's shared data once a poll succeeds (this warning: at most once per %v per worker; meshlimit.global.resets_poll_failed counts them)",
+			rp.g.cfg.Cluster, err, rejectLogEvery)
 	}
 }
 
-// advanceResets moves the position applied to the answer's: never backwards, unless the answer is
+// advance moves the position applied to the answer's: never backwards, unless the answer is
 // truncated and no other poll moved the position since this one's (then the service's position is
 // adopted, as it may have started again lower). An answer with more to come makes the poll due.
-func (p *pluginContext) advanceResets(since uint64, a *wire.ResetsAnswer) {
-	rp := &p.resets
-	u := p.records.Updater()
+func (rp *resetPoller) advance(since uint64, a *wire.ResetsAnswer) {
+	u := rp.records.Updater()
 	for range u.MaxAttempts() {
 		v, cas, err := u.Read(rp.key)
 		if err != nil {
@@ -219,15 +213,15 @@ func (p *pluginContext) advanceResets(since uint64, a *wire.ResetsAnswer) {
 	}
 }
 
-// applyReset forgets the key of one entry in this proxy's shared data and reports whether the
+// apply forgets the key of one entry in this proxy's shared data and reports whether the
 // entry named a limit of one of the plugin's rules (then it is applied, whether the key had state
 // here or not).
-func (p *pluginContext) applyReset(key string) bool {
-	rule, fp, value, ok := wire.ParseKey(key, p.name)
+func (rp *resetPoller) apply(key string) bool {
+	rule, fp, value, ok := wire.ParseKey(key, rp.name)
 	if !ok || hashedValue(value) {
 		return false
 	}
-	rs := p.ruleNamed(rule)
+	rs := ruleNamed(rp.rules, rule)
 	if rs == nil {
 		return false
 	}
@@ -238,32 +232,26 @@ func (p *pluginContext) applyReset(key string) bool {
 		}
 		matched = true
 		if i < len(rs.tables) && (set.Override == "" || set.Override == value) {
-			if _, err := p.limiter.Forget(rs.tables[i], []byte(value)); err != nil {
-				proxywasm.LogWarnf("meshlimit: rule %s: forgetting a reset key: %v", rs.rule.Name, err)
-			}
+			_, err := rp.limiter.Forget(rs.tables[i], []byte(value))
+			rp.forgot(rs, err)
 		}
 	}
 	if matched && rs.blocked != nil {
-		if _, err := p.records.Forget(rs.blocked, []byte(value)); err != nil {
-			proxywasm.LogWarnf("meshlimit: rule %s: forgetting a reset key: %v", rs.rule.Name, err)
-		}
+		_, err := rp.records.Forget(rs.blocked, []byte(value))
+		rp.forgot(rs, err)
 	}
 	if matched && rs.fallback != nil { // the global limit's stand-in while the service is out of reach
-		if _, err := p.limiter.Forget(rs.fallback, []byte(value)); err != nil {
-			proxywasm.LogWarnf("meshlimit: rule %s: forgetting a reset key: %v", rs.rule.Name, err)
-		}
+		_, err := rp.limiter.Forget(rs.fallback, []byte(value))
+		rp.forgot(rs, err)
 	}
 	return matched
 }
 
-// ruleNamed returns the state of the rule named name, or nil.
-func (p *pluginContext) ruleNamed(name string) *ruleState {
-	for i := range p.rules {
-		if p.rules[i].rule.Name == name {
-			return &p.rules[i]
-		}
+// forgot logs a reset key that could not be forgotten in one of rs's records.
+func (rp *resetPoller) forgot(rs *ruleState, err error) {
+	if err != nil {
+		logf(rp.host, logWarn, "meshlimit: rule %s: forgetting a reset key: %v", rs.rule.Name, err)
 	}
-	return nil
 }
 
 // hashedValue reports whether a key value is in the form the key encoder gives a value it cannot
@@ -293,4 +281,17 @@ func hasFingerprint(limits []rules.LimitSpec, fp uint64) bool {
 		}
 	}
 	return false
+}
+
+// resetMetrics are the counters of the reset log.
+type resetMetrics struct {
+	applied, pollFailed, truncated counter
+}
+
+func defineResetMetrics(h host) resetMetrics {
+	return resetMetrics{
+		applied:    newCounter(h, "meshlimit.global.resets_applied"),
+		pollFailed: newCounter(h, "meshlimit.global.resets_poll_failed"),
+		truncated:  newCounter(h, "meshlimit.global.resets_truncated"),
+	}
 }

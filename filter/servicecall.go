@@ -8,7 +8,6 @@ import (
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/wire"
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 )
 
 // The /v1/check call: the request body the filter sends and the answer it reads, both in the
@@ -21,50 +20,51 @@ func cachedDenial(spec *rules.LimitSpec, wait int64) (d algorithms.Decision) {
 	return d
 }
 
-// answerScratch holds the decisions of the last answer read. A VM runs one callback at a
-// time, and every caller of readCheckResponse consumes the decisions before it returns.
-var answerScratch = make([]wire.Decision, 0, wire.MaxDescriptors)
-
-// readCheckResponse reads the service's answer in an http-call callback. Anything but a 200 with a
+// readCheck reads the service's answer to a check in its callback. Anything but a 200 with a
 // well-formed body of n decisions is a failure: a timeout (Envoy answers 504), no healthy upstream
 // (503), an error of the service (503 when its store is down), a reset (no headers at all). The
-// decisions are valid until the next call.
-func readCheckResponse(numHeaders, bodySize, n int) ([]wire.Decision, error) {
-	body, err := readCallBody(numHeaders, bodySize)
+// decisions are valid until the next answer read (a VM runs one callback at a time, and every
+// caller consumes them before it returns).
+func (g *globalClient) readCheck(numHeaders, bodySize, n int) ([]wire.Decision, error) {
+	body, err := readCallBody(g.host, numHeaders, bodySize)
 	if err != nil {
 		return nil, err
 	}
-	_, answerScratch, err = wire.DecodeAnswer(body, n, answerScratch)
+	_, g.answer, err = wire.DecodeAnswer(body, n, g.answer)
 	if err != nil {
 		return nil, fmt.Errorf("decoding the body: %w", err)
 	}
-	return answerScratch, nil
+	return g.answer, nil
+}
+
+// readPermitAnswer reads the answer to a renew or release call: a 200 with the counts.
+func (g *globalClient) readPermitAnswer(numHeaders, bodySize int) (wire.Answer, error) {
+	body, err := readCallBody(g.host, numHeaders, bodySize)
+	if err != nil {
+		return wire.Answer{}, err
+	}
+	return wire.DecodeFullAnswer(body, 0, g.answer)
 }
 
 // readCallBody reads the body of the service's answer in an http-call callback: a reset (no
 // headers), a status other than 200 (a *statusError) or a body that is empty or over
 // wire.MaxAnswerBytes is an error.
-func readCallBody(numHeaders, bodySize int) ([]byte, error) {
+func readCallBody(h host, numHeaders, bodySize int) ([]byte, error) {
 	if numHeaders == 0 {
 		return nil, errors.New("the call failed (reset)")
 	}
-	headers, err := proxywasm.GetHttpCallResponseHeaders()
+	headers, err := h.headers(answerPart)
 	if err != nil {
 		return nil, fmt.Errorf("reading the headers: %w", err)
 	}
-	status := ""
-	for _, h := range headers {
-		if h[0] == ":status" {
-			status = h[1]
-		}
-	}
+	status := answerStatus(headers)
 	if status != "200" {
-		return nil, newStatusError(status, bodySize)
+		return nil, newStatusError(h, status, bodySize)
 	}
 	if bodySize == 0 || bodySize > wire.MaxAnswerBytes {
 		return nil, fmt.Errorf("body of %d bytes", bodySize)
 	}
-	body, err := proxywasm.GetHttpCallResponseBody(0, bodySize)
+	body, err := h.body(answerPart, 0, bodySize)
 	if err != nil {
 		return nil, fmt.Errorf("reading the body: %w", err)
 	}
@@ -78,10 +78,22 @@ type statusError struct {
 	body   string // the start of a 4xx answer's body, which names what the service refused
 }
 
-func newStatusError(status string, bodySize int) *statusError {
+// answerStatus returns the :status of a call's answer (the last one, as the host lists them), or
+// "" without one.
+func answerStatus(headers [][2]string) string {
+	status := ""
+	for _, h := range headers {
+		if h[0] == ":status" {
+			status = h[1]
+		}
+	}
+	return status
+}
+
+func newStatusError(h host, status string, bodySize int) *statusError {
 	e := &statusError{status: status}
 	if e.rejected() && bodySize > 0 {
-		if b, err := proxywasm.GetHttpCallResponseBody(0, min(bodySize, 256)); err == nil {
+		if b, err := h.body(answerPart, 0, min(bodySize, 256)); err == nil {
 			e.body = string(b)
 		}
 	}

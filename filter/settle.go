@@ -4,9 +4,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
-	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/rules/body"
 	"github.com/meshlimit/meshlimit/sharedstate"
@@ -46,28 +43,35 @@ import (
 //	meshlimit.rule.<rule>.settle_call_failed  global rules: settles not sent (breaker open, call refused) or
 //	                                          answered with a failure while the stream lived (settle_global.go)
 
-// settleRule is what a settling rule keeps: its counters, defined on first use.
-type settleRule struct {
-	settled, kept, refund, overrun, badBody proxywasm.MetricCounter
-	callFailed                              proxywasm.MetricCounter // global rules: settles the service did not apply
+// settler settles the reservations of the plugin's streams: it reserves with the request (or its
+// body, body.go), reads the answer's cost from the response, and settles when the stream ends,
+// locally or with the service (settle_global.go). Its per-request part is the decision's
+// settleScratch, its per-stream part each stream's settling.
+type settler struct {
+	*env
+	g       *globalClient // nil without a global service
+	shaper  *shaper
+	settler *sharedstate.Settler // created on first use
 }
 
-func newSettleRule(rule string) *settleRule {
-	p := "meshlimit.rule." + rule + "."
-	return &settleRule{
-		settled:    proxywasm.DefineCounterMetric(p + "settled"),
-		kept:       proxywasm.DefineCounterMetric(p + "settle_kept"),
-		refund:     proxywasm.DefineCounterMetric(p + "settle_refund"),
-		overrun:    proxywasm.DefineCounterMetric(p + "settle_overrun"),
-		badBody:    proxywasm.DefineCounterMetric(p + "bad_body"),
-		callFailed: proxywasm.DefineCounterMetric(p + "settle_call_failed"),
-	}
+// settleMetrics are the counters of a settling rule, defined on first use.
+type settleMetrics struct {
+	settled, kept, refund, overrun, badBody counter
+	callFailed                              counter // global rules: settles the service did not apply
 }
 
 // settleMetrics returns the rule's settle counters.
-func (rs *ruleState) settleMetrics() *settleRule {
+func (rs *ruleState) settleMetrics(h host) *settleMetrics {
 	if rs.settle == nil {
-		rs.settle = newSettleRule(rs.rule.Name)
+		p := "meshlimit.rule." + rs.rule.Name + "."
+		rs.settle = &settleMetrics{
+			settled:    newCounter(h, p+"settled"),
+			kept:       newCounter(h, p+"settle_kept"),
+			refund:     newCounter(h, p+"settle_refund"),
+			overrun:    newCounter(h, p+"settle_overrun"),
+			badBody:    newCounter(h, p+"bad_body"),
+			callFailed: newCounter(h, p+"settle_call_failed"),
+		}
 	}
 	return rs.settle
 }
@@ -98,11 +102,14 @@ type pendingBody struct {
 
 // settleScratch collects the reservations of the request being decided.
 type settleScratch struct {
-	settler *sharedstate.Settler
-	eos     bool // the request headers ended the request: no body will come
-	res     []reservation
-	pend    []pendingBody
-	keys    []byte // the bytes of the keys of res (resolveKeys)
+	eos  bool // the request headers ended the request: no body will come
+	res  []reservation
+	pend []pendingBody
+	keys []byte // the bytes of the keys of res (resolveKeys)
+}
+
+func (s *settleScratch) reset(eos bool) {
+	s.res, s.pend, s.keys, s.eos = s.res[:0], s.pend[:0], s.keys[:0], eos
 }
 
 // settling is what a stream with reservations keeps until it ends.
@@ -128,22 +135,14 @@ type settling struct {
 	keys      []byte // the bytes of the keys of the reservations reserve made
 }
 
-// newSettling gives the stream a fresh settling: the one its context kept from an earlier stream
-// (arrays kept, everything else cleared), so that a warm request with reservations allocates none.
-func (h *httpContext) newSettling() *settling {
-	st := h.settleMem
-	if st == nil {
-		st = &settling{}
-		h.settleMem = st
-	} else {
-		res, pend, items, keys := st.res, st.pend, st.bodyItems, st.keys
-		clear(res[:cap(res)]) // nothing of an old stream keeps its rules alive
-		clear(pend[:cap(pend)])
-		clear(items[:cap(items)])
-		*st = settling{res: res[:0], pend: pend[:0], bodyItems: items[:0], keys: keys[:0]}
-	}
-	h.settle = st
-	return st
+// reset clears st for another stream, keeping its arrays (nothing of an old stream keeps its
+// rules alive).
+func (st *settling) reset() {
+	res, pend, items, keys := st.res, st.pend, st.bodyItems, st.keys
+	clear(res[:cap(res)])
+	clear(pend[:cap(pend)])
+	clear(items[:cap(items)])
+	*st = settling{res: res[:0], pend: pend[:0], bodyItems: items[:0], keys: keys[:0]}
 }
 
 // resolveKeys gives the reservations reserve made (keyLen > 0, key unset) their keys, in keys.
@@ -160,57 +159,54 @@ func resolveKeys(res []reservation, keys []byte) {
 // deferToBody records a rule that reserves from the request body, instead of deciding it now, and
 // reports whether it did: its local part as pending, its global part as a global item whose cost
 // the body will say (settle_global.go).
-func (p *pluginContext) deferToBody(rs *ruleState, set *rules.LimitSet, key []byte) bool {
-	r := rs.rule
-	if !r.ReservesFromBody() || p.scratch.settle.eos {
+func (s *settler) deferToBody(rs *ruleState, set *rules.LimitSet, key []byte) bool {
+	r, d := rs.rule, &s.d
+	if !r.ReservesFromBody() || d.settle.eos {
 		return false
 	}
 	if r.Scope != rules.ScopeLocal {
-		p.scratch.globals = append(p.scratch.globals, globalItem{rs: rs, spec: set.Limits, key: string(key), fromBody: true})
+		d.globals = append(d.globals, globalItem{rs: rs, spec: set.Limits, key: string(key), fromBody: true})
 	}
 	if r.Scope != rules.ScopeGlobal {
-		s := &p.scratch.settle
-		s.pend = append(s.pend, pendingBody{rs: rs, set: set.Index, key: string(key)})
+		d.settle.pend = append(d.settle.pend, pendingBody{rs: rs, set: set.Index, key: string(key)})
 	}
 	return true
 }
 
 // reserve records an admitted cost of a settling rule.
-func (p *pluginContext) reserve(rs *ruleState, set int, key []byte, out *sharedstate.Outcome, cost, now int64) {
+func (s *settler) reserve(rs *ruleState, set int, key []byte, out *sharedstate.Outcome, cost, now int64) {
 	if !out.Allowed || rs.rule.Settle() == nil {
 		return
 	}
-	s := &p.scratch.settle
-	s.keys = append(s.keys, key...) // adoptSettles gives the reservation its key
-	s.res = append(s.res, reservation{rs: rs, set: set, keyLen: len(key), placement: out.Placement, at: now, reserved: cost})
+	ss := &s.d.settle
+	ss.keys = append(ss.keys, key...) // adopt gives the reservation its key
+	ss.res = append(ss.res, reservation{rs: rs, set: set, keyLen: len(key), placement: out.Placement, at: now, reserved: cost})
 }
 
-// adoptSettles hands the current request's reservations to its stream; a denied request refunds
-// them at once.
-func (h *httpContext) adoptSettles(denied bool, now int64) {
-	s := &h.plugin.scratch.settle
-	if len(s.res) == 0 && len(s.pend) == 0 { // a plain request: nothing to adopt, no deferred reset
-		s.eos = false
+// adopt hands the current request's reservations to its stream; a denied request refunds them at
+// once.
+func (s *settler) adopt(h *httpContext, denied bool, now int64) {
+	ss := &s.d.settle
+	if len(ss.res) == 0 && len(ss.pend) == 0 { // a plain request: nothing to adopt
 		return
 	}
-	defer func() { s.res, s.pend, s.keys, s.eos = s.res[:0], s.pend[:0], s.keys[:0], false }()
 	if denied {
-		resolveKeys(s.res, s.keys)
-		for i := range s.res {
-			h.plugin.adjust(&s.res[i], -s.res[i].reserved, now)
+		resolveKeys(ss.res, ss.keys)
+		for i := range ss.res {
+			s.adjust(&ss.res[i], -ss.res[i].reserved, now)
 		}
 		return
 	}
 	st := h.newSettling()
-	st.keys = append(st.keys, s.keys...)
-	st.res = append(st.res, s.res...)
+	st.keys = append(st.keys, ss.keys...)
+	st.res = append(st.res, ss.res...)
 	resolveKeys(st.res, st.keys)
-	st.pend = append(st.pend, s.pend...)
+	st.pend = append(st.pend, ss.pend...)
 	for i := range st.res {
-		st.askReadable(st.res[i].rs)
+		s.askReadable(st, st.res[i].rs)
 	}
 	for i := range st.pend {
-		st.askReadable(st.pend[i].rs)
+		s.askReadable(st, st.pend[i].rs)
 	}
 }
 
@@ -221,46 +217,46 @@ func (h *httpContext) adoptSettles(denied bool, now int64) {
 // business of Envoy's compressor filter, placed before meshlimit. It works while the request
 // headers are the filter's (their callback, or a callout answered before they continue); later it
 // is a no-op. Once per stream.
-func (st *settling) askReadable(rs *ruleState) {
+func (s *settler) askReadable(st *settling, rs *ruleState) {
 	if st.identity || rs.rule.Settle() == nil || rs.rule.Settle().Source != rules.SettleResponseJSON {
 		return
 	}
-	st.identity = proxywasm.ReplaceHttpRequestHeader("accept-encoding", "identity") == nil
+	st.identity = s.host.replaceHeader(requestPart, "accept-encoding", "identity")
 }
 
-// refundSettles refunds every reservation of a stream the filter denies (a later rule, the global
+// refund refunds every reservation of a stream the filter denies (a later rule, the global
 // service): it never reached the upstream.
-func (h *httpContext) refundSettles() {
+func (s *settler) refund(h *httpContext) {
 	st := h.settle
 	if st == nil {
 		return
 	}
 	h.settle = nil
-	now := abi.UnixNano()
+	now := s.host.now()
 	for i := range st.res {
-		h.plugin.adjust(&st.res[i], -st.res[i].reserved, now)
+		s.adjust(&st.res[i], -st.res[i].reserved, now)
 	}
 }
 
-// settleHeaders reads what the response headers say for the reservations: the status, the cost
+// responseHeaders reads what the response headers say for the reservations: the status, the cost
 // headers, and whether the body is an event stream.
-func (h *httpContext) settleHeaders(eos bool) {
+func (s *settler) responseHeaders(h *httpContext, eos bool) {
 	st := h.settle
 	if st == nil {
 		return
 	}
-	p := h.plugin
-	v, _ := p.responseHeader(":status")
+	resp := &s.resp
+	v, _ := resp.header(":status")
 	st.status, _ = strconv.Atoi(v)
 	st.respEnded = eos
-	ct, _ := p.responseHeader("content-type")
+	ct, _ := resp.header("content-type")
 	st.sse = len(ct) >= 17 && strings.EqualFold(ct[:17], "text/event-stream")
 	for i := range st.res {
 		r := &st.res[i]
-		s := r.rs.rule.Settle()
-		switch s.Source {
+		set := r.rs.rule.Settle()
+		switch set.Source {
 		case rules.SettleResponseHeader:
-			if hv, ok := p.responseHeader(s.Header); ok {
+			if hv, ok := resp.header(set.Header); ok {
 				r.value, r.found = r.rs.rule.SettledHeader(hv)
 			}
 		case rules.SettleResponseJSON:
@@ -271,28 +267,28 @@ func (h *httpContext) settleHeaders(eos bool) {
 	st.events.Max = st.maxBody
 }
 
-// settleDone settles every reservation of the stream, which has ended.
-func (h *httpContext) settleDone() {
+// endStream settles every reservation of the stream, which has ended.
+func (s *settler) endStream(h *httpContext) {
 	st := h.settle
 	if st == nil {
 		return
 	}
 	h.settle = nil
-	p, now := h.plugin, abi.UnixNano()
+	now := s.host.now()
 	for _, pb := range st.pend { // the body never ended: the default is charged
-		def, _ := pb.rs.rule.Cost(&p.scratch.req)
+		def, _ := pb.rs.rule.Cost(&s.d.req)
 		r := reservation{rs: pb.rs, set: pb.set, key: pb.key, at: now}
-		pb.rs.settleMetrics().kept.Increment(1)
-		p.adjust(&r, def, now)
+		pb.rs.settleMetrics(s.host).kept.inc(1)
+		s.adjust(&r, def, now)
 	}
 	if st.global {
-		h.chargeUnsent(st, now) // settle_global.go: the same, for the global items that waited
+		s.chargeUnsent(st, now) // settle_global.go: the same, for the global items that waited
 	}
 	if st.readJSON && !st.sse && st.respEnded && !st.cut {
 		for i := range st.res {
 			r := &st.res[i]
-			if s := r.rs.rule.Settle(); s.Source == rules.SettleResponseJSON {
-				if n, err := body.JSONInt(st.body, s.Path); err == nil {
+			if set := r.rs.rule.Settle(); set.Source == rules.SettleResponseJSON {
+				if n, err := body.JSONInt(st.body, set.Path); err == nil {
 					r.value, r.found = r.rs.rule.SettledValue(n), true
 				}
 			}
@@ -302,7 +298,7 @@ func (h *httpContext) settleDone() {
 		st.partialEvents()
 	}
 	for i := range st.res {
-		p.settleOne(st, &st.res[i], now)
+		s.settleOne(st, &st.res[i], now)
 	}
 }
 
@@ -321,55 +317,54 @@ func (st *settling) partialEvents() {
 }
 
 // settleOne settles one reservation (see the comment at the top of the file).
-func (p *pluginContext) settleOne(st *settling, r *reservation, now int64) {
-	s, m := r.rs.rule.Settle(), r.rs.settleMetrics()
+func (s *settler) settleOne(st *settling, r *reservation, now int64) {
+	set, m := r.rs.rule.Settle(), r.rs.settleMetrics(s.host)
 	switch {
 	case st.status >= 500:
-		if !s.KeepOnError && r.reserved > 0 {
-			m.refund.Increment(uint64(r.reserved))
-			p.adjust(r, -r.reserved, now)
+		if !set.KeepOnError && r.reserved > 0 {
+			m.refund.inc(uint64(r.reserved))
+			s.adjust(r, -r.reserved, now)
 		}
 		return
-	case s.Source == rules.SettleBodyBytes && (st.status != 0 || s.Bytes == rules.BytesRequest):
+	case set.Source == rules.SettleBodyBytes && (st.status != 0 || set.Bytes == rules.BytesRequest):
 		r.found = true
-		if s.Bytes&rules.BytesRequest != 0 {
+		if set.Bytes&rules.BytesRequest != 0 {
 			r.value += st.reqBytes
 		}
-		if s.Bytes&rules.BytesResponse != 0 {
+		if set.Bytes&rules.BytesResponse != 0 {
 			r.value += st.respBytes
 		}
 		r.value = r.rs.rule.SettledValue(r.value)
 	}
 	if !r.found {
-		m.kept.Increment(1)
+		m.kept.inc(1)
 		return
 	}
-	m.settled.Increment(1)
+	m.settled.inc(1)
 	delta := r.value - r.reserved
 	switch { // Envoy refuses to increment a counter by 0 (the SDK panics)
 	case delta < 0:
-		m.refund.Increment(uint64(-delta))
+		m.refund.inc(uint64(-delta))
 	case delta > 0:
-		m.overrun.Increment(uint64(delta))
+		m.overrun.inc(uint64(delta))
 	}
-	p.adjust(r, delta, now)
+	s.adjust(r, delta, now)
 }
 
 // adjust applies delta units to a reservation's state.
-func (p *pluginContext) adjust(r *reservation, delta, now int64) {
+func (s *settler) adjust(r *reservation, delta, now int64) {
 	if delta == 0 {
 		return
 	}
 	if r.spec != nil {
-		p.settleGlobal(r, delta, now)
+		s.settleGlobal(r, delta, now)
 		return
 	}
-	s := &p.scratch.settle
 	if s.settler == nil {
-		s.settler = sharedstate.NewSettler(p.limiter.Updater())
+		s.settler = sharedstate.NewSettler(s.limiter.Updater())
 	}
 	t := r.rs.tables[r.set]
 	if _, err := s.settler.Adjust(t, []byte(r.key), r.placement, now, r.at, delta); err != nil {
-		proxywasm.LogWarnf("meshlimit: rule %s: settling %d units: %v", r.rs.rule.Name, delta, err)
+		logf(s.host, logWarn, "meshlimit: rule %s: settling %d units: %v", r.rs.rule.Name, delta, err)
 	}
 }

@@ -3,10 +3,8 @@ package filter
 import (
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
-	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/wire"
 )
@@ -28,13 +26,13 @@ import (
 
 // reserveGlobal records, from the service's answer, the reservations of the global rules that settle:
 // the limits the service charged (an allowed decision; a denied or skipped one charged nothing). A
-// request denied after all refunds them at once (refundSettles). sent is when the check was sent: the
+// request denied after all refunds them at once (refund). sent is when the check was sent: the
 // reservation is no older, so its age (which decides whether a fixed window takes a refund) is never
 // understated.
-func (h *httpContext) reserveGlobal(decisions []wire.Decision, sent int64) {
+func (s *settler) reserveGlobal(h *httpContext, decisions []wire.Decision, sent int64) {
 	j := 0
-	for i := range h.globals {
-		it := &h.globals[i]
+	for i := range h.call.items {
+		it := &h.call.items[i]
 		n := len(it.spec)
 		if it.rs.rule.Settle() == nil || j+n > len(decisions) {
 			j += n
@@ -54,54 +52,50 @@ func (h *httpContext) reserveGlobal(decisions []wire.Decision, sent int64) {
 			h.newSettling()
 		}
 		h.settle.res = append(h.settle.res, reservation{rs: it.rs, key: it.key, at: sent, reserved: it.cost, spec: it.spec, charged: charged})
-		h.settle.askReadable(it.rs) // the request is still paused at its headers, unless at the body stage
+		s.askReadable(h.settle, it.rs) // the request is still paused at its headers, unless at the body stage
 	}
 }
 
 // settleGlobal sends delta units of a global reservation to the service: one settle entry per limit
 // it charged, in one call whose answer is only checked for success.
-func (p *pluginContext) settleGlobal(r *reservation, delta, now int64) {
-	g, m := p.global, r.rs.settleMetrics()
-	if g == nil || g.breaker.failures >= g.breaker.threshold { // open: no call, and no probe taken
-		m.callFailed.Increment(1)
+func (s *settler) settleGlobal(r *reservation, delta, now int64) {
+	g, m := s.g, r.rs.settleMetrics(s.host)
+	if g == nil || g.breaker.open() { // no call, and no probe taken
+		m.callFailed.inc(1)
 		return
 	}
 	b := wire.AppendSettleListStart(g.body[:0], false)
 	n := 0
 	for k := range r.spec {
 		if k < 64 && r.charged&(1<<k) != 0 {
-			key := wire.Key{Plugin: p.name, Rule: r.rs.rule.Name, Fingerprint: r.spec[k].Fingerprint, Value: r.key}
+			key := wire.Key{Plugin: s.name, Rule: r.rs.rule.Name, Fingerprint: r.spec[k].Fingerprint, Value: r.key}
 			b = wire.AppendSettle(b, n, key, r.spec[k].Limit, delta, time.Duration(max(now-r.at, 0)))
 			n++
 		}
 	}
 	g.body = wire.AppendRequestEnd(b)
-	_, err := proxywasm.DispatchHttpCall(g.cfg.Cluster, g.headers, g.body, nil, g.timeout, func(numHeaders, _, _ int) {
-		p.onSettleAnswer(m, numHeaders)
+	err := s.host.dispatch(g.cfg.Cluster, g.headers, g.body, g.timeout, func(numHeaders, _, _ int) {
+		s.onSettleAnswer(m, numHeaders)
 	})
 	if err != nil {
-		m.callFailed.Increment(1)
-		proxywasm.LogWarnf("meshlimit: rule %s: settling %d units in cluster %q: %v", r.rs.rule.Name, delta, g.cfg.Cluster, err)
+		m.callFailed.inc(1)
+		logf(s.host, logWarn, "meshlimit: rule %s: settling %d units in cluster %q: %v", r.rs.rule.Name, delta, g.cfg.Cluster, err)
 	}
 }
 
 // onSettleAnswer counts a settle the service did not apply (anything but a 200; the answer's body,
 // the settled count, is not needed). It runs only while the calling stream's context lives.
-func (p *pluginContext) onSettleAnswer(m *settleRule, numHeaders int) {
-	defer p.recoverPanic("a settle answer")
+func (s *settler) onSettleAnswer(m *settleMetrics, numHeaders int) {
+	defer s.panics.recoverPanic("a settle answer")
 	status := ""
 	if numHeaders > 0 {
-		headers, _ := proxywasm.GetHttpCallResponseHeaders()
-		for _, hv := range headers {
-			if hv[0] == ":status" {
-				status = hv[1]
-			}
-		}
+		headers, _ := s.host.headers(answerPart)
+		status = answerStatus(headers)
 	}
 	if status != "200" {
-		m.callFailed.Increment(1)
-		if p.cfg.LogLevel <= rules.LogDebug {
-			proxywasm.LogDebugf("meshlimit: a settle was not applied (status %q)", status)
+		m.callFailed.inc(1)
+		if s.debugging() {
+			logf(s.host, logDebug, "meshlimit: a settle was not applied (status %q)", status)
 		}
 	}
 }
@@ -126,11 +120,11 @@ func (p *pluginContext) onSettleAnswer(m *settleRule, numHeaders int) {
 // deferGlobal keeps, for the body stage, the current request's global items that read their cost
 // from the request body, taking them out of the scratch list, and reports whether no item is left
 // to decide with the headers (then the headers continue at once).
-func (h *httpContext) deferGlobal() bool {
-	s := &h.plugin.scratch
+func (s *settler) deferGlobal(h *httpContext) bool {
+	d := &s.d
 	wants := false
-	for i := range s.globals {
-		wants = wants || s.globals[i].fromBody
+	for i := range d.globals {
+		wants = wants || d.globals[i].fromBody
 	}
 	if !wants {
 		return false
@@ -140,49 +134,48 @@ func (h *httpContext) deferGlobal() bool {
 	}
 	st := h.settle
 	st.global = true
-	kept := s.globals[:0]
-	for _, it := range s.globals {
+	kept := d.globals[:0]
+	for _, it := range d.globals {
 		if !it.fromBody {
 			kept = append(kept, it)
 			continue
 		}
 		st.bodyItems = append(st.bodyItems, it)
-		st.askReadable(it.rs)
+		s.askReadable(st, it.rs)
 	}
-	s.globals = kept
-	h.localOutcomes = append(h.localOutcomes[:0], s.outcomes...)
-	h.delay = s.delay
+	d.globals = kept
+	h.call.outcomes = append(h.call.outcomes[:0], d.outcomes...)
+	h.call.delay = d.delay
 	return len(kept) == 0
 }
 
 // keepForBody, when the headers' global decision admits a request whose body-reading items wait
 // for the body, carries what the headers decided into the body stage: the outcomes (for the quota
 // headers and a denial's fields); the shaping delay is spent with the headers.
-func (h *httpContext) keepForBody() {
-	h.localOutcomes = append(h.localOutcomes[:0], h.plugin.scratch.outcomes...)
-	h.delay = 0
+func (s *settler) keepForBody(h *httpContext) {
+	h.call.outcomes = append(h.call.outcomes[:0], s.d.outcomes...)
+	h.call.delay = 0
 }
 
 // callWithBody decides a request whose body-reading global items waited for its body, read up to
 // max_body (complete when it ended within): the local rules that waited for the body first, then
-// those global items in one call (checkGlobal), which pauses the request at the body stage.
-func (h *httpContext) callWithBody(body []byte, complete bool) types.Action {
-	p, st := h.plugin, h.settle
-	s := &p.scratch
+// those global items in one call (globalClient.check), which pauses the request at the body stage.
+func (s *settler) callWithBody(h *httpContext, body []byte, complete bool) types.Action {
+	d, st := &s.d, h.settle
 	st.global, st.buffering = false, false
-	now := abi.UnixNano()
-	h.restoreScratch()
-	s.resp.denier = nil
-	s.globals = append(s.globals[:0], st.bodyItems...)
-	for i := range s.globals {
-		it := &s.globals[i]
-		it.cost = p.bodyCost(it.rs, body, complete, it.rs.rule.Scope == rules.ScopeGlobal) // both: counted once, locally
+	now := s.host.now()
+	d.restore(&h.call)
+	d.denier = nil
+	d.globals = append(d.globals[:0], st.bodyItems...)
+	for i := range d.globals {
+		it := &d.globals[i]
+		it.cost = s.bodyCost(it.rs, body, complete, it.rs.rule.Scope == rules.ScopeGlobal) // both: counted once, locally
 	}
-	if h.decidePending(body, complete, now) {
+	if s.decidePending(h, body, complete, now) {
 		h.deny()
 		return types.ActionPause
 	}
-	act := h.checkGlobal(now)
+	act := s.g.check(h, now)
 	if act == types.ActionPause && h.settle != nil {
 		st.sent, st.buffering = true, true // waiting, or held by a shaping delay; a denial ended the stream
 	}
@@ -192,9 +185,9 @@ func (h *httpContext) callWithBody(body []byte, complete bool) types.Action {
 // bodyWhileSent answers a body chunk that arrives after the body stage paused the request: held
 // while the answer (or a shaping delay) is awaited, Envoy buffering it with what it holds; once the
 // request was resumed, the held body went on and the chunk does too.
-func (h *httpContext) bodyWhileSent(size int) types.Action {
+func (s *settler) bodyWhileSent(h *httpContext, size int) types.Action {
 	st := h.settle
-	if h.held() {
+	if h.call.deadline != 0 || s.shaper.holds(h.id) {
 		st.reqBytes = max(st.reqBytes, int64(size)) // the whole buffer (trailers come with size 0)
 		return types.ActionPause
 	}
@@ -203,28 +196,14 @@ func (h *httpContext) bodyWhileSent(size int) types.Action {
 	return types.ActionContinue
 }
 
-// held reports whether the request waits for the service's answer or a shaping delay.
-func (h *httpContext) held() bool {
-	if h.deadline != 0 {
-		return true
-	}
-	for _, r := range h.plugin.shaper.held {
-		if r.stream == h.id {
-			return true
-		}
-	}
-	return false
-}
-
 // chargeUnsent charges, when the stream ends, the global items that waited for a body that never
 // came: each one (they all read their cost from the body) is charged its default, as a settle
 // (which may put the key into debt), and counted as kept. The other global items of the request
 // were decided with its headers.
-func (h *httpContext) chargeUnsent(st *settling, now int64) {
-	p := h.plugin
+func (s *settler) chargeUnsent(st *settling, now int64) {
 	for i := range st.bodyItems {
 		it := &st.bodyItems[i]
-		def, _ := it.rs.rule.Cost(&p.scratch.req) // a request_json rule's cost before the body: its default
+		def, _ := it.rs.rule.Cost(&s.d.req) // a request_json rule's cost before the body: its default
 		r := reservation{rs: it.rs, key: it.key, at: now, spec: it.spec}
 		for k := range it.spec {
 			if k < 64 && it.spec[k].Concurrency == 0 {
@@ -232,8 +211,8 @@ func (h *httpContext) chargeUnsent(st *settling, now int64) {
 			}
 		}
 		if it.rs.rule.Scope == rules.ScopeGlobal { // both: counted once, with its local part
-			it.rs.settleMetrics().kept.Increment(1)
+			it.rs.settleMetrics(s.host).kept.inc(1)
 		}
-		p.adjust(&r, def, now)
+		s.adjust(&r, def, now)
 	}
 }

@@ -28,7 +28,7 @@ func TestTrailersDecideTheRulesThatWaitedForTheBodyWithTheirDefault(t *testing.T
 		assert.Equal(t, types.ActionPause, host.CallOnRequestTrailers(id, [][2]string{{"grpc-status", "0"}}))
 		call := pendingCall(t, host, id)
 		assert.Contains(t, string(call.Body), `"cost":500`, "the default, not the unfinished body's 9")
-		assert.Equal(t, uint64(1), counter(t, host, "meshlimit.rule.tokens.bad_body"))
+		assert.Equal(t, uint64(1), metric(t, host, "meshlimit.rule.tokens.bad_body"))
 		h, b := serviceAnswer(true, 500, 0)
 		host.CallOnHttpCallResponse(call.CalloutID, h, nil, b)
 		assert.Equal(t, types.ActionContinue, host.GetCurrentHttpStreamAction(id))
@@ -41,7 +41,7 @@ func TestTrailersDecideTheRulesThatWaitedForTheBodyWithTheirDefault(t *testing.T
 			require.Equal(t, types.ActionPause, host.CallOnRequestBody(id, []byte(`{"max_tokens": 1`), false))
 			assert.Equal(t, want, host.CallOnRequestTrailers(id, nil), "request %d reserves 500 of 1000", i)
 		}
-		assert.Equal(t, uint64(3), counter(t, host, "meshlimit.rule.tokens.bad_body"))
-		assert.Equal(t, uint64(1), counter(t, host, "meshlimit.rule.tokens.limited"))
+		assert.Equal(t, uint64(3), metric(t, host, "meshlimit.rule.tokens.bad_body"))
+		assert.Equal(t, uint64(1), metric(t, host, "meshlimit.rule.tokens.limited"))
 	})
 }

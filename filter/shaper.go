@@ -1,8 +1,6 @@
 package filter
 
 import (
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/meshlimit/meshlimit/algorithms"
 )
 
@@ -15,6 +13,7 @@ const shapeTickMillis = 5
 // no nodelay): they are paused in OnHttpRequestHeaders and resumed on a tick once their turn comes. The
 // filter cannot sleep (Envoy's poll_oneoff aborts the Go runtime) and needs no goroutine for this.
 type shaper struct {
+	host host
 	held []heldRequest // in no particular order; a bucket's queue bounds its length
 }
 
@@ -36,16 +35,26 @@ func (s *shaper) release(now int64) {
 			kept = append(kept, h)
 			continue
 		}
-		if proxywasm.SetEffectiveContext(h.stream) == nil {
-			_ = proxywasm.ResumeHttpRequest()
+		if s.host.enter(h.stream) {
+			s.host.resume(requestPart)
 		}
 	}
 	s.held = kept
 }
 
+// holds reports whether the stream is held.
+func (s *shaper) holds(stream uint32) bool {
+	for _, r := range s.held {
+		if r.stream == stream {
+			return true
+		}
+	}
+	return false
+}
+
 // shapes reports whether any rule has a leaky-bucket limit, which is what needs the timer.
-func (p *pluginContext) shapes() bool {
-	for _, rs := range p.rules {
+func shapes(rs []ruleState) bool {
+	for _, rs := range rs {
 		for _, set := range rs.rule.LimitSets() {
 			for _, spec := range set.Limits {
 				if spec.Limit.Kind == algorithms.LeakyBucket {

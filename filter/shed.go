@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/sharedstate"
 	"github.com/meshlimit/meshlimit/shed"
@@ -58,44 +56,118 @@ type shedState struct {
 	histEd   sharedstate.HistogramEditor
 	metrics  shedMetrics
 	buf      []byte
-	kbuf     []byte // scratch of the class and enforcement keys
+	hdrs     [2][2]string // the shed reply's headers
+	kbuf     []byte       // scratch of the class and enforcement keys
 }
 
 type shedMetrics struct {
-	admitted, shed, shadowShed [shed.MaxClasses]proxywasm.MetricCounter
-	inFlight                   [shed.MaxClasses]proxywasm.MetricGauge
-	capacity                   proxywasm.MetricGauge
-	reclaimed                  proxywasm.MetricCounter
+	admitted, shed, shadowShed [shed.MaxClasses]counter
+	inFlight                   [shed.MaxClasses]gauge
+	capacity                   gauge
+	reclaimed                  counter
 }
 
-// startShed prepares the shedder of cfg under keys that start with base.
-func (p *pluginContext) startShed(st *shedState, cfg *rules.Shed, base string) {
+// shedSlot is the shedding slot a stream holds.
+type shedSlot struct {
+	class     int   // the shedder's class of the slot, if held
+	idx       int   // the index in shedder.list of that shedder
+	held      bool  //
+	admitted  int64 // when the shedder admitted the stream (unix ns)
+	responded int64 // when the upstream's response headers arrived (unix ns), or 0
+}
+
+// shedder is a plugin's load shedders, in configuration order.
+type shedder struct {
+	*env
+	owner     uint64
+	permits   *permits // a shed request gives back the permits its rules took
+	list      []shedState
+	lastRenew int64
+}
+
+// start prepares the shedders of cfgs under keys that start with base.
+func (s *shedder) start(e *env, owner uint64, permits *permits, cfgs []*rules.Shed, base string) {
+	*s = shedder{env: e, owner: owner, permits: permits, list: make([]shedState, len(cfgs))}
+	for i, c := range cfgs {
+		b := base
+		if c.Name != "" {
+			b += c.Name + "/"
+		}
+		s.startOne(&s.list[i], c, b)
+	}
+}
+
+// startOne prepares the shedder of cfg under keys that start with base.
+func (s *shedder) startOne(st *shedState, cfg *rules.Shed, base string) {
 	st.cfg = cfg
 	n := strconv.Itoa(cfg.Policy.Classes())
 	st.stateKey, st.gradKey, st.histKey = base+"state/"+n, base+"gradient", base+"histogram"
 	st.capacity = cfg.Capacity
 	for i, c := range cfg.Classes {
 		pre := cfg.MetricPrefix + c + "."
-		st.metrics.admitted[i] = proxywasm.DefineCounterMetric(pre + "admitted")
-		st.metrics.shed[i] = proxywasm.DefineCounterMetric(pre + "shed")
-		st.metrics.shadowShed[i] = proxywasm.DefineCounterMetric(pre + "shadow_shed")
-		st.metrics.inFlight[i] = proxywasm.DefineGaugeMetric(pre + "in_flight")
+		st.metrics.admitted[i] = newCounter(s.host, pre+"admitted")
+		st.metrics.shed[i] = newCounter(s.host, pre+"shed")
+		st.metrics.shadowShed[i] = newCounter(s.host, pre+"shadow_shed")
+		st.metrics.inFlight[i] = newGauge(s.host, pre+"in_flight")
 	}
-	st.metrics.capacity = proxywasm.DefineGaugeMetric(cfg.MetricPrefix + "capacity")
-	st.metrics.reclaimed = proxywasm.DefineCounterMetric(cfg.MetricPrefix + "reclaimed")
+	st.metrics.capacity = newGauge(s.host, cfg.MetricPrefix+"capacity")
+	st.metrics.reclaimed = newCounter(s.host, cfg.MetricPrefix+"reclaimed")
 	if cfg.Adaptive != nil {
 		st.capacity = cfg.Adaptive.InitialLimit
-		p.tickShed(st, 0) // read a state other workers may have made
+		s.tickOne(st, 0) // read a state other workers may have made
 	}
-	setGauge(st.metrics.capacity, st.capacity)
+	st.metrics.capacity.set(st.capacity)
 }
 
-// admitShed decides the current request with the shedder st; it returns the class when a slot
-// was taken (to be released at the end of the stream), -1 otherwise, and whether the request is
-// shed (false in shadow, where a request the shedder would shed is admitted and counted).
-func (p *pluginContext) admitShed(st *shedState, now int64) (class int, shedIt bool) {
+// tickMillis is the timer period the shedders need: the shortest adaptive controller's interval,
+// else a second (renewals run every permitRenew); 0 without a shedder. A controller with a longer
+// interval updates on the first tick past it (Gradient.Update).
+func (s *shedder) tickMillis() uint32 {
+	tick := int64(0)
+	for i := range s.list {
+		ms := int64(1000)
+		if g := s.list[i].cfg.Adaptive; g != nil {
+			ms = max(g.Interval.Milliseconds(), 1)
+		}
+		if tick == 0 || ms < tick {
+			tick = ms
+		}
+	}
+	return uint32(tick)
+}
+
+// admit runs the first shedder that matches the current request, if any, and reports whether the
+// request was shed (the response is then sent, and the rules' permits given back).
+func (s *shedder) admit(h *httpContext, now int64) bool {
+	idx := -1
+	for i := range s.list {
+		if s.list[i].cfg.Matches(&s.d.req) {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		return false
+	}
+	st := &s.list[idx]
+	class, shedIt := s.admitOne(st, now)
+	if class >= 0 {
+		h.shed = shedSlot{class: class, idx: idx, held: true, admitted: now}
+	}
+	if !shedIt {
+		return false
+	}
+	s.permits.releaseAcquired(now)
+	s.reply(st)
+	return true
+}
+
+// admitOne decides the current request with the shedder st; it returns the class when a slot was
+// taken (to be released at the end of the stream), -1 otherwise, and whether the request is shed
+// (false in shadow, where a request the shedder would shed is admitted and counted).
+func (s *shedder) admitOne(st *shedState, now int64) (class int, shedIt bool) {
 	cfg := st.cfg
-	req := &p.scratch.req
+	req := &s.d.req
 	var c int
 	c, st.kbuf = cfg.Class(req, st.kbuf)
 	shadow := cfg.Shadow
@@ -106,24 +178,24 @@ func (p *pluginContext) admitShed(st *shedState, now int64) (class int, shedIt b
 	}
 	e := &st.ed
 	k := cfg.Policy.Classes()
-	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Policy, e.Capacity, e.Force = sharedstate.OwnedAcquire, k, c, p.conc.owner, now, &cfg.Policy, st.capacity, shadow
-	_, err := p.records.UpdateShared(st.stateKey, e)
+	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Policy, e.Capacity, e.Force = sharedstate.OwnedAcquire, k, c, s.owner, now, &cfg.Policy, st.capacity, shadow
+	_, err := s.records.UpdateShared(st.stateKey, e)
 	if err != nil {
 		if !errors.Is(err, sharedstate.ErrContention) {
-			proxywasm.LogWarnf("meshlimit: shed: %v", err)
+			logf(s.host, logWarn, "meshlimit: shed: %v", err)
 		}
 		return -1, false // the shedder fails open: it protects the upstream, it is no limit
 	}
 	if e.Reclaimed > 0 {
-		st.metrics.reclaimed.Increment(uint64(e.Reclaimed))
+		st.metrics.reclaimed.inc(uint64(e.Reclaimed))
 	}
 	switch {
 	case e.Allowed:
-		st.metrics.admitted[c].Increment(1)
+		st.metrics.admitted[c].inc(1)
 	case shadow:
-		st.metrics.shadowShed[c].Increment(1)
+		st.metrics.shadowShed[c].inc(1)
 	default:
-		st.metrics.shed[c].Increment(1)
+		st.metrics.shed[c].inc(1)
 	}
 	if !e.Admitted {
 		return -1, !shadow
@@ -132,65 +204,95 @@ func (p *pluginContext) admitShed(st *shedState, now int64) (class int, shedIt b
 	return c, false
 }
 
-// releaseShed ends a stream's slot of class; latency is its upstream latency (ns), or < 0 when
-// it got no upstream response.
-func (p *pluginContext) releaseShed(st *shedState, class int, latency, now int64) {
+// responded notes when the upstream's response headers arrived, for an adaptive shedder's latency.
+func (s *shedder) responded(h *httpContext) {
+	if sl := &h.shed; sl.held && sl.responded == 0 && s.list[sl.idx].cfg.Adaptive != nil {
+		sl.responded = s.host.now()
+	}
+}
+
+// endStream gives back the stream's shedding slot, with the upstream latency when a response came.
+func (s *shedder) endStream(h *httpContext) {
+	sl := &h.shed
+	if !sl.held {
+		return
+	}
+	sl.held = false
+	latency := int64(-1)
+	if sl.responded > 0 {
+		latency = sl.responded - sl.admitted
+	}
+	s.release(&s.list[sl.idx], sl.class, latency, s.host.now())
+}
+
+// release ends a stream's slot of class; latency is its upstream latency (ns), or < 0 when it got
+// no upstream response.
+func (s *shedder) release(st *shedState, class int, latency, now int64) {
 	st.held[class] = max(st.held[class]-1, 0)
 	if latency >= 0 && st.cfg.Adaptive != nil {
 		st.local.Record(time.Duration(latency))
 	}
 	e := &st.ed
-	e.Op, e.Classes, e.Class, e.Owner, e.Now = sharedstate.OwnedRelease, st.cfg.Policy.Classes(), class, p.conc.owner, now
-	if _, err := p.records.UpdateShared(st.stateKey, e); err == nil && e.Reclaimed > 0 {
-		st.metrics.reclaimed.Increment(uint64(e.Reclaimed))
+	e.Op, e.Classes, e.Class, e.Owner, e.Now = sharedstate.OwnedRelease, st.cfg.Policy.Classes(), class, s.owner, now
+	if _, err := s.records.UpdateShared(st.stateKey, e); err == nil && e.Reclaimed > 0 {
+		st.metrics.reclaimed.inc(uint64(e.Reclaimed))
 	}
 }
 
-// renewShed rewrites this plugin's entry of the shedder's record with the slots its streams
-// hold (see renewPermits).
-func (p *pluginContext) renewShed(st *shedState, now int64) {
+// tick renews this plugin's entries of the shedders' records every permitRenew (as the permits
+// are), and runs the adaptive controllers.
+func (s *shedder) tick(now int64) {
+	if len(s.list) == 0 {
+		return
+	}
+	if now-s.lastRenew >= permitRenew {
+		s.lastRenew = now
+		for i := range s.list {
+			s.renew(&s.list[i], now)
+		}
+	}
+	for i := range s.list {
+		s.tickOne(&s.list[i], now)
+	}
+}
+
+// renew rewrites this plugin's entry of the shedder's record with the slots its streams hold (see
+// permits.renew).
+func (s *shedder) renew(st *shedState, now int64) {
 	e := &st.ed
-	e.Op, e.Classes, e.Owner, e.Now, e.Counts = sharedstate.OwnedRenew, st.cfg.Policy.Classes(), p.conc.owner, now, st.held
-	if _, err := p.records.UpdateShared(st.stateKey, e); err == nil {
+	e.Op, e.Classes, e.Owner, e.Now, e.Counts = sharedstate.OwnedRenew, st.cfg.Policy.Classes(), s.owner, now, st.held
+	if _, err := s.records.UpdateShared(st.stateKey, e); err == nil {
 		if e.Reclaimed > 0 {
-			st.metrics.reclaimed.Increment(uint64(e.Reclaimed))
+			st.metrics.reclaimed.inc(uint64(e.Reclaimed))
 		}
-		s := e.InFlight()
+		in := e.InFlight()
 		for c := range e.Classes {
-			setGauge(st.metrics.inFlight[c], int64(s.InFlight[c]))
+			st.metrics.inFlight[c].set(int64(in.InFlight[c]))
 		}
 	}
 }
 
-// sendShed answers a shed request: 503, the temporary-reduced-capacity problem, Retry-After
-// with jitter.
-func (p *pluginContext) sendShed(st *shedState) {
+// reply answers a shed request: 503, the temporary-reduced-capacity problem, Retry-After with
+// jitter.
+func (s *shedder) reply(st *shedState) {
 	retry := st.cfg.RetryAfter
 	if j := st.cfg.RetryAfterJitter; j > 0 {
 		retry += time.Duration(rand.Int64N(int64(j) + 1))
 	}
 	secs := int64((retry + time.Second - 1) / time.Second)
 	st.buf = strconv.AppendInt(st.buf[:0], secs, 10)
-	hdrs := [][2]string{{"retry-after", string(st.buf)}, {"content-type", "application/problem+json"}}
-	if err := proxywasm.SendHttpResponse(503, hdrs, shedProblem, -1); err != nil {
-		proxywasm.LogErrorf("meshlimit: sending the shed response: %v", err)
-	}
+	st.hdrs = [2][2]string{{"retry-after", bytesString(st.buf)}, {"content-type", "application/problem+json"}}
+	reply(s.host, 503, st.hdrs[:], shedProblem, -1)
 }
 
 // shedProblem is the RFC 9457 body of a shed request (the RateLimit draft's problem type).
 var shedProblem = []byte(`{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity",` +
 	`"title":"Temporary Reduced Capacity","status":503}`)
 
-func setGauge(g proxywasm.MetricGauge, v int64) {
-	if d := v - g.Value(); d != 0 {
-		g.Add(d)
-	}
-}
-
-// tickShed runs the adaptive controller's part of a tick (see shedState): merge, update at most
-// once per interval across workers, and refresh the capacity the request path uses. now 0 only
-// reads the capacity.
-func (p *pluginContext) tickShed(st *shedState, now int64) {
+// tickOne runs the adaptive controller's part of a tick (see shedState): merge, update at most once
+// per interval across workers, and refresh the capacity the request path uses. now 0 only reads the
+// capacity.
+func (s *shedder) tickOne(st *shedState, now int64) {
 	g := st.cfg.Adaptive
 	if g == nil {
 		return
@@ -199,36 +301,36 @@ func (p *pluginContext) tickShed(st *shedState, now int64) {
 	*ge = sharedstate.GradientEditor{G: g, Now: now}
 	if now > 0 {
 		*he = sharedstate.HistogramEditor{Add: &st.local}
-		if _, err := p.records.UpdateShared(st.histKey, he); err != nil {
+		if _, err := s.records.UpdateShared(st.histKey, he); err != nil {
 			return // contention: the samples stay local until the next tick
 		}
 		st.local.Reset()
-		peak := p.peekShed(st, now)
+		peak := s.peek(st, now)
 		ge.Run, ge.Sum = true, g.Summarize(&he.Merged, peak)
 	}
-	res, err := p.records.UpdateShared(st.gradKey, ge)
+	res, err := s.records.UpdateShared(st.gradKey, ge)
 	if err != nil {
 		return
 	}
 	if res.Written && ge.Step.Updated {
 		*he = sharedstate.HistogramEditor{Reset: true}
-		_, _ = p.records.UpdateShared(st.histKey, he)
+		_, _ = s.records.UpdateShared(st.histKey, he)
 		e := &st.ed
-		e.Op, e.Classes, e.Owner, e.Now = sharedstate.OwnedEndInterval, st.cfg.Policy.Classes(), p.conc.owner, now
-		_, _ = p.records.UpdateShared(st.stateKey, e)
+		e.Op, e.Classes, e.Owner, e.Now = sharedstate.OwnedEndInterval, st.cfg.Policy.Classes(), s.owner, now
+		_, _ = s.records.UpdateShared(st.stateKey, e)
 	}
 	if c := ge.State.Capacity(); c > 0 {
 		st.capacity = c
 	}
-	setGauge(st.metrics.capacity, st.capacity)
+	st.metrics.capacity.set(st.capacity)
 }
 
-// peekShed returns the peak in flight of the current interval (at least the current total),
-// without writing.
-func (p *pluginContext) peekShed(st *shedState, now int64) int64 {
+// peek returns the peak in flight of the current interval (at least the current total), without
+// writing.
+func (s *shedder) peek(st *shedState, now int64) int64 {
 	e := &st.ed
-	e.Op, e.Classes, e.Owner, e.Now = sharedstate.OwnedPeek, st.cfg.Policy.Classes(), p.conc.owner, now
-	if _, err := p.records.UpdateShared(st.stateKey, e); err != nil {
+	e.Op, e.Classes, e.Owner, e.Now = sharedstate.OwnedPeek, st.cfg.Policy.Classes(), s.owner, now
+	if _, err := s.records.UpdateShared(st.stateKey, e); err != nil {
 		return 0
 	}
 	return e.Peak

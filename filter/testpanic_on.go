@@ -2,8 +2,6 @@
 
 package filter
 
-import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
-
 // The test build panics where the request asks it to: the header x-meshlimit-test-panic names the
 // callback (the response header, for the response). "tick" makes the next tick of the worker panic.
 // Never in a production module: this file needs the meshlimit_panictest build tag.
@@ -12,7 +10,7 @@ const panicHeader = "x-meshlimit-test-panic"
 
 var panicNextTick bool
 
-func testPanic(where string) {
+func testPanic(h host, where string) {
 	switch where {
 	case panicTick:
 		if panicNextTick {
@@ -21,19 +19,19 @@ func testPanic(where string) {
 		}
 		return
 	case panicResponseHeaders:
-		if v, err := proxywasm.GetHttpResponseHeader(panicHeader); err == nil && v == where {
+		if v, ok := h.header(responsePart, panicHeader, nil); ok && string(v) == where {
 			panic("meshlimit test: a panic in " + where)
 		}
 		return
 	}
-	v, err := proxywasm.GetHttpRequestHeader(panicHeader)
-	if err != nil {
+	v, ok := h.header(requestPart, panicHeader, nil)
+	if !ok {
 		return
 	}
-	if v == panicTick {
+	if string(v) == panicTick {
 		panicNextTick = true
 	}
-	if v == where {
+	if string(v) == where {
 		panic("meshlimit test: a panic in " + where)
 	}
 }

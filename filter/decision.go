@@ -1,0 +1,136 @@
+package filter
+
+import (
+	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/rules"
+)
+
+// decision is the request being decided: its view of the host's request, the key of the rule at
+// hand, the outcomes of the enforced limits (for the quota fields or the denial), and what the
+// features collect for the stream (permits taken, reservations, counted charges). One serves a
+// plugin: a VM runs one callback at a time and the local path never pauses; a request that waits
+// for the service keeps what its answer needs in its stream (callStream) while others reuse this.
+type decision struct {
+	host     host
+	req      hostRequest
+	key      []byte
+	outcomes []rules.Outcome
+	delay    int64        // the longest shaping delay (ns) an enforced leaky-bucket limit asked for
+	globals  []globalItem // the global rules that apply to the request
+	deciding int          // the index of the rule being decided, or -1: whose failure_mode a panic applies
+	denier   *ruleState   // the enforced rule that denied the request, or nil
+
+	acquired []heldPermit  // the permits taken for the request (permits)
+	settle   settleScratch // its reservations (settler)
+	charges  chargeScratch // its counted rules' charges (charger)
+}
+
+// reset readies d for a new request; eos says that its headers end it (no body will come).
+func (d *decision) reset(eos bool) {
+	d.req.reset()
+	d.outcomes, d.globals, d.acquired = d.outcomes[:0], d.globals[:0], d.acquired[:0]
+	d.delay, d.deciding, d.denier = 0, -1, nil
+	d.settle.reset(eos)
+	d.charges.reset()
+}
+
+// restore puts back what a paused request had decided before its call (c), for the callback that
+// goes on deciding it.
+func (d *decision) restore(c *callStream) {
+	d.req.reset() // the request view may hold another stream's values
+	d.outcomes = append(d.outcomes[:0], c.outcomes...)
+	d.delay = c.delay
+}
+
+// outcome appends the outcome of an enforced limit for the response (the quota fields, or the
+// denial's).
+func (d *decision) outcome(spec *rules.LimitSpec, dec algorithms.Decision, pk rules.PartitionKey) {
+	d.outcomes = append(d.outcomes, rules.Outcome{Limit: spec, Decision: dec, Partition: pk})
+}
+
+// count records a rule's decision in its metrics (and tags a shadow denial) and reports whether it
+// denies the request.
+func (d *decision) count(rs *ruleState, allowed, enforced bool) (denied bool) {
+	switch {
+	case allowed:
+		rs.metrics.allowed.inc(1)
+	case enforced:
+		rs.metrics.limited.inc(1)
+		d.denier = rs
+		return true
+	default:
+		rs.metrics.shadowLimited.inc(1)
+		if rs.rule.ShadowHeader != "" {
+			d.host.addHeader(requestPart, rs.rule.ShadowHeader, bytesOf(rs.rule.Name))
+		}
+	}
+	return false
+}
+
+// decide applies one rule to the current request and reports whether it denies it (enforced): it
+// matches the rule, builds its key, picks its limits and cost, and hands it to the feature the rule
+// is of. The outcomes of enforced rules are appended for the response headers.
+func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
+	d, r := &p.d, rs.rule
+	if !r.Matches(&d.req) {
+		return false
+	}
+	testPanic(p.host, panicRequestHeaders)
+	key, st := r.AppendKey(d.key[:0], &d.req)
+	d.key = key
+	switch st {
+	case rules.KeySkip:
+		return false
+	case rules.KeyConflict: // a key header or parameter repeated with different values is refused
+		return d.count(rs, false, p.cfg.Enforce && !r.Shadow)
+	}
+	set, unlimited := r.Limits(key)
+	if unlimited {
+		return false
+	}
+	if r.ReservesFromBody() && p.settle.deferToBody(rs, set, key) { // a reservation read from the body
+		return false
+	}
+	cost, err := r.Cost(&d.req)
+	if err != nil && p.debugging() {
+		logf(p.host, logDebug, "meshlimit: rule %s: %v; charging %d", r.Name, err, cost)
+	}
+	if r.CountOn != nil {
+		return p.charges.check(rs, set, key, cost, now)
+	}
+	if r.Scope != rules.ScopeLocal && p.global.queue(rs, set, key, cost, now) {
+		return false
+	}
+	enforced := p.cfg.Enforce && !r.Shadow && (r.EnforcePercent == 100 || r.EnforcedFor(key))
+	if rs.permits != nil {
+		return p.permits.acquire(rs, key, now, enforced)
+	}
+	return p.decideLocal(rs, set, key, cost, now, enforced)
+}
+
+// decideLocal decides a rule's key against its shared-data table, records the outcome and reports
+// whether the request is denied.
+func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []byte, cost, now int64, enforced bool) (denied bool) {
+	d, r := &p.d, rs.rule
+	out, err := p.limiter.Take(rs.tables[set.Index], key, now, cost)
+	if (out.Attempts > 1 || err != nil) && p.updated(rs, out.Attempts, err) != nil {
+		return rs.failed(enforced)
+	}
+	specs := rs.placed(out.Placement, set.Limits)
+	if p.debugging() {
+		logf(p.host, logDebug, "meshlimit: rule %s key %q cost %d: allowed=%t (%d attempts)", r.Name, key, cost, out.Allowed, out.Attempts)
+	}
+	d.count(rs, out.Allowed, enforced)
+	rs.nearLimit(out.Decisions, specs)
+	p.settle.reserve(rs, set.Index, key, &out, cost, now)
+	if enforced {
+		pk := p.cfg.Response.Partition(r, key)
+		for j := range specs {
+			d.outcome(&specs[j], out.Decisions[j], pk)
+			if dl := int64(out.Decisions[j].Delay); out.Allowed && dl > d.delay {
+				d.delay = dl
+			}
+		}
+	}
+	return enforced && !out.Allowed
+}

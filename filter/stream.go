@@ -1,0 +1,114 @@
+package filter
+
+import "github.com/meshlimit/meshlimit/rules"
+
+// stream is what the plugin keeps for one stream between its callbacks: one part per feature that
+// keeps something across them. reset clears it for the next stream, keeping the arrays that let a
+// warm request allocate nothing.
+type stream struct {
+	id    uint32
+	calls int // callouts bound to the stream's context not answered yet (see recycle)
+
+	quota     quotaStream  // replier: what to report on the upstream's response
+	call      callStream   // global client: the call the stream waits for
+	settle    *settling    // settler: the reservations to settle when the stream ends, or nil
+	settleMem *settling    // the settling newSettling reuses
+	permits   []heldPermit // permits: the concurrency permits the stream holds, released when it ends
+	shed      shedSlot     // shedder: the slot the stream holds
+	charges   chargeStream // charger: the counted rules' charges, decided by the response
+}
+
+// reset clears s for another stream.
+func (s *stream) reset() {
+	s.quota.reset()
+	s.charges.reset()
+	*s = stream{quota: s.quota, charges: s.charges, settleMem: s.settleMem}
+}
+
+// newSettling gives the stream a fresh settling: the one it kept from an earlier stream (arrays
+// kept, everything else cleared), so that a warm request with reservations allocates none.
+func (s *stream) newSettling() *settling {
+	st := s.settleMem
+	if st == nil {
+		st = &settling{}
+		s.settleMem = st
+	} else {
+		st.reset()
+	}
+	s.settle = st
+	return st
+}
+
+// quotaStream is what an admitted request reports on the upstream's response: the outcomes of its
+// limits, in an inline array, or in a spare one (allocated once per context, by the first request
+// with more limits than inline holds, and kept across recycling), so that a warm request
+// allocates nothing whatever its limits.
+type quotaStream struct {
+	outcomes []rules.Outcome // nil when nothing
+	inline   [2]rules.Outcome
+	spare    []rules.Outcome
+}
+
+// set keeps outcomes for the response's quota fields.
+func (q *quotaStream) set(outcomes []rules.Outcome) {
+	if len(outcomes) <= len(q.inline) {
+		q.outcomes = append(q.inline[:0], outcomes...)
+		return
+	}
+	q.outcomes = append(q.spare[:0], outcomes...)
+	q.spare = q.outcomes[:0]
+}
+
+func (q *quotaStream) reset() {
+	spare := q.spare
+	clear(spare[:cap(spare)]) // no outcome keeps the old configuration's rules alive
+	*q = quotaStream{spare: spare[:0]}
+}
+
+// endHooks returns what the plugin does when a stream ends: each feature's end of a stream, in this
+// order, each doing nothing for a stream that holds nothing of its kind. The order matters where
+// one end reads what another clears: the global permits go first, because what the stream's
+// unanswered check may have acquired is read from that check (its items and deadline); the
+// global client then forgets the check, which frees the stream's call for the charger; the charger
+// charges an unanswered response (in a call not awaited: the stream is gone); the settler settles
+// the reservations; last, the permits and the shedding slot are given back, which nothing after
+// them reads.
+func (p *pluginContext) endHooks() []func(*httpContext) {
+	var ends []func(*httpContext)
+	if g := p.global; g != nil {
+		ends = append(ends, g.permits.endStream, g.endStream)
+	}
+	return append(ends, p.charges.endStream, p.settle.endStream, p.permits.endStream, p.sheds.endStream)
+}
+
+// maxFreeContexts bounds the contexts a plugin keeps for reuse: more streams than that in flight at
+// once allocate the excess.
+const maxFreeContexts = 64
+
+// newHTTPContext returns the context of stream id: one a finished stream left (see recycle), or a new
+// one.
+func (p *pluginContext) newHTTPContext(id uint32) *httpContext {
+	if n := len(p.free); n > 0 {
+		h := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		h.plugin, h.id = p, id
+		return h
+	}
+	return &httpContext{plugin: p, stream: stream{id: id}}
+}
+
+// recycle clears the context of a stream that has ended and keeps it for the next stream, so that a
+// request allocates nothing. Envoy calls nothing for the stream after OnHttpStreamDone. Only callouts
+// outlive a stream's callbacks holding its context (a check's or a charge's answer is bound to it,
+// global.go, charge.go): a context with such a call unanswered is never recycled (if Envoy cancels
+// the call with the stream, the context is left to the collector), so a late answer never reaches
+// the next stream that would have reused it.
+func (h *httpContext) recycle() {
+	p := h.plugin
+	if h.calls > 0 || len(p.free) >= maxFreeContexts {
+		return
+	}
+	h.stream.reset()
+	p.free = append(p.free, h)
+}
