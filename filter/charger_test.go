@@ -1,0 +1,162 @@
+package filter
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// The charger (charge.go) on the fake host: a counted rule charges the responses its count_on
+// matches, and a key it exhausts goes into the penalty box.
+
+func loginRule(scope, countOn string) string {
+	return `{"name":"login","scope":"` + scope + `","key":[{"header":"x-user"}],"limits":[{"rate":"3/m"}],"count_on":` + countOn + `}`
+}
+
+// attempt runs one request of u that the upstream answers with status, and returns the request's
+// action.
+func attempt(f *fakeHost, p *pluginContext, u, status string) types.Action {
+	h, act := f.open(p, user(u), true)
+	if act == types.ActionContinue {
+		f.respond(h, [][2]string{{":status", status}}, true)
+	}
+	f.end(h)
+	return act
+}
+
+func TestACountedRuleChargesOnlyTheResponsesItCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		statuses []string
+		want     []types.Action
+	}{
+		{"three 401s put the key in the penalty box", []string{"401", "401", "401", "200"},
+			[]types.Action{types.ActionContinue, types.ActionContinue, types.ActionContinue, types.ActionPause}},
+		{"200s are never charged", []string{"200", "200", "200", "200", "401"},
+			[]types.Action{types.ActionContinue, types.ActionContinue, types.ActionContinue, types.ActionContinue, types.ActionContinue}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeHost(t)
+			p := f.start(`{"rules":[` + loginRule("local", `{"status":["401"],"penalty":"15m"}`) + `]}`)
+			for i, s := range tc.statuses {
+				assert.Equal(t, tc.want[i], attempt(f, p, "eve", s), "request %d", i)
+			}
+		})
+	}
+}
+
+func TestAKeyInThePenaltyBoxIsDeniedUntilThePenaltyEnds(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(`{"rules":[` + loginRule("local", `{"status":["401"],"penalty":"15m"}`) + `]}`)
+	for range 3 {
+		attempt(f, p, "eve", "401")
+	}
+	h, act := f.open(p, user("eve"), true)
+	require.Equal(t, types.ActionPause, act)
+	retry, _ := pairValue(f.of(h).reply.headers, "retry-after")
+	assert.Equal(t, "900", retry, "the penalty's 15 minutes")
+	f.end(h)
+	assert.Equal(t, int64(1), f.counter("meshlimit.rule.login.penalties"))
+	assert.Equal(t, int64(1), f.counter("meshlimit.rule.login.penalty_denied"))
+	assert.Equal(t, types.ActionContinue, attempt(f, p, "mallory", "200"), "another key is not boxed")
+	f.advance(15 * time.Minute)
+	assert.Equal(t, types.ActionContinue, attempt(f, p, "eve", "200"), "the penalty is over")
+}
+
+func TestAStreamThatEndsWithoutAResponseIsChargedUnlessTheRuleSaysOtherwise(t *testing.T) {
+	for _, tc := range []struct {
+		name, countOn string
+		charged       int64
+	}{
+		{"by default leaving early is charged", `{"status":["401"]}`, 1},
+		{"count_unanswered false charges nothing", `{"status":["401"],"count_unanswered":false}`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeHost(t)
+			p := f.start(`{"rules":[` + loginRule("local", tc.countOn) + `]}`)
+			h, _ := f.open(p, user("eve"), true)
+			f.end(h)
+			assert.Equal(t, tc.charged, f.counter("meshlimit.rule.login.counted"))
+			assert.Equal(t, tc.charged, f.counter("meshlimit.rule.login.unanswered"))
+		})
+	}
+}
+
+func TestTheFiltersOwnLocalReplyIsNeverCharged(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(`{"rules":[` + loginRule("local", `{"status":["429"]}`) + `,{"name":"gate","limits":[{"rate":"1/h"}]}]}`)
+	attempt(f, p, "eve", "200")
+	h, act := f.open(p, user("eve"), true)
+	require.Equal(t, types.ActionPause, act, "the gate denies")
+	f.respond(h, [][2]string{{":status", "429"}}, true) // the local reply passes the response path
+	f.end(h)
+	assert.Zero(t, f.counter("meshlimit.rule.login.counted"))
+}
+
+func TestAGlobalChargePausesTheResponseUntilTheServiceAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name, status, body string
+		boxed              bool
+		metric             string
+	}{
+		{"an exhausted limit boxes the key", "200", checkAnswer(false, 0, 60000), true, "meshlimit.rule.login.penalties"},
+		{"an admitted charge with room leaves it", "200", checkAnswer(true, 2, 0), false, "meshlimit.rule.login.counted"},
+		{"a failed charge is lost and counted", "503", `{"error":"x"}`, false, "meshlimit.global.failures"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeHost(t)
+			p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)))
+			h, act := f.open(p, user("eve"), true)
+			require.Equal(t, types.ActionContinue, act, "a counted global rule only checks its penalty box")
+			assert.Equal(t, types.ActionPause, f.respond(h, [][2]string{{":status", "401"}}, true))
+			charge := f.callOf(h)
+			assert.Contains(t, charge.body, `"cost":1`)
+			f.answerCall(charge, tc.status, tc.body)
+			assert.Equal(t, 1, f.of(h).resumed[responsePart], "the response goes on")
+			f.end(h)
+			assert.Positive(t, f.counter(tc.metric))
+			next, act := f.open(p, user("eve"), true)
+			assert.Equal(t, tc.boxed, act == types.ActionPause)
+			f.end(next)
+		})
+	}
+}
+
+func TestAGlobalChargeUnansweredByItsDeadlineLetsTheResponseGoOn(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)))
+	h, _ := f.open(p, user("eve"), true)
+	f.respond(h, [][2]string{{":status", "401"}}, true)
+	call := f.callOf(h)
+	f.advance(205 * time.Millisecond)
+	f.tickNow(p)
+	assert.Equal(t, 1, f.of(h).resumed[responsePart])
+	f.answerCall(call, "200", checkAnswer(false, 0, 60000))
+	assert.Equal(t, int64(1), f.counter("meshlimit.global.late_answers"))
+	f.end(h)
+}
+
+func TestAGlobalChargeWithoutTheServiceIsLostAndTheResponseGoesOn(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)))
+	f.refuse.dispatch = errors.New("BadArgument")
+	h, _ := f.open(p, user("eve"), true)
+	assert.Equal(t, types.ActionContinue, f.respond(h, [][2]string{{":status", "401"}}, true))
+	f.end(h)
+	assert.Equal(t, int64(1), f.counter("meshlimit.global.failures"))
+}
+
+func TestAGlobalChargeOfAStreamThatEndedUnansweredIsSentAndNotAwaited(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)))
+	h, _ := f.open(p, user("eve"), true)
+	f.end(h)
+	calls := f.pending()
+	require.Len(t, calls, 1, "the unanswered request is charged")
+	assert.Empty(t, p.global.waiting, "nothing waits for its answer")
+	assert.NotContains(t, p.free, h, "its context is not reused while its call is out")
+}

@@ -1,0 +1,152 @@
+package filter
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// The shedder (shed.go) on the fake host.
+
+func shedConfig(shed string) string {
+	return `{"rules":[` + anyRule + `],"shed":` + shed + `}`
+}
+
+func priority(p string) [][2]string { return fakeReq("/", [2]string{"x-priority", p}) }
+
+func TestTheShedderAnswersA503WhenTheCapacityIsHeld(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(shedConfig(`{"capacity":1,"classes":[{"name":"only"}],"default_class":"only","retry_after":"2s","retry_after_jitter":"0s"}`))
+	a, act := f.open(p, fakeReq("/"), true)
+	require.Equal(t, types.ActionContinue, act)
+	b, act := f.open(p, fakeReq("/"), true)
+	require.Equal(t, types.ActionPause, act)
+	r := f.of(b).reply
+	assert.Equal(t, uint32(503), r.status)
+	retry, _ := pairValue(r.headers, "retry-after")
+	assert.Equal(t, "2", retry)
+	assert.Contains(t, string(r.body), "temporary-reduced-capacity")
+	assert.Equal(t, int64(1), f.counter("meshlimit.shed.only.shed"))
+	f.end(b)
+	f.end(a)
+	c, act := f.open(p, fakeReq("/"), true)
+	assert.Equal(t, types.ActionContinue, act, "the ended stream gave its slot back")
+	f.end(c)
+}
+
+func TestAShedRequestGivesBackThePermitsItsRulesTook(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(`{"rules":[{"name":"gpu","limits":[{"concurrency":1}]}],"shedders":[{"name":"s","capacity":1,"classes":[{"name":"only"}],"default_class":"only","match":{"path":{"prefix":"/shed/"}}}]}`)
+	held, _ := f.open(p, fakeReq("/other"), true) // the permit, but no slot: the shedder does not match
+	f.end(held)
+	a, _ := f.open(p, fakeReq("/shed/a"), true) // a permit and the one slot
+	f.end(a)
+	b, _ := f.open(p, fakeReq("/shed/b"), true)
+	c, act := f.open(p, fakeReq("/shed/c"), true)
+	require.Equal(t, types.ActionPause, act, "gpu's permit is b's")
+	f.end(c)
+	f.end(b)
+	d, act := f.open(p, fakeReq("/shed/d"), true)
+	assert.Equal(t, types.ActionContinue, act)
+	e, act := f.open(p, fakeReq("/shed/e"), true)
+	assert.Equal(t, types.ActionPause, act)
+	assert.Empty(t, e.permits, "the shed (or denied) request holds no permit")
+	f.end(e)
+	f.end(d)
+}
+
+func TestAShadowShedderCountsWhatItWouldShedAndShedsNothing(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(shedConfig(`{"capacity":1,"shadow":true,"classes":[{"name":"only"}],"default_class":"only"}`))
+	a, _ := f.open(p, fakeReq("/"), true)
+	b, act := f.open(p, fakeReq("/"), true)
+	assert.Equal(t, types.ActionContinue, act)
+	assert.Equal(t, int64(1), f.counter("meshlimit.shed.only.shadow_shed"))
+	f.end(a)
+	f.end(b)
+}
+
+func TestTheLowestClassIsShedFirst(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(shedConfig(`{"capacity":10,"class_header":"x-priority"}`))
+	var open []*httpContext
+	admitted := 0
+	for {
+		h, act := f.open(p, priority("sheddable"), true)
+		open = append(open, h)
+		if act == types.ActionPause {
+			break
+		}
+		admitted++
+	}
+	assert.Less(t, admitted, 10, "sheddable is shed before the capacity is reached")
+	h, act := f.open(p, priority("critical"), true)
+	assert.Equal(t, types.ActionContinue, act, "critical keeps its reserve")
+	for _, h := range append(open, h) {
+		f.end(h)
+	}
+}
+
+func TestTheTimerRenewsTheShedderSlotsAndReportsThemInFlight(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(shedConfig(`{"capacity":5,"classes":[{"name":"only"}],"default_class":"only"}`))
+	require.Equal(t, uint32(1000), f.tick)
+	a, _ := f.open(p, fakeReq("/"), true)
+	b, _ := f.open(p, fakeReq("/"), true)
+	f.advance(2 * time.Second)
+	f.tickNow(p)
+	assert.Equal(t, int64(2), f.counter("meshlimit.shed.only.in_flight"))
+	assert.Equal(t, int64(5), f.counter("meshlimit.shed.capacity"))
+	f.end(a)
+	f.end(b)
+	f.advance(2 * time.Second)
+	f.tickNow(p)
+	assert.Zero(t, f.counter("meshlimit.shed.only.in_flight"))
+}
+
+func TestAnAdaptiveShedderLearnsItsCapacityFromTheUpstreamsLatency(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(shedConfig(`{"class_header":"x-priority","adaptive":{"interval":"100ms","probe_samples":3}}`))
+	require.Equal(t, uint32(100), f.tick)
+	initial := f.counter("meshlimit.shed.capacity")
+	require.Positive(t, initial)
+	for range 50 { // a slow upstream: 500 ms per request, ten at a time
+		var open []*httpContext
+		for range 10 {
+			h, act := f.open(p, priority("critical"), true)
+			if act == types.ActionContinue {
+				open = append(open, h)
+			}
+		}
+		f.advance(500 * time.Millisecond)
+		for _, h := range open {
+			f.respond(h, [][2]string{{":status", "200"}}, true)
+			f.end(h)
+		}
+		f.tickNow(p)
+	}
+	assert.NotEqual(t, initial, f.counter("meshlimit.shed.capacity"), "the controller moved the capacity")
+	v, _, err := f.Get("meshlimit/test.meshlimit/shed/gradient")
+	require.NoError(t, err)
+	assert.NotEmpty(t, v, "its state is shared")
+}
+
+func TestOnlyTheFirstMatchingShedderOfTheListGovernsARequest(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(`{"rules":[` + anyRule + `],"shedders":[` +
+		`{"name":"api","match":{"path":{"prefix":"/api/"}},"capacity":1,"classes":[{"name":"only"}],"default_class":"only"},` +
+		`{"name":"all","capacity":100,"classes":[{"name":"only"}],"default_class":"only"}]}`)
+	a, _ := f.open(p, fakeReq("/api/a"), true)
+	b, act := f.open(p, fakeReq("/api/b"), true)
+	assert.Equal(t, types.ActionPause, act, "the api shedder holds one")
+	c, act := f.open(p, fakeReq("/web"), true)
+	assert.Equal(t, types.ActionContinue, act, "the other path is the second shedder's")
+	assert.Equal(t, int64(1), f.counter("meshlimit.shed.api.only.shed"))
+	assert.Equal(t, int64(1), f.counter("meshlimit.shed.all.only.admitted"))
+	for _, h := range []*httpContext{a, b, c} {
+		f.end(h)
+	}
+}
