@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -142,28 +141,11 @@ func TestARuleWhoseUpdatesAllLoseTheirRaceAppliesItsFailureMode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeHost(t)
 			p := f.start(`{"rules":[{"name":"r","failure_mode":"` + tc.mode + `","limits":[{"rate":"10/h"}]}]}`)
-			p.limiter = sharedstate.NewLimiter(contendedUpdater(t))
+			p.limiter = sharedstate.NewLimiter(contendedUpdater(f, "meshlimit/test.meshlimit/r/"))
 			_, act := f.open(p, fakeReq("/"), true)
 			assert.Equal(t, tc.want, act)
 			assert.Equal(t, int64(1), f.counter("meshlimit.rule.r.cas_exhausted"))
 			assert.Equal(t, int64(sharedstate.DefaultMaxAttempts-1), f.counter("meshlimit.rule.r.cas_retries"))
 		})
 	}
-}
-
-// contendedStore is a store where another worker always wrote the rule r's records first: every
-// Set of one mismatches.
-type contendedStore struct{ *sharedstate.MemStore }
-
-func (s contendedStore) Set(key string, value []byte, cas uint32) error {
-	if strings.HasPrefix(key, "meshlimit/test.meshlimit/r/") {
-		return sharedstate.ErrCasMismatch
-	}
-	return s.MemStore.Set(key, value, cas)
-}
-
-func contendedUpdater(t *testing.T) *sharedstate.Updater {
-	u, err := sharedstate.NewUpdater(contendedStore{sharedstate.NewMemStore()}, "meshlimit/test.meshlimit/sentinel", 0)
-	require.NoError(t, err)
-	return u
 }

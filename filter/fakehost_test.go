@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,17 +10,18 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/meshlimit/meshlimit/internal/envoyhost"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
-// fakeHost is the host of the native feature tests: the proxy's shared data is a
-// sharedstate.MemStore (Envoy's exact compare-and-swap), the clock is the test's, and every stream's
+// fakeHost is the host of the native feature tests: the proxy's shared data is that of the
+// Envoy-faithful host (internal/envoyhost: Envoy's exact compare-and-swap), the clock is the test's, and every stream's
 // headers, bodies, local reply and resumes, every call dispatched, every metric and every log line
 // is recorded for the test to read. It answers a call as Envoy does: with the calling stream as the
 // current context, and not at all once that stream is gone. The zero value is not usable: see
 // newFakeHost.
 type fakeHost struct {
-	*sharedstate.MemStore
+	sharedData
 	t        *testing.T
 	clock    int64
 	tick     uint32
@@ -86,11 +88,60 @@ type fakeLog struct {
 	msg   string
 }
 
+// sharedData is the shared data of one vm_id of an envoyhost.Process, as a sharedstate.Store. Set
+// copies the key: sharedstate passes keys that view buffers it reuses, and the Process keeps the
+// string it is given (its wasm host copies keys out of guest memory first).
+type sharedData struct{ p *envoyhost.Process }
+
+const fakeVMID = "meshlimit"
+
+func (s sharedData) Get(key string) ([]byte, uint32, error) {
+	v, cas, st := s.p.GetSharedData(fakeVMID, key)
+	return v, cas, sharedErr(st)
+}
+
+func (s sharedData) Set(key string, value []byte, cas uint32) error {
+	return sharedErr(s.p.SetSharedData(fakeVMID, strings.Clone(key), value, cas))
+}
+
+func sharedErr(st envoyhost.Status) error {
+	switch st {
+	case envoyhost.StatusOK:
+		return nil
+	case envoyhost.StatusNotFound:
+		return sharedstate.ErrNotFound
+	case envoyhost.StatusCasMismatch:
+		return sharedstate.ErrCasMismatch
+	}
+	return fmt.Errorf("envoyhost: status %d", st)
+}
+
+// contended is shared data where every write of a key under prefix loses its race, as if another
+// worker always wrote first.
+type contended struct {
+	sharedData
+	prefix string
+}
+
+func (s contended) Set(key string, value []byte, cas uint32) error {
+	if strings.HasPrefix(key, s.prefix) {
+		return sharedstate.ErrCasMismatch
+	}
+	return s.sharedData.Set(key, value, cas)
+}
+
+// contendedUpdater is an updater on f's shared data where every write under prefix loses its race.
+func contendedUpdater(f *fakeHost, prefix string) *sharedstate.Updater {
+	u, err := sharedstate.NewUpdater(contended{f.sharedData, prefix}, "meshlimit/test.meshlimit/sentinel", 0)
+	require.NoError(f.t, err)
+	return u
+}
+
 // fakeEpoch is where the fake clock starts: a plausible unix time, far from 0.
 const fakeEpoch = int64(1_767_225_600) * int64(time.Second)
 
 func newFakeHost(t *testing.T) *fakeHost {
-	return &fakeHost{MemStore: sharedstate.NewMemStore(), t: t, clock: fakeEpoch, streams: map[uint32]*fakeStream{},
+	return &fakeHost{sharedData: sharedData{envoyhost.NewProcess()}, t: t, clock: fakeEpoch, streams: map[uint32]*fakeStream{},
 		props: map[string]string{"plugin_name": "test.meshlimit", "source\x00address": "192.0.2.10:5555"}}
 }
 

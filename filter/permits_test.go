@@ -93,7 +93,7 @@ func TestAReleaseThatLosesEveryRaceIsRepairedByTheNextRenewal(t *testing.T) {
 	a, _ := f.open(p, user("u"), true)
 	b, _ := f.open(p, user("u"), true)
 	records := p.records
-	p.records = sharedstate.NewCursor(contendedUpdaterFor(t, f, "meshlimit/test.meshlimit/gpu/"))
+	p.records = sharedstate.NewCursor(contendedUpdater(f, "meshlimit/test.meshlimit/gpu/"))
 	f.end(a) // its release cannot be written
 	assert.Equal(t, int64(1), f.counter("meshlimit.rule.gpu.cas_exhausted"))
 	p.records = records
@@ -120,26 +120,6 @@ func TestKeysWithoutRoomShareTheOverflowPermits(t *testing.T) {
 	for _, h := range []*httpContext{a, c, d} {
 		f.end(h)
 	}
-}
-
-// contendedUpdaterFor is an updater on the fake's shared data where every write under prefix loses
-// its race.
-func contendedUpdaterFor(t *testing.T, f *fakeHost, prefix string) *sharedstate.Updater {
-	u, err := sharedstate.NewUpdater(prefixContended{f.MemStore, prefix}, "meshlimit/test.meshlimit/sentinel", 0)
-	require.NoError(t, err)
-	return u
-}
-
-type prefixContended struct {
-	*sharedstate.MemStore
-	prefix string
-}
-
-func (s prefixContended) Set(key string, value []byte, cas uint32) error {
-	if strings.HasPrefix(key, s.prefix) {
-		return sharedstate.ErrCasMismatch
-	}
-	return s.MemStore.Set(key, value, cas)
 }
 
 // Global concurrency limits.

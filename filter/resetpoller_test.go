@@ -206,7 +206,7 @@ func TestAResetOfAHashedValueOrOfAnOverrideOfAnotherValueFreesNothing(t *testing
 	p := f.start(resetConfig("1s"))
 	long := strings.Repeat("x", wire.MaxValueBytes+1)
 	body := wire.AppendRequestEnd(wire.AppendDescriptor(wire.AppendRequestStart(nil), 0,
-		wire.Key{Plugin: p.name, Rule: "local", Fingerprint: 1, Value: long}, p.rules[0].tables[0].Limits()[0], 1))
+		wire.Key{Plugin: p.name, Rule: "local", Fingerprint: 1, Value: long}, p.rules[0].rule.LimitSets()[0].Limits[0].Limit, 1))
 	_, _, hashed, ok := wire.ParseKey(descriptorKey(t, body), p.name)
 	require.True(t, ok)
 	assert.False(t, p.resets.apply(p.name+"/local/1/"+hashed), "a hashed value's original is not known")

@@ -9,7 +9,7 @@ import (
 )
 
 func TestCheckDecidesAsTakeWouldButNeverConsumes(t *testing.T) {
-	s := NewMemStore()
+	s := newMemStore()
 	l := newLimiter(t, s)
 	tab := newTable(t, 16, tokenBucket(3, time.Minute))
 	key := []byte("client-a")

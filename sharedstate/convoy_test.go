@@ -36,7 +36,7 @@ func (c *convoyStore) Set(key string, value []byte, cas uint32) error {
 // convoy returns the victim's Limiter on a store where another worker on the same key wins the next
 // wins races. Both use the default bound on attempts, as the filter does.
 func convoy(t *testing.T, tab *Table, key []byte, wins int) *Limiter {
-	base := NewMemStore()
+	base := newMemStore()
 	const sentinel = "meshlimit/test/sentinel"
 	other, err := NewUpdater(base, sentinel, 0)
 	require.NoError(t, err)

@@ -22,7 +22,7 @@ func drain(t *testing.T, l *Limiter, tab *Table, key string, n int) {
 }
 
 func TestAForgottenKeyStartsFromAFreshStateAtOnce(t *testing.T) {
-	l := newLimiter(t, NewMemStore())
+	l := newLimiter(t, newMemStore())
 	tab := newTable(t, 16, tokenBucket(3, time.Hour))
 	drain(t, l, tab, "alice", 3)
 
@@ -37,7 +37,7 @@ func TestAForgottenKeyStartsFromAFreshStateAtOnce(t *testing.T) {
 
 func TestForgettingAliceNeverTouchesBobsRecord(t *testing.T) {
 	for _, slots := range []int{1, 2, 16} { // 1: every key meets every other in the one slot
-		l := newLimiter(t, NewMemStore())
+		l := newLimiter(t, newMemStore())
 		tab := newTable(t, slots, tokenBucket(3, time.Hour))
 		drain(t, l, tab, "bob", 3)
 
@@ -52,7 +52,7 @@ func TestForgettingAliceNeverTouchesBobsRecord(t *testing.T) {
 }
 
 func TestForgettingAKeyTwiceIsTheSameAsOnce(t *testing.T) {
-	s := NewMemStore()
+	s := newMemStore()
 	l := newLimiter(t, s)
 	tab := newTable(t, 16, tokenBucket(3, time.Hour))
 	drain(t, l, tab, "alice", 3)
@@ -70,7 +70,7 @@ func TestForgettingAKeyTwiceIsTheSameAsOnce(t *testing.T) {
 func TestAKeyThatOwnsALaterCandidateIsStillFoundAfterTheKeyBeforeItIsForgotten(t *testing.T) {
 	// Two slots, so that every key's candidates are both: find a bob whose first candidate is
 	// alice's slot, so that bob's record is in his second.
-	c := newCursor(t, NewMemStore())
+	c := newCursor(t, newMemStore())
 	r, err := NewRecords("meshlimit/test/r", 2)
 	require.NoError(t, err)
 	_, err = c.Update(r, []byte("alice"), &expiringEditor{until: 100})
@@ -103,7 +103,7 @@ func TestAKeyThatOwnsALaterCandidateIsStillFoundAfterTheKeyBeforeItIsForgotten(t
 
 // racingStore runs before once, just before the first Set of a key that starts with prefix.
 type racingStore struct {
-	*MemStore
+	*memStore
 	prefix string
 	before func()
 }
@@ -113,13 +113,13 @@ func (s *racingStore) Set(key string, value []byte, cas uint32) error {
 		s.before = nil
 		f()
 	}
-	return s.MemStore.Set(key, value, cas)
+	return s.memStore.Set(key, value, cas)
 }
 
 func TestAForgetThatLosesARaceToAnUpdateOfTheSameKeyReadsAgainAndStillForgets(t *testing.T) {
-	s := &racingStore{MemStore: NewMemStore(), prefix: "meshlimit/test/rule/"}
+	s := &racingStore{memStore: newMemStore(), prefix: "meshlimit/test/rule/"}
 	l := newLimiter(t, s)
-	other := newLimiter(t, s.MemStore) // another worker, writing straight to the store
+	other := newLimiter(t, s.memStore) // another worker, writing straight to the store
 	tab := newTable(t, 16, tokenBucket(3, time.Hour))
 	drain(t, l, tab, "alice", 3)
 	s.before = func() { _, _ = other.Take(tab, []byte("alice"), t0+int64(time.Hour), 1) }
@@ -133,9 +133,9 @@ func TestAForgetThatLosesARaceToAnUpdateOfTheSameKeyReadsAgainAndStillForgets(t 
 }
 
 func TestAForgetThatLosesTheSlotToAnotherKeyLeavesThatKeysRecord(t *testing.T) {
-	s := &racingStore{MemStore: NewMemStore(), prefix: "meshlimit/test/r/"}
+	s := &racingStore{memStore: newMemStore(), prefix: "meshlimit/test/r/"}
 	c := newCursor(t, s)
-	other := newCursor(t, s.MemStore)
+	other := newCursor(t, s.memStore)
 	r, err := NewRecords("meshlimit/test/r", 1)
 	require.NoError(t, err)
 	_, err = c.Update(r, []byte("alice"), &expiringEditor{until: 100})
@@ -152,7 +152,7 @@ func TestAForgetThatLosesTheSlotToAnotherKeyLeavesThatKeysRecord(t *testing.T) {
 }
 
 func TestAKeyInTheOverflowStateCannotBeForgottenIndividually(t *testing.T) {
-	l := newLimiter(t, NewMemStore())
+	l := newLimiter(t, newMemStore())
 	tab := newTable(t, 1, tokenBucket(3, time.Hour))
 	drain(t, l, tab, "alice", 3) // alice holds the one slot
 	for range 3 {
@@ -171,7 +171,7 @@ func TestAKeyInTheOverflowStateCannotBeForgottenIndividually(t *testing.T) {
 }
 
 func TestForgetGivesUpWithErrContentionAfterMaxAttempts(t *testing.T) {
-	s := NewMemStore()
+	s := newMemStore()
 	l := newLimiter(t, s)
 	tab := newTable(t, 16, tokenBucket(3, time.Hour))
 	drain(t, l, tab, "alice", 3)

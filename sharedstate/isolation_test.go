@@ -39,7 +39,7 @@ func checkIsolation(t testing.TB, in []byte) {
 	limit := algorithms.Limit{Kind: kinds[int(in[1])%len(kinds)], Quota: 1 + int64(in[2]%8), Window: time.Second}
 	tab, err := NewTable("meshlimit/fuzz/rule", 1+int(in[0]%8), []algorithms.Limit{limit}, nil)
 	require.NoError(t, err)
-	l := newLimiter(t, NewMemStore())
+	l := newLimiter(t, newMemStore())
 	victims := [2]string{"alice", "bob"}
 	var refs [2][]byte // the victims' states as if alone
 	now := t0
@@ -137,7 +137,7 @@ func TestAVictimIsDecidedAsIfAloneWhateverStreamOfMintedKeysArrives(t *testing.T
 
 func TestAVictimGetsExactlyItsCapacityWhileEightWorkersMintKeysAroundIt(t *testing.T) {
 	const workers, perWorker, capacity = 8, 40, 100
-	store := &yieldingStore{Store: NewMemStore()}
+	store := &yieldingStore{Store: newMemStore()}
 	tab := newTable(t, 4, tokenBucket(capacity, time.Hour)) // 4 slots: the minted keys fill the rest at once
 	var admitted atomic.Int64
 	var wg sync.WaitGroup

@@ -56,9 +56,6 @@ func NewRecords(prefix string, slots int) (*Records, error) {
 	return &Records{prefix: p, overflow: p + "overflow", slots: uint32(slots), seed: fnv.String(p)}, nil
 }
 
-// Slots is the number of slots, the bound on the keys the set ever creates besides its overflow record.
-func (r *Records) Slots() int { return int(r.slots) }
-
 // SlotKey appends the shared-data key of slot i to dst.
 func (r *Records) SlotKey(dst []byte, i int) []byte {
 	dst = append(dst, r.prefix...)

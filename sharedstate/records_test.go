@@ -42,7 +42,7 @@ func until(t *testing.T, c *Cursor, r *Records, key string) (int64, bool) {
 }
 
 func TestAnotherKeyNeverReadsNorReplacesARecordThatIsNotVacant(t *testing.T) {
-	c := newCursor(t, NewMemStore())
+	c := newCursor(t, newMemStore())
 	r, err := NewRecords("meshlimit/test/blocked", 1) // one slot: every key meets every other
 	require.NoError(t, err)
 	res, err := c.Update(r, []byte("victim"), &expiringEditor{now: 0, until: 100})
@@ -67,7 +67,7 @@ func TestAnotherKeyNeverReadsNorReplacesARecordThatIsNotVacant(t *testing.T) {
 }
 
 func TestAKeyUsesTheCandidateItOwnsBeforeClaimingAnother(t *testing.T) {
-	s := NewMemStore()
+	s := newMemStore()
 	c := newCursor(t, s)
 	r, err := NewRecords("meshlimit/test/r", 64)
 	require.NoError(t, err)
@@ -83,7 +83,7 @@ func TestAKeyUsesTheCandidateItOwnsBeforeClaimingAnother(t *testing.T) {
 }
 
 func TestAnEditThatDeclinesWritesNothing(t *testing.T) {
-	s := NewMemStore()
+	s := newMemStore()
 	c := newCursor(t, s)
 	r, err := NewRecords("meshlimit/test/r", 8)
 	require.NoError(t, err)
@@ -97,7 +97,7 @@ func TestAnEditThatDeclinesWritesNothing(t *testing.T) {
 }
 
 func TestEveryKeyWithoutRoomSharesTheOneOverflowRecord(t *testing.T) {
-	s := NewMemStore()
+	s := newMemStore()
 	c := newCursor(t, s)
 	r, err := NewRecords("meshlimit/test/r", 2)
 	require.NoError(t, err)
@@ -122,7 +122,7 @@ func TestNewRecordsRejectsSizesOutsideOneToMaxSlots(t *testing.T) {
 }
 
 func TestEveryVMOfAProxyReadsTheSameSecretAndAnotherProxyAnother(t *testing.T) {
-	proxy := &yieldingStore{Store: NewMemStore()}
+	proxy := &yieldingStore{Store: newMemStore()}
 	secrets := make(chan [2]uint64, 8)
 	var wg sync.WaitGroup
 	for range 8 { // eight VMs starting at once race to create the secret
@@ -140,7 +140,7 @@ func TestEveryVMOfAProxyReadsTheSameSecretAndAnotherProxyAnother(t *testing.T) {
 	for s := range secrets {
 		assert.Equal(t, first, s, "one secret per proxy")
 	}
-	other, err := NewUpdater(NewMemStore(), "sentinel", 0)
+	other, err := NewUpdater(newMemStore(), "sentinel", 0)
 	require.NoError(t, err)
 	assert.NotEqual(t, first, [2]uint64{other.k0, other.k1}, "another proxy draws its own")
 }
@@ -148,7 +148,7 @@ func TestEveryVMOfAProxyReadsTheSameSecretAndAnotherProxyAnother(t *testing.T) {
 func TestAKeysFingerprintDependsOnTheProxysSecret(t *testing.T) {
 	r, err := NewRecords("meshlimit/test/r", 1024)
 	require.NoError(t, err)
-	a, b := newCursor(t, NewMemStore()), newCursor(t, NewMemStore())
+	a, b := newCursor(t, newMemStore()), newCursor(t, newMemStore())
 	ca, cb := r.candidates(a.u, []byte("alice")), r.candidates(b.u, []byte("alice"))
 	assert.NotEqual(t, ca.fp, cb.fp, "a client that does not know the secret cannot compute it")
 }

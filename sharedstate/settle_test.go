@@ -14,7 +14,7 @@ func newSettler(t testing.TB, l *Limiter) *Settler {
 }
 
 func TestAdjustRefundsTheUnusedReservationOfTheKeyOnly(t *testing.T) {
-	l := newLimiter(t, NewMemStore())
+	l := newLimiter(t, newMemStore())
 	s := newSettler(t, l)
 	tab := newTable(t, 16, tokenBucket(100, time.Hour))
 	out, err := l.Take(tab, []byte("a"), t0, 80)
@@ -33,7 +33,7 @@ func TestAdjustRefundsTheUnusedReservationOfTheKeyOnly(t *testing.T) {
 }
 
 func TestAdjustChargesAnOverRunAndTheKeyWaits(t *testing.T) {
-	l := newLimiter(t, NewMemStore())
+	l := newLimiter(t, newMemStore())
 	s := newSettler(t, l)
 	tab := newTable(t, 16, tokenBucket(100, time.Hour))
 	out, err := l.Take(tab, []byte("a"), t0, 10)
@@ -46,7 +46,7 @@ func TestAdjustChargesAnOverRunAndTheKeyWaits(t *testing.T) {
 }
 
 func TestARefundForAKeyWithoutARecordWritesNothing(t *testing.T) {
-	st := NewMemStore()
+	st := newMemStore()
 	l := newLimiter(t, st)
 	s := newSettler(t, l)
 	tab := newTable(t, 16, tokenBucket(100, time.Hour))
@@ -62,7 +62,7 @@ func TestARefundForAKeyWithoutARecordWritesNothing(t *testing.T) {
 }
 
 func TestAReservationTakenFromTheOverflowIsSettledThere(t *testing.T) {
-	l := newLimiter(t, NewMemStore())
+	l := newLimiter(t, newMemStore())
 	s := newSettler(t, l)
 	tab := newTable(t, 1, tokenBucket(100, time.Hour))
 	_, err := l.Take(tab, []byte("owner"), t0, 1)

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMemStoreFollowsEnvoysCasRules(t *testing.T) {
+func TestTheTestsStoreFollowsEnvoysCasRules(t *testing.T) {
 	type op struct {
 		key     string
 		value   string
@@ -29,7 +29,7 @@ func TestMemStoreFollowsEnvoysCasRules(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewMemStore()
+			s := newMemStore()
 			for _, o := range tc.ops {
 				cas := o.cas
 				if cas == lastRead {
@@ -52,8 +52,8 @@ func TestMemStoreFollowsEnvoysCasRules(t *testing.T) {
 	}
 }
 
-func TestMemStoreNumbersVersionsFromOneCounterForAllKeys(t *testing.T) {
-	s := NewMemStore()
+func TestTheTestsStoreNumbersVersionsFromOneCounterForAllKeys(t *testing.T) {
+	s := newMemStore()
 	require.NoError(t, s.Set("a", []byte("1"), 0))
 	require.NoError(t, s.Set("b", []byte("1"), 0))
 	require.NoError(t, s.Set("a", []byte("1"), 0))
@@ -65,16 +65,16 @@ func TestMemStoreNumbersVersionsFromOneCounterForAllKeys(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotFound)
 }
 
-func TestMemStoreCounterSkipsZeroWhenItWraps(t *testing.T) {
-	s := &MemStore{nextCas: 0xffffffff}
+func TestTheTestsStoreCounterSkipsZeroWhenItWraps(t *testing.T) {
+	s := &memStore{nextCas: 0xffffffff}
 	require.NoError(t, s.Set("k", nil, 0))
 	_, cas, err := s.Get("k")
 	require.NoError(t, err)
 	assert.Equal(t, uint32(1), cas)
 }
 
-func TestMemStoreDoesNotKeepTheCallersKeyOrValueBuffers(t *testing.T) {
-	s := NewMemStore()
+func TestTheTestsStoreDoesNotKeepTheCallersKeyOrValueBuffers(t *testing.T) {
+	s := newMemStore()
 	key, value := []byte("key1"), []byte("value")
 	require.NoError(t, s.Set(bytesString(key), value, 0))
 	copy(key, "XXXX")
@@ -87,7 +87,7 @@ func TestMemStoreDoesNotKeepTheCallersKeyOrValueBuffers(t *testing.T) {
 }
 
 func TestUpdaterCreatesAKeyOnlyIfNoOtherWorkerCreatedItFirst(t *testing.T) {
-	s := NewMemStore()
+	s := newMemStore()
 	u1, err := NewUpdater(s, "sentinel", 0)
 	require.NoError(t, err)
 	u2, err := NewUpdater(s, "sentinel", 0)
@@ -107,7 +107,7 @@ func TestUpdaterCreatesAKeyOnlyIfNoOtherWorkerCreatedItFirst(t *testing.T) {
 }
 
 func TestNewUpdaterKeepsAnExistingSentinel(t *testing.T) {
-	s := NewMemStore()
+	s := newMemStore()
 	require.NoError(t, s.Set("sentinel", []byte("x"), 0))
 	_, before, _ := s.Get("sentinel")
 	u, err := NewUpdater(s, "sentinel", 3)

@@ -68,19 +68,6 @@ func validLimits(what string, limits []algorithms.Limit) error {
 	return nil
 }
 
-// Slots is the number of slots, the bound on the keys the table ever creates (besides its overflow
-// state).
-func (t *Table) Slots() int { return t.records.Slots() }
-
-// Limits returns the table's limits. The slice must not be modified.
-func (t *Table) Limits() []algorithms.Limit { return t.limits }
-
-// OverflowLimits returns the limits of the overflow state. The slice must not be modified.
-func (t *Table) OverflowLimits() []algorithms.Limit { return t.overflow }
-
-// SlotKey appends the shared-data key of slot i to dst.
-func (t *Table) SlotKey(dst []byte, i int) []byte { return t.records.SlotKey(dst, i) }
-
 // Outcome is the result of Limiter.Take.
 type Outcome struct {
 	// Allowed reports whether every limit admitted the request; only then was any state consumed.
@@ -223,7 +210,7 @@ func parseStates(p []byte, states [][]byte) bool {
 }
 
 // bytesString views b as a string without copying. The string is only passed to Store methods, which
-// must not keep it (MemStore clones keys it stores; the host copies them).
+// must not keep it (a store keeps a copy of the keys it stores; the host copies them).
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // vacant reports whether a record's payload holds only idle states of limits at now (or cannot be

@@ -37,7 +37,7 @@ func newTable(t testing.TB, slots int, limits ...algorithms.Limit) *Table {
 }
 
 func TestTakeAdmitsABurstUpToTheCapacityThenDenies(t *testing.T) {
-	l := newLimiter(t, NewMemStore())
+	l := newLimiter(t, newMemStore())
 	tab := newTable(t, 16, tokenBucket(3, time.Second))
 	for i := range 3 {
 		out, err := l.Take(tab, []byte("client"), t0, 1)
@@ -55,7 +55,7 @@ func TestTakeAdmitsABurstUpToTheCapacityThenDenies(t *testing.T) {
 }
 
 func TestTakeConsumesFromNoLimitWhenAnyLimitDenies(t *testing.T) {
-	s := NewMemStore()
+	s := newMemStore()
 	l := newLimiter(t, s)
 	perSecond, perMinute := tokenBucket(2, time.Second), tokenBucket(3, time.Minute)
 	tab := newTable(t, 4, perSecond, perMinute)
@@ -105,7 +105,7 @@ func (y *yieldingStore) Set(key string, value []byte, cas uint32) error {
 
 func TestEightWorkersOnOneKeyAdmitExactlyTheCapacity(t *testing.T) {
 	const workers, perWorker, capacity = 8, 40, 100
-	store := &yieldingStore{Store: NewMemStore()}
+	store := &yieldingStore{Store: newMemStore()}
 	tab := newTable(t, 64, tokenBucket(capacity, time.Hour))
 	var admitted, exhausted, maxAttempts atomic.Int64
 	var wg sync.WaitGroup
@@ -144,7 +144,7 @@ func TestAMillionDistinctClientsKeepTheStoreWithinTheTable(t *testing.T) {
 		n = 100_000
 	}
 	const slots = 4096
-	s := NewMemStore()
+	s := newMemStore()
 	l := newLimiter(t, s)
 	tab := newTable(t, slots, tokenBucket(10, time.Second))
 	key := make([]byte, 0, 16)
@@ -165,7 +165,7 @@ func TestAMillionDistinctClientsKeepTheStoreWithinTheTable(t *testing.T) {
 }
 
 func TestAKeyWithoutRoomIsDecidedAgainstTheOverflowStateNeverAnotherKeys(t *testing.T) {
-	l := newLimiter(t, NewMemStore())
+	l := newLimiter(t, newMemStore())
 	tab := newTable(t, 1, tokenBucket(2, time.Second)) // one slot: the second key finds no room
 	out, err := l.Take(tab, []byte("first"), t0, 1)
 	require.NoError(t, err)
@@ -193,7 +193,7 @@ func TestAKeyWithoutRoomIsDecidedAgainstTheOverflowStateNeverAnotherKeys(t *test
 }
 
 func TestConfiguredOverflowLimitsDecideTheKeysWithoutRoom(t *testing.T) {
-	l := newLimiter(t, NewMemStore())
+	l := newLimiter(t, newMemStore())
 	tab, err := NewTable("meshlimit/test/rule", 1, []algorithms.Limit{tokenBucket(5, time.Second)},
 		[]algorithms.Limit{tokenBucket(1, time.Second), tokenBucket(100, time.Hour)})
 	require.NoError(t, err)
@@ -211,10 +211,10 @@ func TestConfiguredOverflowLimitsDecideTheKeysWithoutRoom(t *testing.T) {
 }
 
 func TestAnUnreadableSlotIsReplacedNotFatal(t *testing.T) {
-	s := NewMemStore()
+	s := newMemStore()
 	l := newLimiter(t, s)
 	tab := newTable(t, 1, tokenBucket(5, time.Second))
-	require.NoError(t, s.Set(string(tab.SlotKey(nil, 0)), []byte("garbage from an older version"), 0))
+	require.NoError(t, s.Set(string(tab.records.SlotKey(nil, 0)), []byte("garbage from an older version"), 0))
 	out, err := l.Take(tab, []byte("k"), t0, 1)
 	require.NoError(t, err)
 	assert.True(t, out.Allowed)
@@ -228,7 +228,7 @@ type mismatchStore struct{ Store }
 func (m mismatchStore) Set(string, []byte, uint32) error { return ErrCasMismatch }
 
 func TestTakeGivesUpWithErrContentionAfterMaxAttempts(t *testing.T) {
-	base := NewMemStore()
+	base := newMemStore()
 	require.NoError(t, base.Set("sentinel", nil, 0))
 	require.NoError(t, base.Set("sentinel/secret", make([]byte, 16), 0))
 	u, err := NewUpdater(mismatchStore{base}, "sentinel", 5)
@@ -243,8 +243,8 @@ func TestTablesWithDifferentPrefixesNeverShareSlots(t *testing.T) {
 	require.NoError(t, err)
 	b, err := NewTable("p/rule/bbbb", 8, []algorithms.Limit{tokenBucket(1, time.Second)}, nil)
 	require.NoError(t, err)
-	assert.NotEqual(t, string(a.SlotKey(nil, 0)), string(b.SlotKey(nil, 0)))
-	l := newLimiter(t, NewMemStore())
+	assert.NotEqual(t, string(a.records.SlotKey(nil, 0)), string(b.records.SlotKey(nil, 0)))
+	l := newLimiter(t, newMemStore())
 	out, err := l.Take(a, []byte("k"), t0, 1)
 	require.NoError(t, err)
 	require.True(t, out.Allowed)
@@ -346,7 +346,7 @@ func BenchmarkTake(b *testing.B) {
 }
 
 func ExampleLimiter_Take() {
-	store := NewMemStore() // in the filter: the proxy's shared data, through its host port
+	store := newMemStore() // in the filter: the proxy's shared data, through its host port
 	u, _ := NewUpdater(store, "meshlimit/example/sentinel", 0)
 	tab, _ := NewTable("meshlimit/example/per-ip", 10_000, []algorithms.Limit{
 		{Kind: algorithms.TokenBucket, Quota: 2, Window: time.Second},
@@ -368,7 +368,7 @@ func ExampleLimiter_Take() {
 // (remaining and reset), not what it would be had the request been charged; a full one reports a reset
 // of 0.
 func TestADeniedRequestReportsTheLimitsThatWouldHaveAdmittedItUncharged(t *testing.T) {
-	l := newLimiter(t, NewMemStore())
+	l := newLimiter(t, newMemStore())
 	burst, hourly, big := tokenBucket(2, time.Minute), tokenBucket(100, time.Hour), tokenBucket(100, time.Minute)
 	tab, err := NewTable("meshlimit/test/rule", 8, []algorithms.Limit{burst, hourly}, nil)
 	require.NoError(t, err)

@@ -93,9 +93,6 @@ func (u *Updater) readSecret(key string) error {
 	return ErrContention
 }
 
-// Store returns the store the Updater works on.
-func (u *Updater) Store() Store { return u.store }
-
 // Read returns the value of key and the cas to pass to Write to replace exactly that version. A missing
 // key reads as (nil, the creation cas, nil), so that Write creates it only if it is still missing.
 func (u *Updater) Read(key string) ([]byte, uint32, error) {
