@@ -4,17 +4,46 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/meshlimit/meshlimit/rules"
-	"github.com/meshlimit/meshlimit/rules/body"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
-// requestBody is the settler's part of OnHttpRequestBody. Only a stream with reservations looks at
+// The body stage: a rule that reserves from the request body (request_json) decides when the body
+// has arrived (settle.go says how it then settles). bodyStage holds the body for those rules and
+// decides them; their reservations join the stream's settling.
+
+// bodyStage decides the rules that wait for the request body, local and global (their call to the
+// service is made with the body).
+type bodyStage struct {
+	*env
+	settle *settler
+	g      *globalClient // nil without a global service
+	shaper *shaper
+}
+
+// deferToBody records a rule that reserves from the request body, instead of deciding it now, and
+// reports whether it did: its local part as pending, its global part as a global item whose cost
+// the body will say (deferGlobal).
+func (s *bodyStage) deferToBody(rs *ruleState, set *rules.LimitSet, key []byte) bool {
+	r, d := rs.rule, &s.d
+	if !r.ReservesFromBody() || d.settle.eos {
+		return false
+	}
+	if r.Scope != rules.ScopeLocal {
+		d.globals = append(d.globals, globalItem{rs: rs, spec: set.Limits, key: string(key), fromBody: true})
+	}
+	if r.Scope != rules.ScopeGlobal {
+		d.settle.pend = append(d.settle.pend, pendingBody{rs: rs, set: set.Index, key: string(key)})
+	}
+	return true
+}
+
+// requestBody is the body stage's part of OnHttpRequestBody. Only a stream with reservations looks at
 // the request body: it counts the bytes, and while a rule waits to reserve from the body it holds
 // the body (StopIterationAndBuffer: Envoy then calls again with size the whole buffered body) until
 // it ends or passes max_body. When global items that read the body wait for it too, their call to
 // the service is made then, and the body stays held until the answer resumes the request
-// (settle_global.go).
-func (s *settler) requestBody(h *httpContext, size int, eos bool) types.Action {
+// (callWithBody).
+func (s *bodyStage) requestBody(h *httpContext, size int, eos bool) types.Action {
 	st := h.settle
 	if st == nil {
 		return types.ActionContinue
@@ -42,12 +71,12 @@ func (s *settler) requestBody(h *httpContext, size int, eos bool) types.Action {
 	return s.bodyRead(h, body, eos && size <= limit)
 }
 
-// requestTrailers is the settler's part of OnHttpRequestTrailers. Trailers end a request whose body
+// requestTrailers is the body stage's part of OnHttpRequestTrailers. Trailers end a request whose body
 // did not (gRPC, or a body sent without end_of_stream): the rules still waiting for the body decide
 // now, from the body held so far (Envoy still offers it to the filter that buffered it), instead of
 // letting it through undecided. A client that ends its body with trailers reserves what the body
 // says, as one that ends it with end_of_stream does.
-func (s *settler) requestTrailers(h *httpContext) types.Action {
+func (s *bodyStage) requestTrailers(h *httpContext) types.Action {
 	st := h.settle
 	switch {
 	case st == nil:
@@ -63,7 +92,7 @@ func (s *settler) requestTrailers(h *httpContext) types.Action {
 
 // heldBody returns the request body the filter holds when trailers end it, and whether it is whole
 // (within the bound of the rules that read it, and readable).
-func (s *settler) heldBody(st *settling) ([]byte, bool) {
+func (s *bodyStage) heldBody(st *settling) ([]byte, bool) {
 	if !st.buffering || st.reqBytes == 0 {
 		return nil, st.reqBytes == 0 // no body at all: an empty one
 	}
@@ -76,10 +105,10 @@ func (s *settler) heldBody(st *settling) ([]byte, bool) {
 
 // bodyRead decides the rules that waited for the body, read up to max_body (complete when it ended
 // within), and returns the action of the body (or trailers) callback.
-func (s *settler) bodyRead(h *httpContext, body []byte, complete bool) types.Action {
+func (s *bodyStage) bodyRead(h *httpContext, body []byte, complete bool) types.Action {
 	st := h.settle
 	if st.global {
-		return s.callWithBody(h, body, complete) // settle_global.go
+		return s.callWithBody(h, body, complete)
 	}
 	st.buffering = false
 	if s.decideBodies(h, body, complete) {
@@ -105,7 +134,7 @@ func (st *settling) bodyLimit() int {
 // decideBodies decides the local rules that waited for the request body and reports whether one
 // denied the request (then every reservation of the request is refunded and the local reply is
 // sent).
-func (s *settler) decideBodies(h *httpContext, body []byte, complete bool) (denied bool) {
+func (s *bodyStage) decideBodies(h *httpContext, body []byte, complete bool) (denied bool) {
 	d := &s.d
 	d.outcomes = d.outcomes[:0]
 	d.denier = nil
@@ -122,7 +151,7 @@ func (s *settler) decideBodies(h *httpContext, body []byte, complete bool) (deni
 
 // decidePending decides the local rules that waited for the request body, in order, appending
 // their outcomes to the decision's, and reports whether one denied the request.
-func (s *settler) decidePending(h *httpContext, body []byte, complete bool, now int64) (denied bool) {
+func (s *bodyStage) decidePending(h *httpContext, body []byte, complete bool, now int64) (denied bool) {
 	d, st := &s.d, h.settle
 	for _, pb := range st.pend {
 		d.key = append(d.key[:0], pb.key...) // a denial's explanation names this key
@@ -137,7 +166,7 @@ func (s *settler) decidePending(h *httpContext, body []byte, complete bool, now 
 
 // bodyCost returns the reservation a rule reads from the request body; a body that gives none
 // reserves the default, and is counted (bad_body) when count is set.
-func (s *settler) bodyCost(rs *ruleState, body []byte, complete, count bool) int64 {
+func (s *bodyStage) bodyCost(rs *ruleState, body []byte, complete, count bool) int64 {
 	r := rs.rule
 	cost, err := r.BodyCost(body, complete)
 	if err != nil && count {
@@ -151,7 +180,7 @@ func (s *settler) bodyCost(rs *ruleState, body []byte, complete, count bool) int
 
 // decideReserved takes a body reservation as decide takes a request's cost, and reports whether it
 // denies the request (enforced).
-func (s *settler) decideReserved(st *settling, pb pendingBody, cost, now int64) bool {
+func (s *bodyStage) decideReserved(st *settling, pb pendingBody, cost, now int64) bool {
 	rs, r, d := pb.rs, pb.rs.rule, &s.d
 	enforced := s.cfg.Enforce && !r.Shadow && r.EnforcedForString(pb.key)
 	out, err := s.limiter.Take(rs.tables[pb.set], []byte(pb.key), now, cost)
@@ -175,73 +204,98 @@ func (s *settler) decideReserved(st *settling, pb pendingBody, cost, now int64) 
 	return enforced && !out.Allowed
 }
 
-// responseBody is the settler's part of OnHttpResponseBody. Only a stream with reservations looks
-// at the response body: it counts the bytes and copies what a JSON field needs (at most max_body
-// bytes, or one SSE event at a time), while the body passes on.
-func (s *settler) responseBody(h *httpContext, size int, eos bool) {
+// A global rule that reserves from the request body (request_json) cannot be decided with the
+// request headers; every other global rule of the request must be, as if no rule read the body: a
+// rule that reads no body never waits for one (a client whose body never ends would otherwise hold
+// its request open upstream, the headers gone on, without counting against a per-request limit).
+// So a request with both kinds makes two calls: the items that read no body go in the call made
+// with the headers (paused; a denial answers at once, an admission resumes them), and the items that
+// read the body wait for it and go in the call made then. The local rules are decided with the
+// headers as always, a local rule reading the body with the body. At the body stage the body is held
+// (StopIterationAndBuffer, at most the largest max_body of the rules reading it, plus what arrives
+// while the call is out) until it ends or passes that bound, the reservations are read from it (a
+// bad body reserves the default and counts bad_body, as locally), and the call is made with the
+// request paused at the body stage; the answer resumes it (the held body goes on) or denies it (the
+// local reply; the upstream, which has seen the headers, is reset, and what the headers' call
+// reserved is refunded). A request whose headers end it reserves the default at once; one whose
+// body never ends is charged the default of each rule reading the body when the stream ends (a
+// settle, which may put the key into debt), as locally.
+
+// deferGlobal keeps, for the body stage, the current request's global items that read their cost
+// from the request body, taking them out of the decision's global items, and reports whether no item is left
+// to decide with the headers (then the headers continue at once).
+func (s *bodyStage) deferGlobal(h *httpContext) bool {
+	d := &s.d
+	wants := false
+	for i := range d.globals {
+		wants = wants || d.globals[i].fromBody
+	}
+	if !wants {
+		return false
+	}
+	if h.settle == nil {
+		h.newSettling()
+	}
 	st := h.settle
-	if st == nil {
-		return
-	}
-	st.respBytes += int64(size)
-	st.respEnded = eos
-	if !st.readJSON || st.status >= 500 || size == 0 {
-		return
-	}
-	if !st.sse && (st.cut || len(st.body)+size > st.maxBody) {
-		st.cut, st.body = true, nil
-		return
-	}
-	if !st.sse {
-		chunk, err := s.host.body(responsePart, 0, size)
-		if err != nil {
-			return
+	st.global = true
+	kept := d.globals[:0]
+	for _, it := range d.globals {
+		if !it.fromBody {
+			kept = append(kept, it)
+			continue
 		}
-		st.body = append(st.body, chunk...)
-		return
+		st.bodyItems = append(st.bodyItems, it)
+		s.settle.askReadable(st, it.rs)
 	}
-	// An event stream is read in pieces of at most max_body (or minSSEPiece, when max_body is
-	// smaller: a tiny max_body must not make a host call per byte): one large chunk from the
-	// upstream never becomes one large copy in the guest (the splitter keeps at most one event's
-	// data).
-	step := max(st.maxBody, minSSEPiece)
-	for off := 0; off < size; off += step {
-		piece, err := s.host.body(responsePart, off, min(step, size-off))
-		if err != nil {
-			return
-		}
-		st.events.Write(piece, st.onEvent)
-	}
-	if eos {
-		st.events.Close(st.onEvent)
-	}
+	d.globals = kept
+	h.call.outcomes = append(h.call.outcomes[:0], d.outcomes...)
+	h.call.delay = d.delay
+	return len(kept) == 0
 }
 
-// minSSEPiece is the least piece an event stream is read in.
-const minSSEPiece = 4 << 10
-
-// onEvent reads the JSON fields of the reservations from one SSE event's data: the last event
-// that carries a field settles it.
-func (st *settling) onEvent(data []byte) {
-	for i := range st.res {
-		r := &st.res[i]
-		if s := r.rs.rule.Settle(); s.Source == rules.SettleResponseJSON {
-			if n, err := body.JSONInt(data, s.Path); err == nil {
-				r.value, r.found = r.rs.rule.SettledValue(n), true
-			}
-		}
-	}
+// keepForBody, when the headers' global decision admits a request whose body-reading items wait
+// for the body, carries what the headers decided into the body stage: the outcomes (for the quota
+// headers and a denial's fields); the shaping delay is spent with the headers.
+func (s *bodyStage) keepForBody(h *httpContext) {
+	h.call.outcomes = append(h.call.outcomes[:0], s.d.outcomes...)
+	h.call.delay = 0
 }
 
-// responseTrailers is the settler's part of OnHttpResponseTrailers. Trailers end a response whose
-// body did not (HTTP/2, gRPC): the answer is whole, as if its last body chunk had said
-// end_of_stream, so it settles as one (an event stream's last event without its blank line is
-// passed on).
-func (s *settler) responseTrailers(h *httpContext) {
-	if st := h.settle; st != nil {
-		st.respEnded = true
-		if st.readJSON && st.sse && st.status < 500 {
-			st.events.Close(st.onEvent)
-		}
+// callWithBody decides a request whose body-reading global items waited for its body, read up to
+// max_body (complete when it ended within): the local rules that waited for the body first, then
+// those global items in one call (globalClient.check), which pauses the request at the body stage.
+func (s *bodyStage) callWithBody(h *httpContext, body []byte, complete bool) types.Action {
+	d, st := &s.d, h.settle
+	st.global, st.buffering = false, false
+	now := s.host.now()
+	d.restore(&h.call)
+	d.denier = nil
+	d.globals = append(d.globals[:0], st.bodyItems...)
+	for i := range d.globals {
+		it := &d.globals[i]
+		it.cost = s.bodyCost(it.rs, body, complete, it.rs.rule.Scope == rules.ScopeGlobal) // both: counted once, locally
 	}
+	if s.decidePending(h, body, complete, now) {
+		h.deny()
+		return types.ActionPause
+	}
+	act := s.g.check(h, now)
+	if act == types.ActionPause && h.settle != nil {
+		st.sent, st.buffering = true, true // waiting, or held by a shaping delay; a denial ended the stream
+	}
+	return act
+}
+
+// bodyWhileSent answers a body chunk that arrives after the body stage paused the request: held
+// while the answer (or a shaping delay) is awaited, Envoy buffering it with what it holds; once the
+// request was resumed, the held body went on and the chunk does too.
+func (s *bodyStage) bodyWhileSent(h *httpContext, size int) types.Action {
+	st := h.settle
+	if h.call.deadline != 0 || s.shaper.holds(h.id) {
+		st.reqBytes = max(st.reqBytes, int64(size)) // the whole buffer (trailers come with size 0)
+		return types.ActionPause
+	}
+	st.sent, st.buffering = false, false
+	st.reqBytes += int64(size)
+	return types.ActionContinue
 }

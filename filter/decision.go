@@ -88,7 +88,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if unlimited {
 		return false
 	}
-	if r.ReservesFromBody() && p.settle.deferToBody(rs, set, key) { // a reservation read from the body
+	if r.ReservesFromBody() && p.body.deferToBody(rs, set, key) { // a reservation read from the body
 		return false
 	}
 	cost, err := r.Cost(&d.req)

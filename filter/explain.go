@@ -3,7 +3,6 @@ package filter
 import (
 	"unsafe"
 
-	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/internal/fnv"
 )
 
@@ -18,9 +17,9 @@ import (
 //   - response.explain_header, when set: a header with the rule's name on the local reply.
 //   - at log_level debug, one line with the same three values.
 var (
-	propRule    = abi.PropertyPath("meshlimit.rule")
-	propLimit   = abi.PropertyPath("meshlimit.limit")
-	propKeyHash = abi.PropertyPath("meshlimit.key_hash")
+	propRule    = propertyPath("meshlimit.rule")
+	propLimit   = propertyPath("meshlimit.limit")
+	propKeyHash = propertyPath("meshlimit.key_hash")
 )
 
 // explain records why the current request is denied and returns pairs with the explain header

@@ -39,7 +39,7 @@ type globalItem struct {
 	cost int64
 	// permit is the id of the permit a global concurrency limit acquires (global_concurrency.go).
 	permit string
-	// fromBody: cost is read from the request body, and the call waits for it (settle_global.go).
+	// fromBody: cost is read from the request body, and the call waits for it (body.go).
 	fromBody bool
 }
 

@@ -3,6 +3,7 @@ package filter
 import (
 	"fmt"
 
+	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
@@ -21,7 +22,7 @@ type host interface {
 
 	// config returns the plugin configuration (nil when there is none).
 	config() ([]byte, error)
-	// property reads the property at path (encoded with abi.PropertyPath) into buf when it fits;
+	// property reads the property at path (encoded with propertyPath) into buf when it fits;
 	// setProperty writes one (Envoy keeps it as filter state for the rest of the stream).
 	property(path, buf []byte) ([]byte, bool)
 	setProperty(path, value []byte)
@@ -57,6 +58,10 @@ type host interface {
 
 	log(l logLevel, msg string)
 }
+
+// propertyPath encodes a property path as the host reads it (the segments separated by NUL bytes):
+// encode a fixed path once and pass it on every request.
+func propertyPath(segments ...string) []byte { return abi.PropertyPath(segments...) }
 
 // part names what a header or body call of the host reads or writes.
 type part uint8

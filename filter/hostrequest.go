@@ -3,7 +3,6 @@ package filter
 import (
 	"unsafe"
 
-	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
 )
 
@@ -103,7 +102,7 @@ func (r *hostRequest) pseudo(bit uint8, dst *string, buf *[]byte, name string) s
 	return *dst
 }
 
-// property reads a fixed property (path encoded by abi.PropertyPath) into buf once per request.
+// property reads a fixed property (path encoded by propertyPath) into buf once per request.
 func (r *hostRequest) property(bit uint8, dst *string, buf *[]byte, path []byte) string {
 	if r.read&bit == 0 {
 		v, ok := r.host.property(path, *buf)
@@ -117,8 +116,8 @@ func (r *hostRequest) property(bit uint8, dst *string, buf *[]byte, path []byte)
 }
 
 var (
-	routeNamePath     = abi.PropertyPath("xds", "route_name")
-	sourceAddressPath = abi.PropertyPath("source", "address")
+	routeNamePath     = propertyPath("xds", "route_name")
+	sourceAddressPath = propertyPath("source", "address")
 )
 
 // Method implements Request.

@@ -52,7 +52,7 @@ func (h *httpContext) requestHeaders(eos bool) types.Action {
 		return types.ActionPause
 	}
 	if len(d.globals) > 0 {
-		if p.settle.deferGlobal(h) { // the call waits for the request body
+		if p.body.deferGlobal(h) { // the call waits for the request body
 			return types.ActionContinue
 		}
 		return p.global.check(h, now)
@@ -71,7 +71,7 @@ func (h *httpContext) finish(denied, paused bool, now int64) types.Action {
 		return types.ActionPause
 	}
 	if st := h.settle; st != nil && st.global {
-		p.settle.keepForBody(h) // the headers' decision; the body's items are still to come
+		p.body.keepForBody(h) // the headers' decision; the body's items are still to come
 	}
 	if len(d.outcomes) > 0 && p.cfg.Response.QuotaHeadersOnAllowed {
 		h.quota.set(d.outcomes)
@@ -97,18 +97,18 @@ func (h *httpContext) deny() {
 }
 
 // OnHttpRequestBody implements types.HttpContext: only a stream with reservations looks at the
-// request body (settler). A panic is recovered: the body goes on.
+// request body (bodyStage). A panic is recovered: the body goes on.
 func (h *httpContext) OnHttpRequestBody(size int, eos bool) (act types.Action) {
 	defer h.plugin.panics.recoverContinue("the request body", &act)
-	return h.plugin.settle.requestBody(h, size, eos)
+	return h.plugin.body.requestBody(h, size, eos)
 }
 
 // OnHttpRequestTrailers implements types.HttpContext: trailers end a request whose body did not,
-// and the rules still waiting for the body decide (settler). A panic is recovered: the request goes
-// on.
+// and the rules still waiting for the body decide (bodyStage). A panic is recovered: the request
+// goes on.
 func (h *httpContext) OnHttpRequestTrailers(int) (act types.Action) {
 	defer h.plugin.panics.recoverContinue("the request trailers", &act)
-	return h.plugin.settle.requestTrailers(h)
+	return h.plugin.body.requestTrailers(h)
 }
 
 // OnHttpResponseHeaders implements types.HttpContext: the counted rules charge the response

@@ -7,7 +7,6 @@ import (
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
-	"github.com/meshlimit/meshlimit/abi"
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/sharedstate"
 )
@@ -76,6 +75,7 @@ type pluginContext struct {
 	sheds   shedder
 	shaper  shaper
 	settle  settler
+	body    bodyStage
 	charges charger
 	replies replier
 }
@@ -164,7 +164,8 @@ func (p *pluginContext) startFeatures(owner uint64) {
 		p.leases = leaser{env: e, g: p.global}
 		p.resets.start(e, p.global, p.rules)
 	}
-	p.settle = settler{env: e, g: p.global, shaper: &p.shaper}
+	p.settle = settler{env: e, g: p.global}
+	p.body = bodyStage{env: e, settle: &p.settle, g: p.global, shaper: &p.shaper}
 	p.charges = charger{env: e, g: p.global, cache: &p.cache}
 	p.sheds.start(e, owner, &p.permits, p.cfg.Shedders, keyPrefix+p.name+"/shed/")
 	p.ends = p.endHooks()
@@ -218,7 +219,7 @@ func pluginName(h host) string {
 	return string(v)
 }
 
-var pluginNamePath = abi.PropertyPath("plugin_name")
+var pluginNamePath = propertyPath("plugin_name")
 
 // NewHttpContext implements types.PluginContext.
 func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext { return p.newHTTPContext(id) }

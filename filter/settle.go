@@ -43,14 +43,13 @@ import (
 //	meshlimit.rule.<rule>.settle_call_failed  global rules: settles not sent (breaker open, call refused) or
 //	                                          answered with a failure while the stream lived (settle_global.go)
 
-// settler settles the reservations of the plugin's streams: it reserves with the request (or its
-// body, body.go), reads the answer's cost from the response, and settles when the stream ends,
-// locally or with the service (settle_global.go). Its per-request part is the decision's
-// settleScratch, its per-stream part each stream's settling.
+// settler settles the reservations of the plugin's streams: it reserves with the request (the body
+// stage, body.go, with the body), reads the answer's cost from the response, and settles when the
+// stream ends, locally or with the service (settle_global.go). Its per-request part is the
+// decision's settleScratch, its per-stream part each stream's settling.
 type settler struct {
 	*env
-	g       *globalClient // nil without a global service
-	shaper  *shaper
+	g       *globalClient        // nil without a global service
 	settler *sharedstate.Settler // created on first use
 }
 
@@ -117,7 +116,7 @@ type settling struct {
 	res       []reservation
 	pend      []pendingBody
 	buffering bool // the request body is held until it ends, for a pending reservation
-	global    bool // global items that read the body wait for it (bodyItems; settle_global.go)
+	global    bool // global items that read the body wait for it (bodyItems; body.go)
 	sent      bool // the body stage paused the request: for the service's answer or a shaping delay
 	reqBytes  int64
 	respBytes int64
@@ -130,7 +129,7 @@ type settling struct {
 	body      []byte // the response body copied so far, at most maxBody
 	cut       bool   // the response body passed maxBody
 	events    body.SSE
-	// bodyItems are the request's global items that wait for the body (settle_global.go).
+	// bodyItems are the request's global items that wait for the body (body.go).
 	bodyItems []globalItem
 	keys      []byte // the bytes of the keys of the reservations reserve made
 }
@@ -154,23 +153,6 @@ func resolveKeys(res []reservation, keys []byte) {
 			off += r.keyLen
 		}
 	}
-}
-
-// deferToBody records a rule that reserves from the request body, instead of deciding it now, and
-// reports whether it did: its local part as pending, its global part as a global item whose cost
-// the body will say (settle_global.go).
-func (s *settler) deferToBody(rs *ruleState, set *rules.LimitSet, key []byte) bool {
-	r, d := rs.rule, &s.d
-	if !r.ReservesFromBody() || d.settle.eos {
-		return false
-	}
-	if r.Scope != rules.ScopeLocal {
-		d.globals = append(d.globals, globalItem{rs: rs, spec: set.Limits, key: string(key), fromBody: true})
-	}
-	if r.Scope != rules.ScopeGlobal {
-		d.settle.pend = append(d.settle.pend, pendingBody{rs: rs, set: set.Index, key: string(key)})
-	}
-	return true
 }
 
 // reserve records an admitted cost of a settling rule.
@@ -366,5 +348,76 @@ func (s *settler) adjust(r *reservation, delta, now int64) {
 	t := r.rs.tables[r.set]
 	if _, err := s.settler.Adjust(t, []byte(r.key), r.placement, now, r.at, delta); err != nil {
 		logf(s.host, logWarn, "meshlimit: rule %s: settling %d units: %v", r.rs.rule.Name, delta, err)
+	}
+}
+
+// responseBody is the settler's part of OnHttpResponseBody. Only a stream with reservations looks
+// at the response body: it counts the bytes and copies what a JSON field needs (at most max_body
+// bytes, or one SSE event at a time), while the body passes on.
+func (s *settler) responseBody(h *httpContext, size int, eos bool) {
+	st := h.settle
+	if st == nil {
+		return
+	}
+	st.respBytes += int64(size)
+	st.respEnded = eos
+	if !st.readJSON || st.status >= 500 || size == 0 {
+		return
+	}
+	if !st.sse && (st.cut || len(st.body)+size > st.maxBody) {
+		st.cut, st.body = true, nil
+		return
+	}
+	if !st.sse {
+		chunk, err := s.host.body(responsePart, 0, size)
+		if err != nil {
+			return
+		}
+		st.body = append(st.body, chunk...)
+		return
+	}
+	// An event stream is read in pieces of at most max_body (or minSSEPiece, when max_body is
+	// smaller: a tiny max_body must not make a host call per byte): one large chunk from the
+	// upstream never becomes one large copy in the guest (the splitter keeps at most one event's
+	// data).
+	step := max(st.maxBody, minSSEPiece)
+	for off := 0; off < size; off += step {
+		piece, err := s.host.body(responsePart, off, min(step, size-off))
+		if err != nil {
+			return
+		}
+		st.events.Write(piece, st.onEvent)
+	}
+	if eos {
+		st.events.Close(st.onEvent)
+	}
+}
+
+// minSSEPiece is the least piece an event stream is read in.
+const minSSEPiece = 4 << 10
+
+// onEvent reads the JSON fields of the reservations from one SSE event's data: the last event
+// that carries a field settles it.
+func (st *settling) onEvent(data []byte) {
+	for i := range st.res {
+		r := &st.res[i]
+		if s := r.rs.rule.Settle(); s.Source == rules.SettleResponseJSON {
+			if n, err := body.JSONInt(data, s.Path); err == nil {
+				r.value, r.found = r.rs.rule.SettledValue(n), true
+			}
+		}
+	}
+}
+
+// responseTrailers is the settler's part of OnHttpResponseTrailers. Trailers end a response whose
+// body did not (HTTP/2, gRPC): the answer is whole, as if its last body chunk had said
+// end_of_stream, so it settles as one (an event stream's last event without its blank line is
+// passed on).
+func (s *settler) responseTrailers(h *httpContext) {
+	if st := h.settle; st != nil {
+		st.respEnded = true
+		if st.readJSON && st.sse && st.status < 500 {
+			st.events.Close(st.onEvent)
+		}
 	}
 }

@@ -3,8 +3,6 @@ package filter
 import (
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
-
 	"github.com/meshlimit/meshlimit/rules"
 	"github.com/meshlimit/meshlimit/wire"
 )
@@ -98,102 +96,6 @@ func (s *settler) onSettleAnswer(m *settleMetrics, numHeaders int) {
 			logf(s.host, logDebug, "meshlimit: a settle was not applied (status %q)", status)
 		}
 	}
-}
-
-// A global rule that reserves from the request body (request_json) cannot be decided with the
-// request headers; every other global rule of the request must be, as if no rule read the body: a
-// rule that reads no body never waits for one (a client whose body never ends would otherwise hold
-// its request open upstream, the headers gone on, without counting against a per-request limit).
-// So a request with both kinds makes two calls: the items that read no body go in the call made
-// with the headers (paused; a denial answers at once, an admission resumes them), and the items that
-// read the body wait for it and go in the call made then. The local rules are decided with the
-// headers as always, a local rule reading the body with the body. At the body stage the body is held
-// (StopIterationAndBuffer, at most the largest max_body of the rules reading it, plus what arrives
-// while the call is out) until it ends or passes that bound, the reservations are read from it (a
-// bad body reserves the default and counts bad_body, as locally), and the call is made with the
-// request paused at the body stage; the answer resumes it (the held body goes on) or denies it (the
-// local reply; the upstream, which has seen the headers, is reset, and what the headers' call
-// reserved is refunded). A request whose headers end it reserves the default at once; one whose
-// body never ends is charged the default of each rule reading the body when the stream ends (a
-// settle, which may put the key into debt), as locally.
-
-// deferGlobal keeps, for the body stage, the current request's global items that read their cost
-// from the request body, taking them out of the scratch list, and reports whether no item is left
-// to decide with the headers (then the headers continue at once).
-func (s *settler) deferGlobal(h *httpContext) bool {
-	d := &s.d
-	wants := false
-	for i := range d.globals {
-		wants = wants || d.globals[i].fromBody
-	}
-	if !wants {
-		return false
-	}
-	if h.settle == nil {
-		h.newSettling()
-	}
-	st := h.settle
-	st.global = true
-	kept := d.globals[:0]
-	for _, it := range d.globals {
-		if !it.fromBody {
-			kept = append(kept, it)
-			continue
-		}
-		st.bodyItems = append(st.bodyItems, it)
-		s.askReadable(st, it.rs)
-	}
-	d.globals = kept
-	h.call.outcomes = append(h.call.outcomes[:0], d.outcomes...)
-	h.call.delay = d.delay
-	return len(kept) == 0
-}
-
-// keepForBody, when the headers' global decision admits a request whose body-reading items wait
-// for the body, carries what the headers decided into the body stage: the outcomes (for the quota
-// headers and a denial's fields); the shaping delay is spent with the headers.
-func (s *settler) keepForBody(h *httpContext) {
-	h.call.outcomes = append(h.call.outcomes[:0], s.d.outcomes...)
-	h.call.delay = 0
-}
-
-// callWithBody decides a request whose body-reading global items waited for its body, read up to
-// max_body (complete when it ended within): the local rules that waited for the body first, then
-// those global items in one call (globalClient.check), which pauses the request at the body stage.
-func (s *settler) callWithBody(h *httpContext, body []byte, complete bool) types.Action {
-	d, st := &s.d, h.settle
-	st.global, st.buffering = false, false
-	now := s.host.now()
-	d.restore(&h.call)
-	d.denier = nil
-	d.globals = append(d.globals[:0], st.bodyItems...)
-	for i := range d.globals {
-		it := &d.globals[i]
-		it.cost = s.bodyCost(it.rs, body, complete, it.rs.rule.Scope == rules.ScopeGlobal) // both: counted once, locally
-	}
-	if s.decidePending(h, body, complete, now) {
-		h.deny()
-		return types.ActionPause
-	}
-	act := s.g.check(h, now)
-	if act == types.ActionPause && h.settle != nil {
-		st.sent, st.buffering = true, true // waiting, or held by a shaping delay; a denial ended the stream
-	}
-	return act
-}
-
-// bodyWhileSent answers a body chunk that arrives after the body stage paused the request: held
-// while the answer (or a shaping delay) is awaited, Envoy buffering it with what it holds; once the
-// request was resumed, the held body went on and the chunk does too.
-func (s *settler) bodyWhileSent(h *httpContext, size int) types.Action {
-	st := h.settle
-	if h.call.deadline != 0 || s.shaper.holds(h.id) {
-		st.reqBytes = max(st.reqBytes, int64(size)) // the whole buffer (trailers come with size 0)
-		return types.ActionPause
-	}
-	st.sent, st.buffering = false, false
-	st.reqBytes += int64(size)
-	return types.ActionContinue
 }
 
 // chargeUnsent charges, when the stream ends, the global items that waited for a body that never
