@@ -9,6 +9,7 @@ package depcheck
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -63,6 +64,20 @@ var Policy = []Rule{
 	{"deploy/observability", nil}, // the naming rules its tests check the dashboard and the alerts with
 }
 
+// Confined lists imports that a package may make in some of its files only: the filter reaches the
+// host through its port (filter/host.go), which one file implements over the SDK and package abi.
+var Confined = []Confinement{
+	{"filter", "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm", []string{"host_sdk.go"}},
+	{"filter", "abi", []string{"host.go", "host_sdk.go"}},
+}
+
+// Confinement says that Package may import Import (a module package relative to Module, or a
+// third-party package; exactly that package, not its sub-packages) only in Files.
+type Confinement struct {
+	Package, Import string
+	Files           []string
+}
+
 // Forbidden lists what a package must never import, even indirectly: the wasm filter must not link
 // an HTTP stack or a Redis client, the service must not link the proxy-wasm side, and no part of the
 // service but the Redis store links the Redis client.
@@ -112,6 +127,27 @@ func checkDirect(p Package, rel string) []string {
 			continue
 		}
 		errs = append(errs, fmt.Sprintf("forbidden import %s -> %s (%s)", rel, trim(imp), strings.Join(files, ", ")))
+	}
+	return append(errs, checkConfined(p, rel)...)
+}
+
+// checkConfined returns one error per file that makes a confined import outside its files.
+func checkConfined(p Package, rel string) []string {
+	var errs []string
+	for _, c := range Confined {
+		if c.Package != rel {
+			continue
+		}
+		for imp, files := range p.Imports {
+			if trim(imp) != c.Import {
+				continue
+			}
+			for _, f := range files {
+				if !slices.Contains(c.Files, f) {
+					errs = append(errs, fmt.Sprintf("forbidden import %s -> %s outside %s (%s)", rel, c.Import, strings.Join(c.Files, ", "), f))
+				}
+			}
+		}
 	}
 	return errs
 }

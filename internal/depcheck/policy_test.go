@@ -91,6 +91,13 @@ func TestCheckNamesEveryForbiddenEdge(t *testing.T) {
 		{"sharedstate importing the SDK is refused",
 			pkg("sharedstate", map[string][]string{"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm": {"table.go"}}),
 			[]string{"forbidden import sharedstate -> github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm (table.go)"}},
+		{"the filter calling the SDK or abi outside its host port is refused",
+			pkg("filter", map[string][]string{
+				"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm":       {"host_sdk.go", "lease.go"},
+				"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types": {"http.go"},
+				Module + "/abi": {"host.go", "shed.go"}}),
+			[]string{"forbidden import filter -> abi outside host.go, host_sdk.go (shed.go)",
+				"forbidden import filter -> github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm outside host_sdk.go (lease.go)"}},
 		{"the service importing the filter is refused, directly and through its dependencies",
 			pkg("service", map[string][]string{Module + "/filter": {"handler.go"}}, Module+"/filter"),
 			[]string{"forbidden dependency service -> filter (via its imports)", "forbidden import service -> filter (handler.go)"}},
@@ -113,7 +120,7 @@ func TestCheckNamesEveryForbiddenEdge(t *testing.T) {
 			pkg("newthing", nil),
 			[]string{"newthing: not in the import policy (internal/depcheck): add a rule for it"}},
 		{"allowed edges pass",
-			pkg("filter", map[string][]string{Module + "/rules": {"http.go"}, "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm": {"http.go"}}),
+			pkg("filter", map[string][]string{Module + "/rules": {"http.go"}, "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm": {"host_sdk.go"}}),
 			nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
