@@ -201,7 +201,7 @@ func TestAPollUnansweredPastItsDeadlineIsClaimedAgain(t *testing.T) {
 	assert.Len(t, f.pending(), 2, "after its deadline the poll is made again")
 }
 
-func TestAResetOfAHashedValueOrOfAnOverrideOfAnotherValueFreesNothing(t *testing.T) {
+func TestAResetOfAHashedValueOrOfSomethingNotAKeyFreesNothing(t *testing.T) {
 	f := newFakeHost(t)
 	p := f.start(resetConfig("1s"))
 	long := strings.Repeat("x", wire.MaxValueBytes+1)
