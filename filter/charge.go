@@ -131,11 +131,13 @@ func (c *charger) keep(h *httpContext) {
 }
 
 // respond decides the charges of an admitted request from its response, and reports whether the
-// response must wait for the service (a global charge went out).
+// response must wait for the service (a global charge went out). A stream without charges decides
+// nothing: the check is inlined at the caller.
 func (c *charger) respond(h *httpContext) (paused bool) {
-	if len(h.charges.list) == 0 {
-		return false
-	}
+	return len(h.charges.list) > 0 && c.charge(h)
+}
+
+func (c *charger) charge(h *httpContext) (paused bool) {
 	status := 0
 	if v, ok := c.resp.header(":status"); ok {
 		status, _ = strconv.Atoi(v)

@@ -52,12 +52,16 @@ func (r *replier) denyMinimal() {
 	reply(r.host, status, [][2]string{{rules.HeaderRetryAfter, "1"}}, nil, grpc)
 }
 
-// addQuota adds an admitted request's quota fields to the upstream's response.
+// addQuota adds an admitted request's quota fields to the upstream's response (none for a stream
+// without outcomes: the check is inlined at the caller).
 func (r *replier) addQuota(h *httpContext) {
-	if h.quota.outcomes == nil {
-		return
+	if h.quota.outcomes != nil {
+		r.addFields(h.quota.outcomes)
 	}
-	r.fields, r.buf = r.cfg.Response.AppendAllowed(r.fields[:0], r.buf[:0], h.quota.outcomes, rand.Uint64())
+}
+
+func (r *replier) addFields(outcomes []rules.Outcome) {
+	r.fields, r.buf = r.cfg.Response.AppendAllowed(r.fields[:0], r.buf[:0], outcomes, rand.Uint64())
 	for _, f := range r.fields {
 		r.host.addHeader(responsePart, f.Name, f.Value) // the host copies the value
 	}

@@ -166,12 +166,15 @@ func (s *settler) reserve(rs *ruleState, set int, key []byte, out *sharedstate.O
 }
 
 // adopt hands the current request's reservations to its stream; a denied request refunds them at
-// once.
+// once. A plain request has none: the check is inlined at the caller.
 func (s *settler) adopt(h *httpContext, denied bool, now int64) {
-	ss := &s.d.settle
-	if len(ss.res) == 0 && len(ss.pend) == 0 { // a plain request: nothing to adopt
-		return
+	if len(s.d.settle.res)+len(s.d.settle.pend) > 0 {
+		s.adoptAll(h, denied, now)
 	}
+}
+
+func (s *settler) adoptAll(h *httpContext, denied bool, now int64) {
+	ss := &s.d.settle
 	if denied {
 		resolveKeys(ss.res, ss.keys)
 		for i := range ss.res {
@@ -221,12 +224,15 @@ func (s *settler) refund(h *httpContext) {
 }
 
 // responseHeaders reads what the response headers say for the reservations: the status, the cost
-// headers, and whether the body is an event stream.
+// headers, and whether the body is an event stream. A stream without reservations reads nothing:
+// the check is inlined at the caller.
 func (s *settler) responseHeaders(h *httpContext, eos bool) {
-	st := h.settle
-	if st == nil {
-		return
+	if h.settle != nil {
+		s.readHeaders(h.settle, eos)
 	}
+}
+
+func (s *settler) readHeaders(st *settling, eos bool) {
 	resp := &s.resp
 	v, _ := resp.header(":status")
 	st.status, _ = strconv.Atoi(v)

@@ -137,8 +137,13 @@ func (s *shedder) tickMillis() uint32 {
 }
 
 // admit runs the first shedder that matches the current request, if any, and reports whether the
-// request was shed (the response is then sent, and the rules' permits given back).
+// request was shed (the response is then sent, and the rules' permits given back). Without a
+// shedder, nothing runs: the check is inlined at the caller.
 func (s *shedder) admit(h *httpContext, now int64) bool {
+	return len(s.list) > 0 && s.admitFirst(h, now)
+}
+
+func (s *shedder) admitFirst(h *httpContext, now int64) bool {
 	idx := -1
 	for i := range s.list {
 		if s.list[i].cfg.Matches(&s.d.req) {

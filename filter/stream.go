@@ -66,7 +66,8 @@ func (q *quotaStream) reset() {
 }
 
 // endHooks returns what the plugin does when a stream ends: each feature's end of a stream, in this
-// order, each doing nothing for a stream that holds nothing of its kind. The order matters where
+// order, each doing nothing for a stream that holds nothing of its kind, and listed only when the
+// configuration uses the feature (a plain plugin's streams end with none). The order matters where
 // one end reads what another clears: the global permits go first, because what the stream's
 // unanswered check may have acquired is read from that check (its items and deadline); the
 // global client then forgets the check, which frees the stream's call for the charger; the charger
@@ -78,7 +79,25 @@ func (p *pluginContext) endHooks() []func(*httpContext) {
 	if g := p.global; g != nil {
 		ends = append(ends, g.permits.endStream, g.endStream)
 	}
-	return append(ends, p.charges.endStream, p.settle.endStream, p.permits.endStream, p.sheds.endStream)
+	counts, settles := false, false
+	for i := range p.rules {
+		r := p.rules[i].rule
+		counts = counts || r.CountOn != nil
+		settles = settles || r.Settle() != nil || r.ReservesFromBody()
+	}
+	if counts {
+		ends = append(ends, p.charges.endStream)
+	}
+	if settles {
+		ends = append(ends, p.settle.endStream)
+	}
+	if p.permits.any() {
+		ends = append(ends, p.permits.endStream)
+	}
+	if len(p.sheds.list) > 0 {
+		ends = append(ends, p.sheds.endStream)
+	}
+	return ends
 }
 
 // maxFreeContexts bounds the contexts a plugin keeps for reuse: more streams than that in flight at
