@@ -121,7 +121,9 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 	testPanic(p.host, panicResponseHeaders)
 	paused := p.charges.respond(h)
 	p.settle.responseHeaders(h, eos)
-	p.sheds.responded(h)
+	if h.shed.held {
+		p.sheds.responded(h)
+	}
 	p.replies.addQuota(h)
 	if paused {
 		return types.ActionPause
@@ -133,7 +135,9 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 // response body (settler). A panic is recovered: the body goes on.
 func (h *httpContext) OnHttpResponseBody(size int, eos bool) types.Action {
 	defer h.plugin.panics.recoverPanic("the response body")
-	h.plugin.settle.responseBody(h, size, eos)
+	if h.settle != nil {
+		h.plugin.settle.responseBody(h, size, eos)
+	}
 	return types.ActionContinue
 }
 
