@@ -80,11 +80,14 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 			stops[i]()
 		}
 	}()
-	svcAddr, upAddr, slow, err := startBackends(&stops)
+	// One virtual clock for the filter and the service's store: it moves only when the demo moves it,
+	// so what the decisions report does not depend on how fast the machine runs the demo.
+	clock := envoyhost.NewClock(time.Now())
+	svcAddr, upAddr, slow, err := startBackends(&stops, clock)
 	if err != nil {
 		return err
 	}
-	p, proxy, proxyAddr, startLog, err := startFilter(ctx, &stops, module, cfg, workers, svcAddr, upAddr)
+	p, proxy, proxyAddr, startLog, err := startFilter(ctx, &stops, module, cfg, workers, clock, svcAddr, upAddr)
 	if err != nil {
 		return fmt.Errorf("loading %s: %w", wasmPath, err)
 	}
@@ -108,14 +111,14 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 	if err := printServiceMetrics(ctx, out, d.client, "http://"+svcAddr+"/metrics"); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "Next: README.md (deploying to Envoy and Istio), docs/configuration.md (every field), envoy/ (configurations).")
+	fmt.Fprintln(out, "Next: docs/deploy.md (deploying to Istio and Envoy), docs/configuration.md (every field), envoy/ (configurations).")
 	return nil
 }
 
-// startBackends starts the decision service (in memory) and the upstream, slow on the paths of the
-// gate (layers.go); their stops are appended to stops.
-func startBackends(stops *[]func()) (svcAddr, upAddr string, slow *gate, err error) {
-	store := memstore.New(memstore.Config{})
+// startBackends starts the decision service (in memory, deciding on clock) and the upstream, slow on
+// the paths of the gate (layers.go); their stops are appended to stops.
+func startBackends(stops *[]func(), clock *envoyhost.Clock) (svcAddr, upAddr string, slow *gate, err error) {
+	store := memstore.New(memstore.Config{Clock: clock.Now})
 	*stops = append(*stops, func() { store.Close() })
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// A store deadline of a second, not the 10ms default: the in-memory store answers in
@@ -145,14 +148,14 @@ func startBackends(stops *[]func()) (svcAddr, upAddr string, slow *gate, err err
 	return svcAddr, upAddr, slow, nil
 }
 
-// startFilter loads the filter in the Envoy-like host, behind a local HTTP proxy; its stops are
+// startFilter loads the filter in the Envoy-like host on clock, behind a local HTTP proxy; its stops are
 // appended to stops. startLog is the plugin's first log line (its summary, or why it failed).
-func startFilter(ctx context.Context, stops *[]func(), module, cfg []byte, workers int, svcAddr, upAddr string) (
+func startFilter(ctx context.Context, stops *[]func(), module, cfg []byte, workers int, clock *envoyhost.Clock, svcAddr, upAddr string) (
 	p *envoyhost.Plugin, proxy *streams, proxyAddr, startLog string, err error) {
 	p, err = envoyhost.NewPlugin(ctx, module, envoyhost.Config{
 		VMID: "meshlimit", PluginName: pluginName, RootID: "meshlimit",
 		PluginConfig: cfg, Workers: workers, LogLevel: envoyhost.LogInfo,
-		Clock:    envoyhost.NewClock(time.Now()),
+		Clock:    clock,
 		Clusters: map[string]string{serviceCluster: svcAddr},
 		OnLog: func(e envoyhost.LogEntry) {
 			if e.Level >= envoyhost.LogWarn || startLog == "" && strings.HasPrefix(e.Message, "meshlimit:") {
