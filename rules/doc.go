@@ -22,10 +22,12 @@
 //     rules), compile_match.go, compile_key.go, compile_limits.go, compile_overrides.go,
 //     compile_global.go and compile_response.go; global_bounds.go checks global rules against
 //     the decision service's bounds; fingerprint.go names the state a rule's definition gives
-//     meaning to;
+//     meaning to; explain.go says what a valid configuration's rules do (Explain, for
+//     cmd/meshlimit-check);
 //   - the request model: match.go (the Request interface and matching), path.go (path
 //     normalization), key.go, key_query.go and key_clientip.go (key values), cost.go, settle.go
 //     (reserve, then settle), count_on.go, cache_denials.go, concurrency.go and shed.go;
 //   - the response fields: response.go (denials), quota.go (RateLimit-Policy, RateLimit and
-//     X-RateLimit-*), partition.go (the pk parameter).
+//     X-RateLimit-*), dialect.go (the quota header sets of response.rate_limit_headers, one entry
+//     per dialect), partition.go (the pk parameter).
 package rules
