@@ -14,7 +14,7 @@ import (
 )
 
 // The tables of docs/architecture.md that say what each package may import are generated from
-// Policy and Forbidden: each follows a marker line "<!-- depcheck:NAME -->" and runs to the first
+// Policy, Confined and Forbidden: each follows a marker line "<!-- depcheck:NAME -->" and runs to the first
 // line that is not a table row. The tests below fail when a table is not what the policy gives;
 // with -update they write it instead:
 //
@@ -82,6 +82,14 @@ func TestTheArchitectureBansAreThePolicys(t *testing.T) {
 		want = append(want, fmt.Sprintf("| `%s` | %s |", p, codeList(banned)))
 	}
 	checkTable(t, "bans", want)
+}
+
+func TestTheArchitectureConfinementsAreThePolicys(t *testing.T) {
+	want := []string{"| package | may import | only in its files |", "|---|---|---|"}
+	for _, c := range Confined {
+		want = append(want, fmt.Sprintf("| `%s` | `%s` | %s |", c.Package, c.Import, codeList(c.Files)))
+	}
+	checkTable(t, "confined", want)
 }
 
 // TestEveryPackageHasADocComment keeps every package saying what it holds: a package comment that

@@ -5,8 +5,9 @@
 // The standard library is allowed everywhere; what the table restricts is the module's own packages
 // and third-party modules, so that imports go in one direction. Forbidden adds what must not be
 // linked at all. The tables of docs/architecture.md that list the packages, what each may import,
-// their layers and what they must never link are generated from Policy and Forbidden by this
-// package's tests (-update), which fail when the page and the policy disagree.
+// their layers, the imports confined to some files and what they must never link are generated
+// from Policy, Confined and Forbidden by this package's tests (-update), which fail when the page
+// and the policy disagree.
 package depcheck
 
 import (
