@@ -48,13 +48,17 @@ var (
 	htmlID   = regexp.MustCompile(`<a\s+(?:name|id)="([^"]+)"`)
 )
 
+// withoutFences returns a Markdown file with its fenced code blocks blanked, line numbers kept.
+func withoutFences(md string) string {
+	return fence.ReplaceAllStringFunc(md, func(block string) string {
+		return strings.Repeat("\n", strings.Count(block, "\n"))
+	})
+}
+
 // prose returns a Markdown file without its fenced code blocks and code spans, where a link or a
 // heading is not one.
 func prose(md string) string {
-	md = fence.ReplaceAllStringFunc(md, func(block string) string {
-		return strings.Repeat("\n", strings.Count(block, "\n")) // keep line numbers
-	})
-	return codeSpan.ReplaceAllString(md, "code")
+	return codeSpan.ReplaceAllString(withoutFences(md), "code")
 }
 
 // anchors returns the anchors GitHub gives the headings of a Markdown file: the heading's text,

@@ -40,10 +40,7 @@ func TestEveryFileTheDocsNameExists(t *testing.T) {
 	for _, file := range markdownFiles(t) {
 		data, err := os.ReadFile(filepath.Join(root, file))
 		require.NoError(t, err)
-		text := fence.ReplaceAllStringFunc(string(data), func(block string) string {
-			return strings.Repeat("\n", strings.Count(block, "\n"))
-		})
-		for n, line := range strings.Split(text, "\n") {
+		for n, line := range strings.Split(withoutFences(string(data)), "\n") {
 			if citesOtherRepository(line) {
 				continue
 			}
