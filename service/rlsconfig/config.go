@@ -40,6 +40,9 @@ type Rule struct {
 	// Path is the rule's place in the configuration, for metrics: the domain and each level's
 	// key, with "_value" when the rule has a value (the pattern for a wildcard), joined by ".".
 	Path string
+	// Metadata is the rule's metadata, nil when it has none. envoyproxy/ratelimit returns it
+	// only for a rule with a rate limit (see package rls).
+	Metadata Metadata
 	// Shared is nil unless a level of the match shares its threshold (share_threshold): then
 	// Shared[i] is the wildcard pattern that stands for entry i's value in the counter's key,
 	// so that every value the pattern matches counts together ("" for the other entries).

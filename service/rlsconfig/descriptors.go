@@ -81,9 +81,7 @@ func (p *parser) descriptor(n *yaml.Node, path, parentPath string, depth int, v2
 		case "quota_mode":
 			d.rule.QuotaMode, err = p.boolean(v, fp)
 		case "metadata":
-			if !isNull(v) && v.Kind != yaml.MappingNode {
-				err = p.errAt(v, fp, "want a mapping, got %s", kindName(v))
-			}
+			d.rule.Metadata, err = p.metadata(v, fp)
 		}
 		return err
 	})

@@ -35,6 +35,18 @@
 // share_threshold makes every value a wildcard matches count together (Rule.Shared), and
 // quota_mode makes a descriptor deny the request only with every other quota-mode descriptor
 // (Rule.QuotaMode). value_to_metric names the descriptor's metrics by the values sent.
-// metadata (returned by envoyproxy/ratelimit only as dynamic metadata, off by default) is
-// checked and ignored.
+//
+// # Metadata
+//
+// A descriptor's metadata (Rule.Metadata, which package rls returns to Envoy as dynamic
+// metadata) is read as envoyproxy/ratelimit reads it into a google.protobuf.Struct, through
+// yaml.v2: plain scalars by YAML 1.1's rules (yes, on and y are true; 0x1F, 017 and 1_000 are
+// numbers; .inf and .nan the special doubles; a date stays a string), quoted and block scalars as
+// strings, explicit tags obeyed, every number a double. The keys of the metadata's own mapping
+// are taken as written, those of the mappings below it as their values print in Go (yes: is
+// "true", 1.0: is "1"); a merge key (<<) writes its mappings' entries over what the mapping holds
+// so far, the earlier of a list winning, and a key written after it wins in turn. meshlimit
+// refuses what the peer reads by chance or loses without a word (a key written twice, keys that
+// become the same string, a null key) and what Envoy could not parse or every answer would
+// carry in bulk: metadata nested more than 20 levels deep or of more than 4096 values.
 package rlsconfig

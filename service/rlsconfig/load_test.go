@@ -3,6 +3,7 @@ package rlsconfig
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -84,24 +85,34 @@ func TestEveryBadFileIsReportedAndNothingIsLoaded(t *testing.T) {
 
 func TestAnAliasBombIsRefused(t *testing.T) {
 	// Each list holds 8 descriptors with distinct keys whose children alias the list below:
-	// valid at every level, and 8^9 descriptors once expanded. The anchors are defined under
-	// metadata, which is not walked.
-	var b strings.Builder
-	b.WriteString("a0: &a0 [{key: k1}, {key: k2}, {key: k3}, {key: k4}, {key: k5}, {key: k6}, {key: k7}, {key: k8}]\n")
-	for i := 1; i < 9; i++ {
-		fmt.Fprintf(&b, "a%d: &a%d [", i, i)
-		for j := 1; j <= 8; j++ {
-			if j > 1 {
-				b.WriteString(", ")
+	// valid at every level, and 8^9 descriptors once expanded.
+	lists := func(first string) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "- %s &a0 [{key: k1}, {key: k2}, {key: k3}, {key: k4}, {key: k5}, {key: k6}, {key: k7}, {key: k8}]\n", first)
+		for i := 1; i < 9; i++ {
+			fmt.Fprintf(&b, "- %s &a%d [", strings.ReplaceAll(first, "0", strconv.Itoa(i)), i)
+			for j := 1; j <= 8; j++ {
+				if j > 1 {
+					b.WriteString(", ")
+				}
+				fmt.Fprintf(&b, "{key: k%d, descriptors: *a%d}", j, i-1)
 			}
-			fmt.Fprintf(&b, "{key: k%d, descriptors: *a%d}", j, i-1)
+			b.WriteString("]\n")
 		}
-		b.WriteString("]\n")
+		return b.String()
 	}
-	bomb := "domain: d\ndescriptors:\n  - key: k\n    metadata:\n" + indent(b.String(), "      ") + "    descriptors: *a8\n"
-	_, err := Load([]File{{"bomb.yaml", []byte(bomb)}})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "too many YAML nodes")
+	t.Run("in descriptors, the node budget refuses it", func(t *testing.T) {
+		bomb := "domain: d\ndescriptors:\n" + indent(strings.ReplaceAll(lists("{key: d0, descriptors:"), "]\n", "]}\n"), "  ")
+		_, err := Load([]File{{"bomb.yaml", []byte(bomb)}})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "too many YAML nodes")
+	})
+	t.Run("in metadata, the bound on its values refuses it", func(t *testing.T) {
+		bomb := "domain: d\ndescriptors:\n  - key: k\n    metadata:\n      l:\n" + indent(lists(""), "        ")
+		_, err := Load([]File{{"bomb.yaml", []byte(bomb)}})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "metadata of more than 4096 values")
+	})
 }
 
 func indent(s, pre string) string {
