@@ -23,6 +23,12 @@
 //     limit of that name (OK, not counted).
 //   - overall_code is OVER_LIMIT when a descriptor not in quota_mode is, or when every
 //     quota_mode descriptor of the request is.
+//   - With Config.DynamicMetadata (the peer's RESPONSE_DYNAMIC_METADATA=true), every answer
+//     carries dynamic_metadata, which Envoy's filter stores under envoy.filters.http.ratelimit:
+//     the domain, each descriptor's entries ("key=value"), override and hits_addend, the
+//     request's hits_addend, and under "metadata" the metadata of the rules of the descriptors
+//     that passed (a limit from a rule answered OK: shadow mode over its limit passed, quota
+//     mode over it did not), merged in request order, the first value of a key winning.
 //
 // With rate_limit.algorithm (a meshlimit extension) a descriptor is decided by that algorithm
 // with requests_per_unit per unit instead: a denied request is then not counted, as everywhere

@@ -29,6 +29,9 @@ type Config struct {
 	Timeout time.Duration
 	// Headers selects the response headers to add (default none, as envoyproxy/ratelimit).
 	Headers HeaderMode
+	// DynamicMetadata returns envoyproxy/ratelimit's dynamic_metadata in every answer, with the
+	// metadata of the rules that passed (its RESPONSE_DYNAMIC_METADATA; default off).
+	DynamicMetadata bool
 	// Now, when set, is the decision time passed to the store (tests); nil uses the store's
 	// clock (Redis TIME), as production does.
 	Now func() time.Time
@@ -107,6 +110,9 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rate
 	resp := &pb.RateLimitResponse{OverallCode: overallCode(sts, plans), Statuses: sts}
 	s.cfg.Metrics.decisions(rules, req, plans)
 	resp.ResponseHeadersToAdd = s.cfg.Headers.headers(resp.Statuses, plans)
+	if s.cfg.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, sts, plans)
+	}
 	return resp, nil
 }
 

@@ -43,13 +43,19 @@ type fixture struct {
 
 func newFixture(t *testing.T, store service.Store, headers HeaderMode) *fixture {
 	t.Helper()
+	return newFixtureOf(t, Config{Store: store, Headers: headers})
+}
+
+// newFixtureOf is newFixture with the Server's Config cfg, its Timeout, Rules and Now the
+// fixture's.
+func newFixtureOf(t *testing.T, cfg Config) *fixture {
+	t.Helper()
 	f := &fixture{t: t, now: minuteStart, rules: goodRules(t)}
+	cfg.Timeout = 2 * time.Second
+	cfg.Rules = func() *rlsconfig.Config { f.mu.Lock(); defer f.mu.Unlock(); return f.rules }
+	cfg.Now = func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
 	var err error
-	f.srv, err = NewServer(Config{
-		Store: store, Headers: headers, Timeout: 2 * time.Second,
-		Rules: func() *rlsconfig.Config { f.mu.Lock(); defer f.mu.Unlock(); return f.rules },
-		Now:   func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now },
-	})
+	f.srv, err = NewServer(cfg)
 	require.NoError(t, err)
 	g := NewGRPCServer(f.srv, GRPCOptions{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
