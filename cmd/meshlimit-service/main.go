@@ -33,6 +33,10 @@
 //	-grpc-listen                 MESHLIMIT_GRPC_LISTEN                 address of the gRPC RateLimitService
 //	                                                                   (needs -ratelimit-config)
 //	-ratelimit-response-headers  MESHLIMIT_RATELIMIT_RESPONSE_HEADERS  off (default), draft03 or ietf
+//	-ratelimit-response-dynamic-metadata
+//	  MESHLIMIT_RATELIMIT_RESPONSE_DYNAMIC_METADATA                    answer with dynamic metadata, the metadata
+//	                                                                   of the rules that passed, as with the peer's
+//	                                                                   RESPONSE_DYNAMIC_METADATA=true (default false)
 //	-ratelimit-poll              MESHLIMIT_RATELIMIT_POLL              how often the directory is checked (default 2s)
 //	-grpc-reflection             MESHLIMIT_GRPC_REFLECTION             register gRPC reflection (default false)
 package main
@@ -96,6 +100,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.string(&o.rls.config, "ratelimit-config", "", "directory of envoyproxy/ratelimit YAML files (enables POST /json)")
 	f.string(&o.rls.grpcListen, "grpc-listen", "", "address of the gRPC RateLimitService (needs -ratelimit-config)")
 	f.string(&o.rls.headers, "ratelimit-response-headers", "off", "off, draft03 or ietf")
+	f.bool(&o.rls.dynamicMetadata, "ratelimit-response-dynamic-metadata", false, "return envoyproxy/ratelimit's dynamic metadata in every answer, with the metadata of the rules that passed (its RESPONSE_DYNAMIC_METADATA)")
 	f.duration(&o.rls.poll, "ratelimit-poll", 2*time.Second, 1, forever, "how often the ratelimit config directory is checked, a positive `duration`")
 	f.bool(&o.rls.reflection, "grpc-reflection", false, "register gRPC reflection")
 	if err := f.parse(args); err != nil {

@@ -18,7 +18,7 @@ import (
 type rlsOptions struct {
 	grpcListen, config, headers string
 	poll                        time.Duration
-	reflection                  bool
+	reflection, dynamicMetadata bool
 }
 
 // rlsFront is the envoyproxy/ratelimit-compatible front: the gRPC server on -grpc-listen and
@@ -57,8 +57,8 @@ func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout ti
 		}
 		log.Info("ratelimit config reloaded", "dir", o.config, "files", c.Files(), "domains", c.Domains())
 	}
-	log.Info("ratelimit config", "dir", o.config, "files", w.Config().Files(), "domains", w.Config().Domains(), "poll", o.poll)
-	s, err := rls.NewServer(rls.Config{Store: store, Rules: w.Config, Timeout: timeout, Headers: mode, Metrics: m, Logger: log})
+	log.Info("ratelimit config", "dir", o.config, "files", w.Config().Files(), "domains", w.Config().Domains(), "poll", o.poll, "dynamic_metadata", o.dynamicMetadata)
+	s, err := rls.NewServer(rls.Config{Store: store, Rules: w.Config, Timeout: timeout, Headers: mode, DynamicMetadata: o.dynamicMetadata, Metrics: m, Logger: log})
 	if err != nil {
 		return nil, err
 	}

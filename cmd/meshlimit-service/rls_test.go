@@ -71,6 +71,35 @@ func TestRunServesTheRateLimitServiceFront(t *testing.T) {
 	}
 }
 
+// -ratelimit-response-dynamic-metadata, here from its environment variable, makes the answers
+// carry the dynamic metadata with the rules' metadata.
+func TestRunReturnsTheDynamicMetadataWhenAsked(t *testing.T) {
+	httpAddr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	env := map[string]string{"MESHLIMIT_RATELIMIT_RESPONSE_DYNAMIC_METADATA": "true"}
+	go func() {
+		done <- run(ctx, []string{"-listen", httpAddr, "-log-level", "error", "-ratelimit-config", "../../service/rlsconfig/testdata/good"},
+			func(k string) string { return env[k] })
+	}()
+	var body string
+	require.Eventually(t, func() bool {
+		resp, err := http.Post("http://"+httpAddr+"/json", "application/json",
+			strings.NewReader(`{"domain":"units","descriptors":[{"entries":[{"key":"meta","value":"x"}]}]}`))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = strings.ReplaceAll(string(b), " ", "")
+		return resp.StatusCode == http.StatusOK
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.Contains(t, body, `"dynamicMetadata":{"descriptors":[{"entries":["meta=x"]}],"domain":"units","metadata":{"tags":["a","b"],"team":"payments"}}`)
+	cancel()
+	require.NoError(t, <-done)
+}
+
 func TestRunRefusesABadRateLimitSetup(t *testing.T) {
 	bad := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(bad, "a.yaml"), []byte("domain: a\nnope: 1\n"), 0o644))
