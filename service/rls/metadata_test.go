@@ -2,6 +2,7 @@ package rls
 
 import (
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -72,10 +73,17 @@ descriptors:
 // newRoutingFixture is a fixture on routingRules, returning dynamic metadata when dm is set.
 func newRoutingFixture(t *testing.T, dm bool) *fixture {
 	t.Helper()
+	return newRulesFixture(t, dm, routingRules)
+}
+
+// newRulesFixture is a fixture on the rules of one file, returning dynamic metadata when dm is
+// set.
+func newRulesFixture(t *testing.T, dm bool, rules string) *fixture {
+	t.Helper()
 	f := newFixtureOf(t, Config{Store: memoryStore(t), DynamicMetadata: dm})
-	rules, err := rlsconfig.Load([]rlsconfig.File{{Name: "routing.yaml", Data: []byte(routingRules)}})
+	c, err := rlsconfig.Load([]rlsconfig.File{{Name: "rules.yaml", Data: []byte(rules)}})
 	require.NoError(t, err)
-	f.rules = rules
+	f.setRules(c)
 	return f
 }
 
@@ -215,6 +223,22 @@ func TestTheJSONFrontReturnsTheDynamicMetadata(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	assert.Contains(t, strings.ReplaceAll(string(body), " ", ""),
 		`"dynamicMetadata":{"descriptors":[{"entries":["service=service_1"]}],"domain":"routing","metadata":{"service_with_quota":{"name":"service_1"}}}`)
+}
+
+// Protobuf's JSON mapping cannot write the special doubles of .inf or .nan in metadata: /json
+// answers 500, as the peer's does, while gRPC carries them.
+func TestTheJSONFrontCannotWriteAnInfiniteNumber(t *testing.T) {
+	f := newRulesFixture(t, true, "domain: inf\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n    metadata: {x: .inf}\n")
+	resp := f.call(req("inf", desc("k", "v")))
+	assert.True(t, math.IsInf(resp.GetDynamicMetadata().GetFields()["metadata"].GetStructValue().GetFields()["x"].GetNumberValue(), 1))
+	ts := httptest.NewServer(f.srv.JSONHandler())
+	t.Cleanup(ts.Close)
+	hresp, err := http.Post(ts.URL, "application/json", strings.NewReader(`{"domain":"inf","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(hresp.Body)
+	hresp.Body.Close()
+	assert.Equal(t, http.StatusInternalServerError, hresp.StatusCode)
+	assert.Contains(t, string(body), "encoding the response")
 }
 
 // envoyproxy/ratelimit's integration test #1114 (integration-test/scripts/multiservice-tokenquota.sh):

@@ -87,6 +87,8 @@ func memoryStore(t *testing.T) service.Store {
 
 func (f *fixture) setNow(t time.Time) { f.mu.Lock(); f.now = t; f.mu.Unlock() }
 
+func (f *fixture) setRules(c *rlsconfig.Config) { f.mu.Lock(); f.rules = c; f.mu.Unlock() }
+
 func (f *fixture) call(req *pb.RateLimitRequest) *pb.RateLimitResponse {
 	f.t.Helper()
 	resp, err := f.client.ShouldRateLimit(context.Background(), req)
