@@ -34,6 +34,8 @@ var shippedFiles = []string{
 	"ratelimit/envoy.yaml",
 	"ratelimit/config/edge.yaml",
 	"ratelimit/istio.yaml",
+	"ratelimit/quota-routing.yaml",
+	"ratelimit/config/backends.yaml",
 }
 
 // bundle holds the shipped files' contents by path, so that a test can validate a mutated

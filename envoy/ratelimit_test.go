@@ -3,6 +3,7 @@ package envoy
 import (
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"testing"
 
@@ -37,13 +38,18 @@ const (
 	envGRPCListen   = "MESHLIMIT_GRPC_LISTEN"
 )
 
-// rlsRules loads the rate limit rules of config/ with meshlimit-service's own loader.
+// rlsRules loads the rate limit rules of config/ (every file, as meshlimit-service
+// -ratelimit-config does) with meshlimit-service's own loader.
 func rlsRules(b bundle) (*rlsconfig.Config, error) {
-	data, err := b.file(rlsConfig)
-	if err != nil {
-		return nil, err
+	var files []rlsconfig.File
+	for _, p := range []string{rlsConfig, rlsBackends} {
+		data, err := b.file(p)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, rlsconfig.File{Name: path.Base(p), Data: data})
 	}
-	return rlsconfig.Load([]rlsconfig.File{{Name: "edge.yaml", Data: data}})
+	return rlsconfig.Load(files)
 }
 
 // descriptorOf returns the entries that Envoy sends for one rate_limits entry, with sample
@@ -396,7 +402,7 @@ func checkRatelimitIstio(b bundle) error {
 func loadRLSBundle(t *testing.T) bundle {
 	t.Helper()
 	b := loadBundle(t)
-	for _, p := range []string{rlsEnvoy, rlsConfig, rlsIstio} {
+	for _, p := range []string{rlsEnvoy, rlsConfig, rlsIstio, rlsQuotaRouting, rlsBackends} {
 		_, err := b.file(p)
 		require.NoError(t, err, "%s must be in shippedFiles", p)
 	}
@@ -415,14 +421,19 @@ func TestTheRateLimitFilterExamplesAreValid(t *testing.T) {
 	t.Run("istio.yaml decodes strictly and agrees with itself and config/", func(t *testing.T) {
 		require.NoError(t, checkRatelimitIstio(b))
 	})
+	t.Run("quota-routing.yaml is a valid bootstrap that routes on the answer's metadata to endpoints the rules name", func(t *testing.T) {
+		require.NoError(t, checkQuotaRouting(b))
+	})
 }
 
 // TestRateLimitMutationsFail proves the checks catch mistakes: each case breaks one file in
 // one place, and validation must fail for the stated reason.
 func TestRateLimitMutationsFail(t *testing.T) {
 	b := loadRLSBundle(t)
-	both := func(b bundle) error { return errors.Join(checkRatelimitBootstrap(b), checkRatelimitIstio(b)) }
-	require.NoError(t, both(b))
+	all := func(b bundle) error {
+		return errors.Join(checkRatelimitBootstrap(b), checkRatelimitIstio(b), checkQuotaRouting(b))
+	}
+	require.NoError(t, all(b))
 	for _, tc := range []struct {
 		name, path, old, new, want string
 	}{
@@ -442,9 +453,27 @@ func TestRateLimitMutationsFail(t *testing.T) {
 		{"a misspelled field in a patched filter fails", rlsIstio, "failure_mode_deny: false", "failure_mode_denied: false", `unknown field "failure_mode_denied"`},
 		{"a patched action that matches no limit fails", rlsIstio, "descriptor_key: api_key", "descriptor_key: key", "matches no limit"},
 		{"a misspelled Deployment field fails", rlsIstio, "mountPath:", "mountPoint:", `unknown field "mountPoint"`},
+
+		{"a misspelled field of a quota route fails", rlsQuotaRouting, "apply_on_stream_done: true", "apply_on_stream_end: true", `unknown field "apply_on_stream_end"`},
+		{"a header filled from another filter's dynamic metadata fails", rlsQuotaRouting,
+			"%DYNAMIC_METADATA(envoy.filters.http.ratelimit:", "%DYNAMIC_METADATA(envoy.filters.http.ext_authz:", "the rate limit filter writes envoy.filters.http.ratelimit"},
+		{"a header read where the rules' metadata has nothing fails", rlsQuotaRouting,
+			"metadata:backend_with_quota:name)%", "metadata:backend:name)%", "metadata has no string at backend.name"},
+		{"a client's own header kept fails", rlsQuotaRouting, "- remove: x-backend-with-quota", "- remove: x-backend", "remove the client's own x-backend-with-quota"},
+		{"a quota route without its header_mutation filter fails", rlsQuotaRouting,
+			"- name: envoy.filters.http.header_mutation", "- name: envoy.filters.http.header_mutations", "then envoy.filters.http.header_to_metadata before the router"},
+		{"a request descriptor that charges fails", rlsQuotaRouting, "hits_addend: {number: 0}", "hits_addend: {number: 1}", "charges every backend on every request"},
+		{"a backend rule without quota_mode fails", rlsBackends, "quota_mode: true", "quota_mode: false", "must set quota_mode"},
+		{"a backend no endpoint serves fails", rlsQuotaRouting, "envoy.lb: {backend: overflow}", "envoy.lb: {backend: spare}", `backend "overflow": no endpoint of cluster "backends"`},
+		{"an envoy.lb key no subset selector has fails", rlsQuotaRouting, "key: backend, type: STRING", "key: pool, type: STRING", "no subset selector has keys [pool]"},
+		{"a header copied into another namespace fails", rlsQuotaRouting, "metadata_namespace: envoy.lb", "metadata_namespace: envoy.lbx", "the subset load balancer reads envoy.lb"},
+		{"a subset load balancer without a fallback fails", rlsQuotaRouting, "fallback_policy: DEFAULT_SUBSET", "fallback_policy: NO_FALLBACK", "would find no endpoint"},
+		{"charging on stream done another header than the routed one fails", rlsQuotaRouting,
+			"header_name: x-backend-with-quota", "header_name: x-backend", "no rate limit with apply_on_stream_done charges the backend"},
+		{"a quota rule whose metadata lost the backend's name fails", rlsBackends, "        name: overflow\n", "        id: overflow\n", "metadata has no string at backend_with_quota.name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := both(b.with(t, tc.path, tc.old, tc.new))
+			err := all(b.with(t, tc.path, tc.old, tc.new))
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
