@@ -51,6 +51,22 @@ func decodeBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
 	return &bs, nil
 }
 
+// validBootstrap decodes the bootstrap at path p of b and validates it deeply.
+func validBootstrap(b bundle, p string) (*bootstrapv3.Bootstrap, error) {
+	data, err := b.file(p)
+	if err != nil {
+		return nil, err
+	}
+	bs, err := decodeBootstrap(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateDeep(bs); err != nil {
+		return nil, err
+	}
+	return bs, nil
+}
+
 // validateDeep runs the protoc-gen-validate rules of m and, since those stop at a
 // google.protobuf.Any, of every message packed in an Any anywhere below it.
 func validateDeep(m proto.Message) error {
@@ -154,15 +170,8 @@ func clusterByName(bs *bootstrapv3.Bootstrap, name string) *clusterv3.Cluster {
 // and on every typed config inside it; then checks what Envoy checks at start-up beyond
 // the schema: routes go to defined clusters, and the router is the last HTTP filter.
 func checkBootstrap(b bundle) error {
-	data, err := b.file("envoy.yaml")
+	bs, err := validBootstrap(b, "envoy.yaml")
 	if err != nil {
-		return err
-	}
-	bs, err := decodeBootstrap(data)
-	if err != nil {
-		return err
-	}
-	if err := validateDeep(bs); err != nil {
 		return err
 	}
 	hcms, err := connectionManagers(bs)

@@ -12,6 +12,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	headertometadatav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_to_metadata/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
@@ -42,38 +43,12 @@ type quotaRoute struct {
 // checkQuotaRouting validates quota-routing.yaml and follows the metadata from the rules of
 // config/ through its filters to the endpoints of its cluster.
 func checkQuotaRouting(b bundle) error {
-	data, err := b.file(rlsQuotaRouting)
-	if err != nil {
-		return err
-	}
-	bs, err := decodeBootstrap(data)
-	if err != nil {
-		return err
-	}
-	if err := validateDeep(bs); err != nil {
-		return err
-	}
-	rules, err := rlsRules(b)
-	if err != nil {
-		return err
-	}
-	hcms, err := connectionManagers(bs)
-	if err != nil || len(hcms) == 0 {
-		return fmt.Errorf("no HTTP connection manager (%v)", err)
-	}
-	var errs []error
-	for _, hcm := range hcms {
-		rl, err := ratelimitFilterOf(hcm.GetHttpFilters())
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		errs = append(errs, checkRateLimitConfig(rl, rules), checkRLSCluster(bs, rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()))
+	return eachRLSManager(b, rlsQuotaRouting, func(bs *bootstrapv3.Bootstrap, rules *rlsconfig.Config, hcm *hcmv3.HttpConnectionManager, rl *ratelimitv3.RateLimit) error {
 		q, err := quotaFilters(hcm.GetHttpFilters())
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return err
 		}
+		var errs []error
 		for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
 			for _, r := range vh.GetRoutes() {
 				if err := checkQuotaRoute(bs, r, q, rules, rl.GetDomain()); err != nil {
@@ -81,8 +56,8 @@ func checkQuotaRouting(b bundle) error {
 				}
 			}
 		}
-	}
-	return errors.Join(errs...)
+		return errors.Join(errs...)
+	})
 }
 
 // quotaFilters reads the header_mutation and header_to_metadata filters, which must come in

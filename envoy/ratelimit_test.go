@@ -126,20 +126,15 @@ func checkRateLimitConfig(rl *ratelimitv3.RateLimit, c *rlsconfig.Config) error 
 	return errors.Join(errs...)
 }
 
-// checkRatelimitBootstrap validates ratelimit/envoy.yaml and its agreement with config/.
-func checkRatelimitBootstrap(b bundle) error {
-	data, err := b.file(rlsEnvoy)
+// eachRLSManager validates the bootstrap at path p of b and loads the rules of config/, then
+// for each HTTP connection manager checks its rate limit filter (settings and cluster) and
+// calls f with it. It returns every error, joined.
+func eachRLSManager(b bundle, p string, f func(bs *bootstrapv3.Bootstrap, rules *rlsconfig.Config, hcm *hcmv3.HttpConnectionManager, rl *ratelimitv3.RateLimit) error) error {
+	bs, err := validBootstrap(b, p)
 	if err != nil {
 		return err
 	}
-	bs, err := decodeBootstrap(data)
-	if err != nil {
-		return err
-	}
-	if err := validateDeep(bs); err != nil {
-		return err
-	}
-	c, err := rlsRules(b)
+	rules, err := rlsRules(b)
 	if err != nil {
 		return err
 	}
@@ -154,15 +149,24 @@ func checkRatelimitBootstrap(b bundle) error {
 			errs = append(errs, err)
 			continue
 		}
-		errs = append(errs, checkRateLimitConfig(rl, c), checkRLSCluster(bs, rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()))
+		errs = append(errs, checkRateLimitConfig(rl, rules), checkRLSCluster(bs, rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()),
+			f(bs, rules, hcm, rl))
+	}
+	return errors.Join(errs...)
+}
+
+// checkRatelimitBootstrap validates ratelimit/envoy.yaml and its agreement with config/.
+func checkRatelimitBootstrap(b bundle) error {
+	return eachRLSManager(b, rlsEnvoy, func(_ *bootstrapv3.Bootstrap, c *rlsconfig.Config, hcm *hcmv3.HttpConnectionManager, rl *ratelimitv3.RateLimit) error {
+		var errs []error
 		for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
 			errs = append(errs, checkDescriptors("virtual host "+vh.GetName(), vh.GetRateLimits(), c, rl.GetDomain()))
 			for _, r := range vh.GetRoutes() {
 				errs = append(errs, checkDescriptors("route "+r.GetName(), r.GetRoute().GetRateLimits(), c, rl.GetDomain()))
 			}
 		}
-	}
-	return errors.Join(errs...)
+		return errors.Join(errs...)
+	})
 }
 
 // checkRLSCluster checks that the filter's cluster exists and speaks HTTP/2 (gRPC).
