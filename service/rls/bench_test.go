@@ -43,3 +43,29 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDynamicMetadata measures what the dynamic metadata adds to an answer: one
+// descriptor whose rule has metadata ({team: payments, tags: [a, b]}), checked without
+// charging so that it always passes.
+func BenchmarkDynamicMetadata(b *testing.B) {
+	rules := goodRules(b)
+	store := memstore.New(memstore.Config{SweepInterval: -1})
+	defer store.Close()
+	r := req("units", withHits(desc("meta", "x"), 0))
+	for _, dm := range []bool{false, true} {
+		b.Run(fmt.Sprintf("dynamic_metadata=%v", dm), func(b *testing.B) {
+			s, err := NewServer(Config{Store: store, DynamicMetadata: dm, Timeout: time.Minute, Rules: func() *rlsconfig.Config { return rules }, Now: func() time.Time { return minuteStart }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := s.ShouldRateLimit(ctx, r)
+				if err != nil || dm != (resp.GetDynamicMetadata() != nil) {
+					b.Fatal(err, resp)
+				}
+			}
+		})
+	}
+}

@@ -179,6 +179,17 @@ func TestMetadataRefusalsNameTheField(t *testing.T) {
 	}
 }
 
+func TestMetadataNestedTwentyLevelsDeepIsRead(t *testing.T) {
+	deepest := "m: " + strings.Repeat("{a: ", 18) + "[1]" + strings.Repeat("}", 18) + "\n" // 1 + 1 + 18 levels
+	m, err := ourMetadata([]byte(deepest))
+	require.NoError(t, err)
+	peer, err := peerMetadata([]byte(deepest))
+	require.NoError(t, err)
+	assert.Equal(t, asText(peer), ourText(t, m))
+	_, err = ourMetadata([]byte(strings.Replace(deepest, "[1]", "[[1]]", 1)))
+	assert.ErrorContains(t, err, "nested deeper than 20 levels")
+}
+
 func TestInfinitiesAndNaNAreTheSpecialDoubles(t *testing.T) {
 	m, err := ourMetadata([]byte("a: .inf\nb: -.Inf\nc: .NaN\n"))
 	require.NoError(t, err)
