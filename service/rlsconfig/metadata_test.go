@@ -219,7 +219,9 @@ var nonSpecificTag = regexp.MustCompile(`(^|[\s\[{,:?-])!([\s,\]}]|$)`)
 
 // FuzzMetadataMatchesThePeer reads arbitrary YAML as metadata both ways: where the peer reads
 // it, meshlimit reads the same Struct or refuses it for one of the reasons the peer does not
-// have; where the peer refuses it, so does meshlimit.
+// have; where the peer refuses it, so does meshlimit. Input that yaml.v3 cannot parse at all
+// is left out: the loader refuses such a file, and yaml.v2 sometimes reads a document without
+// looking at what follows it.
 func FuzzMetadataMatchesThePeer(f *testing.F) {
 	for _, s := range []string{
 		"a: 1\nb: [yes, no, ~, 1.5, 0x1F, '2']\nc: {d: {e: f}}\n",
@@ -237,6 +239,9 @@ func FuzzMetadataMatchesThePeer(f *testing.F) {
 		}
 		peer, perr := peerMetadata(data)
 		m, err := ourMetadata(data)
+		if e := (*Error)(nil); err != nil && !errors.As(err, &e) {
+			return // YAML that yaml.v3 cannot parse (yaml.v2 may stop before the error): the whole file is refused
+		}
 		switch {
 		case perr != nil && err == nil:
 			t.Fatalf("the peer refuses it (%v), meshlimit reads %v", perr, m)
