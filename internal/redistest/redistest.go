@@ -1,6 +1,7 @@
-// Package redistest starts real redis-server processes for tests: standalone servers and Redis
-// Clusters of three masters, on 127.0.0.1 ports, with no persistence, killed when the test ends
-// (and with the test binary). A missing redis-server fails the test with a message saying how to
+// Package redistest starts real redis-server processes for tests: standalone servers, Redis
+// Clusters of three masters, TLS servers with certificates of a CA the test makes (tls.go), and
+// Sentinel sets of a master, a replica and three sentinels (sentinel.go), on 127.0.0.1 ports,
+// with no persistence, killed when the test ends (and with the test binary). A missing redis-server fails the test with a message saying how to
 // install it: the Redis tests are part of the suite and never skip silently.
 //
 // redis-server cannot be handed a listening socket, nor report a port the kernel chose, so a server
@@ -12,7 +13,9 @@ package redistest
 
 import (
 	"bufio"
+	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -40,6 +43,12 @@ type Server struct {
 	cmd   *exec.Cmd
 	exit  chan struct{}
 	log   *logWriter // the running process's stdout and stderr
+
+	bin        string // the program: redis-server when empty (a sentinel: redis-sentinel)
+	conf       string // a configuration file given before the arguments (a sentinel's, which it rewrites)
+	ready      string // the log line that says it accepts connections: readyLine when empty
+	tls        *TLS   // its port is a TLS port (tls.go)
+	user, pass string // Do authenticates with these when pass is set
 }
 
 // Require fails the test when redis-server is not installed: the Redis tests are
@@ -127,12 +136,9 @@ func isBindFailure(err error) bool {
 // exits, or readyPatience passes.
 func (r *Server) launch() error {
 	r.t.Helper()
-	args := append([]string{
-		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir,
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "notice",
-	}, r.extra...)
-	r.log = newLogWriter(readyLine)
-	r.cmd = exec.Command("redis-server", args...)
+	bin, ready := cmp.Or(r.bin, "redis-server"), cmp.Or(r.ready, readyLine)
+	r.log = newLogWriter(ready)
+	r.cmd = exec.Command(bin, r.args()...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test binary
 	require.NoError(r.t, r.cmd.Start())
@@ -152,6 +158,24 @@ func (r *Server) launch() error {
 		r.Stop()
 		return &startError{addr: r.Addr(), why: "did not say it accepts connections within " + readyPatience.String(), log: r.log.String()}
 	}
+}
+
+// args are the process's arguments: its configuration file if it has one, its port (the TLS
+// port of a TLS server, whose plain port is 0), no persistence, then its extra arguments.
+func (r *Server) args() []string {
+	var args []string
+	if r.conf != "" {
+		args = append(args, r.conf)
+	}
+	if r.tls != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(r.port))
+		args = append(args, r.tls.args()...)
+	} else {
+		args = append(args, "--port", strconv.Itoa(r.port))
+	}
+	args = append(args, "--bind", "127.0.0.1", "--dir", r.dir,
+		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "notice")
+	return append(args, r.extra...)
 }
 
 // readyLine is what redis-server logs (at notice level) once it listens: "Ready to accept
@@ -215,25 +239,58 @@ func (w *logWriter) String() string {
 	return string(w.buf)
 }
 
-// Do sends one inline command over a fresh connection and returns the first reply line,
-// without its type prefix ("+OK" -> "OK", ":3" -> "3", bulk strings read whole).
+// Do sends one command over a fresh connection (TLS for a TLS server, after AUTH for one
+// that requires it) and returns the first reply line, without its type prefix ("+OK" -> "OK",
+// ":3" -> "3", bulk strings read whole).
 func (r *Server) Do(args ...string) (string, error) {
-	return Do(r.Addr(), args...)
+	c, err := r.dial()
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return do(c, args...)
 }
 
+// Do sends one command to the plain Redis port addr over a fresh connection and returns the
+// first reply line, as Server.Do does.
 func Do(addr string, args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // a safety net against a server that never answers
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	return do(c, args...)
+}
+
+// dial connects to the server: over TLS with the test CA's client certificate for a TLS
+// server, then AUTH when the server has a password.
+func (r *Server) dial() (net.Conn, error) {
+	var c net.Conn
+	var err error
+	if r.tls != nil {
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: r.tls.PKI.ClientConfig()}
+		c, err = d.Dial("tcp", r.Addr())
+	} else {
+		c, err = net.DialTimeout("tcp", r.Addr(), 5*time.Second)
 	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
+	if err != nil || r.pass == "" {
+		return c, err
+	}
+	auth := []string{"AUTH", r.pass}
+	if r.user != "" {
+		auth = []string{"AUTH", r.user, r.pass}
+	}
+	if _, err := do(c, auth...); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// do sends one command on c and reads the first line of its reply, as Do returns it.
+func do(c net.Conn, args ...string) (string, error) {
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // a safety net against a server that never answers
+	if err := writeCommand(c, args); err != nil {
 		return "", err
 	}
 	rd := bufio.NewReader(c)
