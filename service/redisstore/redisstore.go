@@ -9,9 +9,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,10 +30,17 @@ var _ service.Store = (*Store)(nil)
 // Config configures a Store.
 type Config struct {
 	// Addrs lists host:port seeds: one address for a standalone Redis, or some nodes of a
-	// Redis Cluster (the client discovers the others and routes each key to its slot).
+	// Redis Cluster (the client discovers the others and routes each key to its slot), or,
+	// with Sentinel.MasterSet, some of the sentinels that monitor the master.
 	Addrs []string
-	// Username and Password authenticate with Redis AUTH when set.
+	// Username and Password authenticate with Redis AUTH when set (with Sentinel: to the
+	// master, whichever node it is).
 	Username, Password string
+	// TLS, when not nil, is the TLS configuration of every connection to a Redis node: the
+	// nodes of a Cluster, or the master that the sentinels name. nil: plain TCP.
+	TLS *tls.Config
+	// Sentinel, when its MasterSet is set, reaches Redis through Redis Sentinel (connect.go).
+	Sentinel Sentinel
 	// KeyPrefix starts every key (default "ml:"); it may not hold "{" or "}". A descriptor's
 	// state key is KeyPrefix + "{" + tag + "}:" + algorithm + ":" + key, where tag is the
 	// FNV-1a hash of the key in 16 hex digits: the hash tag keeps every algorithm's key of a
@@ -90,16 +97,9 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:   cfg.Addrs,
-		Username:      cfg.Username,
-		Password:      cfg.Password,
-		DisableCache:  true, // no client-side caching: every decision must reach Redis
-		Dialer:        net.Dialer{Timeout: cfg.DialTimeout},
-		MaxFlushDelay: cfg.FlushDelay,
-	})
+	c, err := connect(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w", err)
+		return nil, err
 	}
 	s := &Store{client: c, prefix: cfg.KeyPrefix, scripts: sc, done: make(chan struct{})}
 	// Load the scripts now, so that the first checks of a new replica need no NOSCRIPT round
