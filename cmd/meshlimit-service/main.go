@@ -2,19 +2,12 @@
 // HTTP/JSON API over Redis, or over an in-memory store when no Redis address is given.
 //
 // Every flag can also be set by an environment variable (the flag wins); secrets are read from
-// the environment only, so that they do not show in the process list:
+// files or the environment, so that they do not show in the process list:
 //
 //	-listen             MESHLIMIT_LISTEN             address to serve on (default :8081)
-//	-redis              MESHLIMIT_REDIS              comma-separated Redis or Redis Cluster
-//	                                                 addresses; empty: in-memory store
-//	                    MESHLIMIT_REDIS_USERNAME     Redis ACL user
-//	                    MESHLIMIT_REDIS_PASSWORD     Redis password
 //	                    MESHLIMIT_SECRET             shared secret required in x-meshlimit-secret
 //	                    MESHLIMIT_ADMIN_TOKEN        bearer token of the admin API (/v1/admin/);
 //	                                                 default: the secret; neither: admin disabled
-//	-redis-flush-delay  MESHLIMIT_REDIS_FLUSH_DELAY  how long the Redis client may wait to batch
-//	                                                 concurrent scripts into one write (default
-//	                                                 100µs; 0: write at once)
 //	-timeout            MESHLIMIT_TIMEOUT            store deadline per check (default 10ms: at most
 //	                                                 half the filter's global.timeout, 20ms by default)
 //	-max-conns          MESHLIMIT_MAX_CONNS          connections held at once (default 1024); at the cap
@@ -39,6 +32,28 @@
 //	                                                                   RESPONSE_DYNAMIC_METADATA=true (default false)
 //	-ratelimit-poll              MESHLIMIT_RATELIMIT_POLL              how often the directory is checked (default 2s)
 //	-grpc-reflection             MESHLIMIT_GRPC_REFLECTION             register gRPC reflection (default false)
+//
+// The Redis store (redisflags.go; docs/deploy.md, "Redis: managed services, TLS, Sentinel"):
+//
+//	-redis                           comma-separated addresses: a standalone Redis, seeds of a Redis
+//	                                 Cluster, or the sentinels; empty: in-memory store
+//	-redis-username                  ACL user
+//	-redis-password-file             file holding the password (or MESHLIMIT_REDIS_PASSWORD)
+//	-redis-flush-delay               how long the client may wait to batch concurrent scripts into
+//	                                 one write (default 100µs; 0: write at once)
+//	-redis-tls                       TLS to Redis (system CAs, or -redis-tls-ca)
+//	-redis-tls-ca                    PEM file of the CAs that sign the server certificates
+//	-redis-tls-cert, -redis-tls-key  PEM files of a client certificate and its key
+//	-redis-tls-server-name           name verified in the certificates and sent as SNI
+//	-redis-tls-min-version           1.2 (default) or 1.3
+//	-redis-tls-verify                full (default) or chain: a CA signed it, whatever its name
+//	-redis-sentinel-master           master set name: -redis lists sentinels
+//	-redis-sentinel-username         the sentinels' ACL user
+//	-redis-sentinel-password-file    the sentinels' password (or MESHLIMIT_REDIS_SENTINEL_PASSWORD)
+//	-redis-sentinel-tls              TLS to the sentinels too, with -redis-tls (default true)
+//	-redis-sentinel-tls-server-name  the name of the sentinels' certificates
+//
+// each with its environment variable, MESHLIMIT_REDIS_TLS_CA for -redis-tls-ca and so on.
 package main
 
 import (
@@ -53,13 +68,11 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/memstore"
-	"github.com/meshlimit/meshlimit/service/redisstore"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
@@ -72,13 +85,13 @@ func main() {
 
 // options are the parsed flags and environment.
 type options struct {
-	listen, redis, redisUser, redisPass, secret string
-	adminToken                                  string
-	logLevel                                    slog.Level
-	timeout, grace, flushDelay, idleTimeout     time.Duration
-	maxKeys, maxConns                           int
-	allowClientTime                             bool
-	rls                                         rlsOptions
+	listen, secret, adminToken  string
+	logLevel                    slog.Level
+	timeout, grace, idleTimeout time.Duration
+	maxKeys, maxConns           int
+	allowClientTime             bool
+	redis                       redisOptions
+	rls                         rlsOptions
 }
 
 // forever is the longest duration a flag takes.
@@ -88,10 +101,9 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	var o options
 	f := newEnvFlags("meshlimit-service", getenv)
 	f.string(&o.listen, "listen", ":8081", "address to serve on")
-	f.string(&o.redis, "redis", "", "comma-separated Redis addresses (empty: in-memory store)")
+	o.redis.add(f)
 	f.level(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the messages logged: debug, info, warn or error")
 	f.duration(&o.timeout, "timeout", service.DefaultTimeout, 1, forever, "store deadline per check, a positive `duration`")
-	f.duration(&o.flushDelay, "redis-flush-delay", redisstore.DefaultFlushDelay, 0, time.Second, "how long the Redis client may wait to batch concurrent scripts into one write, a `duration` of at most 1s")
 	f.duration(&o.grace, "shutdown-grace", 10*time.Second, 0, forever, "`duration` given to the requests in flight on shutdown")
 	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound, a positive `int`")
 	f.bool(&o.allowClientTime, "allow-client-time", false, "accept now_us in checks (tests only)")
@@ -109,7 +121,10 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	if f.fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", f.fs.Args())
 	}
-	o.redisUser, o.redisPass = getenv("MESHLIMIT_REDIS_USERNAME"), getenv("MESHLIMIT_REDIS_PASSWORD")
+	o.redis.readEnv(getenv)
+	if err := o.redis.check(); err != nil {
+		return o, err
+	}
 	o.secret = getenv("MESHLIMIT_SECRET")
 	o.adminToken = cmp.Or(getenv("MESHLIMIT_ADMIN_TOKEN"), o.secret)
 	return o, nil
@@ -170,17 +185,11 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 
 // openStore opens the store of o: Redis at -redis, or else the memory store.
 func openStore(o options, log *slog.Logger) (service.Store, error) {
-	if o.redis == "" {
+	if o.redis.addrs == "" {
 		log.Info("store", "kind", "memory", "max_keys", o.maxKeys)
 		return memstore.New(memstore.Config{MaxKeys: o.maxKeys}), nil
 	}
-	addrs := strings.Split(o.redis, ",")
-	store, err := redisstore.New(redisstore.Config{Addrs: addrs, Username: o.redisUser, Password: o.redisPass, FlushDelay: o.flushDelay})
-	if err != nil {
-		return nil, fmt.Errorf("-redis %s: %w", o.redis, err)
-	}
-	log.Info("store", "kind", "redis", "addrs", addrs, "flush_delay", o.flushDelay)
-	return store, nil
+	return o.redis.open(log)
 }
 
 // serve serves srv on ln, and the gRPC front, until ctx ends or one of them fails; then it

@@ -18,10 +18,10 @@ func TestParseOptions(t *testing.T) {
 	o, err := parseOptions([]string{"-timeout", "30ms"}, func(k string) string { return env[k] })
 	require.NoError(t, err)
 	assert.Equal(t, 30*time.Millisecond, o.timeout, "the flag wins over the environment")
-	assert.Equal(t, "a:1,b:2", o.redis)
+	assert.Equal(t, "a:1,b:2", o.redis.addrs)
 	assert.Equal(t, "s", o.secret)
 	assert.Equal(t, ":8081", o.listen, "the port of every deploy file")
-	assert.Equal(t, 100*time.Microsecond, o.flushDelay)
+	assert.Equal(t, 100*time.Microsecond, o.redis.flushDelay)
 	assert.Equal(t, slog.LevelInfo, o.logLevel)
 
 	for _, args := range [][]string{{"-timeout", "0"}, {"-max-keys", "x"}, {"-allow-client-time", "maybe"}, {"-redis-flush-delay", "-1ms"}, {"extra"}} {

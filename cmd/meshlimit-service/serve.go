@@ -64,7 +64,8 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 meshlimit's global decision service: POST /v1/check decides rate-limit descriptors against
 Redis (-redis) or, without it, an in-memory store for a single replica. Also serves /healthz,
 /readyz and /metrics. Every flag can be set by its environment variable, MESHLIMIT_ and the
-flag's name in capitals with _ for - (the flag wins); secrets come from the environment only.
+flag's name in capitals with _ for - (the flag wins); secrets come from files (-redis-...-file)
+or the environment, never from the command line.
 
 Flags:
 `)
@@ -72,10 +73,10 @@ Flags:
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
 Environment only:
-  MESHLIMIT_SECRET          shared secret required in the x-meshlimit-secret header
-  MESHLIMIT_ADMIN_TOKEN     bearer token of the admin API under /v1/admin/ (default: the secret)
-  MESHLIMIT_REDIS_USERNAME  Redis ACL user
-  MESHLIMIT_REDIS_PASSWORD  Redis password
+  MESHLIMIT_SECRET                   shared secret required in the x-meshlimit-secret header
+  MESHLIMIT_ADMIN_TOKEN              bearer token of the admin API under /v1/admin/ (default: the secret)
+  MESHLIMIT_REDIS_PASSWORD           Redis password (or -redis-password-file)
+  MESHLIMIT_REDIS_SENTINEL_PASSWORD  the sentinels' password (or -redis-sentinel-password-file)
 `)
 }
 
