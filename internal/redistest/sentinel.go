@@ -55,6 +55,7 @@ func StartSentinel(t testing.TB, cfg SentinelConfig) *Sentinels {
 		t.Fatalf("redis-sentinel not found in PATH: install Redis (e.g. apt-get install redis-sentinel) to run the Sentinel tests")
 	}
 	s := &Sentinels{t: t}
+	t.Cleanup(s.logOnFailure)
 	master := s.startNode(cfg)
 	replica := s.startNode(cfg, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
 	s.Nodes = []*Server{master, replica}
@@ -72,6 +73,19 @@ func StartSentinel(t testing.TB, cfg SentinelConfig) *Sentinels {
 		})
 	}
 	return s
+}
+
+// logOnFailure logs what every process of the set logged, when the test failed.
+func (s *Sentinels) logOnFailure() {
+	if !s.t.Failed() {
+		return
+	}
+	for i, n := range s.Nodes {
+		s.t.Logf("node %d (%s), started as the %s:\n%s", i, n.Addr(), []string{"master", "replica"}[i], n.Log())
+	}
+	for _, sn := range s.Sentinels {
+		s.t.Logf("sentinel %s:\n%s", sn.Addr(), sn.Log())
+	}
 }
 
 // startNode starts a master or, with --replicaof, a replica.
