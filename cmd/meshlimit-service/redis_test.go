@@ -16,9 +16,11 @@ import (
 	"github.com/meshlimit/meshlimit/internal/redistest"
 )
 
-// checkBody is a check of key against a fixed window of quota units per hour.
+// checkBody is a check of one unit of key against a sliding log of quota units (at most 10^4)
+// per 400 days: a count no window boundary resets while a test runs, as a fixed window's
+// would at the turn of its period.
 func checkBody(key string, quota int) string {
-	return `{"descriptors":[{"key":"` + key + `","algorithm":"fixed_window","quota":` + itoa(quota) + `,"window_ms":3600000}]}`
+	return `{"descriptors":[{"key":"` + key + `","algorithm":"sliding_log","quota":` + itoa(quota) + `,"window_ms":34560000000}]}`
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }

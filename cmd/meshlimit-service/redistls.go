@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -19,7 +21,14 @@ func (o *redisOptions) tlsConfig(serverName string) (*tls.Config, error) {
 	if o.tlsMinVersion == "1.3" {
 		c.MinVersion = tls.VersionTLS13
 	}
-	if o.tlsCA != "" {
+	if o.tlsCA == "" {
+		// Loaded now, not by the first handshake, whose dial timeout it would eat into.
+		roots, err := x509.SystemCertPool()
+		if err != nil {
+			return nil, fmt.Errorf("-redis-tls-ca: none given, and the system's CAs: %w", err)
+		}
+		c.RootCAs = roots
+	} else {
 		b, err := os.ReadFile(o.tlsCA)
 		if err != nil {
 			return nil, fmt.Errorf("-redis-tls-ca: %w", err)
@@ -81,6 +90,12 @@ func (o *redisOptions) explain(err error) error {
 		record  tls.RecordHeaderError
 	)
 	closed := errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	// A connection to one of the -redis addresses in Sentinel mode is a sentinel's, which
+	// -redis-sentinel-tls may have left plain.
+	tlsFlag, tlsOn := "-redis-tls", o.tls
+	if o.sentinelMaster != "" && slices.Contains(strings.Split(o.addrs, ","), remoteAddr(err)) {
+		tlsFlag, tlsOn = "-redis-sentinel-tls", o.tls && o.sentinelTLS
+	}
 	switch alert := remoteAlert(err); {
 	case errors.As(err, &unknown) && o.tlsCA == "":
 		return fmt.Errorf("-redis-tls-ca: the Redis certificate is not signed by a CA the system trusts: give its CA (%w)", err)
@@ -92,21 +107,30 @@ func (o *redisOptions) explain(err error) error {
 		return fmt.Errorf("-redis-tls-ca: the Redis certificate is not valid (%w)", err)
 	case alert == alertProtocolVersion:
 		return fmt.Errorf("-redis-tls-min-version %s: Redis offers no TLS version from %s up (%w)", o.tlsMinVersion, o.tlsMinVersion, err)
-	case o.tlsCert == "" && (alert == alertCertificateRequired || alert == alertHandshakeFailure || o.tls && closed):
+	case o.tlsCert == "" && (alert == alertCertificateRequired || alert == alertHandshakeFailure || tlsOn && closed):
 		// TLS 1.3 ends the handshake before the server checks the client's certificate: a
 		// server that requires one closes the connection, and the client's first write or read
 		// meets the reset or, if it reads first, the alert.
 		return fmt.Errorf("-redis-tls-cert: Redis closed the TLS connection as it does to a client without a certificate, which it requires (tls-auth-clients) (%w)", err)
-	case o.tlsCert != "" && (alert == alertBadCertificate || alert == alertUnknownCA || alert == alertHandshakeFailure || o.tls && closed):
+	case o.tlsCert != "" && (alert == alertBadCertificate || alert == alertUnknownCA || alert == alertHandshakeFailure || tlsOn && closed):
 		return fmt.Errorf("-redis-tls-cert %s: Redis closed the TLS connection as it does to a client certificate that no CA it trusts signed (%w)", o.tlsCert, err)
 	case errors.As(err, &record):
-		return fmt.Errorf("-redis-tls: Redis does not speak TLS on this port (%w)", err)
-	case o.tls && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)):
-		return fmt.Errorf("-redis-tls: no TLS handshake within the dial timeout: a plain Redis port waits for a command, not a handshake (%w)", err)
-	case !o.tls && closed:
-		return fmt.Errorf("-redis-tls: Redis closed the connection, as a TLS port does to a plain client (%w)", err)
+		return fmt.Errorf("%s: Redis does not speak TLS on this port (%w)", tlsFlag, err)
+	case tlsOn && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)):
+		return fmt.Errorf("%s: no TLS handshake within the dial timeout: a plain Redis port waits for a command, not a handshake (%w)", tlsFlag, err)
+	case !tlsOn && closed:
+		return fmt.Errorf("%s: Redis closed the connection, as a TLS port does to a plain client (%w)", tlsFlag, err)
 	}
 	return nil
+}
+
+// remoteAddr is the address of the connection err happened on, or "".
+func remoteAddr(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Addr != nil {
+		return op.Addr.String()
+	}
+	return ""
 }
 
 // remoteAlert is the TLS alert the server sent, as crypto/tls words it, or "".
