@@ -124,3 +124,11 @@ func TestTheStoreFollowsASentinelFailoverKeepingReplicatedCounts(t *testing.T) {
 	assert.Equal(t, int64(6), d.Remaining, "the 3 units charged before the failover are kept")
 	redistest.WaitFor(t, time.Minute, "ready on the new master", func() bool { return s.Ping(ctx) == nil })
 }
+
+// The Redis store keeps the contract on Valkey, which speaks Redis's protocol and runs its Lua
+// (skipped where valkey-server is not installed: Debian 12 has no package of it).
+func TestTheRedisStoreKeepsTheStoreContractOnValkey(t *testing.T) {
+	t.Parallel()
+	vs := redistest.StartValkey(t)
+	storetest.Run(t, func(t *testing.T) service.Store { return openStore(t, Config{Addrs: []string{vs.Addr()}}) })
+}
