@@ -131,16 +131,21 @@ const noHang = 5 * time.Second
 // figures (errors, their span, the longest call) are logged for docs/deploy.md.
 func TestAFailoverUnderLoadIsAnsweredWithinTheDeadlineAndTheServiceFollowsTheNewMaster(t *testing.T) {
 	t.Parallel()
+	failover := func(s *redistest.Sentinels) { s.Failover() }
 	for _, tc := range []struct {
 		name string
+		args []string // of the master and the replica
 		fail func(s *redistest.Sentinels)
 	}{
-		{"SENTINEL FAILOVER", func(s *redistest.Sentinels) { s.Failover() }},
-		{"the master killed", func(s *redistest.Sentinels) { s.Master().Stop() }},
+		{"SENTINEL FAILOVER", nil, failover},
+		{"the master killed", nil, func(s *redistest.Sentinels) { s.Master().Stop() }},
+		// A master that takes writes only while a replica follows it refuses them once its
+		// replica is promoted, and so does the new master until the old one follows it.
+		{"SENTINEL FAILOVER with min-replicas-to-write 1", []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"}, failover},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			set := redistest.StartSentinel(t, redistest.SentinelConfig{Password: "pw"})
+			set := redistest.StartSentinel(t, redistest.SentinelConfig{Password: "pw", NodeArgs: tc.args})
 			flags := sentinelFlags(set, writeFile(t, "pw", "pw"))
 			addr := startService(t, flags...) // the production deadline, -timeout 10ms
 			patient := startPatient(t, flags...)
@@ -159,6 +164,7 @@ func TestAFailoverUnderLoadIsAnsweredWithinTheDeadlineAndTheServiceFollowsTheNew
 			redistest.WaitFor(t, time.Minute, "the load under way", func() bool { return ok.Load() >= 100 })
 
 			switched := set.WatchSwitch()
+			atFailure := storeErrors(t, addr)
 			began.Store(time.Now().UnixNano())
 			tc.fail(set)
 			select {
@@ -168,6 +174,7 @@ func TestAFailoverUnderLoadIsAnsweredWithinTheDeadlineAndTheServiceFollowsTheNew
 				t.Fatal("no +switch-master within 2 minutes")
 			}
 			switchAt := time.Since(time.Unix(0, began.Load()))
+			atSwitch := storeErrors(t, addr)
 			n := 0
 			redistest.WaitFor(t, time.Minute, "a check decided on the new master", func() bool {
 				n++
@@ -186,6 +193,8 @@ func TestAFailoverUnderLoadIsAnsweredWithinTheDeadlineAndTheServiceFollowsTheNew
 
 			assert.Equal(t, int64(6), remaining(t, patient, "before", 10), "the 3 units charged before the failover are kept")
 			report(t, all, switchAt)
+			atEnd := storeErrors(t, addr)
+			t.Logf("the service's store errors (meshlimit_errors_total): %v before the failure, %v until the switch, %v at the end", atFailure, atSwitch, atEnd)
 			charged := map[int]int64{}
 			for _, o := range all {
 				require.Truef(t, o.status == http.StatusOK || o.status == http.StatusServiceUnavailable && o.body == `{"error":"store unavailable"}`,
@@ -231,4 +240,23 @@ func report(t *testing.T, all []outcome, switchAt time.Duration) {
 	}
 	t.Logf("%d checks; 503s: %d before the failure, %d from it to +switch-master at %v, %d after; the 503s after the failure span %v to %v; longest call %v",
 		len(all), before, until, switchAt.Round(time.Millisecond), after, first.Round(time.Millisecond), last.Round(time.Millisecond), longest.Round(time.Millisecond))
+}
+
+// storeErrors reads the service's meshlimit_errors_total of the store's kinds from /metrics.
+func storeErrors(t *testing.T, addr string) map[string]string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, kind := range []string{"store", "timeout"} {
+			if v, ok := strings.CutPrefix(line, `meshlimit_errors_total{kind="`+kind+`"} `); ok {
+				got[kind] = v
+			}
+		}
+	}
+	return got
 }

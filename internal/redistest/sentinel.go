@@ -35,6 +35,8 @@ type SentinelConfig struct {
 	// TLS, when not nil, makes every port a TLS port (master, replica, sentinels), and
 	// replication and the sentinels' own connections use TLS.
 	TLS *PKI
+	// NodeArgs are more arguments of the master and the replica (min-replicas-to-write, say).
+	NodeArgs []string
 }
 
 // Sentinels is a master, one replica and three sentinels that monitor them as MasterName with
@@ -101,7 +103,7 @@ func (s *Sentinels) startNode(cfg SentinelConfig, extra ...string) *Server {
 	case cfg.Password != "":
 		r.extra = []string{"--requirepass", cfg.Password, "--masterauth", cfg.Password}
 	}
-	r.extra = append(r.extra, extra...)
+	r.extra = append(append(r.extra, cfg.NodeArgs...), extra...)
 	r.startOnFreePort()
 	s.t.Cleanup(r.Stop)
 	return r
