@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -218,4 +219,14 @@ func TestDashHListsTheRedisFlags(t *testing.T) {
 	} {
 		assert.Contains(t, stdout.String(), want)
 	}
+}
+
+// An image without a base has no CA certificates: -redis-tls without -redis-tls-ca then says
+// so at start, instead of every handshake failing.
+func TestTLSWithoutACAOnASystemWithoutCAsIsRefusedAtStart(t *testing.T) {
+	systemRoots = func() (*x509.CertPool, error) { return x509.NewCertPool(), nil }
+	t.Cleanup(func() { systemRoots = x509.SystemCertPool })
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 2, realMain(context.Background(), []string{"-redis", "127.0.0.1:1", "-redis-tls"}, func(string) string { return "" }, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "-redis-tls-ca: none given, and the system has no CA certificates")
 }

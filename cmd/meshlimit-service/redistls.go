@@ -23,9 +23,12 @@ func (o *redisOptions) tlsConfig(serverName string) (*tls.Config, error) {
 	}
 	if o.tlsCA == "" {
 		// Loaded now, not by the first handshake, whose dial timeout it would eat into.
-		roots, err := x509.SystemCertPool()
+		roots, err := systemRoots()
 		if err != nil {
 			return nil, fmt.Errorf("-redis-tls-ca: none given, and the system's CAs: %w", err)
+		}
+		if roots.Equal(x509.NewCertPool()) {
+			return nil, errors.New("-redis-tls-ca: none given, and the system has no CA certificates (an image without a base has none): give the CA of the Redis certificates, or SSL_CERT_FILE")
 		}
 		c.RootCAs = roots
 	} else {
@@ -51,6 +54,9 @@ func (o *redisOptions) tlsConfig(serverName string) (*tls.Config, error) {
 	}
 	return c, nil
 }
+
+// systemRoots is x509.SystemCertPool; a test replaces it.
+var systemRoots = x509.SystemCertPool
 
 // verifyChain verifies that a CA of roots (nil: the system's) signed the server's
 // certificate, for server authentication, whatever name it holds.
