@@ -72,7 +72,7 @@ test-e2e: need-redis need-node wasm $(GOTESTSUM) ## the compiled module on inter
 	$(GOTESTSUM) --format testname --jsonfile $(TESTOUT)/e2e.json -- $(E2EFLAGS) $(TESTFLAGS) -timeout=$(E2E_TIMEOUT) ./e2e/
 
 # The packages whose tests start redis-server, but e2e (the Redis half of the lead's proof run).
-REDIS_PKGS := ./internal/redistest/ ./service/... ./cmd/meshlimit-admin/
+REDIS_PKGS := ./internal/redistest/ ./service/... ./cmd/meshlimit-admin/ ./cmd/meshlimit-service/
 
 test-redis: need-redis $(GOTESTSUM) ## the packages whose tests start redis-server (but e2e), with -race; TESTFLAGS=-count=2 to repeat
 	@mkdir -p $(TESTOUT)
@@ -91,10 +91,11 @@ $(GOTESTSUM): go.mod
 	@mkdir -p $(BUILD)/bin
 	$(GO) build -o $@ gotest.tools/gotestsum
 
-# The service and e2e tests start real redis-server processes on loopback ports. As root on
-# Debian/Ubuntu this installs redis-server and redis-tools; otherwise it stops with the command to run.
-need-redis: ## install redis-server and redis-cli if missing (as root), or print the one command to run
-	@sh scripts/need redis-server:redis-server redis-cli:redis-tools
+# The service and e2e tests start real redis-server processes on loopback ports, and the Sentinel
+# tests redis-sentinel ones. As root on Debian/Ubuntu this installs redis-server, redis-tools and
+# redis-sentinel; otherwise it stops with the command to run.
+need-redis: ## install redis-server, redis-cli and redis-sentinel if missing (as root), or print the one command to run
+	@sh scripts/need redis-server:redis-server redis-cli:redis-tools redis-sentinel:redis-sentinel
 
 # envoy/ is its own module, so that go-control-plane, istio.io/api and k8s.io/api stay out of the
 # filter's dependencies. The first run compiles them (about 3 minutes on 2 cores).
