@@ -247,6 +247,10 @@ func validate(cfg *Config) error {
 	return nil
 }
 
+// envoyNoMalloc is Envoy's own message (with its full stop) for a module without an allocator, which
+// the load tests compare.
+const envoyNoMalloc = "Wasm module is missing malloc function."
+
 // load compiles the module, checks it like Envoy and registers the host modules.
 func (p *Plugin) load(ctx context.Context, module []byte) error {
 	cm, err := p.rt.CompileModule(ctx, module)
@@ -266,7 +270,7 @@ func (p *Plugin) load(ctx context.Context, module []byte) error {
 		return errors.New("envoyhost: Missing or unknown Proxy-Wasm ABI version")
 	}
 	if ex["malloc"] == nil && ex["proxy_on_memory_allocate"] == nil {
-		return errors.New("envoyhost: Wasm module is missing malloc function.")
+		return fmt.Errorf("envoyhost: %s", envoyNoMalloc)
 	}
 	if err := checkImports(cm, p.gen, p.abi); err != nil {
 		return fmt.Errorf("envoyhost: %w", err)

@@ -3,7 +3,6 @@ package envoyhost
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -168,7 +167,7 @@ func (v *VM) fail(fn string, err error) {
 	} else if i := strings.IndexByte(msg, '\n'); i >= 0 {
 		msg = msg[:i] // drop wazero's stack trace
 	}
-	v.failed = fmt.Errorf("Function: %s failed: %s", fn, msg)
+	v.failed = trapError{fn: fn, msg: msg}
 	v.p.log(v.index, LogCritical, v.failed.Error())
 	v.deferred = v.deferred[:0]
 	v.cancelCalls()
@@ -330,3 +329,9 @@ func (v *VM) cancelCalls() {
 		}
 	}
 }
+
+// trapError is a callback that trapped. Its text is Envoy's log line for it, capitalized as Envoy
+// writes it ("Function: %s failed: %s"), which the V8 host prints alike and the tests compare.
+type trapError struct{ fn, msg string }
+
+func (e trapError) Error() string { return "Function: " + e.fn + " failed: " + e.msg }
