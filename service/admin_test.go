@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,11 +56,15 @@ func TestTheAdminInspectsAKeyAndAResetMakesABlockedKeyPassAtOnce(t *testing.T) {
 	} {
 		t.Run(l.Kind.String(), func(t *testing.T) {
 			eachStore(t, func(t *testing.T, s service.Store) {
-				a := newTestHandler(t, service.Config{Store: s, AdminToken: adminToken})
+				// Every call on alice at one time (now_us): a fixed window of an hour cannot turn
+				// between her checks, the inspection and the reset.
+				a := newTestHandler(t, service.Config{Store: s, AdminToken: adminToken, Parse: wire.DecodeOptions{AllowClientTime: true}})
+				at := `{"now_us":` + strconv.FormatInt(time.Now().UnixMicro(), 10) + `,`
+				alice := at + strings.TrimPrefix(adminBody("alice", l), "{")
 				key := "p/login/7/alice"
 				check := func() bool {
 					t.Helper()
-					code, body := serve(a, http.MethodPost, wire.Path, adminBody("alice", l))
+					code, body := serve(a, http.MethodPost, wire.Path, alice)
 					require.Equal(t, http.StatusOK, code, body)
 					return decodeAnswer(t, body).Allowed
 				}
@@ -68,7 +73,7 @@ func TestTheAdminInspectsAKeyAndAResetMakesABlockedKeyPassAtOnce(t *testing.T) {
 				}
 				require.False(t, check(), "alice is blocked")
 
-				code, out := adminCall(t, a, "inspect", adminToken, adminBody("alice", l))
+				code, out := adminCall(t, a, "inspect", adminToken, alice)
 				require.Equal(t, http.StatusOK, code, "%v", out)
 				k := firstKey(t, out)
 				assert.Equal(t, key, k["key"])
@@ -77,7 +82,7 @@ func TestTheAdminInspectsAKeyAndAResetMakesABlockedKeyPassAtOnce(t *testing.T) {
 				assert.Equal(t, float64(3), k["limit"])
 				assert.Positive(t, k["reset_ms"])
 
-				code, out = adminCall(t, a, "reset", adminToken, adminBody("alice", l))
+				code, out = adminCall(t, a, "reset", adminToken, alice)
 				require.Equal(t, http.StatusOK, code)
 				assert.Equal(t, true, firstKey(t, out)["deleted"])
 				assert.True(t, check(), "the reset key passes at once")

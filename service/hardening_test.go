@@ -71,7 +71,8 @@ func TestAFloodOfNewKeysCannotResetAnExhaustedCounter(t *testing.T) {
 	h := newTestHandler(t, service.Config{Store: store, Timeout: time.Second})
 	ctx := context.Background()
 	l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 3, Window: time.Hour}
-	attacker := service.Request{Key: "attacker", Limit: l, Cost: 1}
+	// One decision time for the attacker: the hour's window cannot turn during the flood.
+	attacker := service.Request{Key: "attacker", Limit: l, Cost: 1, Now: time.Now()}
 	for i := range 4 {
 		d, err := store.Decide(ctx, attacker)
 		require.NoError(t, err)

@@ -31,10 +31,11 @@ func TestRedisCluster(t *testing.T) {
 	require.NoError(t, s.Ping(ctx))
 
 	const keys = 60
+	now := time.Now() // one decision time: a fixed window of an hour cannot turn between the three
 	for _, k := range algorithms.Kinds {
 		l := algorithms.Limit{Kind: k, Quota: 2, Window: time.Hour}
 		for i := range keys {
-			req := service.Request{Key: fmt.Sprintf("tenant-%d", i), Limit: l, Cost: 1}
+			req := service.Request{Key: fmt.Sprintf("tenant-%d", i), Limit: l, Cost: 1, Now: now}
 			for j, want := range []bool{true, true, false} {
 				d, err := s.Decide(ctx, req)
 				require.NoError(t, err)

@@ -78,7 +78,8 @@ func TestRedisReloadsFlushedScripts(t *testing.T) {
 	s := newStore(t, rs.Addr())
 	ctx := context.Background()
 	l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 3, Window: time.Hour}
-	d, err := s.Decide(ctx, service.Request{Key: "flush", Limit: l, Cost: 1})
+	now := time.Now() // both decisions at one time: the hour's window cannot turn between them
+	d, err := s.Decide(ctx, service.Request{Key: "flush", Limit: l, Cost: 1, Now: now})
 	require.NoError(t, err)
 	require.Equal(t, int64(2), d.Remaining)
 
@@ -94,7 +95,7 @@ func TestRedisReloadsFlushedScripts(t *testing.T) {
 	}
 	require.ErrorContains(t, evalsha(), "NOSCRIPT")
 
-	d, err = s.Decide(ctx, service.Request{Key: "flush", Limit: l, Cost: 1})
+	d, err = s.Decide(ctx, service.Request{Key: "flush", Limit: l, Cost: 1, Now: now})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), d.Remaining, "the state survived")
 	assert.NoError(t, evalsha(), "the store loaded the script again")
