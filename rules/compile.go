@@ -75,13 +75,18 @@ func (v *validator) rules(rjs []ruleJSON, maxKeys int64, c *Config) {
 		path := "rules[" + strconv.Itoa(i) + "]"
 		r := v.rule(path, &rjs[i], maxKeys, c)
 		r.Index = i
+		dupName := false
 		if r.Name != "" {
 			if j, dup := names[r.Name]; dup {
 				v.failf(path+".name", "%q is already the name of rules[%d]", r.Name, j)
+				dupName = true
 			}
 			names[r.Name] = i
 		}
 		for j, l := range r.limits() {
+			if dupName && namedAfterRule(rjs[i].Limits, l.Index) {
+				continue // its policy name is the duplicate rule name, reported once above
+			}
 			lp := path + ".limits[" + strconv.Itoa(j) + "]"
 			if prev, dup := policies[l.Name]; dup {
 				v.failf(lp+".name", "policy name %q is already used by %s", l.Name, prev)
@@ -91,6 +96,10 @@ func (v *validator) rules(rjs []ruleJSON, maxKeys int64, c *Config) {
 		c.rules = append(c.rules, r)
 	}
 }
+
+// namedAfterRule reports whether limit i of ljs has no name of its own (its policy name is the
+// rule's).
+func namedAfterRule(ljs []limitJSON, i int) bool { return i < len(ljs) && ljs[i].Name == "" }
 
 // validRuleName reports whether s is a rule name: 1 to 64 of [a-z0-9_-], starting with a letter or
 // digit. (A byte loop rather than a package-level regexp: compiling one at start-up costs every VM

@@ -130,7 +130,6 @@ func TestAConfigurationWithOnlyShapeErrorsStillDecodesTheRest(t *testing.T) {
 	lines := errorLines(t, `{"enforce": "yes", "rules": [{"name": "a", "limits": [{"rate": "10/s"}]}, {"name": "a", "limits": [{"rate": "1/s"}]}]}`)
 	assert.Equal(t, []string{
 		"enforce: want true or false, got a string",
-		`rules[1].limits[0].name: policy name "a" is already used by rules[0].limits[0]`,
 		`rules[1].name: "a" is already the name of rules[0]`,
 	}, lines)
 }
