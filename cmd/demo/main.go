@@ -39,7 +39,7 @@ const serviceCluster = "outbound|8081||meshlimit.meshlimit.svc.cluster.local"
 
 func main() {
 	wasm := flag.String("wasm", "build/meshlimit.wasm", "the compiled filter")
-	config := flag.String("config", "", "a plugin configuration file (default: the embedded demo.json)")
+	config := flag.String("config", "", "a plugin configuration file holding the rules of demo.json, which the script drives (default: the embedded demo.json)")
 	workers := flag.Int("workers", 4, "Envoy worker threads (one VM each, plus the main thread's)")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -72,6 +72,9 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 	if configPath != "" {
 		if cfg, err = os.ReadFile(configPath); err != nil {
 			return err
+		}
+		if err := checkScript(cfg); err != nil {
+			return fmt.Errorf("-config %s: %w", configPath, err)
 		}
 	}
 	var stops []func()
