@@ -197,7 +197,7 @@ tidy: ## go mod tidy in both modules, keeping the go directive at 1.24.0
 	cd envoy && $(GO) mod tidy -go=1.24.0
 
 # staticcheck and deadcode need Go 1.26 (this module's floor is 1.24.0): installed at a pinned version
-# into build/bin instead of as tools in go.mod. staticcheck runs natively only: with the filter's
+# into build/bin instead of as tools in go.mod (which would raise the go directive). staticcheck runs natively only: with the filter's
 # wasip1 flags it cannot type-check the SDK's bodyless host calls.
 STATICCHECK_VERSION := v0.8.2
 $(BUILD)/bin/staticcheck: Makefile
@@ -208,7 +208,16 @@ $(BUILD)/bin/staticcheck: Makefile
 staticcheck: $(BUILD)/bin/staticcheck ## staticcheck (STATICCHECK_VERSION, installed into build/bin) on every native package
 	$(BUILD)/bin/staticcheck ./...
 
-check: vet staticcheck ## gofmt, vet, staticcheck, and go mod tidy leave the tree unchanged
+DEADCODE_VERSION := v0.52.0
+$(BUILD)/bin/deadcode: Makefile
+	@mkdir -p $(BUILD)/bin
+	GOBIN=$(CURDIR)/$(BUILD)/bin $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
+
+.PHONY: deadcode
+deadcode: $(BUILD)/bin/deadcode ## no function outside tests is unreachable from every program, native and wasip1 (scripts/deadcode)
+	DEADCODE=$(CURDIR)/$(BUILD)/bin/deadcode sh scripts/deadcode
+
+check: vet staticcheck deadcode ## gofmt, vet, staticcheck, deadcode, and go mod tidy leave the tree unchanged
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	@cp go.mod $(BUILD)/go.mod.bak 2>/dev/null || { mkdir -p $(BUILD); cp go.mod $(BUILD)/go.mod.bak; }
 	@cp go.sum $(BUILD)/go.sum.bak
