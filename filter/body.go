@@ -198,7 +198,7 @@ func (s *bodyStage) decideReserved(st *settling, pb pendingBody, cost, now int64
 		specs := rs.placed(out.Placement, r.LimitSets()[pb.set].Limits)
 		pk := s.cfg.Response.PartitionString(r, pb.key)
 		for j := range specs {
-			d.outcome(&specs[j], out.Decisions[j], pk)
+			d.outcome(&specs[j], out.Decisions[j], pk, now)
 		}
 	}
 	return enforced && !out.Allowed

@@ -72,7 +72,7 @@ func (c *charger) check(rs *ruleState, set *rules.LimitSet, key []byte, cost, no
 	if idx, until, ok := c.penalized(rs, key, len(set.Limits), now); ok {
 		rs.metrics.penaltyDenied.inc(1)
 		if enforced {
-			d.outcomes = append(d.outcomes, rules.Outcome{Limit: &set.Limits[idx], Decision: cachedDenial(&set.Limits[idx], until-now),
+			d.outcomes = append(d.outcomes, rules.Outcome{Limit: &set.Limits[idx], Decision: cachedDenial(&set.Limits[idx], until-now), Period: set.Limits[idx].PeriodAt(now),
 				Partition: c.cfg.Response.Partition(r, key), Abnormal: true})
 		}
 		return d.count(rs, false, enforced)
@@ -88,7 +88,7 @@ func (c *charger) check(rs *ruleState, set *rules.LimitSet, key []byte, cost, no
 		if !allowed && enforced {
 			pk := c.cfg.Response.Partition(r, key)
 			for j := range set.Limits {
-				d.outcome(&set.Limits[j], out.Decisions[j], pk)
+				d.outcome(&set.Limits[j], out.Decisions[j], pk, now)
 			}
 		}
 	}

@@ -141,7 +141,7 @@ func (c *permits) acquireOwned(rs *ruleState, rec *sharedstate.Records, spec *ru
 	}
 	d.count(rs, e.Allowed, enforced)
 	if enforced {
-		d.outcome(spec, rules.ConcurrencyDecision(spec.Concurrency, e.Total, e.Allowed), c.cfg.Response.Partition(r, key))
+		d.outcome(spec, rules.ConcurrencyDecision(spec.Concurrency, e.Total, e.Allowed), c.cfg.Response.Partition(r, key), now)
 	}
 	return enforced && !e.Allowed, h, e.Admitted
 }

@@ -42,10 +42,10 @@ func (d *decision) restore(c *callStream) {
 	d.delay = c.delay
 }
 
-// outcome appends the outcome of an enforced limit for the response (the quota fields, or the
-// denial's).
-func (d *decision) outcome(spec *rules.LimitSpec, dec algorithms.Decision, pk rules.PartitionKey) {
-	d.outcomes = append(d.outcomes, rules.Outcome{Limit: spec, Decision: dec, Partition: pk})
+// outcome appends the outcome of an enforced limit, decided at now, for the response (the quota
+// fields, or the denial's): a calendar window's carries the length of the period now falls in.
+func (d *decision) outcome(spec *rules.LimitSpec, dec algorithms.Decision, pk rules.PartitionKey, now int64) {
+	d.outcomes = append(d.outcomes, rules.Outcome{Limit: spec, Decision: dec, Partition: pk, Period: spec.PeriodAt(now)})
 }
 
 // count records a rule's decision in its metrics (and tags a shadow denial) and reports whether it
@@ -126,7 +126,7 @@ func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []by
 	if enforced {
 		pk := p.cfg.Response.Partition(r, key)
 		for j := range specs {
-			d.outcome(&specs[j], out.Decisions[j], pk)
+			d.outcome(&specs[j], out.Decisions[j], pk, now)
 			if dl := int64(out.Decisions[j].Delay); out.Allowed && dl > d.delay {
 				d.delay = dl
 			}

@@ -127,7 +127,7 @@ func (g *globalClient) check(h *httpContext, now int64) types.Action {
 			it.rs.metrics.cachedDenials.inc(1)
 			it.rs.metrics.limited.inc(1)
 			d.denier = it.rs
-			d.outcome(&it.spec[idx], cachedDenial(&it.spec[idx], until-now), g.env.cfg.Response.PartitionString(it.rs.rule, it.key))
+			d.outcome(&it.spec[idx], cachedDenial(&it.spec[idx], until-now), g.env.cfg.Response.PartitionString(it.rs.rule, it.key), now)
 			h.deny()
 			return types.ActionPause
 		}
@@ -303,7 +303,7 @@ func (g *globalClient) apply(items []globalItem, decisions []wire.Decision, now 
 			}
 			allowed = allowed && dec.Allowed
 			if enforced {
-				d.outcome(&it.spec[k], dec.Algorithms(), pk)
+				d.outcome(&it.spec[k], dec.Algorithms(), pk, now)
 				if dec.Allowed {
 					d.delay = max(d.delay, dec.DelayMs*int64(time.Millisecond)) // a global leaky bucket shapes too
 				}
@@ -351,7 +351,7 @@ func (g *globalClient) fallback(h *httpContext, items []globalItem, now int64) (
 		if !r.Shadow {
 			pk := g.env.cfg.Response.PartitionString(r, it.key)
 			for k, fb := 0, r.Fallback(); k < len(fb.Limits); k++ {
-				d.outcome(&fb.Limits[k], out.Decisions[k], pk)
+				d.outcome(&fb.Limits[k], out.Decisions[k], pk, now)
 			}
 		}
 		if d.count(rs, out.Allowed, !r.Shadow) {

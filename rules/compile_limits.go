@@ -47,6 +47,16 @@ func (v *validator) limitName(lp, name, rule string, i, n int) string {
 // rateLimit compiles a limit that sets a rate (with its algorithm and burst) into s; it reports
 // problems at the limit's fields.
 func (v *validator) rateLimit(lp string, lj *limitJSON, s *LimitSpec) {
+	if q, u, cal := calendarRate(lj.Rate); cal {
+		if v.calendarLimit(lp, lj, s, q, u) {
+			if err := s.Limit.Validate(); err != nil {
+				v.failf(lp, "%v", err)
+			}
+		}
+		s.Fingerprint = limitFingerprint(s.Limit)
+		return
+	}
+	v.checkCalendarOffset(lp, lj)
 	ok := true
 	if lj.Rate == "" {
 		v.failf(lp+".rate", "required")

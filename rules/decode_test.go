@@ -74,7 +74,7 @@ func TestAFieldOfTheWrongShapeCausesNoFollowOnErrors(t *testing.T) {
 			"rules[0].key: want an array, got a string"},
 		{"a misspelt field is not also missing under its right name",
 			`{"rules": [{"name": "a", "limits": [{"rates": "10/s"}]}]}`,
-			`rules[0].limits[0].rates: unknown field (known fields: algorithm, burst, concurrency, name, rate); did you mean "rate"?`},
+			`rules[0].limits[0].rates: unknown field (known fields: algorithm, burst, calendar_offset, concurrency, name, rate); did you mean "rate"?`},
 		{"a partition_key that is a string does not make its secret stray",
 			`{"response": {"partition_key": "yes", "partition_key_secret": "0123456789abcdef"}, "rules": [{"name": "a", ` + limits + `}]}`,
 			"response.partition_key: want true or false, got a string"},

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"strings"
+	"time"
 
 	"github.com/meshlimit/meshlimit/internal/sfv"
 )
@@ -65,7 +66,7 @@ func appendStructured(d *dialect, dst []Field, buf []byte, outcomes []Outcome, j
 			if i > 0 {
 				buf = append(buf, ", "...)
 			}
-			buf = outcomes[i].Limit.appendPolicy(buf, d)
+			buf = outcomes[i].Limit.appendPolicy(buf, d, outcomes[i].Period)
 			buf = d.appendPK(buf, &outcomes[i].Partition)
 		}
 		dst = append(dst, Field{d.fields[0], buf[start:]})
@@ -115,9 +116,12 @@ func (c *Config) renderPolicies() {
 	render := func(set *LimitSet) {
 		for i := range set.Limits {
 			l := &set.Limits[i]
+			if l.Limit.Calendar.Unit != 0 {
+				continue // its w is the length of the period at hand: rendered with each outcome
+			}
 			l.policy = sfv.AppendString(nil, l.Name)
 			l.sfName = len(l.policy)
-			l.policy, l.policyOf = appendPolicyParams(l.policy, l, d), d
+			l.policy, l.policyOf = appendPolicyParams(l.policy, l, d, 0), d
 		}
 	}
 	for _, r := range c.rules {
@@ -142,25 +146,26 @@ func (r *Response) structured() *dialect {
 	return dialects[0]
 }
 
-// appendPolicy appends the limit's policy member in dialect d: the one rendered with its
-// configuration, or (for a LimitSpec built by hand, or another dialect) a fresh rendering.
-func (l *LimitSpec) appendPolicy(buf []byte, d *dialect) []byte {
+// appendPolicy appends the limit's policy member in dialect d for an outcome in a calendar period of
+// length period (Outcome.Period): the one rendered with its configuration, or (for a calendar
+// window, a LimitSpec built by hand, or another dialect) a fresh rendering.
+func (l *LimitSpec) appendPolicy(buf []byte, d *dialect, period time.Duration) []byte {
 	if l.policyOf == d {
 		return append(buf, l.policy...)
 	}
-	return appendPolicyParams(sfv.AppendString(buf, l.Name), l, d)
+	return appendPolicyParams(sfv.AppendString(buf, l.Name), l, d, period)
 }
 
-// appendPolicyParams appends the parameters of a policy member: the quota, the window of a rate limit,
-// and always the quota unit (requests, content-bytes or concurrent-requests), although the draft
+// appendPolicyParams appends the parameters of a policy member: the quota, the window of a rate limit
+// (for a calendar window the length of the current period, period: see periodSeconds), and always the quota unit (requests, content-bytes or concurrent-requests), although the draft
 // makes "requests" the default, so that a client never has to know the default.
-func appendPolicyParams(buf []byte, l *LimitSpec, d *dialect) []byte {
+func appendPolicyParams(buf []byte, l *LimitSpec, d *dialect, period time.Duration) []byte {
 	if c := l.Concurrency; c > 0 { // no window: a permit lasts as long as its request
 		buf = sfv.AppendInteger(appendParam(buf, d.quota), c)
 		return append(appendParam(buf, d.unit), `"concurrent-requests"`...)
 	}
 	buf = sfv.AppendInteger(appendParam(buf, d.quota), max(l.Limit.Quota, 0))
-	buf = sfv.AppendInteger(appendParam(buf, d.window), windowSeconds(l.Limit.Window))
+	buf = sfv.AppendInteger(appendParam(buf, d.window), periodSeconds(l, period))
 	if l.ContentBytes {
 		return append(appendParam(buf, d.unit), `"content-bytes"`...)
 	}

@@ -160,7 +160,8 @@ type limitJSON struct {
 	// Name is the policy name in the RateLimit headers: 1 to 64 of [A-Za-z0-9_.-].
 	// Default: the rule's name when the list has one limit, else "<rule>-<index>".
 	Name string `json:"name"`
-	// Rate is "<quota>/<window>", e.g. "100/s", "1000/h", "5/30s". Required unless
+	// Rate is "<quota>/<window>", e.g. "100/s", "1000/h", "5/30s", or a calendar rate,
+	// "<quota>/day", "/week", "/month" or "/year" (calendar.go). Required unless
 	// Concurrency is set.
 	Rate string `json:"rate"`
 	// Concurrency, instead of Rate, limits the requests of a key in flight at once, 1 to
@@ -171,6 +172,9 @@ type limitJSON struct {
 	Algorithm string `json:"algorithm"`
 	// Burst is the bucket capacity of the bucket algorithms. Default: the quota.
 	Burst optInt `json:"burst"`
+	// CalendarOffset is the fixed UTC offset of a calendar rate ("10000/month"), "Z" or ±hh:mm
+	// (calendar.go). Default: UTC.
+	CalendarOffset string `json:"calendar_offset"`
 }
 
 // costJSON is rules[].cost: an integer constant, or an object reading it from a header.

@@ -181,7 +181,7 @@ func explainLimits(ls []LimitSpec) string {
 			out = append(out, fmt.Sprintf("%s: %d in flight (concurrency)", l.Name, l.Concurrency))
 			continue
 		}
-		s := fmt.Sprintf("%s: %s %s", l.Name, formatRate(l.Limit.Quota, l.Limit.Window), l.Limit.Kind)
+		s := fmt.Sprintf("%s: %s %s", l.Name, formatLimitRate(l.Limit), l.Limit.Kind)
 		if l.Limit.Burst > 0 && l.Limit.Burst != l.Limit.Quota {
 			s += fmt.Sprintf(" burst %d", l.Limit.Burst)
 		}

@@ -10,8 +10,8 @@ import (
 	"github.com/meshlimit/meshlimit/internal/fnv"
 )
 
-// limitFingerprint hashes one limit's canonical form: algorithm, quota, window and the
-// effective burst (an unset burst and a burst equal to the quota hash alike).
+// limitFingerprint hashes one limit's canonical form: algorithm, quota, window, the
+// effective burst and, for a calendar window, its unit and offset (an unset burst and a burst equal to the quota hash alike).
 func limitFingerprint(l algorithms.Limit) uint64 { return addLimit(fnv.Offset64, l) }
 
 func addLimit(h uint64, l algorithms.Limit) uint64 {
@@ -19,12 +19,17 @@ func addLimit(h uint64, l algorithms.Limit) uint64 {
 	if burst == 0 {
 		burst = l.Quota
 	}
-	var b [25]byte
+	var b [34]byte
 	b[0] = byte(l.Kind)
 	binary.BigEndian.PutUint64(b[1:], uint64(l.Quota))
 	binary.BigEndian.PutUint64(b[9:], uint64(l.Window))
 	binary.BigEndian.PutUint64(b[17:], uint64(burst))
-	return fnv.AddBytes(h, b[:])
+	if c := l.Calendar; c.Unit != 0 { // a rolling limit hashes as before: its keys keep their state
+		b[25] = byte(c.Unit)
+		binary.BigEndian.PutUint64(b[26:], uint64(c.Offset))
+		return fnv.AddBytes(h, b[:])
+	}
+	return fnv.AddBytes(h, b[:25])
 }
 
 // ruleFingerprint hashes the canonical form of what Rule.Fingerprint covers.

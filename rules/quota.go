@@ -29,7 +29,7 @@ func appendDraft03(_ *dialect, dst []Field, buf []byte, outcomes []Outcome, jitt
 		buf = append(buf, ", "...)
 		buf = sfv.AppendInteger(buf, max(l.Limit.Quota, 0))
 		buf = append(buf, ";w="...)
-		buf = sfv.AppendInteger(buf, windowSeconds(l.Limit.Window))
+		buf = sfv.AppendInteger(buf, periodSeconds(l, outcomes[i].Period))
 		buf = append(buf, ";name="...)
 		buf = sfv.AppendString(buf, l.Name)
 	}

@@ -50,7 +50,9 @@ const (
 //
 // The parameters:
 //   - q is the limit's quota and w its window in seconds, rounded up (at least 1); a
-//     concurrency limit has no w.
+//     concurrency limit has no w. A calendar window's w is the real length of the period the
+//     decision fell in (Outcome.Period): 2678400 for January, 2419200 or 2505600 for February,
+//     604800 for a week, 31536000 or 31622400 for a year.
 //   - qu is the quota unit, always written: "requests", "content-bytes" (a cost in body
 //     bytes) or "concurrent-requests" (a concurrency limit).
 //   - pk, on both fields and only with response.partition_key, is the outcome's
@@ -130,6 +132,11 @@ type Field struct {
 type Outcome struct {
 	Limit    *LimitSpec
 	Decision algorithms.Decision
+	// Period is the length of the calendar period the decision fell in, for a calendar window
+	// (Limit.Limit.Calendar; the filter sets it from Calendar.Period at the decision's time): the
+	// policy's w. It is 0 for the other limits, whose w is their Window; a calendar outcome without
+	// it renders the unit's longest period (algorithms.CalendarUnit.MaxLength).
+	Period time.Duration
 	// Partition is the pk parameter of the outcome's members: Response.Partition of the rule and
 	// key that gave the outcome (the zero value renders no pk).
 	Partition PartitionKey

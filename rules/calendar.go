@@ -1,0 +1,123 @@
+package rules
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+// Calendar windows. A rate whose window is a calendar unit, "10000/month", "500/day", "1000/week"
+// (the ISO week, from Monday) or "1000000/year", is a fixed window aligned to that calendar period in
+// UTC, renewed at its start: every "month" counts from the 1st at 00:00 to the next 1st, so its
+// length is the month's (28 to 31 days). limits[].calendar_offset, an RFC 3339 offset ("+02:00",
+// "-08:00", "Z"), moves the calendar to that fixed offset from UTC (no daylight saving time). A
+// calendar rate needs the fixed_window algorithm, which it takes when algorithm is unset.
+
+// calendarRate reports whether the rate s names a calendar unit, and if so returns its quota and
+// unit; it leaves every other rate (and its errors) to parseRate.
+func calendarRate(s string) (quota int64, unit algorithms.CalendarUnit, ok bool) {
+	q, w, found := strings.Cut(s, "/")
+	if !found {
+		return 0, 0, false
+	}
+	u, err := algorithms.ParseCalendarUnit(w)
+	if err != nil {
+		return 0, 0, false
+	}
+	quota, err = strconv.ParseInt(q, 10, 64)
+	if err != nil || quota <= 0 || q[0] == '+' {
+		return 0, u, true // a calendar rate with a bad quota: calendarLimit reports it
+	}
+	return quota, u, true
+}
+
+// calendarLimit compiles a calendar rate (calendarRate ok) and the limit's calendar_offset into s;
+// it reports whether the fields it read are valid.
+func (v *validator) calendarLimit(lp string, lj *limitJSON, s *LimitSpec, quota int64, unit algorithms.CalendarUnit) bool {
+	ok := true
+	if quota <= 0 {
+		v.failf(lp+".rate", "invalid rate %q: quota must be a positive integer", lj.Rate)
+		ok = false
+	}
+	s.Limit.Quota, s.Limit.Calendar.Unit = quota, unit
+	if lj.CalendarOffset != "" {
+		o, err := algorithms.ParseCalendarOffset(lj.CalendarOffset)
+		if err != nil {
+			v.failf(lp+".calendar_offset", "invalid offset %q: want \"Z\" or ±hh:mm (e.g. \"+02:00\", \"-08:00\"), minutes below 60, at most 18:00 either way", lj.CalendarOffset)
+			ok = false
+		}
+		s.Limit.Calendar.Offset = o
+	}
+	switch lj.Algorithm {
+	case "", "fixed_window":
+		s.Limit.Kind = algorithms.FixedWindow
+	default:
+		v.failf(lp+".algorithm", "%q cannot count a calendar %s: a calendar rate (%q) needs fixed_window (the default for it)", lj.Algorithm, unit, lj.Rate)
+		ok = false
+	}
+	if lj.Burst.Set {
+		v.failf(lp+".burst", "only token_bucket and leaky_bucket take a burst, not a calendar window")
+		ok = false
+	}
+	return ok
+}
+
+// checkCalendarOffset refuses a calendar_offset on a limit whose rate is not a calendar one.
+func (v *validator) checkCalendarOffset(lp string, lj *limitJSON) {
+	if lj.CalendarOffset != "" {
+		v.failf(lp+".calendar_offset", "only a calendar rate (\"<quota>/day\", \"/week\", \"/month\" or \"/year\") takes an offset, not %q", lj.Rate)
+	}
+}
+
+// checkGlobalCalendar refuses a calendar window in the limits the decision service decides (a global
+// or both rule's limits and overrides; a fallback is local): the service's check contract has no
+// calendar (service/API.md), so it would count a rolling window instead.
+func (v *validator) checkGlobalCalendar(path string, rj *ruleJSON, r *Rule) {
+	if r.Scope == ScopeLocal {
+		return
+	}
+	check := func(lp string, ljs []limitJSON) {
+		for i := range ljs {
+			if _, u, ok := calendarRate(ljs[i].Rate); ok {
+				v.failf(lp+"["+strconv.Itoa(i)+"].rate", "a calendar window (%s) is decided locally only: the decision service does not count calendar periods; use scope local", u)
+			}
+		}
+	}
+	check(path+".limits", rj.Limits)
+	for i := range rj.Overrides {
+		check(path+".overrides["+strconv.Itoa(i)+"].limits", rj.Overrides[i].Limits)
+	}
+}
+
+// periodSeconds is the w of a limit in whole seconds: the length of the calendar period that
+// contains the outcome (Outcome.Period) for a calendar window, else the limit's Window.
+func periodSeconds(l *LimitSpec, period time.Duration) int64 {
+	if l.Limit.Calendar.Unit != 0 {
+		if period <= 0 {
+			period = l.Limit.Calendar.Unit.MaxLength() // an outcome built without its period
+		}
+		return windowSeconds(period)
+	}
+	return windowSeconds(l.Limit.Window)
+}
+
+// formatLimitRate renders a limit's rate as the configuration writes it, with its calendar unit and
+// offset for a calendar window ("10000/month UTC+02:00").
+func formatLimitRate(l algorithms.Limit) string {
+	if l.Calendar.Unit != 0 {
+		return strconv.FormatInt(l.Quota, 10) + "/" + l.Calendar.String()
+	}
+	return formatRate(l.Quota, l.Window)
+}
+
+// PeriodAt returns the length of the calendar period that contains now (unix nanoseconds) for a
+// calendar window, its Outcome.Period; 0 for any other limit. It allocates nothing.
+func (l *LimitSpec) PeriodAt(now int64) time.Duration {
+	if l.Limit.Calendar.Unit == 0 {
+		return 0
+	}
+	start, end := l.Limit.Calendar.Period(now)
+	return time.Duration(end - start)
+}

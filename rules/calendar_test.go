@@ -1,0 +1,145 @@
+package rules
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+)
+
+// calendarDoc is a configuration with one local rule whose one limit is limit (a JSON object).
+func calendarDoc(limit string) string {
+	return `{"rules":[{"name":"r","key":["client_ip"],"limits":[` + limit + `]}]}`
+}
+
+func TestACalendarRateCompilesToAFixedWindowAlignedToThatPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit string
+		want  algorithms.Limit
+	}{
+		{"a monthly quota takes the fixed window when no algorithm is given",
+			`{"rate":"10000/month"}`, algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 10000, Calendar: algorithms.Calendar{Unit: algorithms.CalendarMonth}}},
+		{"a daily quota may name fixed_window",
+			`{"rate":"500/day","algorithm":"fixed_window"}`, algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 500, Calendar: algorithms.Calendar{Unit: algorithms.CalendarDay}}},
+		{"an ISO weekly quota with a fixed offset east of UTC",
+			`{"rate":"7/week","calendar_offset":"+02:00"}`, algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 7, Calendar: algorithms.Calendar{Unit: algorithms.CalendarWeek, Offset: 2 * time.Hour}}},
+		{"a yearly quota with an offset west of UTC",
+			`{"rate":"1000000/year","calendar_offset":"-08:30"}`, algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 1000000, Calendar: algorithms.Calendar{Unit: algorithms.CalendarYear, Offset: -8*time.Hour - 30*time.Minute}}},
+		{"Z is UTC",
+			`{"rate":"3/month","calendar_offset":"Z"}`, algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 3, Calendar: algorithms.Calendar{Unit: algorithms.CalendarMonth}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := mustParse(t, calendarDoc(tc.limit)).Rules()[0].limits()[0].Limit
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestABadCalendarLimitIsRefusedAtTheFieldThatIsWrong(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, path, msg string
+	}{
+		{"a token bucket cannot count a calendar month", calendarDoc(`{"rate":"10/month","algorithm":"token_bucket"}`),
+			"rules[0].limits[0].algorithm", "needs fixed_window"},
+		{"a sliding window cannot count a calendar day", calendarDoc(`{"rate":"10/day","algorithm":"sliding_window"}`),
+			"rules[0].limits[0].algorithm", "needs fixed_window"},
+		{"a calendar window takes no burst", calendarDoc(`{"rate":"10/week","burst":5}`),
+			"rules[0].limits[0].burst", "not a calendar window"},
+		{"a calendar rate needs a positive quota", calendarDoc(`{"rate":"0/month"}`),
+			"rules[0].limits[0].rate", "quota must be a positive integer"},
+		{"an offset needs a calendar rate", calendarDoc(`{"rate":"10/h","calendar_offset":"+01:00"}`),
+			"rules[0].limits[0].calendar_offset", "only a calendar rate"},
+		{"an offset is ±hh:mm", calendarDoc(`{"rate":"10/month","calendar_offset":"+2"}`),
+			"rules[0].limits[0].calendar_offset", "want \"Z\" or ±hh:mm"},
+		{"an offset beyond 18 hours is refused", calendarDoc(`{"rate":"10/month","calendar_offset":"+19:00"}`),
+			"rules[0].limits[0].calendar_offset", "at most 18:00"},
+		{"an offset's minutes are below 60", calendarDoc(`{"rate":"10/month","calendar_offset":"+01:60"}`),
+			"rules[0].limits[0].calendar_offset", "minutes below 60"},
+		{"an unknown calendar-looking unit is an unknown unit", calendarDoc(`{"rate":"10/months"}`),
+			"rules[0].limits[0].rate", "unknown unit"},
+		{"a global rule cannot count a calendar month (the service has no calendar)",
+			`{"global":{"cluster":"outbound|8081||svc.ns.svc.cluster.local"},"rules":[{"name":"r","scope":"global","key":["client_ip"],"limits":[{"rate":"10/month"}]}]}`,
+			"rules[0].limits[0].rate", "decided locally only"},
+		{"nor can a global rule's override",
+			`{"global":{"cluster":"outbound|8081||svc.ns.svc.cluster.local"},"rules":[{"name":"r","scope":"both","key":["client_ip"],"limits":[{"rate":"10/s"}],"overrides":[{"value":"192.0.2.1","limits":[{"rate":"5/day"}]}]}]}`,
+			"rules[0].overrides[0].limits[0].rate", "decided locally only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.doc))
+			require.Error(t, err)
+			found := false
+			for _, fe := range fieldErrors(t, err) {
+				if fe.Path == tc.path {
+					assert.Contains(t, fe.Msg, tc.msg)
+					found = true
+				}
+			}
+			assert.True(t, found, "an error at %s, got %v", tc.path, err)
+		})
+	}
+}
+
+func TestTheCalendarAndItsOffsetAreInTheLimitFingerprint(t *testing.T) {
+	fp := func(limit string) uint64 { return mustParse(t, calendarDoc(limit)).Rules()[0].limits()[0].Fingerprint }
+	month, utc2 := fp(`{"rate":"10/month"}`), fp(`{"rate":"10/month","calendar_offset":"+02:00"}`)
+	assert.NotEqual(t, month, fp(`{"rate":"10/year"}`))
+	assert.NotEqual(t, month, utc2)
+	assert.Equal(t, month, fp(`{"rate":"10/month","calendar_offset":"Z"}`))
+	assert.Equal(t, limitFingerprint(algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 10, Window: time.Hour}),
+		fp(`{"rate":"10/h","algorithm":"fixed_window"}`), "a rolling window hashes as before")
+}
+
+// at returns the unix nanoseconds of an RFC 3339 time.
+func at(t *testing.T, s string) int64 {
+	t.Helper()
+	tm, err := time.Parse(time.RFC3339, s)
+	require.NoError(t, err)
+	return tm.UnixNano()
+}
+
+// TestACalendarPolicysWIsTheRealLengthOfThePeriodAtHand decides a calendar limit at chosen instants
+// and renders the answer: w is the length of the period the decision fell in, t and Retry-After the
+// time to its end.
+func TestACalendarPolicysWIsTheRealLengthOfThePeriodAtHand(t *testing.T) {
+	const day = 86400
+	for _, tc := range []struct {
+		name, limit, now string
+		w, t             int64
+	}{
+		{"January has 31 days", `{"rate":"2/month"}`, "2026-01-31T23:59:00Z", 31 * day, 60},
+		{"February of a common year has 28", `{"rate":"2/month"}`, "2026-02-01T00:00:00Z", 28 * day, 28 * day},
+		{"February of a leap year has 29", `{"rate":"2/month"}`, "2028-02-28T00:00:00Z", 29 * day, 2 * day},
+		{"a leap year has 366 days", `{"rate":"2/year"}`, "2028-12-31T23:00:00Z", 366 * day, 3600},
+		{"a common year has 365", `{"rate":"2/year"}`, "2027-01-01T00:00:01Z", 365 * day, 365*day - 1},
+		{"an ISO week ends on Monday", `{"rate":"2/week"}`, "2026-01-01T12:00:00Z", 7 * day, 4*day - 12*3600}, // a Thursday
+		{"an offset moves the month's end", `{"rate":"2/month","calendar_offset":"+02:00"}`, "2026-01-31T21:59:00Z", 31 * day, 60},
+		{"past it, the next month has begun", `{"rate":"2/month","calendar_offset":"+02:00"}`, "2026-01-31T22:00:00Z", 28 * day, 28 * day},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustParse(t, calendarDoc(tc.limit))
+			spec := &c.Rules()[0].limits()[0]
+			now := at(t, tc.now)
+			var state []byte
+			var d algorithms.Decision
+			for range 3 { // the third is denied
+				var err error
+				state, d, err = spec.Limit.Decide(state, now, 1, nil)
+				require.NoError(t, err)
+			}
+			require.False(t, d.Allowed)
+			var lr LocalResponse
+			c.Response.Deny(&lr, nil, []Outcome{{Limit: spec, Decision: d, Period: spec.PeriodAt(now)}}, false, 0)
+			pol, _ := header(t, lr.Headers, HeaderRateLimitPolicy)
+			rl, _ := header(t, lr.Headers, HeaderRateLimit)
+			retry, _ := header(t, lr.Headers, HeaderRetryAfter)
+			assert.Equal(t, tc.w, parsePolicies(t, pol)[0].params["w"], pol)
+			assert.Equal(t, tc.t, parsePolicies(t, rl)[0].params["t"], rl)
+			assert.Equal(t, strconv.FormatInt(tc.t, 10), retry, "Retry-After is the period's end")
+		})
+	}
+}
