@@ -26,6 +26,7 @@ func TestAWarmRequestAllocatesNothingOnTheGuestHeap(t *testing.T) {
 		{"a reservation settled from a response header", lifecycleResponseCases[2]},
 		{"an allowed request of a rule with three limits (more than the context keeps inline)", threeLimits},
 		{"a local rule's request in a plugin that also has a global service", withGlobalSection},
+		{"an allowed request of a monthly quota (its policy rendered per period)", monthlyQuota},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := countCalls(t, c.c, 200, nil)
@@ -42,6 +43,10 @@ var threeLimits = lifecycleCase{"three", "meshlimit", `{"rules":[{"name":"per-ip
 // withGlobalSection is a local rule in a plugin configured with a decision service (its reset log
 // not read): a stream that made no call to the service is recycled like any other.
 var withGlobalSection = lifecycleCase{"global-section", "meshlimit", `{"global":{"cluster":"outbound|8081||meshlimit","reset_poll":"off"},"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}]}`, nil}
+
+// monthlyQuota is a calendar window, whose RateLimit-Policy is rendered with the period at hand
+// rather than copied from the configuration.
+var monthlyQuota = lifecycleCase{"monthly", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/month","calendar_offset":"+02:00"}]}]}`, nil}
 
 // The counter above does see an allocation: at log level debug, the filter formats a debug line
 // for each decision (fmt allocates), which is why debug is not a level for production traffic.
