@@ -161,8 +161,8 @@ func (s *Store) decide(ctx context.Context, req service.Request, ttlMs int64) (a
 	if err != nil {
 		return algorithms.Decision{}, s.redisErr(err)
 	}
-	if len(v) != 5 {
-		return algorithms.Decision{}, fmt.Errorf("redisstore: script returned %d values, want 5", len(v))
+	if len(v) != 6 {
+		return algorithms.Decision{}, fmt.Errorf("redisstore: script returned %d values, want 6", len(v))
 	}
 	d := algorithms.Decision{
 		Allowed:    v[0] == 1,
@@ -171,6 +171,8 @@ func (s *Store) decide(ctx context.Context, req service.Request, ttlMs int64) (a
 		Reset:      time.Duration(v[2]) * time.Microsecond,
 		RetryAfter: time.Duration(v[3]) * time.Microsecond,
 		Delay:      time.Duration(v[4]) * time.Microsecond,
+		// The effective window, computed by the script as algorithms.Decide does.
+		EffectiveWindow: time.Duration(v[5]) * time.Microsecond,
 	}
 	if v[3] < 0 {
 		d.RetryAfter = algorithms.RetryNever

@@ -26,4 +26,4 @@ if k > 0 then reset = e - now end
 
 redis.call('HSET', key, 's', str(s), 'k', str(k))
 redis.call('PEXPIRE', key, ttl)
-return {allowed, remaining, reset, retry, 0}
+return {allowed, remaining, reset, retry, 0, e - now} -- every unit is back at the window's end

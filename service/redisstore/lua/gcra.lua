@@ -24,7 +24,12 @@ if not less(li, lf, ti, tf) then
   remaining = q + floor((r + sf2) / W)
 end
 local reset = ceil(sub(ti, tf, now, 0))
+-- The effective window: spending remaining moves the TAT by remaining×T, and one unit more
+-- conforms once TAT + (remaining+1)×T <= now + tau.
+local ri, rf = times(remaining + 1)
+local ei, ef = add(ti, tf, ri, rf)
+local effective = ceil(sub(ei, ef, li, lf))
 
 redis.call('HSET', key, 'i', str(ti), 'f', str(tf))
 redis.call('PEXPIRE', key, expiry(reset))
-return {allowed, remaining, reset, retry, delay}
+return {allowed, remaining, reset, retry, delay, effective}

@@ -12,7 +12,8 @@
 --   ARGV[6]  now_us       optional; absent or empty means Redis TIME. Production never passes
 --                         it: TIME makes every service replica agree. Tests and replays do.
 --   ARGV[7]  age_us       settle scripts only: how long ago the reservation was decided
--- A decision returns {allowed (0|1), remaining, reset_us, retry_after_us (-1: never), delay_us}.
+-- A decision returns {allowed (0|1), remaining, reset_us, retry_after_us (-1: never), delay_us,
+-- effective_us} (effective_us: algorithms.Decision.EffectiveWindow, draft -11's effective window).
 -- The service validates the arguments (algorithms.Limit.Validate) before calling.
 
 local MAX_TIME = 4503599627370496     -- 2^52 µs, the latest representable now

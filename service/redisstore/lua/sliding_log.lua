@@ -68,6 +68,18 @@ end
 local remaining = math.max(Q - count, 0)
 local reset = 0
 if newest ~= nil then reset = newest + W - now end
+-- The effective window: with remaining spent now, one unit more is admitted once the oldest
+-- live unit expires (with count above Q, written under a larger quota, once count-Q+1 have);
+-- when every live unit is this request's, at eff + W.
+local oldest, skip, acc = eff, math.max(count - Q, 0), 0
+for i = first, #ts do
+  acc = acc + ns[i]
+  if acc > skip then
+    oldest = ts[i]
+    break
+  end
+end
+local effective = oldest + W - now
 
 -- Keep the live runs, at most the newest Q units of them, then the admitted units.
 local out = {str(eff)}
@@ -96,4 +108,4 @@ if allowed == 1 then
 end
 
 redis.call('SET', key, table.concat(out, ' '), 'PX', ttl)
-return {allowed, remaining, reset, retry, 0}
+return {allowed, remaining, reset, retry, 0, effective}

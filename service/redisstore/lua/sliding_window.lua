@@ -23,6 +23,18 @@ local weighted = wq
 if wr > 0 then weighted = weighted + 1 end
 local avail = Q - k - weighted
 
+-- retry_at returns the earliest time (µs) at which a cost c <= Q is admitted, with kk counted
+-- in the window starting at s (and p in the previous one), if nothing else arrives.
+local function retry_at(kk, c)
+  local a = Q - kk - c
+  if a >= 0 then
+    return s + W - muldivmod(a, W, p) -- later in this window
+  elseif Q - c >= kk then
+    return s + W
+  end
+  return s + 2 * W - muldivmod(Q - c, W, kk) -- in the next window
+end
+
 local allowed, retry = 0, 0
 if cost > Q then
   retry = NEVER
@@ -31,16 +43,7 @@ elseif cost <= avail then
   k = k + cost
   avail = avail - cost
 else
-  local a = Q - k - cost
-  local at
-  if a >= 0 then
-    at = s + W - muldivmod(a, W, p) -- later in this window
-  elseif Q - cost >= k then
-    at = s + W
-  else
-    at = s + 2 * W - muldivmod(Q - cost, W, k) -- in the next window
-  end
-  retry = at - now
+  retry = retry_at(k, cost) - now
 end
 local remaining = math.max(avail, 0)
 local reset = 0
@@ -50,6 +53,9 @@ elseif p > 0 then
   reset = s + W - now
 end
 
+-- The effective window: when a unit is admitted once remaining more are counted in this window.
+local effective = retry_at(k + remaining, 1) - now
+
 redis.call('HSET', key, 's', str(s), 'p', str(p), 'k', str(k))
 redis.call('PEXPIRE', key, ttl)
-return {allowed, remaining, reset, retry, 0}
+return {allowed, remaining, reset, retry, 0, effective}
