@@ -116,3 +116,46 @@ func TestEffectiveWindowJitterReachesTheClientAndRetryAfterStaysAfterIt(t *testi
 	}
 	assert.Greater(t, len(ts), 1, "the jitter varies between responses")
 }
+
+// TestAGlobalRulesTIsTheEffectiveWindowALocalRuleSends runs the same uses of a sliding log and a
+// sliding window counter through a local rule and a global one (the real decision service, on the
+// same fake clock): the service's answer carries the effective window (effective_ms), so the
+// client reads the same r, t and Retry-After from both, not the time until the quota is full.
+func TestAGlobalRulesTIsTheEffectiveWindowALocalRuleSends(t *testing.T) {
+	type step struct {
+		at   time.Duration
+		cost int
+	}
+	for _, tc := range []struct {
+		name  string
+		limit string
+		steps []step
+	}{
+		{"a sliding log", `{"rate":"10/m","algorithm":"sliding_log"}`,
+			[]step{{0, 3}, {25 * time.Second, 5}, {40 * time.Second, 6}, {40 * time.Second, 2}, {59 * time.Second, 1}, {60 * time.Second, 1}}},
+		{"a sliding window counter", `{"rate":"10/m","algorithm":"sliding_window"}`,
+			[]step{{0, 3}, {25 * time.Second, 2}, {70 * time.Second, 4}, {80 * time.Second, 9}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A global denial is remembered (cache_denials) and answered in the proxy until its
+			// Retry-After: off, so that every step asks the service.
+			extra := map[string]string{"local": ``, "global": `,"cache_denials":false`}
+			run := func(scope string) []quotaSeen {
+				clock := envoyhost.NewClock(epoch)
+				svc := startService(t, clock)
+				rule := `{"name":"p","scope":"` + scope + `","key":["client_ip"],"cost":{"header":"x-cost"},"limits":[` + tc.limit + `]` + extra[scope] + `}`
+				p := load(t, module(t, "meshlimit"), globalConfig(rule), 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+				var out []quotaSeen
+				at := time.Duration(0)
+				for _, s := range tc.steps {
+					clock.Advance(s.at - at)
+					at = s.at
+					out = append(out, seen(t, roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.62", [2]string{"x-cost", strconv.Itoa(s.cost)}))))
+				}
+				return out
+			}
+			local, global := run("local"), run("global")
+			assert.Equal(t, local, global)
+		})
+	}
+}

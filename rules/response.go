@@ -64,8 +64,9 @@ const (
 //     For the buckets that is the next unit's refill (one unit's when the bucket is full), for
 //     the fixed window the window's end, for the sliding log the expiry of its oldest live
 //     entry, for the sliding window counter the time until earlier use weighs one unit less.
-//     A denying policy's t is the same, and ends no later than its Retry-After. A decision
-//     without an effective window (the global service's answers, a cached denial) gets what
+//     A denying policy's t is the same, and ends no later than its Retry-After. The global
+//     service's answers carry it (wire.Decision.EffectiveMs). A decision without an effective
+//     window (a cached denial, an answer of an older service) gets what
 //     algorithms.Limit.EffectiveWindowOf derives: exact for the buckets, the request's wait
 //     on a denial, else the time until the quota is full (an upper bound), 0 for an unused
 //     window. A policy that would have admitted a request another policy denied is reported

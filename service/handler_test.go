@@ -87,6 +87,7 @@ type checkAnswer struct {
 		ResetMs      int64 `json:"reset_ms"`
 		RetryAfterMs int64 `json:"retry_after_ms"`
 		DelayMs      int64 `json:"delay_ms"`
+		EffectiveMs  int64 `json:"effective_ms"`
 		Skipped      bool  `json:"skipped"`
 	} `json:"decisions"`
 	Error string `json:"error"`

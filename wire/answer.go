@@ -22,6 +22,11 @@ type Decision struct {
 	RetryAfterMs int64
 	// DelayMs is how long to hold an admitted request (leaky_bucket's queue), rounded up.
 	DelayMs int64
+	// EffectiveMs is the effective window of draft-ietf-httpapi-ratelimit-headers-11 (§4.1.2),
+	// algorithms.Decision.EffectiveWindow, rounded up: the time within which no more than
+	// Remaining can be used. 0 (sent as no member) when the service did not compute it; the filter
+	// then derives t from the other members (algorithms.Limit.EffectiveWindowOf).
+	EffectiveMs int64
 	// Skipped reports that the descriptor was not evaluated (nor charged): an earlier one
 	// denied the request. Only Limit is set.
 	Skipped bool
@@ -31,7 +36,7 @@ type Decision struct {
 // whole milliseconds, so that a client waiting that long is never early).
 func FromAlgorithms(d algorithms.Decision, skipped bool) Decision {
 	w := Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, ResetMs: ceilMs(d.Reset),
-		DelayMs: ceilMs(d.Delay), Skipped: skipped}
+		DelayMs: ceilMs(d.Delay), EffectiveMs: ceilMs(d.EffectiveWindow), Skipped: skipped}
 	if d.RetryAfter == algorithms.RetryNever {
 		w.RetryAfterMs = -1
 	} else {
@@ -41,11 +46,13 @@ func FromAlgorithms(d algorithms.Decision, skipped bool) Decision {
 }
 
 // Algorithms returns d as an algorithms decision: what the filter renders. RetryAfter is
-// RetryNever for -1 and kept only on a denial; a negative Remaining reads as 0.
+// RetryNever for -1 and kept only on a denial; a negative Remaining reads as 0, and so does a
+// negative EffectiveMs (unknown).
 func (d Decision) Algorithms() (out algorithms.Decision) {
 	out.Allowed, out.Limit, out.Remaining = d.Allowed, d.Limit, max(d.Remaining, 0)
 	out.Reset = time.Duration(d.ResetMs) * time.Millisecond
 	out.Delay = time.Duration(max(d.DelayMs, 0)) * time.Millisecond
+	out.EffectiveWindow = time.Duration(max(d.EffectiveMs, 0)) * time.Millisecond
 	switch {
 	case d.RetryAfterMs < 0:
 		out.RetryAfter = algorithms.RetryNever
@@ -84,6 +91,10 @@ func AppendDecision(b []byte, i int, d Decision) []byte {
 	if d.DelayMs > 0 {
 		b = append(b, `,"delay_ms":`...)
 		b = strconv.AppendInt(b, d.DelayMs, 10)
+	}
+	if d.EffectiveMs > 0 {
+		b = append(b, `,"effective_ms":`...)
+		b = strconv.AppendInt(b, d.EffectiveMs, 10)
 	}
 	if d.Skipped {
 		b = append(b, `,"skipped":true`...)
@@ -227,6 +238,7 @@ const (
 	dRetryAfter
 	dDelay
 	dSkipped
+	dEffective
 )
 
 func decisionField(name []byte) (int, string) {
@@ -245,6 +257,8 @@ func decisionField(name []byte) (int, string) {
 		return dDelay, "delay_ms"
 	case "skipped":
 		return dSkipped, "skipped"
+	case "effective_ms":
+		return dEffective, "effective_ms"
 	}
 	return 0, ""
 }
@@ -265,6 +279,8 @@ func (s *scanner) decisionValue(bit int, at loc, d *Decision) (err *FieldError) 
 		d.RetryAfterMs, err = s.integer(at)
 	case dDelay:
 		d.DelayMs, err = s.integer(at)
+	case dEffective:
+		d.EffectiveMs, err = s.integer(at)
 	}
 	return err
 }

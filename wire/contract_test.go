@@ -57,6 +57,7 @@ func TestEveryRequestFieldTheFilterSendsIsWhatTheServiceDecodes(t *testing.T) {
 func TestEveryAnswerFieldTheServiceSendsIsWhatTheFilterDecodes(t *testing.T) {
 	sent := []Decision{
 		{Allowed: true, Limit: 100, Remaining: 42, ResetMs: 580, DelayMs: 90},
+		{Allowed: true, Limit: 10, Remaining: 5, ResetMs: 95000, EffectiveMs: 40001},
 		{Allowed: false, Limit: 1000, Remaining: 0, ResetMs: 119000, RetryAfterMs: 2350},
 		{Allowed: false, Limit: 3, RetryAfterMs: -1, ResetMs: 1},
 		{Limit: 10, Skipped: true},
@@ -93,6 +94,9 @@ func TestADecisionCrossesTheWireRoundedUpToMilliseconds(t *testing.T) {
 		{"a denial keeps its retry time, never early",
 			algorithms.Decision{Limit: 10, Reset: time.Second, RetryAfter: 999_001 * time.Microsecond},
 			algorithms.Decision{Limit: 10, Reset: time.Second, RetryAfter: time.Second}},
+		{"the effective window crosses, never shorter",
+			algorithms.Decision{Allowed: true, Limit: 10, Remaining: 5, Reset: 95 * time.Second, EffectiveWindow: 40_000_001 * time.Microsecond},
+			algorithms.Decision{Allowed: true, Limit: 10, Remaining: 5, Reset: 95 * time.Second, EffectiveWindow: 40_001 * time.Millisecond}},
 		{"a cost above capacity stays never",
 			algorithms.Decision{Limit: 10, RetryAfter: algorithms.RetryNever},
 			algorithms.Decision{Limit: 10, RetryAfter: algorithms.RetryNever}},
