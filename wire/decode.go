@@ -115,6 +115,8 @@ const (
 	fCost
 	fPermit
 	fLease
+	fCalendar
+	fCalendarOffset
 )
 
 // descriptor decodes and validates descriptor i into out.
@@ -169,6 +171,10 @@ func descriptorField(name []byte) (int, string) {
 		return fPermit, "permit"
 	case "lease_ms":
 		return fLease, "lease_ms"
+	case "calendar":
+		return fCalendar, "calendar"
+	case "calendar_offset_min":
+		return fCalendarOffset, "calendar_offset_min"
 	}
 	return 0, ""
 }
@@ -189,6 +195,15 @@ func (d *requestDecoder) descriptorValue(bit int, at loc, out *Descriptor, x *ex
 		out.Permit, err = d.permitID(at)
 	case fLease:
 		x.leaseMs, err = d.integer(at)
+	case fCalendar:
+		return d.calendar(at, out)
+	case fCalendarOffset:
+		var m int64
+		m, err = d.integer(at)
+		out.Limit.Calendar.Offset = time.Duration(m) * time.Minute
+		if err == nil && (m < -maxOffsetMin || m > maxOffsetMin) {
+			err = at.err(false, between(-maxOffsetMin, maxOffsetMin, m))
+		}
 	case fKey, fAlgorithm:
 		if d.peek() != '"' {
 			return d.wrongType(at, "a string")
@@ -242,11 +257,9 @@ func validate(here loc, seen int, out *Descriptor, windowMs int64, maxKeyBytes i
 	if maxQuota := l.Kind.MaxQuota(); l.Quota < 1 || l.Quota > maxQuota {
 		return at("quota").err(false, between(1, maxQuota, l.Quota)+" for "+l.Kind.String())
 	}
-	minMs, maxMs := int64(algorithms.MinWindow/time.Millisecond), int64(algorithms.MaxWindow/time.Millisecond)
-	if windowMs < minMs || windowMs > maxMs {
-		return at("window_ms").err(false, between(minMs, maxMs, windowMs))
+	if err := validateWindow(at, seen, l, windowMs); err != nil {
+		return err
 	}
-	l.Window = time.Duration(windowMs) * time.Millisecond
 	if !l.Kind.TakesBurst() && l.Burst != 0 {
 		return at("burst").err(false, "must be 0 or absent for "+l.Kind.String()+", got "+strconv.FormatInt(l.Burst, 10))
 	}
@@ -268,4 +281,48 @@ func validate(here loc, seen int, out *Descriptor, windowMs int64, maxKeyBytes i
 
 func between(lo, hi, got int64) string {
 	return "must be between " + strconv.FormatInt(lo, 10) + " and " + strconv.FormatInt(hi, 10) + ", got " + strconv.FormatInt(got, 10)
+}
+
+// maxOffsetMin bounds calendar_offset_min: algorithms.MaxCalendarOffset in minutes.
+const maxOffsetMin = int64(algorithms.MaxCalendarOffset / time.Minute)
+
+// calendar decodes a descriptor's calendar member, a unit name, into out's limit.
+func (d *requestDecoder) calendar(at loc, out *Descriptor) *FieldError {
+	if d.peek() != '"' {
+		return d.wrongType(at, "a string")
+	}
+	v, err := d.str(at, false)
+	if err != nil {
+		return err
+	}
+	for _, u := range algorithms.CalendarUnits { // not ParseCalendarUnit: comparing does not allocate
+		if u.String() == string(v) {
+			out.Limit.Calendar.Unit = u
+			return nil
+		}
+	}
+	return at.err(false, "unknown calendar unit "+strconv.Quote(string(v))+" (want day, week, month or year)")
+}
+
+// validateWindow checks a descriptor's window and sets l.Window: window_ms in range, or, for a
+// calendar window (calendar given), no window_ms (or 0); a calendar_offset_min needs a calendar.
+func validateWindow(at func(string) loc, seen int, l *algorithms.Limit, windowMs int64) *FieldError {
+	if seen&fCalendar != 0 {
+		if windowMs != 0 {
+			return at("window_ms").err(false, "must be 0 or absent with a calendar (the period is the window), got "+strconv.FormatInt(windowMs, 10))
+		}
+		if l.Kind != algorithms.FixedWindow {
+			return at("calendar").err(false, "only fixed_window counts calendar periods, not "+l.Kind.String())
+		}
+		return nil
+	}
+	if seen&fCalendarOffset != 0 {
+		return at("calendar_offset_min").err(false, "only with a calendar")
+	}
+	minMs, maxMs := int64(algorithms.MinWindow/time.Millisecond), int64(algorithms.MaxWindow/time.Millisecond)
+	if windowMs < minMs || windowMs > maxMs {
+		return at("window_ms").err(false, between(minMs, maxMs, windowMs))
+	}
+	l.Window = time.Duration(windowMs) * time.Millisecond
+	return nil
 }

@@ -41,7 +41,8 @@ func AppendRequestEnd(b []byte) []byte { return append(b, "]}"...) }
 
 // AppendDescriptor appends descriptor i (0 for the first) of a check request: key k, limit l
 // and cost. l's Window is sent in whole milliseconds (the configuration allows no finer
-// window); the caller keeps l valid and cost between 1 and algorithms.MaxQuota.
+// window), a calendar window's unit and offset (in minutes) instead; the caller keeps l valid and
+// cost between 1 and algorithms.MaxQuota.
 func AppendDescriptor(b []byte, i int, k Key, l algorithms.Limit, cost int64) []byte {
 	b = appendKeyAndLimit(b, i, k, l)
 	b = append(b, `,"cost":`...)
@@ -61,8 +62,18 @@ func appendKeyAndLimit(b []byte, i int, k Key, l algorithms.Limit) []byte {
 	b = append(b, l.Kind.String()...)
 	b = append(b, `","quota":`...)
 	b = strconv.AppendInt(b, l.Quota, 10)
-	b = append(b, `,"window_ms":`...)
-	b = strconv.AppendInt(b, int64(l.Window/time.Millisecond), 10)
+	if c := l.Calendar; c.Unit != 0 {
+		b = append(b, `,"calendar":"`...)
+		b = append(b, c.Unit.String()...)
+		b = append(b, '"')
+		if c.Offset != 0 {
+			b = append(b, `,"calendar_offset_min":`...)
+			b = strconv.AppendInt(b, int64(c.Offset/time.Minute), 10)
+		}
+	} else {
+		b = append(b, `,"window_ms":`...)
+		b = strconv.AppendInt(b, int64(l.Window/time.Millisecond), 10)
+	}
 	if l.Burst != 0 {
 		b = append(b, `,"burst":`...)
 		b = strconv.AppendInt(b, l.Burst, 10)
