@@ -156,7 +156,8 @@ func (s *Store) Decide(ctx context.Context, req service.Request) (algorithms.Dec
 // decide runs req's script with the given PEXPIRE in milliseconds.
 func (s *Store) decide(ctx context.Context, req service.Request, ttlMs int64) (algorithms.Decision, error) {
 	l := req.Limit
-	args := limitArgs(l, req.Cost, ttlMs, req.Now)
+	args := append(limitArgs(l, req.Cost, ttlMs, req.Now), "")
+	args = append(args, calendarArgs(l)...)
 	v, err := s.scripts.decide[l.Kind].Exec(ctx, s.client, []string{s.stateKey(l.Kind, req.Key)}, args).AsIntSlice()
 	if err != nil {
 		return algorithms.Decision{}, s.redisErr(err)
@@ -214,6 +215,13 @@ func limitArgs(l algorithms.Limit, amount, ttlMs int64, now time.Time) []string 
 		strconv.FormatInt(max(ttlMs, 1), 10),
 		nowArg(now),
 	}
+}
+
+// calendarArgs are the calendar unit and offset (µs) arguments, ARGV[8] and ARGV[9], that the
+// fixed-window scripts read (see lua/lib.lua): "0", "0" for a rolling window.
+func calendarArgs(l algorithms.Limit) []string {
+	c := l.Calendar
+	return []string{strconv.Itoa(int(c.Unit)), strconv.FormatInt(int64(c.Offset/time.Microsecond), 10)}
 }
 
 // nowArg is the now_us argument of a script: empty (Redis TIME) for the zero Time.

@@ -21,6 +21,7 @@ func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 func (s *Store) settleAt(ctx context.Context, req service.SettleRequest, ttlMs int64) error {
 	l := req.Limit
 	args := append(limitArgs(l, req.Delta, ttlMs, req.Now), strconv.FormatInt(int64(req.Age/time.Microsecond), 10))
+	args = append(args, calendarArgs(l)...)
 	if err := s.scripts.settle[l.Kind].Exec(ctx, s.client, []string{s.stateKey(l.Kind, req.Key)}, args).Error(); err != nil {
 		return s.redisErr(err)
 	}

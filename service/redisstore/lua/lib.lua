@@ -11,7 +11,11 @@
 --   ARGV[5]  ttl_ms       PEXPIRE of the state (Limit.TTL, rounded up)
 --   ARGV[6]  now_us       optional; absent or empty means Redis TIME. Production never passes
 --                         it: TIME makes every service replica agree. Tests and replays do.
---   ARGV[7]  age_us       settle scripts only: how long ago the reservation was decided
+--   ARGV[7]  age_us       settle scripts only: how long ago the reservation was decided (empty
+--                         for a decision)
+--   ARGV[8]  calendar     fixed-window scripts: the calendar unit, algorithms.CalendarUnit (0:
+--                         none; with one, window_us is 0 and the window is the period)
+--   ARGV[9]  offset_us    the calendar's UTC offset in µs (calendar.lua)
 -- A decision returns {allowed (0|1), remaining, reset_us, retry_after_us (-1: never), delay_us,
 -- effective_us} (effective_us: algorithms.Decision.EffectiveWindow, draft -11's effective window).
 -- The service validates the arguments (algorithms.Limit.Validate) before calling.
