@@ -109,3 +109,33 @@ func TestTheCompiledFilterRenewsCalendarQuotasAtThePeriodsRealEnd(t *testing.T) 
 		})
 	}
 }
+
+// TestAGlobalCalendarQuotaAnswersAsTheLocalOne runs the same requests through a local monthly quota
+// and a global one (the real decision service on the same fake clock) across a month end at a
+// fixed offset: the client reads the same status, w, r, t and Retry-After from both.
+func TestAGlobalCalendarQuotaAnswersAsTheLocalOne(t *testing.T) {
+	start := time.Date(2026, 1, 31, 21, 59, 0, 0, time.UTC) // 23:59 at +02:00
+	steps := []time.Duration{0, 0, 30 * time.Second, 60 * time.Second, 60 * time.Second, 61 * time.Second}
+	run := func(scope, extra string) []calendarSeen {
+		clock := envoyhost.NewClock(start)
+		svc := startService(t, clock)
+		rule := `{"name":"plan","scope":"` + scope + `","key":["client_ip"],"limits":[{"rate":"2/month","calendar_offset":"+02:00"}]` + extra + `}`
+		p := load(t, module(t, "meshlimit"), globalConfig(rule), 1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+		var out []calendarSeen
+		for _, at := range steps {
+			clock.Advance(start.Add(at).Sub(clock.Now()))
+			out = append(out, calendarOf(t, roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.63"))))
+		}
+		return out
+	}
+	local := run("local", ``)
+	// A global denial is remembered (cache_denials) and answered in the proxy: off, so that every
+	// step asks the service.
+	global := run("global", `,"cache_denials":false`)
+	const day = 86400
+	assert.Equal(t, []calendarSeen{
+		{200, 31 * day, 1, 60, ""}, {200, 31 * day, 0, 60, ""}, {429, 31 * day, 0, 30, "30"},
+		{200, 28 * day, 1, 28 * day, ""}, {200, 28 * day, 0, 28 * day, ""}, {429, 28 * day, 0, 28*day - 1, strconv.Itoa(28*day - 1)},
+	}, local)
+	assert.Equal(t, local, global)
+}

@@ -71,26 +71,6 @@ func (v *validator) checkCalendarOffset(lp string, lj *limitJSON) {
 	}
 }
 
-// checkGlobalCalendar refuses a calendar window in the limits the decision service decides (a global
-// or both rule's limits and overrides; a fallback is local): the service's check contract has no
-// calendar (service/API.md), so it would count a rolling window instead.
-func (v *validator) checkGlobalCalendar(path string, rj *ruleJSON, r *Rule) {
-	if r.Scope == ScopeLocal {
-		return
-	}
-	check := func(lp string, ljs []limitJSON) {
-		for i := range ljs {
-			if _, u, ok := calendarRate(ljs[i].Rate); ok {
-				v.failf(lp+"["+strconv.Itoa(i)+"].rate", "a calendar window (%s) is decided locally only: the decision service does not count calendar periods; use scope local", u)
-			}
-		}
-	}
-	check(path+".limits", rj.Limits)
-	for i := range rj.Overrides {
-		check(path+".overrides["+strconv.Itoa(i)+"].limits", rj.Overrides[i].Limits)
-	}
-}
-
 // periodSeconds is the w of a limit in whole seconds: the length of the calendar period that
 // contains the outcome (Outcome.Period) for a calendar window, else the limit's Window.
 func periodSeconds(l *LimitSpec, period time.Duration) int64 {

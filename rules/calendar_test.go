@@ -62,12 +62,6 @@ func TestABadCalendarLimitIsRefusedAtTheFieldThatIsWrong(t *testing.T) {
 			"rules[0].limits[0].calendar_offset", "minutes below 60"},
 		{"an unknown calendar-looking unit is an unknown unit", calendarDoc(`{"rate":"10/months"}`),
 			"rules[0].limits[0].rate", "unknown unit"},
-		{"a global rule cannot count a calendar month (the service has no calendar)",
-			`{"global":{"cluster":"outbound|8081||svc.ns.svc.cluster.local"},"rules":[{"name":"r","scope":"global","key":["client_ip"],"limits":[{"rate":"10/month"}]}]}`,
-			"rules[0].limits[0].rate", "decided locally only"},
-		{"nor can a global rule's override",
-			`{"global":{"cluster":"outbound|8081||svc.ns.svc.cluster.local"},"rules":[{"name":"r","scope":"both","key":["client_ip"],"limits":[{"rate":"10/s"}],"overrides":[{"value":"192.0.2.1","limits":[{"rate":"5/day"}]}]}]}`,
-			"rules[0].overrides[0].limits[0].rate", "decided locally only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.doc))
@@ -82,6 +76,15 @@ func TestABadCalendarLimitIsRefusedAtTheFieldThatIsWrong(t *testing.T) {
 			assert.True(t, found, "an error at %s, got %v", tc.path, err)
 		})
 	}
+}
+
+func TestAGlobalRuleAndItsOverridesCountCalendarQuotasToo(t *testing.T) {
+	c := mustParse(t, `{"global":{"cluster":"outbound|8081||svc.ns.svc.cluster.local"},"rules":[{"name":"r","scope":"both","key":["client_ip"],
+		"limits":[{"rate":"10/month","calendar_offset":"+02:00"}],"overrides":[{"value":"192.0.2.1","limits":[{"rate":"5/day"}]}]}]}`)
+	r := c.Rules()[0]
+	assert.Equal(t, algorithms.Calendar{Unit: algorithms.CalendarMonth, Offset: 2 * time.Hour}, r.limits()[0].Limit.Calendar)
+	set, _ := r.Limits([]byte("192.0.2.1"))
+	assert.Equal(t, algorithms.CalendarDay, set.Limits[0].Limit.Calendar.Unit)
 }
 
 func TestTheCalendarAndItsOffsetAreInTheLimitFingerprint(t *testing.T) {

@@ -166,7 +166,6 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 	}
 	r.FailureMode = v.failureMode(path+".failure_mode", rj.FailureMode)
 	v.ruleScope(path, rj, r, c)
-	v.checkGlobalCalendar(path, rj, r)
 	v.countOn(path+".count_on", rj.CountOn, r)
 	v.cacheDenials(path+".cache_denials", rj.CacheDenials, r)
 	v.checkSettle(path, r)
