@@ -98,6 +98,5 @@ func (l *LimitSpec) PeriodAt(now int64) time.Duration {
 	if l.Limit.Calendar.Unit == 0 {
 		return 0
 	}
-	start, end := l.Limit.Calendar.Period(now)
-	return time.Duration(end - start)
+	return l.Limit.WindowAt(now)
 }

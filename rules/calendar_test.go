@@ -2,6 +2,7 @@ package rules
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,4 +146,10 @@ func TestACalendarPolicysWIsTheRealLengthOfThePeriodAtHand(t *testing.T) {
 			assert.Equal(t, strconv.FormatInt(tc.t, 10), retry, "Retry-After is the period's end")
 		})
 	}
+}
+
+func TestExplainWritesACalendarRateAsConfigured(t *testing.T) {
+	lines, err := Explain([]byte(calendarDoc(`{"rate":"10000/month","calendar_offset":"+02:00","name":"monthly"}`)))
+	require.NoError(t, err)
+	assert.Contains(t, strings.Join(lines, "\n"), "monthly: 10000/month UTC+02:00 fixed_window")
 }

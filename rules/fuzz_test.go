@@ -33,6 +33,7 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	}
 	f.Add([]byte(benchConfig))
+	f.Add([]byte(`{"rules":[{"name":"a","limits":[{"rate":"10000/month","calendar_offset":"+02:00"},{"rate":"5/week","algorithm":"fixed_window"}]}]}`))
 	f.Add([]byte(`{"rules":[{"name":"a","limits":[{"rate":"1/s"}],"key":[{"header":"x"}],"overrides":[{"value":"a\\|b","unlimited":true}]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 64<<10 {

@@ -60,6 +60,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"renew":[{"key":"k","permit":"a","lease_ms":100}]}`,
 		`{"settle":[{"key":"k","algorithm":"token_bucket","quota":10,"window_ms":1000,"burst":20,"delta":-5,"age_ms":30}]}`,
 		`{"descriptors":[{"key":"k","algorithm":"fixed_window","quota":10,"window_ms":1000,"cost":4}],"settle":[{"key":"k","algorithm":"fixed_window","quota":10,"window_ms":1000,"delta":3}]}`,
+		`{"descriptors":[{"key":"k","algorithm":"fixed_window","quota":10000,"calendar":"month","calendar_offset_min":-480}]}`,
+		`{"settle":[{"key":"k","algorithm":"fixed_window","quota":10,"calendar":"week","window_ms":0,"delta":-2,"age_ms":5}]}`,
 		`{"descriptors":[]}`, `{}`, `[]`, `null`, ``, `{`, `{"descriptors":[{}]} `, "\t{\"descriptors\" :[ ]}\n",
 	} {
 		f.Add([]byte(seed), true)
@@ -169,6 +171,7 @@ func FuzzDecodeAnswer(f *testing.F) {
 		`{"allowed":true,"decisions":[{"allowed":true,"limit":100,"remaining":42,"reset_ms":580,"retry_after_ms":0}]}`,
 		`{"allowed":false,"decisions":[{"allowed":false,"limit":3,"remaining":0,"reset_ms":1,"retry_after_ms":-1,"delay_ms":4,"skipped":true,"x":{"y":["\u00e9",null]}}]}`,
 		`{"error":"store unavailable"}`, `{"allowed":true,"decisions":[]}`, `[`, ``,
+		`{"allowed":true,"decisions":[{"allowed":true,"limit":10,"remaining":5,"reset_ms":95000,"retry_after_ms":0,"effective_ms":40001}]}`,
 		`{"allowed":true,"decisions":[],"settled":3}`, `{"allowed":true,"decisions":[],"renewed":1,"released":0,"settled":-2}`,
 	} {
 		f.Add([]byte(seed), 1)
