@@ -98,5 +98,6 @@ func (l *LimitSpec) PeriodAt(now int64) time.Duration {
 	if l.Limit.Calendar.Unit == 0 {
 		return 0
 	}
-	return l.Limit.WindowAt(now)
+	start, end := l.Limit.Calendar.Period(now) // the limit is valid: no need for WindowAt's check
+	return time.Duration(end - start)
 }

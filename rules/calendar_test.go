@@ -153,3 +153,27 @@ func TestExplainWritesACalendarRateAsConfigured(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, strings.Join(lines, "\n"), "monthly: 10000/month UTC+02:00 fixed_window")
 }
+
+// BenchmarkQuotaFieldsOfOneLimit renders an allowed request's quota fields for one limit: a rolling
+// window copies the policy member rendered at compile time, a calendar window renders it with the
+// period at hand (Outcome.Period, computed here as the filter does).
+func BenchmarkQuotaFieldsOfOneLimit(b *testing.B) {
+	now := time.Date(2026, 2, 14, 12, 0, 0, 0, time.UTC).UnixNano()
+	for _, bc := range []struct{ name, limit string }{
+		{"rolling hour", `{"rate":"10000/h","algorithm":"fixed_window"}`},
+		{"calendar month", `{"rate":"10000/month","calendar_offset":"+02:00"}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := mustParse(b, calendarDoc(bc.limit))
+			spec := &c.Rules()[0].limits()[0]
+			d := algorithms.Decision{Allowed: true, Limit: 10000, Remaining: 9999, Reset: time.Hour, EffectiveWindow: time.Hour}
+			fields, buf := make([]Field, 0, 4), make([]byte, 0, 256)
+			outcomes := make([]Outcome, 1)
+			b.ReportAllocs()
+			for b.Loop() {
+				outcomes[0] = Outcome{Limit: spec, Decision: d, Period: spec.PeriodAt(now)}
+				fields, buf = c.Response.AppendAllowed(fields[:0], buf[:0], outcomes, 0)
+			}
+		})
+	}
+}
