@@ -40,7 +40,7 @@ func slidingEffective(s, p, k, r, q, w, n int64) time.Duration {
 
 // EffectiveWindowOf returns the effective window of d, a decision of l: d.EffectiveWindow when d
 // has one (Decide and Peek always set it). A decision rebuilt from Remaining, Reset and RetryAfter
-// alone (the global service's answers, a cached denial) gives:
+// alone (a cached denial, or the answer of a service older than effective_ms) gives:
 //   - on a denial that waiting can end, RetryAfter: the wait of the request denied, which is the
 //     effective window for a request of cost 1 with nothing left, and longer otherwise;
 //   - for the buckets, the window derived from Remaining and Reset, exactly (up to the rounding of

@@ -200,8 +200,10 @@ func startService(t *testing.T, bin, redis string) *service {
 func (s *service) series(t *testing.T, all seriesSet, store string) {
 	t.Helper()
 	base := "http://" + s.httpAddr
-	// The http front: an allowed check, a denied one, a bad one.
-	check := `{"descriptors":[{"key":"observability","algorithm":"fixed_window","quota":1,"window_ms":60000}]}`
+	// The http front: an allowed check, a denied one, a bad one. A bucket of one that refills in an
+	// hour denies the second check however slowly the machine runs (a fixed window could turn between
+	// the two).
+	check := `{"descriptors":[{"key":"observability","algorithm":"token_bucket","quota":1,"window_ms":3600000}]}`
 	for _, body := range []string{check, check, `{"descriptors":`} {
 		post(t, base+wire.Path, body, nil)
 	}
