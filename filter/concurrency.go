@@ -19,7 +19,9 @@ import (
 // max_keys slots; a key that finds no room shares the set's overflow record with the other
 // keys without room (one pool of N permits for all of them). Every worker VM admits against
 // the sum of the live entries, with compare-and-swap, so the total in flight never exceeds N
-// however the workers interleave. Each VM also counts, per key, the permits its own streams
+// however the workers interleave, and however many they are: a VM that finds no entry of its
+// own in a record (it has sharedstate's 63 others) counts its permit in the record's shared entry
+// (heldPermit.shared), never admitting uncounted. Each VM also counts, per key, the permits its own streams
 // hold; its timer rewrites its entries with those counts every permitRenew, which renews
 // their lease and repairs a release that could not be written (CAS contention). What a dead
 // or replaced VM held is reclaimed the owned lease after its last renewal at most, and counted in
@@ -55,6 +57,7 @@ type heldPermit struct {
 	rule     int
 	key      string
 	overflow bool
+	shared   bool // counted in the record's shared entry (sharedstate.SharedOwner), not this owner's
 	fallback bool // a permit of a global rule's local fallback (ruleState.fbPermits)
 }
 
@@ -133,7 +136,7 @@ func (c *permits) acquireOwned(rs *ruleState, rec *sharedstate.Records, spec *ru
 		rs.metrics.permitsReclaimed.inc(uint64(e.Reclaimed))
 	}
 	if e.Admitted {
-		h = heldPermit{rule: r.Index, key: string(key), overflow: res.Placement == sharedstate.Overflow, fallback: fallback}
+		h = heldPermit{rule: r.Index, key: string(key), overflow: res.Placement == sharedstate.Overflow, shared: e.Shared, fallback: fallback}
 		if c.held == nil {
 			c.held = map[permitKey]int64{}
 		}
@@ -176,7 +179,7 @@ func (c *permits) write(h heldPermit, op sharedstate.OwnedOp, count int64, now i
 		rec = rs.fbPermits
 	}
 	e := &c.ed
-	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Counts[0] = op, 1, 0, c.owner, now, count
+	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Counts[0], e.Shared = op, 1, 0, c.owner, now, count, h.shared
 	var err error
 	if h.overflow {
 		_, err = c.records.UpdateShared(rec.OverflowKey(), e)

@@ -23,8 +23,18 @@ import (
 // with enforce_percent below 100 it is in shadow mode for the requests whose key is not enforced.
 // Each shedder has its own shared-data records (under …/shed/<name>/) and metrics.
 //
-// With adaptive capacity, each worker records the upstream latency of its admitted requests
-// (request headers to response headers) in a local shed.Histogram, a memory write. Its timer
+// A request holds its slot until the response headers arrive (or until its stream ends, if none
+// come): a long answer (an event stream, a download) holds no slot once it has begun, and a
+// request whose body never ends holds one until Envoy's timeouts end it (the highest class's
+// reserve survives any number of those: shed.Policy.Reserved). The response headers are
+// classified (answerOf) as an upstream answer that did work (shed.Served: status 100 to 399), an
+// upstream error (shed.Refused: 400 to 599), or no upstream answer at all (shed.Local: Envoy's
+// response.code_details is not "via_upstream": a router's 503 or 504, another filter's local
+// reply; or no response headers). With adaptive capacity, each worker records through the
+// shed.Sampler of the state its last tick read (Served answers; Refused ones slower than the
+// target; during a probe, only Served answers to requests admitted after the probe's first
+// interval) the latency from admission to the response headers in a local shed.Histogram, a
+// memory write. Its timer
 // (period: the controller's interval) merges that histogram into the interval's shared one,
 // then runs Gradient.Update on the shared GradientState with the merged histogram and the
 // interval's peak in flight. Update changes nothing for a call within 9/10 of an interval of
@@ -51,6 +61,8 @@ type shedState struct {
 	capacity int64
 	held     [shed.MaxClasses]int64 // slots this plugin's streams hold
 	local    shed.Histogram
+	sampler  shed.Sampler           // which answers the interval records (Gradient.Sampler of the last state)
+	shared   [shed.MaxClasses]int64 // slots this plugin's streams hold in the record's shared entry
 	ed       sharedstate.OwnedEditor
 	gradEd   sharedstate.GradientEditor
 	histEd   sharedstate.HistogramEditor
@@ -69,11 +81,11 @@ type shedMetrics struct {
 
 // shedSlot is the shedding slot a stream holds.
 type shedSlot struct {
-	class     int   // the shedder's class of the slot, if held
-	idx       int   // the index in shedder.list of that shedder
-	held      bool  //
-	admitted  int64 // when the shedder admitted the stream (unix ns)
-	responded int64 // when the upstream's response headers arrived (unix ns), or 0
+	class    int   // the shedder's class of the slot, if held
+	idx      int   // the index in shedder.list of that shedder
+	held     bool  //
+	shared   bool  // counted in the record's shared entry (sharedstate.SharedOwner)
+	admitted int64 // when the shedder admitted the stream (unix ns)
 }
 
 // shedder is a plugin's load shedders, in configuration order.
@@ -83,6 +95,7 @@ type shedder struct {
 	permits   *permits // a shed request gives back the permits its rules took
 	list      []shedState
 	lastRenew int64
+	pbuf      []byte // receives response.code_details
 }
 
 // start prepares the shedders of cfgs under keys that start with base.
@@ -157,7 +170,7 @@ func (s *shedder) admitFirst(h *httpContext, now int64) bool {
 	st := &s.list[idx]
 	class, shedIt := s.admitOne(st, now)
 	if class >= 0 {
-		h.shed = shedSlot{class: class, idx: idx, held: true, admitted: now}
+		h.shed = shedSlot{class: class, idx: idx, held: true, shared: st.ed.Shared, admitted: now}
 	}
 	if !shedIt {
 		return false
@@ -205,40 +218,76 @@ func (s *shedder) admitOne(st *shedState, now int64) (class int, shedIt bool) {
 	if !e.Admitted {
 		return -1, !shadow
 	}
-	st.held[c]++
+	if e.Shared {
+		st.shared[c]++
+	} else {
+		st.held[c]++
+	}
 	return c, false
 }
 
-// responded notes when the upstream's response headers arrived, for an adaptive shedder's latency.
-func (s *shedder) responded(h *httpContext) {
-	if sl := &h.shed; sl.held && sl.responded == 0 && s.list[sl.idx].cfg.Adaptive != nil {
-		sl.responded = s.host.now()
-	}
-}
+// codeDetailsPath is Envoy's response.code_details: "via_upstream" for an upstream's answer.
+var codeDetailsPath = propertyPath("response", "code_details")
 
-// endStream gives back the stream's shedding slot, with the upstream latency when a response came.
-func (s *shedder) endStream(h *httpContext) {
+// responded gives back the stream's shedding slot when the response headers arrive, and records
+// the upstream latency of an answer the shedder's Sampler keeps.
+func (s *shedder) responded(h *httpContext) {
 	sl := &h.shed
 	if !sl.held {
 		return
 	}
-	sl.held = false
-	latency := int64(-1)
-	if sl.responded > 0 {
-		latency = sl.responded - sl.admitted
+	st, now := &s.list[sl.idx], s.host.now()
+	if st.cfg.Adaptive != nil {
+		st.sampler.Record(&st.local, sl.admitted, now, s.answer())
 	}
-	s.release(&s.list[sl.idx], sl.class, latency, s.host.now())
+	s.release(st, sl, now)
 }
 
-// release ends a stream's slot of class; latency is its upstream latency (ns), or < 0 when it got
-// no upstream response.
-func (s *shedder) release(st *shedState, class int, latency, now int64) {
-	st.held[class] = max(st.held[class]-1, 0)
-	if latency >= 0 && st.cfg.Adaptive != nil {
-		st.local.Record(time.Duration(latency))
+// answer classifies the current response (see shedState).
+func (s *shedder) answer() shed.Answer {
+	v, ok := s.host.property(codeDetailsPath, s.pbuf[:0])
+	if cap(v) > cap(s.pbuf) {
+		s.pbuf = v // keep the grown buffer
+	}
+	if ok && string(v) != "via_upstream" {
+		return shed.Local
+	}
+	status := 0
+	if v, ok := s.resp.header(":status"); ok {
+		status, _ = strconv.Atoi(v)
+	}
+	return answerOf(status)
+}
+
+// answerOf classifies an upstream's status.
+func answerOf(status int) shed.Answer {
+	switch {
+	case status >= 100 && status < 400:
+		return shed.Served
+	case status >= 400 && status < 600:
+		return shed.Refused
+	}
+	return shed.Local
+}
+
+// endStream gives back the slot of a stream that got no response headers: no sample.
+func (s *shedder) endStream(h *httpContext) {
+	if sl := &h.shed; sl.held {
+		s.release(&s.list[sl.idx], sl, s.host.now())
+	}
+}
+
+// release gives back the slot sl of the shedder st.
+func (s *shedder) release(st *shedState, sl *shedSlot, now int64) {
+	sl.held = false
+	class := sl.class
+	if sl.shared {
+		st.shared[class] = max(st.shared[class]-1, 0)
+	} else {
+		st.held[class] = max(st.held[class]-1, 0)
 	}
 	e := &st.ed
-	e.Op, e.Classes, e.Class, e.Owner, e.Now = sharedstate.OwnedRelease, st.cfg.Policy.Classes(), class, s.owner, now
+	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Shared = sharedstate.OwnedRelease, st.cfg.Policy.Classes(), class, s.owner, now, sl.shared
 	if _, err := s.records.UpdateShared(st.stateKey, e); err == nil && e.Reclaimed > 0 {
 		st.metrics.reclaimed.inc(uint64(e.Reclaimed))
 	}
@@ -265,7 +314,11 @@ func (s *shedder) tick(now int64) {
 // permits.renew).
 func (s *shedder) renew(st *shedState, now int64) {
 	e := &st.ed
-	e.Op, e.Classes, e.Owner, e.Now, e.Counts = sharedstate.OwnedRenew, st.cfg.Policy.Classes(), s.owner, now, st.held
+	if st.shared != [shed.MaxClasses]int64{} { // renew the shared entry's lease (its counts are not ours)
+		e.Op, e.Classes, e.Owner, e.Now, e.Counts, e.Shared = sharedstate.OwnedRenew, st.cfg.Policy.Classes(), s.owner, now, st.shared, true
+		_, _ = s.records.UpdateShared(st.stateKey, e)
+	}
+	e.Op, e.Classes, e.Owner, e.Now, e.Counts, e.Shared = sharedstate.OwnedRenew, st.cfg.Policy.Classes(), s.owner, now, st.held, false
 	if _, err := s.records.UpdateShared(st.stateKey, e); err == nil {
 		if e.Reclaimed > 0 {
 			st.metrics.reclaimed.inc(uint64(e.Reclaimed))
@@ -327,6 +380,7 @@ func (s *shedder) tickOne(st *shedState, now int64) {
 	if c := ge.State.Capacity(); c > 0 {
 		st.capacity = c
 	}
+	st.sampler = g.Sampler(&ge.State)
 	st.metrics.capacity.set(st.capacity)
 }
 

@@ -2,7 +2,6 @@ package sharedstate
 
 import (
 	"encoding/binary"
-	"errors"
 
 	"github.com/meshlimit/meshlimit/shed"
 )
@@ -30,15 +29,24 @@ import (
 // (the filter: every 2 s), so a slow tick does not drop a live owner.
 const ownedLease = int64(10e9)
 
-// maxOwners bounds the entries of a record: the worker threads of one proxy (and the plugin
-// instances being replaced) that hold something for one key at the same time.
+// maxOwners bounds the entries of a record: maxOwners−1 owners of their own, and the shared
+// entry. The worker threads of one proxy (and the plugin instances being replaced) that hold
+// something for one key at the same time may be more (Envoy runs a worker per hardware
+// thread): the owners that find no entry of their own count their requests in the shared one.
 const maxOwners = 64
 
-const ownedHeader = 5
+// SharedOwner is the owner id of the shared entry: the one entry that the owners without an
+// entry of their own (the record holds maxOwners−1 others) count their requests in, so that an
+// acquire is always counted, whatever the number of workers. No plugin draws it as its id.
+//
+// The shared entry's counts belong to no one owner: an owner releases its own requests from it
+// (Shared set), and each owner that holds requests in it renews its lease without writing its
+// counts. It is reclaimed, whole, when no owner renewed it for a lease; the requests of an
+// owner that died while others still renew it stay counted until then (the limit errs on the
+// side of denying, never of admitting uncounted).
+const SharedOwner = ^uint64(0)
 
-// errOwnersFull is returned when a record has maxOwners live entries and a new owner needs one;
-// the rule's failure_mode decides the request.
-var errOwnersFull = errors.New("meshlimit: too many owners hold permits for one key")
+const ownedHeader = 5
 
 // ownedRecord is a decoded payload. Its arrays are fixed so that decoding does not allocate.
 type ownedRecord struct {
@@ -124,14 +132,14 @@ func (r *ownedRecord) state() shed.State {
 }
 
 // find returns owner's entry, creating an empty one (expiring at now+ownedLease) if create;
-// -1 when it has none (or no room).
+// -1 when it has none (or no room: the last entry is kept for the SharedOwner).
 func (r *ownedRecord) find(owner uint64, now int64, create bool) int {
 	for i := range r.n {
 		if r.owner[i] == owner {
 			return i
 		}
 	}
-	if !create || r.n == maxOwners {
+	if !create || r.n >= maxOwners-1 && owner != SharedOwner || r.n == maxOwners {
 		return -1
 	}
 	i := r.n
@@ -172,6 +180,11 @@ type OwnedEditor struct {
 	Capacity int64
 	Force    bool
 	Counts   [shed.MaxClasses]int64 // OwnedRenew: the owner's own counts
+	// Shared is an output of an acquire: the request was counted in the shared entry (the
+	// record had no entry left for Owner), and the owner must release it with Shared set. It
+	// is an input of a release (the request is one of the shared entry's) and of a renewal (the
+	// owner holds requests in the shared entry: its lease is renewed, its counts untouched).
+	Shared bool
 
 	Allowed   bool  // output of an acquire: the decision
 	Admitted  bool  // output of an acquire: the request was counted (and must be released)
@@ -213,10 +226,11 @@ func (e *OwnedEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 	switch e.Op {
 	case OwnedAcquire:
 		e.Allowed = e.decide(st)
+		e.Shared = false
 		if e.Allowed || e.Force {
 			i := r.find(e.Owner, e.Now, true)
 			if i < 0 {
-				return dst, false, errOwnersFull
+				i, e.Shared = r.find(SharedOwner, e.Now, true), true // always room: see find
 			}
 			r.counts[i][e.Class]++
 			r.expiry[i] = e.Now + ownedLease
@@ -224,11 +238,18 @@ func (e *OwnedEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 			e.Admitted, changed = true, true
 		}
 	case OwnedRelease:
-		if i := r.find(e.Owner, e.Now, false); i >= 0 && r.counts[i][e.Class] > 0 {
+		if i := r.find(e.owner(), e.Now, false); i >= 0 && r.counts[i][e.Class] > 0 {
 			r.counts[i][e.Class]--
 			changed = true
 		}
 	case OwnedRenew:
+		if e.Shared {
+			if i := r.find(SharedOwner, e.Now, false); i >= 0 && e.countsTotal() > 0 {
+				r.expiry[i] = e.Now + ownedLease
+				changed = true
+			}
+			break
+		}
 		i := r.find(e.Owner, e.Now, e.countsTotal() > 0)
 		if i >= 0 {
 			for c := range e.Classes {
@@ -249,6 +270,14 @@ func (e *OwnedEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 	}
 	r.expire(e.Now) // drops entries a release or renew emptied
 	return r.append(dst), true, nil
+}
+
+// owner is the entry a release writes: Owner's, or the shared entry's.
+func (e *OwnedEditor) owner() uint64 {
+	if e.Shared {
+		return SharedOwner
+	}
+	return e.Owner
 }
 
 func (e *OwnedEditor) countsTotal() (n int64) {

@@ -102,16 +102,55 @@ func TestARenewalWritesTheOwnersOwnCount(t *testing.T) {
 	assert.Zero(t, r.n, "a renewal with nothing held removes the entry")
 }
 
-func TestAFullRecordRefusesANewOwnerButNotAnExistingOne(t *testing.T) {
+func TestOwnersBeyondTheRecordsEntriesAreCountedInTheSharedEntryAndNeverAdmittedUncounted(t *testing.T) {
 	var p []byte
-	for i := range maxOwners {
-		p = apply(t, acquire(uint64(i+1), 0, 1000), p)
+	shared := 0
+	for i := range 100 { // 100 owners, each holding one: more than the record has entries
+		e := acquire(uint64(i+1), 0, 70)
+		p = apply(t, e, p)
+		if i < 70 {
+			require.True(t, e.Admitted, "owner %d", i+1)
+		} else {
+			require.False(t, e.Admitted, "owner %d: the limit of 70 holds across the shared entry", i+1)
+		}
+		if e.Shared {
+			shared++
+		}
 	}
-	_, _, err := acquire(999, 0, 1000).Edit(nil, p)
-	assert.ErrorIs(t, err, errOwnersFull)
-	e := acquire(1, 0, 1000)
+	assert.Equal(t, 70-(maxOwners-1), shared, "the owners without an entry of their own share one")
+	var r ownedRecord
+	r.decode(p, 1)
+	assert.Equal(t, maxOwners, r.n)
+	assert.Equal(t, int64(70), total(&r))
+
+	e := acquire(1, 0, 1000) // an owner with an entry keeps using it
 	_ = apply(t, e, p)
 	assert.True(t, e.Admitted)
+	assert.False(t, e.Shared)
+}
+
+func TestASharedRequestIsReleasedFromTheSharedEntryAndItsLeaseRenewedByItsHolders(t *testing.T) {
+	var p []byte
+	for i := range maxOwners - 1 {
+		p = apply(t, acquire(uint64(i+1), 0, 1000), p)
+	}
+	for _, owner := range []uint64{500, 501} {
+		e := acquire(owner, 0, 1000)
+		p = apply(t, e, p)
+		require.True(t, e.Shared)
+	}
+	renew := &OwnedEditor{Op: OwnedRenew, Classes: 1, Owner: 500, Now: 8e9, Shared: true}
+	renew.Counts[0] = 1
+	p = apply(t, renew, p) // the owners of their own entries stop renewing: they lapse at 10 s
+	release := &OwnedEditor{Op: OwnedRelease, Classes: 1, Owner: 501, Now: 9e9, Shared: true}
+	p = apply(t, release, p)
+	e := acquire(600, 12e9, 1000)
+	p = apply(t, e, p)
+	assert.Equal(t, int64(1), e.Total, "owner 500's request is still counted, owner 501's was released")
+	assert.Equal(t, int64(maxOwners-1), e.Reclaimed)
+	e = acquire(600, 19e9, 1000)
+	_ = apply(t, e, p)
+	assert.Equal(t, int64(1), e.Reclaimed, "unrenewed for a lease, the shared entry is reclaimed whole")
 }
 
 func TestAMalformedOrForeignPayloadReadsAsEmpty(t *testing.T) {
