@@ -27,6 +27,7 @@ func TestAWarmRequestAllocatesNothingOnTheGuestHeap(t *testing.T) {
 		{"an allowed request of a rule with three limits (more than the context keeps inline)", threeLimits},
 		{"a local rule's request in a plugin that also has a global service", withGlobalSection},
 		{"an allowed request of a monthly quota (its policy rendered per period)", monthlyQuota},
+		{"a request of an adaptive shedder, sampled and released at its response headers", withAdaptiveShedder},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := countCalls(t, c.c, 200, nil)
@@ -47,6 +48,10 @@ var withGlobalSection = lifecycleCase{"global-section", "meshlimit", `{"global":
 // monthlyQuota is a calendar window, whose RateLimit-Policy is rendered with the period at hand
 // rather than copied from the configuration.
 var monthlyQuota = lifecycleCase{"monthly", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/month","calendar_offset":"+02:00"}]}]}`, nil}
+
+// withAdaptiveShedder is a local rule and an adaptive shedder: the response headers are classified
+// (response.code_details, :status) and sampled.
+var withAdaptiveShedder = lifecycleCase{"adaptive-shed", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}],"shed":{"adaptive":{}}}`, nil}
 
 // The counter above does see an allocation: at log level debug, the filter formats a debug line
 // for each decision (fmt allocates), which is why debug is not a level for production traffic.
