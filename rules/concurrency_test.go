@@ -129,6 +129,15 @@ func TestShedClassComesFromTheRouteThenTheHeaderThenTheDefault(t *testing.T) {
 	}
 }
 
+func TestAProbeTimeoutAndMinimumSamplesAreConfigured(t *testing.T) {
+	c := mustParse(t, `{"rules":[{"name":"r","limits":[{"rate":"5/s"}]}],"shed":{"adaptive":{"probe_timeout":"500ms","probe_min_samples":4}}}`)
+	g := c.Shedders[0].Adaptive
+	assert.Equal(t, 500*time.Millisecond, g.ProbeTimeout)
+	assert.Equal(t, int64(4), g.ProbeMinSamples)
+	c = mustParse(t, `{"rules":[{"name":"r","limits":[{"rate":"5/s"}]}],"shed":{"adaptive":{}}}`)
+	assert.Equal(t, 2*time.Second, c.Shedders[0].Adaptive.ProbeTimeout, "the default")
+}
+
 func TestShedConfigErrorsNameTheirField(t *testing.T) {
 	tests := []struct{ name, shed, path string }{
 		{"a shedder needs a capacity", `{}`, "shed.capacity"},
@@ -140,6 +149,8 @@ func TestShedConfigErrorsNameTheirField(t *testing.T) {
 		{"an unknown default class is refused", `{"capacity":5,"default_class":"gold"}`, "shed"},
 		{"an adaptive probe limit above max_limit is refused", `{"adaptive":{"max_limit":10,"initial_limit":5,"probe_limit":11}}`, "shed.adaptive.probe_limit"},
 		{"an adaptive interval below 10ms is refused", `{"adaptive":{"interval":"1ms"}}`, "shed.adaptive.interval"},
+		{"a probe timeout below 100ms is refused", `{"adaptive":{"probe_timeout":"10ms"}}`, "shed.adaptive.probe_timeout"},
+		{"a probe_min_samples of 0 is refused", `{"adaptive":{"probe_min_samples":0}}`, "shed.adaptive.probe_min_samples"},
 		{"a retry_after below 1s is refused", `{"capacity":5,"retry_after":"10ms"}`, "shed.retry_after"},
 		{"an unknown shed field is refused", `{"capacity":5,"capactiy":5}`, "shed.capactiy"},
 	}

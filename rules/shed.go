@@ -82,6 +82,10 @@ type adaptiveJSON struct {
 	ProbeJitter   optInt `json:"probe_jitter"`
 	ProbeLimit    optInt `json:"probe_limit"`
 	ProbeSamples  optInt `json:"probe_samples"`
+	// ProbeTimeout ends a probe on time (100ms to 1h); ProbeMinSamples is the fewest samples
+	// a probe ended on time needs to set the ideal latency.
+	ProbeTimeout    string `json:"probe_timeout"`
+	ProbeMinSamples optInt `json:"probe_min_samples"`
 }
 
 // Shed is one compiled shedder.
@@ -378,6 +382,7 @@ func (v *validator) adaptive(path string, aj *adaptiveJSON) *shed.Gradient {
 	set(aj.InitialLimit, &g.InitialLimit)
 	set(aj.ProbeLimit, &g.ProbeLimit)
 	set(aj.ProbeSamples, &g.ProbeSamples)
+	set(aj.ProbeMinSamples, &g.ProbeMinSamples)
 	seti(aj.Percentile, &g.Percentile)
 	seti(aj.Buffer, &g.Buffer)
 	seti(aj.Smoothing, &g.Smoothing)
@@ -386,6 +391,7 @@ func (v *validator) adaptive(path string, aj *adaptiveJSON) *shed.Gradient {
 	g.Interval = v.durationIn(path+".interval", aj.Interval, g.Interval, 0, 1<<62)
 	g.Objective = v.durationIn(path+".objective", aj.Objective, g.Objective, 0, 1<<62)
 	g.ProbeInterval = v.durationIn(path+".probe_interval", aj.ProbeInterval, g.ProbeInterval, 0, 1<<62)
+	g.ProbeTimeout = v.durationIn(path+".probe_timeout", aj.ProbeTimeout, g.ProbeTimeout, 0, 1<<62)
 	if err := g.Validate(); err != nil {
 		// shed names the field: "shed: invalid gradient controller: probe_limit: want …"
 		msg := strings.TrimPrefix(err.Error(), shed.ErrGradient.Error()+": ")
