@@ -71,6 +71,7 @@ type permits struct {
 	owner     uint64
 	rules     []ruleState
 	held      map[permitKey]int64 // the permits this plugin's streams hold, per key
+	pools     map[permitKey]int64 // renew's scratch: the permits held in each overflow pool, all keys together
 	lastRenew int64
 	ed        sharedstate.OwnedEditor
 	key       []byte // a key being released or renewed (not the decision's: deny still reads that)
@@ -88,19 +89,23 @@ func (c *permits) any() bool {
 }
 
 // update applies e to key's owned record in rec, or to the overflow record when the key finds no
-// room.
-func (c *permits) update(rec *sharedstate.Records, key []byte, e *sharedstate.OwnedEditor) (sharedstate.Result, error) {
+// room, there with the limit of overflow (the pool of the keys without room), and returns the limit
+// that decided.
+func (c *permits) update(rec *sharedstate.Records, key []byte, e *sharedstate.OwnedEditor, spec, overflow *rules.LimitSpec) (sharedstate.Result, *rules.LimitSpec, error) {
 	res, err := c.records.Update(rec, key, e)
 	if err == nil && res.Placement == sharedstate.NoRoom {
+		if overflow != nil {
+			spec, e.Limit = overflow, overflow.Concurrency
+		}
 		res, err = c.records.UpdateShared(rec.OverflowKey(), e)
 	}
-	return res, err
+	return res, spec, err
 }
 
 // acquire decides a request against the rule's concurrency limit and reports whether it is denied
 // (enforced). An admitted request's permit is listed in the decision, for the stream.
 func (c *permits) acquire(rs *ruleState, key []byte, now int64, enforced bool) bool {
-	denied, h, held := c.acquireOwned(rs, rs.permits, rs.rule.Concurrency(), key, now, enforced, false)
+	denied, h, held := c.acquireOwned(rs, rs.permits, rs.rule.Concurrency(), rs.rule.OverflowConcurrency(), key, now, enforced, false)
 	if held {
 		c.d.acquired = append(c.d.acquired, h)
 	}
@@ -113,7 +118,8 @@ func (c *permits) acquire(rs *ruleState, key []byte, now int64, enforced bool) b
 // the stream's end gives it back whichever way the request goes.
 func (c *permits) acquireFallback(h *httpContext, it *globalItem, now int64) bool {
 	rs := it.rs
-	denied, held, ok := c.acquireOwned(rs, rs.fbPermits, rs.rule.FallbackConcurrency(), []byte(it.key), now, !rs.rule.Shadow, true)
+	fb := rs.rule.FallbackConcurrency()
+	denied, held, ok := c.acquireOwned(rs, rs.fbPermits, fb, fb, []byte(it.key), now, !rs.rule.Shadow, true)
 	if ok {
 		h.permits = append(h.permits, held)
 	}
@@ -121,13 +127,13 @@ func (c *permits) acquireFallback(h *httpContext, it *globalItem, now int64) boo
 }
 
 // acquireOwned decides a request against spec, a concurrency limit whose permits are in rec
-// (fallback: a global rule's local fallback), and reports whether it is denied (enforced) and the
-// permit the request holds, if held.
-func (c *permits) acquireOwned(rs *ruleState, rec *sharedstate.Records, spec *rules.LimitSpec, key []byte, now int64, enforced, fallback bool) (denied bool, h heldPermit, held bool) {
+// (fallback: a global rule's local fallback), or against overflow when its key finds no room, and
+// reports whether it is denied (enforced) and the permit the request holds, if held.
+func (c *permits) acquireOwned(rs *ruleState, rec *sharedstate.Records, spec, overflow *rules.LimitSpec, key []byte, now int64, enforced, fallback bool) (denied bool, h heldPermit, held bool) {
 	d, r := &c.d, rs.rule
 	e := &c.ed
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Limit, e.Policy, e.Force = sharedstate.OwnedAcquire, 1, 0, c.owner, now, spec.Concurrency, nil, !enforced
-	res, err := c.update(rec, key, e)
+	res, spec, err := c.update(rec, key, e, spec, overflow)
 	if err := c.updated(rs, res.Attempts, err); err != nil {
 		return rs.failed(enforced), h, false
 	}
@@ -199,17 +205,30 @@ func (c *permits) write(h heldPermit, op sharedstate.OwnedOp, count int64, now i
 }
 
 // renew, on a tick, rewrites this plugin's entries with the counts its streams hold (renewing their
-// lease) every permitRenew, and forgets the keys that hold nothing any more.
+// lease) every permitRenew, and forgets the keys that hold nothing any more. The keys without room
+// share the overflow record, where this plugin has one entry: it is rewritten once, with the
+// permits of all those keys together.
 func (c *permits) renew(now int64) {
 	if now-c.lastRenew < permitRenew {
 		return
 	}
 	c.lastRenew = now
+	clear(c.pools)
 	for h, n := range c.held {
-		c.write(h, sharedstate.OwnedRenew, n, now)
+		if h.overflow { // one entry of this owner counts every key's permits in the pool
+			if c.pools == nil {
+				c.pools = map[permitKey]int64{}
+			}
+			c.pools[heldPermit{rule: h.rule, overflow: true, shared: h.shared, fallback: h.fallback}] += n
+		} else {
+			c.write(h, sharedstate.OwnedRenew, n, now)
+		}
 		if n == 0 {
 			delete(c.held, h)
 		}
+	}
+	for h, n := range c.pools {
+		c.write(h, sharedstate.OwnedRenew, n, now)
 	}
 }
 

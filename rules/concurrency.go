@@ -12,8 +12,9 @@ import (
 // A limit {"concurrency": N} (instead of "rate") bounds the requests of one key that are in
 // flight at once: a permit is taken when the request headers arrive and returned when the
 // stream ends, whatever ends it. Such a limit must be the rule's only limit, and the rule
-// takes no cost, overrides, overflow or lease: a permit is one request, and a key without
-// room in max_keys slots shares one overflow permit pool with the other keys without room.
+// takes no cost, overrides or lease: a permit is one request. A key without room in max_keys
+// slots shares one overflow permit pool with the other keys without room: of the rule's limit,
+// or of its overflow, one concurrency limit (OverflowConcurrency).
 // The filter (filter/concurrency.go) holds the permits in shared data under a lease.
 //
 // enforce_percent on a rule enforces it for a deterministic share of key values: a key is
@@ -79,8 +80,10 @@ func (v *validator) checkConcurrencyRule(path string, rj *ruleJSON, r *Rule) {
 		v.failf(path+".cost", "a rule with a concurrency limit takes no cost: a permit is one request")
 	case len(rj.Overrides) > 0:
 		v.failf(path+".overrides", "a rule with a concurrency limit takes no overrides")
-	case len(rj.Overflow) > 0:
-		v.failf(path+".overflow", "a rule with a concurrency limit takes no overflow: keys without room share one permit pool")
+	case len(rj.Overflow) > 1 || len(rj.Overflow) == 1 && !rj.Overflow[0].Concurrency.Set:
+		v.failf(path+".overflow", "the overflow of a concurrency rule is one concurrency limit, the permits every key without room shares, e.g. [{\"concurrency\": 100}]")
+	case len(rj.Overflow) == 1 && r.Scope == ScopeGlobal:
+		v.failf(path+".overflow", "a global concurrency rule keeps no local permits: only scope local or both take an overflow")
 	case rj.Lease != nil:
 		v.failf(path+".lease", "a rule with a concurrency limit takes no lease")
 	case len(rj.Fallback) > 0:
@@ -106,6 +109,15 @@ func (r *Rule) FallbackConcurrency() *LimitSpec {
 		return &r.fallback.Limits[0]
 	}
 	return nil
+}
+
+// OverflowConcurrency returns the concurrency limit that the keys without room share: the
+// rule's overflow, or its own limit when it has none (nil when its limits are rates).
+func (r *Rule) OverflowConcurrency() *LimitSpec {
+	if o := r.overflow; o != nil && len(o.Limits) == 1 && o.Limits[0].Concurrency > 0 {
+		return &o.Limits[0]
+	}
+	return r.Concurrency()
 }
 
 // Concurrency returns the rule's concurrency limit, or nil when its limits are rates.

@@ -21,6 +21,14 @@ func TestAConcurrencyLimitCompilesToItsPermitCount(t *testing.T) {
 	assert.Nil(t, rate.Rules()[0].Concurrency(), "a rate rule has no concurrency limit")
 }
 
+func TestAConcurrencyRulesOverflowIsThePoolOfTheKeysWithoutRoom(t *testing.T) {
+	r := mustParse(t, `{"rules":[{"name":"r","key":[{"header":"x-tenant"}],"limits":[{"concurrency":3}],"overflow":[{"concurrency":200}]}]}`).Rules()[0]
+	assert.Equal(t, int64(3), r.Concurrency().Concurrency)
+	assert.Equal(t, int64(200), r.OverflowConcurrency().Concurrency)
+	plain := mustParse(t, `{"rules":[{"name":"r","limits":[{"concurrency":3}]}]}`).Rules()[0]
+	assert.Equal(t, int64(3), plain.OverflowConcurrency().Concurrency, "without overflow, the rule's own limit")
+}
+
 func TestConcurrencyConfigErrorsNameTheirField(t *testing.T) {
 	tests := []struct {
 		name, rule, path string
@@ -33,7 +41,8 @@ func TestConcurrencyConfigErrorsNameTheirField(t *testing.T) {
 		{"a concurrency limit is the rule's only limit", `"limits":[{"concurrency":5},{"rate":"5/s"}]`, "rules[0].limits"},
 		{"a concurrency rule takes no cost", `"limits":[{"concurrency":5}],"cost":3`, "rules[0].cost"},
 		{"a concurrency rule takes no overrides", `"key":["client_ip"],"limits":[{"concurrency":5}],"overrides":[{"value":"192.0.2.1","unlimited":true}]`, "rules[0].overrides"},
-		{"a concurrency rule takes no overflow", `"limits":[{"concurrency":5}],"overflow":[{"concurrency":9}]`, "rules[0].overflow"},
+		{"a concurrency rule's overflow is no rate", `"limits":[{"concurrency":5}],"overflow":[{"rate":"9/s"}]`, "rules[0].overflow"},
+		{"a concurrency rule's overflow is one limit", `"limits":[{"concurrency":5}],"overflow":[{"concurrency":9},{"concurrency":9}]`, "rules[0].overflow"},
 		{"a rate rule cannot override with a concurrency limit", `"key":["client_ip"],"limits":[{"rate":"5/s"}],"overrides":[{"value":"192.0.2.1","limits":[{"concurrency":2}]}]`, "rules[0].overrides[0].limits[0].concurrency"},
 		{"enforce_percent above 100 is refused", `"limits":[{"concurrency":5}],"enforce_percent":101`, "rules[0].enforce_percent"},
 		{"a negative enforce_percent is refused", `"limits":[{"rate":"5/s"}],"enforce_percent":-1`, "rules[0].enforce_percent"},
