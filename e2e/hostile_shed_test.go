@@ -350,3 +350,30 @@ func TestRenewalsKeepCountingEveryPermitOfTheKeysThatShareTheOverflowPool(t *tes
 	admitted += mintedTenants(t, p, 40, 40)
 	assert.LessOrEqual(t, admitted, 13, "the pool's permits are still counted after a renewal")
 }
+
+func TestAClientWithAThousandIdleBodiesHoldsOnlyItsKeyShareOfTheShedder(t *testing.T) {
+	cfg := `{"rules":[{"name":"all","limits":[{"rate":"1000000/s"}]}],
+		"shed":{"capacity":100,"key_share":100}}`
+	p := load(t, module(t, "meshlimit"), cfg, 4)
+	held := 0
+	for i := range 1000 { // one address, a thousand request bodies that never end
+		s := p.VM(i % 4).NewStream(envoyhost.StreamInfo{SourceAddress: "198.51.100.66:40000"})
+		_, err := s.SendRequestHeaders(get("api.example", "/upload", "198.51.100.66").Headers, false)
+		require.NoError(t, err)
+		if s.LocalReply() == nil {
+			held++
+		}
+	}
+	assert.Equal(t, 10, held, "the client holds its share: 10% of the capacity")
+	assert.Equal(t, int64(990), counter(p, "meshlimit.shed.key_limited"))
+	p.Clock().Advance(5 * time.Minute) // renewals keep the share counted
+	others := 0
+	for i := range 80 { // 80 other clients, each holding a stream: what default may use besides
+		if _, ok := openStream(t, p.VM(i%4), get("api.example", "/", "192.0.2."+strconv.Itoa(i+1))); ok {
+			others++
+		}
+	}
+	assert.Equal(t, 80, others, "every other client is admitted")
+	_, ok := openStream(t, p.VM(0), get("api.example", "/", "198.51.100.66"))
+	assert.False(t, ok, "the client is still held to its share")
+}

@@ -53,6 +53,7 @@ import (
 //	P<class>.in_flight     gauge: requests in flight (all workers), updated on ticks
 //	Pcapacity              gauge: the capacity in force
 //	Preclaimed             slots reclaimed from owners whose lease ended
+//	Pkey_limited           requests whose share_key value held its key_share (shed, or counted in shadow)
 type shedState struct {
 	cfg      *rules.Shed
 	stateKey string // the owned record of in-flight counts
@@ -69,23 +70,28 @@ type shedState struct {
 	metrics  shedMetrics
 	buf      []byte
 	hdrs     [2][2]string // the shed reply's headers
-	kbuf     []byte       // scratch of the class and enforcement keys
+	kbuf     []byte       // scratch of the class, enforcement and share keys
+	keys     keyShare     // key_share: the slots each share_key value holds (shed_keys.go)
+	taken    keySlot      // admitOne's output: the key share slot of the request it admitted
+	keyed    bool         // admitOne's output: taken is held
 }
 
 type shedMetrics struct {
 	admitted, shed, shadowShed [shed.MaxClasses]counter
 	inFlight                   [shed.MaxClasses]gauge
 	capacity                   gauge
-	reclaimed                  counter
+	reclaimed, keyLimited      counter
 }
 
 // shedSlot is the shedding slot a stream holds.
 type shedSlot struct {
-	class    int   // the shedder's class of the slot, if held
-	idx      int   // the index in shedder.list of that shedder
-	held     bool  //
-	shared   bool  // counted in the record's shared entry (sharedstate.SharedOwner)
-	admitted int64 // when the shedder admitted the stream (unix ns)
+	class    int     // the shedder's class of the slot, if held
+	idx      int     // the index in shedder.list of that shedder
+	held     bool    //
+	shared   bool    // counted in the record's shared entry (sharedstate.SharedOwner)
+	admitted int64   // when the shedder admitted the stream (unix ns)
+	key      keySlot // the key share slot, if keyed
+	keyed    bool
 }
 
 // shedder is a plugin's load shedders, in configuration order.
@@ -125,6 +131,13 @@ func (s *shedder) startOne(st *shedState, cfg *rules.Shed, base string) {
 	}
 	st.metrics.capacity = newGauge(s.host, cfg.MetricPrefix+"capacity")
 	st.metrics.reclaimed = newCounter(s.host, cfg.MetricPrefix+"reclaimed")
+	if cfg.KeyShared() {
+		st.metrics.keyLimited = newCounter(s.host, cfg.MetricPrefix+"key_limited")
+		var err error
+		if st.keys.recs, err = sharedstate.NewRecords(base+"keys/"+strconv.FormatUint(uint64(cfg.Policy.KeyShare()), 10), cfg.KeyShareSlots()); err != nil {
+			logf(s.host, logWarn, "meshlimit: shed: key_share: %v", err) // unreachable: the slots are in range
+		}
+	}
 	if cfg.Adaptive != nil {
 		st.capacity = cfg.Adaptive.InitialLimit
 		s.tickOne(st, 0) // read a state other workers may have made
@@ -170,7 +183,7 @@ func (s *shedder) admitFirst(h *httpContext, now int64) bool {
 	st := &s.list[idx]
 	class, shedIt := s.admitOne(st, now)
 	if class >= 0 {
-		h.shed = shedSlot{class: class, idx: idx, held: true, shared: st.ed.Shared, admitted: now}
+		h.shed = shedSlot{class: class, idx: idx, held: true, shared: st.ed.Shared, admitted: now, key: st.taken, keyed: st.keyed}
 	}
 	if !shedIt {
 		return false
@@ -194,6 +207,12 @@ func (s *shedder) admitOne(st *shedState, now int64) (class int, shedIt bool) {
 		enforced, st.kbuf = cfg.Enforced(req, st.kbuf)
 		shadow = !enforced
 	}
+	keyAllowed := s.takeKey(st, now, shadow)
+	if !keyAllowed && !shadow {
+		st.metrics.keyLimited.inc(1)
+		st.metrics.shed[c].inc(1)
+		return -1, true
+	}
 	e := &st.ed
 	k := cfg.Policy.Classes()
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Policy, e.Capacity, e.Force = sharedstate.OwnedAcquire, k, c, s.owner, now, &cfg.Policy, st.capacity, shadow
@@ -202,13 +221,17 @@ func (s *shedder) admitOne(st *shedState, now int64) (class int, shedIt bool) {
 		if !errors.Is(err, sharedstate.ErrContention) {
 			logf(s.host, logWarn, "meshlimit: shed: %v", err)
 		}
+		s.dropKey(st, now)
 		return -1, false // the shedder fails open: it protects the upstream, it is no limit
 	}
 	if e.Reclaimed > 0 {
 		st.metrics.reclaimed.inc(uint64(e.Reclaimed))
 	}
+	if !keyAllowed {
+		st.metrics.keyLimited.inc(1)
+	}
 	switch {
-	case e.Allowed:
+	case e.Allowed && keyAllowed:
 		st.metrics.admitted[c].inc(1)
 	case shadow:
 		st.metrics.shadowShed[c].inc(1)
@@ -216,6 +239,7 @@ func (s *shedder) admitOne(st *shedState, now int64) (class int, shedIt bool) {
 		st.metrics.shed[c].inc(1)
 	}
 	if !e.Admitted {
+		s.dropKey(st, now)
 		return -1, !shadow
 	}
 	if e.Shared {
@@ -228,6 +252,30 @@ func (s *shedder) admitOne(st *shedState, now int64) (class int, shedIt bool) {
 
 // codeDetailsPath is Envoy's response.code_details: "via_upstream" for an upstream's answer.
 var codeDetailsPath = propertyPath("response", "code_details")
+
+// takeKey takes the current request's key share slot when the shedder has a key share (st.taken,
+// st.keyed), and reports whether its key was under its share (true without a key share, or when the
+// record could not be written: the share fails open, like the shedder). In shadow, the slot is
+// taken over the share too.
+func (s *shedder) takeKey(st *shedState, now int64, shadow bool) bool {
+	st.keyed = false
+	cfg := st.cfg
+	if !cfg.KeyShared() || st.keys.recs == nil {
+		return true
+	}
+	st.kbuf = cfg.ShareKey(&s.d.req, st.kbuf)
+	ks, allowed, taken, ok := st.keys.acquire(s.records, st.kbuf, s.owner, now, cfg.Policy.KeySlots(st.capacity), shadow)
+	st.taken, st.keyed = ks, taken
+	return allowed || !ok
+}
+
+// dropKey gives back the key share slot takeKey took for a request that holds no shedder slot.
+func (s *shedder) dropKey(st *shedState, now int64) {
+	if st.keyed {
+		st.keyed = false
+		st.keys.release(s.records, st.taken, s.owner, now)
+	}
+}
 
 // responded gives back the stream's shedding slot when the response headers arrive, and records
 // the upstream latency of an answer the shedder's Sampler keeps.
@@ -286,6 +334,10 @@ func (s *shedder) release(st *shedState, sl *shedSlot, now int64) {
 	} else {
 		st.held[class] = max(st.held[class]-1, 0)
 	}
+	if sl.keyed {
+		sl.keyed = false
+		st.keys.release(s.records, sl.key, s.owner, now)
+	}
 	e := &st.ed
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Shared = sharedstate.OwnedRelease, st.cfg.Policy.Classes(), class, s.owner, now, sl.shared
 	if _, err := s.records.UpdateShared(st.stateKey, e); err == nil && e.Reclaimed > 0 {
@@ -313,6 +365,9 @@ func (s *shedder) tick(now int64) {
 // renew rewrites this plugin's entry of the shedder's record with the slots its streams hold (see
 // permits.renew).
 func (s *shedder) renew(st *shedState, now int64) {
+	if st.keys.recs != nil {
+		st.keys.renew(s.records, s.owner, now)
+	}
 	e := &st.ed
 	if st.shared != [shed.MaxClasses]int64{} { // renew the shared entry's lease (its counts are not ours)
 		e.Op, e.Classes, e.Owner, e.Now, e.Counts, e.Shared = sharedstate.OwnedRenew, st.cfg.Policy.Classes(), s.owner, now, st.shared, true

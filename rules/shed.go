@@ -44,6 +44,12 @@ type shedJSON struct {
 	EnforcePercent optInt `json:"enforce_percent"`
 	// Key is the key enforce_percent hashes (the rules' key parts). Default: none.
 	Key []keyPartJSON `json:"key"`
+	// KeyShare is the share of the capacity, in thousandths (1 to 1000), that the requests of
+	// one share_key value may hold at once; 1000 (the default) is no cap.
+	KeyShare optInt `json:"key_share"`
+	// ShareKey is the key (the rules' key parts) that key_share counts by. Default
+	// ["client_ip"]; only with key_share.
+	ShareKey []keyPartJSON `json:"share_key"`
 	// RetryAfter is the Retry-After of a shed request before jitter, 1s to 1h. Default "1s".
 	RetryAfter string `json:"retry_after"`
 	// RetryAfterJitter is the most Retry-After is randomly lengthened by, 0 to 1h. Default
@@ -118,8 +124,9 @@ type Shed struct {
 	fromSet     bool
 	fromMap     map[string]int // appendPart of a value -> class
 	key         []keyPart
-	enforcer    *Rule  // carries the percentage enforcedHash compares with
-	enforceSeed uint64 // FNV-1a of "shed/<name>\x00", as Rule.EnforcedFor starts its hash
+	shareKey    []keyPart // the key key_share counts by (nil: no key share)
+	enforcer    *Rule     // carries the percentage enforcedHash compares with
+	enforceSeed uint64    // FNV-1a of "shed/<name>\x00", as Rule.EnforcedFor starts its hash
 }
 
 // Matches reports whether the shedder governs req (its match; no match matches all).
@@ -264,6 +271,7 @@ func (v *validator) shed(path string, sj *shedJSON) *Shed {
 	v.shedCapacity(path, sj, s)
 	s.Shadow = sj.Shadow
 	v.shedEnforce(path, sj, s)
+	v.shedKeyShare(path, sj, s)
 	s.RetryAfter = v.durationIn(path+".retry_after", sj.RetryAfter, s.RetryAfter, time.Second, time.Hour)
 	s.RetryAfterJitter = v.durationIn(path+".retry_after_jitter", sj.RetryAfterJitter, s.RetryAfterJitter, 0, time.Hour)
 	return s
@@ -280,6 +288,64 @@ func (v *validator) shedCapacity(path string, sj *shedJSON, s *Shed) {
 	default:
 		v.failf(path+".capacity", "required: a capacity (requests in flight) or an adaptive object")
 	}
+}
+
+// shedKeyShare compiles key_share and share_key into s.Policy.
+func (v *validator) shedKeyShare(path string, sj *shedJSON, s *Shed) {
+	if !sj.KeyShare.Set {
+		if len(sj.ShareKey) > 0 {
+			v.failf(path+".share_key", "only with key_share: the share one key value may hold")
+		}
+		return
+	}
+	share := int(v.intIn(path+".key_share", sj.KeyShare, 1, 1000))
+	if p, err := s.Policy.WithKeyShare(max(share, 1)); err == nil {
+		s.Policy = p
+	}
+	parts := sj.ShareKey
+	if len(parts) == 0 {
+		parts = []keyPartJSON{{ClientIP: &clientIPJSON{}}}
+	}
+	if len(parts) > maxKeyParts {
+		v.failf(path+".share_key", "%d parts: at most %d are allowed", len(parts), maxKeyParts)
+		return
+	}
+	for i := range parts {
+		if kp, ok := v.keyPart(path+".share_key["+strconv.Itoa(i)+"]", &parts[i]); ok {
+			s.shareKey = append(s.shareKey, kp)
+		}
+	}
+}
+
+// KeyShared reports whether the shedder holds each share_key value to its key_share.
+func (s *Shed) KeyShared() bool { return len(s.shareKey) > 0 && s.Policy.KeyShare() < 1000 }
+
+// KeyShareSlots is the number of records the key share keeps its counts in: four times the
+// largest capacity (each key in flight holds at least one slot, so at most a quarter of them are
+// taken and a new key rarely finds its candidates held), between 64 and 1<<20.
+func (s *Shed) KeyShareSlots() int {
+	c := s.Capacity
+	if s.Adaptive != nil {
+		c = s.Adaptive.MaxLimit
+	}
+	return int(min(max(4*c, 64), 1<<20))
+}
+
+// ShareKey appends to buf[:0] the share_key value of req (a missing or conflicting part counts
+// as the empty value) and returns it; it does not allocate when buf has room.
+func (s *Shed) ShareKey(req Request, buf []byte) []byte {
+	buf = buf[:0]
+	for i := range s.shareKey {
+		if i > 0 {
+			buf = append(buf, '|')
+		}
+		n := len(buf)
+		var st KeyStatus
+		if buf, st = s.shareKey[i].appendValue(buf, req); st != KeyFound {
+			buf = buf[:n]
+		}
+	}
+	return buf
 }
 
 // shedEnforce compiles enforce_percent and key.
