@@ -138,6 +138,20 @@ func TestShedClassComesFromTheRouteThenTheHeaderThenTheDefault(t *testing.T) {
 	}
 }
 
+func TestAKeyShareCountsByClientIPUnlessTold(t *testing.T) {
+	s := mustParse(t, `{"rules":[{"name":"r","limits":[{"rate":"5/s"}]}],"shed":{"capacity":100,"key_share":100}}`).Shedders[0]
+	require.True(t, s.KeyShared())
+	assert.Equal(t, 100, s.Policy.KeyShare())
+	assert.Equal(t, int64(10), s.Policy.KeySlots(100))
+	assert.Equal(t, 400, s.KeyShareSlots())
+	req := &fakeRequest{headers: map[string]string{"x-tenant": "acme"}, source: "192.0.2.7:1234"}
+	assert.Equal(t, "192.0.2.7", string(s.ShareKey(req, nil)))
+	s = mustParse(t, `{"rules":[{"name":"r","limits":[{"rate":"5/s"}]}],"shed":{"capacity":100,"key_share":100,"share_key":[{"header":"x-tenant"}]}}`).Shedders[0]
+	assert.Equal(t, "acme", string(s.ShareKey(req, nil)))
+	s = mustParse(t, `{"rules":[{"name":"r","limits":[{"rate":"5/s"}]}],"shed":{"capacity":100}}`).Shedders[0]
+	assert.False(t, s.KeyShared(), "no key share by default")
+}
+
 func TestAProbeTimeoutAndMinimumSamplesAreConfigured(t *testing.T) {
 	c := mustParse(t, `{"rules":[{"name":"r","limits":[{"rate":"5/s"}]}],"shed":{"adaptive":{"probe_timeout":"500ms","probe_min_samples":4}}}`)
 	g := c.Shedders[0].Adaptive
@@ -158,6 +172,10 @@ func TestShedConfigErrorsNameTheirField(t *testing.T) {
 		{"an unknown default class is refused", `{"capacity":5,"default_class":"gold"}`, "shed"},
 		{"an adaptive probe limit above max_limit is refused", `{"adaptive":{"max_limit":10,"initial_limit":5,"probe_limit":11}}`, "shed.adaptive.probe_limit"},
 		{"an adaptive interval below 10ms is refused", `{"adaptive":{"interval":"1ms"}}`, "shed.adaptive.interval"},
+		{"a key share of 0 is refused", `{"capacity":5,"key_share":0}`, "shed.key_share"},
+		{"a key share above 1000 is refused", `{"capacity":5,"key_share":1001}`, "shed.key_share"},
+		{"a share key without a key share is refused", `{"capacity":5,"share_key":["client_ip"]}`, "shed.share_key"},
+		{"a bad share key part is refused", `{"capacity":5,"key_share":100,"share_key":["nope"]}`, "shed.share_key[0]"},
 		{"a probe timeout below 100ms is refused", `{"adaptive":{"probe_timeout":"10ms"}}`, "shed.adaptive.probe_timeout"},
 		{"a probe_min_samples of 0 is refused", `{"adaptive":{"probe_min_samples":0}}`, "shed.adaptive.probe_min_samples"},
 		{"a retry_after below 1s is refused", `{"capacity":5,"retry_after":"10ms"}`, "shed.retry_after"},
