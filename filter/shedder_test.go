@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/meshlimit/meshlimit/shed"
 )
 
 // The shedder (shed.go) on the fake host.
@@ -147,6 +149,72 @@ func TestOnlyTheFirstMatchingShedderOfTheListGovernsARequest(t *testing.T) {
 	assert.Equal(t, int64(1), f.counter("meshlimit.shed.api.only.shed"))
 	assert.Equal(t, int64(1), f.counter("meshlimit.shed.all.only.admitted"))
 	for _, h := range []*httpContext{a, b, c} {
+		f.end(h)
+	}
+}
+
+func TestAShedSlotIsGivenBackWhenTheResponseHeadersArriveNotAtTheStreamsEnd(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(shedConfig(`{"capacity":1,"classes":[{"name":"only"}],"default_class":"only"}`))
+	a, act := f.open(p, fakeReq("/"), true)
+	require.Equal(t, types.ActionContinue, act)
+	f.respond(a, [][2]string{{":status", "200"}}, false) // the answer streams on
+	b, act := f.open(p, fakeReq("/"), true)
+	assert.Equal(t, types.ActionContinue, act, "a started answer holds no slot")
+	f.end(a)
+	f.end(b)
+}
+
+func TestAnswersAreClassifiedByWhoAnsweredAndTheirStatus(t *testing.T) {
+	tests := []struct {
+		name, status, details string
+		want                  shed.Answer
+	}{
+		{"an upstream's 200 did work", "200", "via_upstream", shed.Served},
+		{"an upstream's 304 did work", "304", "via_upstream", shed.Served},
+		{"an upstream's 404 is refused", "404", "via_upstream", shed.Refused},
+		{"an upstream's 503 is refused", "503", "via_upstream", shed.Refused},
+		{"the router's 504 on a timeout is local", "504", "upstream_response_timeout", shed.Local},
+		{"another filter's local 403 is local", "403", "ext_authz_denied", shed.Local},
+		{"a host without code details is classified by status", "200", "", shed.Served},
+		{"a status out of range is local", "99", "via_upstream", shed.Local},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeHost(t)
+			p := f.start(shedConfig(`{"adaptive":{}}`))
+			h, act := f.open(p, fakeReq("/"), true)
+			require.Equal(t, types.ActionContinue, act)
+			if tt.details != "" {
+				f.props[string(codeDetailsPath)] = tt.details
+			}
+			st := f.of(h)
+			st.resp = [][2]string{{":status", tt.status}}
+			f.cur = st
+			got := p.sheds.answer()
+			f.leave()
+			assert.Equal(t, tt.want, got)
+			f.end(h)
+		})
+	}
+}
+
+func TestAKeyAtItsShareIsShedAndGetsItsSlotBackWhenAStreamAnswers(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(shedConfig(`{"capacity":10,"key_share":200}`)) // 2 slots per client address
+	a, act := f.open(p, fakeReq("/"), true)
+	require.Equal(t, types.ActionContinue, act)
+	b, act := f.open(p, fakeReq("/"), true)
+	require.Equal(t, types.ActionContinue, act)
+	c, act := f.open(p, fakeReq("/"), true)
+	assert.Equal(t, types.ActionPause, act, "the third stream of the address is over its share")
+	assert.Equal(t, uint32(503), f.of(c).reply.status)
+	assert.Equal(t, int64(1), f.counter("meshlimit.shed.key_limited"))
+	f.end(c)
+	f.respond(a, [][2]string{{":status", "200"}}, false)
+	d, act := f.open(p, fakeReq("/"), true)
+	assert.Equal(t, types.ActionContinue, act, "the answered stream gave its key's slot back")
+	for _, h := range []*httpContext{a, b, d} {
 		f.end(h)
 	}
 }
