@@ -213,24 +213,36 @@ func TestAShadowAcquireCountsTheRequestItWouldHaveRefused(t *testing.T) {
 	assert.Equal(t, int64(2), total(&r))
 }
 
+// FuzzOwnedRecordNeverExceedsTheLimit runs acquires, releases and lease expiries of up to 100
+// owners (more than a record has entries: the others count in the shared entry) against limits
+// of up to 120.
 func FuzzOwnedRecordNeverExceedsTheLimit(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 0, 1, 2, 3}, uint8(5))
 	f.Add([]byte{1, 1, 1, 9, 9, 9, 200, 200}, uint8(1))
+	seq := make([]byte, 0, 200)
+	for i := range 100 {
+		seq = append(seq, byte(i), byte(i+100)&63)
+	}
+	f.Add(seq, uint8(119))
 	f.Fuzz(func(t *testing.T, ops []byte, limit uint8) {
-		if len(ops) > 512 {
-			ops = ops[:512]
+		if len(ops) > 1024 {
+			ops = ops[:1024]
 		}
-		lim := int64(limit%20) + 1
+		lim := int64(limit%120) + 1
+		held := map[uint64][]bool{} // per owner, whether each of its requests is in the shared entry
 		var p []byte
 		now := int64(0)
-		for _, op := range ops {
-			owner := uint64(op%4) + 1
+		for i, op := range ops {
+			owner := uint64((int(op&63)+i/64*37)%100) + 1
 			var e *OwnedEditor
 			switch op >> 6 {
 			case 0, 1:
 				e = acquire(owner, now, lim)
 			case 2:
 				e = &OwnedEditor{Op: OwnedRelease, Classes: 1, Owner: owner, Now: now}
+				if h := held[owner]; len(h) > 0 {
+					e.Shared, held[owner] = h[len(h)-1], h[:len(h)-1]
+				}
 			default:
 				now += ownedLease / 4
 				continue
@@ -240,10 +252,14 @@ func FuzzOwnedRecordNeverExceedsTheLimit(f *testing.F) {
 			if write {
 				p = next
 			}
+			if e.Op == OwnedAcquire && e.Admitted {
+				held[owner] = append(held[owner], e.Shared)
+			}
 			var r ownedRecord
 			r.decode(p, 1)
 			r.expire(now)
 			require.LessOrEqual(t, total(&r), lim)
+			require.LessOrEqual(t, r.n, maxOwners)
 		}
 	})
 }
