@@ -230,7 +230,11 @@ func (e *OwnedEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 		if e.Allowed || e.Force {
 			i := r.find(e.Owner, e.Now, true)
 			if i < 0 {
-				i, e.Shared = r.find(SharedOwner, e.Now, true), true // always room: see find
+				i, e.Shared = r.find(SharedOwner, e.Now, true), true
+			}
+			if i < 0 { // maxOwners others, as an older build could leave: deny, never admit uncounted
+				e.Allowed, e.Shared = false, false
+				break
 			}
 			r.counts[i][e.Class]++
 			r.expiry[i] = e.Now + ownedLease

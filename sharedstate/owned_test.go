@@ -129,6 +129,22 @@ func TestOwnersBeyondTheRecordsEntriesAreCountedInTheSharedEntryAndNeverAdmitted
 	assert.False(t, e.Shared)
 }
 
+func TestARecordFullOfOwnersWithoutASharedEntryDeniesANewOwner(t *testing.T) {
+	r := ownedRecord{k: 1, n: maxOwners} // as an older build, with no entry kept back, could leave it
+	for i := range maxOwners {
+		r.owner[i], r.expiry[i], r.counts[i][0] = uint64(i+1), ownedLease, 1
+	}
+	p := r.append(nil)
+	e := acquire(999, 0, 1000)
+	_, _, err := e.Edit(nil, p)
+	require.NoError(t, err)
+	assert.False(t, e.Allowed)
+	assert.False(t, e.Admitted, "denied, never admitted uncounted")
+	e = acquire(1, 0, 1000)
+	_ = apply(t, e, p)
+	assert.True(t, e.Admitted, "an owner with an entry keeps using it")
+}
+
 func TestASharedRequestIsReleasedFromTheSharedEntryAndItsLeaseRenewedByItsHolders(t *testing.T) {
 	var p []byte
 	for i := range maxOwners - 1 {
