@@ -21,7 +21,9 @@ import (
 // reclaimed. A shed request gets a 503 with the temporary-reduced-capacity problem type and a
 // jittered Retry-After. In shadow mode the shedder counts what it would shed and sheds nothing;
 // with enforce_percent below 100 it is in shadow mode for the requests whose key is not enforced.
-// Each shedder has its own shared-data records (under …/shed/<name>/) and metrics.
+// Each shedder has its own shared-data records (under …/shed/<name>/) and metrics. With
+// key_share, a request also takes a slot of its share_key value, held to shed.Policy.KeySlots of
+// the capacity across the workers (shed_keys.go), and gives it back with the shedder's.
 //
 // A request holds its slot until the response headers arrive (or until its stream ends, if none
 // come): a long answer (an event stream, a download) holds no slot once it has begun, and a
@@ -194,7 +196,7 @@ func (s *shedder) admitFirst(h *httpContext, now int64) bool {
 }
 
 // admitOne decides the current request with the shedder st; it returns the class when a slot was
-// taken (to be released at the end of the stream), -1 otherwise, and whether the request is shed
+// taken (released at the response headers, or at the end of a stream that got none), -1 otherwise, and whether the request is shed
 // (false in shadow, where a request the shedder would shed is admitted and counted).
 func (s *shedder) admitOne(st *shedState, now int64) (class int, shedIt bool) {
 	cfg := st.cfg
