@@ -196,8 +196,9 @@ func (s *shedder) admitFirst(h *httpContext, now int64) bool {
 }
 
 // admitOne decides the current request with the shedder st; it returns the class when a slot was
-// taken (released at the response headers, or at the end of a stream that got none), -1 otherwise, and whether the request is shed
-// (false in shadow, where a request the shedder would shed is admitted and counted).
+// taken (released at the response headers, or at the end of a stream that got none), -1
+// otherwise, and whether the request is shed (false in shadow, where a request the shedder would
+// shed is admitted and counted).
 func (s *shedder) admitOne(st *shedState, now int64) (class int, shedIt bool) {
 	cfg := st.cfg
 	req := &s.d.req
