@@ -28,6 +28,7 @@ func TestAWarmRequestAllocatesNothingOnTheGuestHeap(t *testing.T) {
 		{"a local rule's request in a plugin that also has a global service", withGlobalSection},
 		{"an allowed request of a monthly quota (its policy rendered per period)", monthlyQuota},
 		{"a request of an adaptive shedder, sampled and released at its response headers", withAdaptiveShedder},
+		{"a request of a shedder with a key share, from a client seen within the last renewal", withKeyShare},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := countCalls(t, c.c, 200, nil)
@@ -52,6 +53,11 @@ var monthlyQuota = lifecycleCase{"monthly", "meshlimit", `{"rules":[{"name":"per
 // withAdaptiveShedder is a local rule and an adaptive shedder: the response headers are classified
 // (response.code_details, :status) and sampled.
 var withAdaptiveShedder = lifecycleCase{"adaptive-shed", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}],"shed":{"adaptive":{}}}`, nil}
+
+// withKeyShare is a local rule and a shedder with a key share. The filter keeps its own copy of
+// each key it holds slots of: a key's first request allocates it, and its next ones reuse it until
+// a renewal (every 2 s) finds that the key holds nothing and forgets it.
+var withKeyShare = lifecycleCase{"key-share", "meshlimit", `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000000000/s"}]}],"shed":{"capacity":1000,"key_share":100}}`, nil}
 
 // The counter above does see an allocation: at log level debug, the filter formats a debug line
 // for each decision (fmt allocates), which is why debug is not a level for production traffic.

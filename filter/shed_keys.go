@@ -13,23 +13,40 @@ import (
 
 // keySlot is one key share slot a stream holds.
 type keySlot struct {
-	key      string
-	overflow bool // in the set's overflow record
-	shared   bool // in the record's shared entry (sharedstate.SharedOwner)
+	key      string // the held entry's own copy (keyEntry.name)
+	overflow bool   // in the set's overflow record
+	shared   bool   // in the record's shared entry (sharedstate.SharedOwner)
+}
+
+// keyEntry is what this plugin's streams hold of one key: counts by place (keySlot.place).
+type keyEntry struct {
+	name string
+	n    [4]int64
+}
+
+func (ks keySlot) place() int {
+	p := 0
+	if ks.overflow {
+		p |= 2
+	}
+	if ks.shared {
+		p |= 1
+	}
+	return p
 }
 
 // keyShare is what a plugin keeps for one shedder's key share.
 type keyShare struct {
 	recs  *sharedstate.Records
-	held  map[keySlot]int64 // the slots this plugin's streams hold, per key
-	pools map[keySlot]int64 // renew's scratch: the slots held in the overflow record, all keys together
+	held  map[string]*keyEntry // the slots this plugin's streams hold, per key
+	pools [2]int64             // renew's scratch: the slots held in the overflow record (own entry, shared entry)
 	ed    sharedstate.OwnedEditor
 	key   []byte
 }
 
 // acquire takes a slot of key at a limit of limit slots (counted even when over it with force),
 // and reports whether the limit allowed it and the slot, when taken. It fails open (ok false) when
-// the record could not be written.
+// the record could not be written. A key this plugin already holds allocates nothing.
 func (k *keyShare) acquire(cur *sharedstate.Cursor, key []byte, owner uint64, now, limit int64, force bool) (ks keySlot, allowed, taken, ok bool) {
 	e := &k.ed
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Limit, e.Policy, e.Force = sharedstate.OwnedAcquire, 1, 0, owner, now, limit, nil, force
@@ -41,21 +58,24 @@ func (k *keyShare) acquire(cur *sharedstate.Cursor, key []byte, owner uint64, no
 		return ks, false, false, false
 	}
 	if e.Admitted {
-		ks = keySlot{key: string(key), overflow: res.Placement == sharedstate.Overflow, shared: e.Shared}
-		if k.held == nil {
-			k.held = map[keySlot]int64{}
+		ent := k.held[string(key)]
+		if ent == nil {
+			if k.held == nil {
+				k.held = map[string]*keyEntry{}
+			}
+			ent = &keyEntry{name: string(key)}
+			k.held[ent.name] = ent
 		}
-		k.held[ks]++
+		ks = keySlot{key: ent.name, overflow: res.Placement == sharedstate.Overflow, shared: e.Shared}
+		ent.n[ks.place()]++
 	}
 	return ks, e.Allowed, e.Admitted, true
 }
 
 // release gives back the slot ks.
 func (k *keyShare) release(cur *sharedstate.Cursor, ks keySlot, owner uint64, now int64) {
-	if n := k.held[ks] - 1; n > 0 {
-		k.held[ks] = n
-	} else if _, ok := k.held[ks]; ok {
-		k.held[ks] = 0 // renewed (with 0: removed) on the next renewal, then forgotten
+	if ent := k.held[ks.key]; ent != nil {
+		ent.n[ks.place()] = max(ent.n[ks.place()]-1, 0) // at 0: renewed (removed) on the next renewal, then forgotten
 	}
 	k.write(cur, ks, sharedstate.OwnedRelease, 0, owner, now)
 }
@@ -63,22 +83,23 @@ func (k *keyShare) release(cur *sharedstate.Cursor, ks keySlot, owner uint64, no
 // renew rewrites this plugin's entries with the slots its streams hold, the overflow record's
 // once with the slots of every key in it, and forgets the keys that hold nothing.
 func (k *keyShare) renew(cur *sharedstate.Cursor, owner uint64, now int64) {
-	clear(k.pools)
-	for ks, n := range k.held {
-		if ks.overflow {
-			if k.pools == nil {
-				k.pools = map[keySlot]int64{}
+	k.pools = [2]int64{}
+	for name, ent := range k.held {
+		for place, n := range ent.n {
+			ks := keySlot{key: name, overflow: place&2 != 0, shared: place&1 != 0}
+			if ks.overflow {
+				k.pools[place&1] += n
+			} else if n > 0 || place == 0 {
+				k.write(cur, ks, sharedstate.OwnedRenew, n, owner, now)
 			}
-			k.pools[keySlot{overflow: true, shared: ks.shared}] += n
-		} else {
-			k.write(cur, ks, sharedstate.OwnedRenew, n, owner, now)
 		}
-		if n == 0 {
-			delete(k.held, ks)
+		if ent.n == [4]int64{} {
+			delete(k.held, name)
 		}
 	}
-	for ks, n := range k.pools {
-		k.write(cur, ks, sharedstate.OwnedRenew, n, owner, now)
+	k.write(cur, keySlot{overflow: true}, sharedstate.OwnedRenew, k.pools[0], owner, now)
+	if k.pools[1] > 0 {
+		k.write(cur, keySlot{overflow: true, shared: true}, sharedstate.OwnedRenew, k.pools[1], owner, now)
 	}
 }
 
