@@ -2,6 +2,7 @@ package rules
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -208,4 +209,10 @@ func TestAConcurrencyDenialRendersQuAndNoRetryAfter(t *testing.T) {
 	assert.Equal(t, `"slots";r=0`, h[HeaderRateLimit])
 	assert.NotContains(t, h, HeaderRetryAfter, "no wait can be promised for a permit")
 	assert.Equal(t, uint32(429), lr.Status)
+}
+
+func TestTheSummaryOfAShedderSaysItsKeyShare(t *testing.T) {
+	lines, err := Explain([]byte(`{"rules":[{"name":"r","limits":[{"rate":"5/s"}]}],"shed":{"capacity":100,"key_share":100}}`))
+	require.NoError(t, err)
+	assert.Contains(t, strings.Join(lines, "\n"), "capacity 100 in flight; classes critical > default > sheddable; one key holds at most 100/1000 of the capacity (key_share)")
 }

@@ -250,6 +250,9 @@ func explainShed(s *Shed, sj *shedJSON) string {
 		parts = append(parts, fmt.Sprintf("capacity %d in flight", s.Capacity))
 	}
 	parts = append(parts, "classes "+strings.Join(s.Classes, " > "))
+	if s.KeyShared() {
+		parts = append(parts, fmt.Sprintf("one key holds at most %d/1000 of the capacity (key_share)", s.Policy.KeyShare()))
+	}
 	if s.Shadow {
 		parts = append(parts, "shadow (counts, never sheds)")
 	}
