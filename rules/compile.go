@@ -177,6 +177,7 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 	}
 	v.checkConcurrencyRule(path, rj, r)
 	r.fingerprint = ruleFingerprint(r)
+	v.messages(path, rj, r)
 	return r
 }
 

@@ -72,6 +72,7 @@ type Rule struct {
 	lease       *Lease
 	overrides   map[string]int // key value → index in sets, or -1 for unlimited
 	cost        costSpec
+	messages    *Messages // rules[].messages, or nil (messages.go)
 	fingerprint uint64
 }
 

@@ -86,6 +86,9 @@ type ruleJSON struct {
 	// EnforcePercent is the share of key values, 0 to 100, the rule enforces; the others
 	// are decided in shadow (see concurrency.go). Default 100.
 	EnforcePercent optInt `json:"enforce_percent"`
+	// Messages makes the limits count the messages of gRPC streams and WebSocket sessions
+	// instead of requests (see messages.go). Default: requests.
+	Messages *messagesJSON `json:"messages"`
 }
 
 // matchJSON is rules[].match. Every condition that is present must hold.
