@@ -88,3 +88,7 @@ func statusOf(err error) Status {
 	}
 	return 10 // InternalFailure
 }
+
+// CloseStream resets the current HTTP stream. The SDK has no call for it on an HTTP context (its
+// CloseDownstream passes the TCP stream type), so outside wasip1 it is not implemented.
+func CloseStream() Status { return 12 } // Unimplemented

@@ -116,3 +116,7 @@ func SendLocalResponse(status uint32, headers [][2]string, body []byte, grpcStat
 		unsafe.Pointer(unsafe.SliceData(buf)), int32(len(buf)), grpcStatus)
 	return buf, Status(st)
 }
+
+// CloseStream resets the current HTTP stream once the callback returns (proxy_close_stream with
+// the request stream type, which Envoy maps to a reset of the whole stream; docs/envoy-host.md §13).
+func CloseStream() Status { return Status(hostCloseStream(0)) }

@@ -23,6 +23,7 @@ type decision struct {
 	acquired []heldPermit  // the permits taken for the request (permits)
 	settle   settleScratch // its reservations (settler)
 	charges  chargeScratch // its counted rules' charges (charger)
+	msgs     msgScratch    // its message limit (messageLimiter)
 }
 
 // reset readies d for a new request; eos says that its headers end it (no body will come).
@@ -32,6 +33,7 @@ func (d *decision) reset(eos bool) {
 	d.delay, d.deciding, d.denier = 0, -1, nil
 	d.settle.reset(eos)
 	d.charges.reset()
+	d.msgs.reset()
 }
 
 // restore puts back what a paused request had decided before its call (c), for the callback that
@@ -86,6 +88,10 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	}
 	set, unlimited := r.Limits(key)
 	if unlimited {
+		return false
+	}
+	if r.Messages() != nil { // the stream's messages are charged, not the request
+		p.msgs.adopt(rs, set, key, p.cfg.Enforce && !r.Shadow && (r.EnforcePercent == 100 || r.EnforcedFor(key)))
 		return false
 	}
 	if r.ReservesFromBody() && p.body.deferToBody(rs, set, key) { // a reservation read from the body

@@ -53,6 +53,7 @@ type fakeStream struct {
 	respBody  []byte
 	reply     *fakeReply
 	resumed   [2]int // request, response
+	closed    int    // closeStream calls
 	props     map[string]string
 	gone      bool
 }
@@ -264,6 +265,18 @@ func (f *fakeHost) enter(stream uint32) bool {
 }
 
 func (f *fakeHost) resume(p part) { f.stream().resumed[p]++ }
+
+func (f *fakeHost) closeStream() { f.stream().closed++ }
+
+func (f *fakeHost) setBody(p part, data []byte) error {
+	s := f.stream()
+	if p == responsePart {
+		s.respBody = append([]byte(nil), data...)
+	} else {
+		s.reqBody = append([]byte(nil), data...)
+	}
+	return nil
+}
 
 func (f *fakeHost) sendReply(status uint32, headers [][2]string, body []byte, grpcStatus int32) error {
 	if f.replyErr != nil {

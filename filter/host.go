@@ -37,11 +37,15 @@ type host interface {
 	// body reads size bytes from start of the part's body (the request's, the response's or a
 	// call answer's).
 	body(p part, start, size int) ([]byte, error)
+	// setBody replaces the chunk of the part's body that the callback was handed with data.
+	setBody(p part, data []byte) error
 
 	// enter makes stream the current context, and reports false when it is gone.
 	enter(stream uint32) bool
 	// resume continues the request or the response of the current stream (after the callback).
 	resume(p part)
+	// closeStream resets the current stream once the callback returns (proxy_close_stream).
+	closeStream()
 	// sendReply asks the host to answer the current stream locally once the callback returns
 	// (reply adds what to do when it refuses).
 	sendReply(status uint32, headers [][2]string, body []byte, grpcStatus int32) error

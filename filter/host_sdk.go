@@ -115,6 +115,19 @@ func (*sdkHost) body(p part, start, size int) ([]byte, error) {
 	return proxywasm.GetHttpCallResponseBody(start, size)
 }
 
+func (*sdkHost) setBody(p part, data []byte) error {
+	if p == responsePart {
+		return proxywasm.ReplaceHttpResponseBody(data)
+	}
+	return proxywasm.ReplaceHttpRequestBody(data)
+}
+
+func (*sdkHost) closeStream() {
+	if st := abi.CloseStream(); st != abi.StatusOK {
+		proxywasm.LogErrorf("meshlimit: resetting the stream: %v", st)
+	}
+}
+
 func (*sdkHost) enter(stream uint32) bool { return proxywasm.SetEffectiveContext(stream) == nil }
 
 func (*sdkHost) resume(p part) {

@@ -48,6 +48,7 @@ func (h *httpContext) requestHeaders(eos bool) types.Action {
 		return types.ActionPause
 	}
 	p.charges.keep(h)
+	p.msgs.keep(h)
 	if p.sheds.admit(h, now) {
 		return types.ActionPause
 	}
@@ -100,6 +101,9 @@ func (h *httpContext) deny() {
 // request body (bodyStage). A panic is recovered: the body goes on.
 func (h *httpContext) OnHttpRequestBody(size int, eos bool) (act types.Action) {
 	defer h.plugin.panics.recoverContinue("the request body", &act)
+	if act, decided := h.plugin.msgs.body(h, requestPart, size); decided {
+		return act
+	}
 	return h.plugin.body.requestBody(h, size, eos)
 }
 
@@ -108,6 +112,9 @@ func (h *httpContext) OnHttpRequestBody(size int, eos bool) (act types.Action) {
 // goes on.
 func (h *httpContext) OnHttpRequestTrailers(int) (act types.Action) {
 	defer h.plugin.panics.recoverContinue("the request trailers", &act)
+	if h.plugin.msgs.trailers(h, requestPart) { // they follow the body a hold keeps
+		return types.ActionPause
+	}
 	return h.plugin.body.requestTrailers(h)
 }
 
@@ -125,6 +132,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 		p.sheds.responded(h)
 	}
 	p.replies.addQuota(h)
+	p.msgs.responseHeaders(h)
 	if paused {
 		return types.ActionPause
 	}
@@ -135,6 +143,9 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 // response body (settler). A panic is recovered: the body goes on.
 func (h *httpContext) OnHttpResponseBody(size int, eos bool) types.Action {
 	defer h.plugin.panics.recoverPanic("the response body")
+	if act, decided := h.plugin.msgs.body(h, responsePart, size); decided {
+		return act
+	}
 	if h.settle != nil {
 		h.plugin.settle.responseBody(h, size, eos)
 	}
@@ -145,6 +156,9 @@ func (h *httpContext) OnHttpResponseBody(size int, eos bool) types.Action {
 // (settler). A panic is recovered.
 func (h *httpContext) OnHttpResponseTrailers(int) types.Action {
 	defer h.plugin.panics.recoverPanic("the response trailers")
+	if h.plugin.msgs.trailers(h, responsePart) {
+		return types.ActionPause
+	}
 	h.plugin.settle.responseTrailers(h)
 	return types.ActionContinue
 }

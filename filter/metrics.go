@@ -25,6 +25,11 @@ package filter
 //	meshlimit.rule.<rule>.penalties              keys a count_on rule put in its penalty box
 //	meshlimit.rule.<rule>.penalty_denied         requests denied from the penalty box
 //	meshlimit.rule.<rule>.permits_reclaimed      concurrency permits reclaimed from owners whose lease ended
+//	meshlimit.messages.counted                   messages of gRPC streams and WebSocket sessions a message rule counted (its allowed/limited count messages and holds)
+//	meshlimit.messages.holds                     directions held at a message limit (shape)
+//	meshlimit.messages.held                      gauge: directions held now, on this worker
+//	meshlimit.messages.ended                     streams a message limit ended (end, max_hold, a framing violation)
+//	meshlimit.messages.malformed                 streams whose framing was invalid (reset)
 //	meshlimit.global.resets_applied              reset log entries applied: keys an admin reset, forgotten in shared data
 //	meshlimit.global.resets_poll_failed          reads of the reset log that failed (applied later, from the same position)
 //	meshlimit.global.resets_truncated            reads that found the proxy's position gone from the log (resets may be missed)

@@ -78,6 +78,7 @@ type pluginContext struct {
 	body    bodyStage
 	charges charger
 	replies replier
+	msgs    messageLimiter
 }
 
 // newPluginContext returns a plugin context on h, not started.
@@ -168,6 +169,7 @@ func (p *pluginContext) startFeatures(owner uint64) {
 	p.body = bodyStage{env: e, settle: &p.settle, g: p.global, shaper: &p.shaper}
 	p.charges = charger{env: e, g: p.global, cache: &p.cache}
 	p.sheds.start(e, owner, &p.permits, p.cfg.Shedders, keyPrefix+p.name+"/shed/")
+	p.msgs.start(e, owner, p.rules)
 	p.ends = p.endHooks()
 }
 
@@ -202,7 +204,7 @@ func (p *pluginContext) tickPeriod() uint32 {
 		t = 1000 // renewals run every permitRenew
 	}
 	switch {
-	case shapes(p.rules):
+	case shapes(p.rules) || p.msgs.any:
 		return shapeTickMillis // which serves the permits too
 	case p.global != nil:
 		return leaseTickMillis
@@ -236,6 +238,7 @@ func (p *pluginContext) OnTick() {
 	}
 	testPanic(p.host, panicTick)
 	p.shaper.release(now)
+	p.msgs.tick(now)
 	p.leases.refill(now)
 	p.permits.renew(now)
 	p.sheds.tick(now)

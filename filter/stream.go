@@ -16,13 +16,15 @@ type stream struct {
 	permits   []heldPermit // permits: the concurrency permits the stream holds, released when it ends
 	shed      shedSlot     // shedder: the slot the stream holds
 	charges   chargeStream // charger: the counted rules' charges, decided by the response
+	msgs      msgStream    // message limiter: the stream's message limit and framers
 }
 
 // reset clears s for another stream.
 func (s *stream) reset() {
 	s.quota.reset()
 	s.charges.reset()
-	*s = stream{quota: s.quota, charges: s.charges, settleMem: s.settleMem}
+	s.msgs.reset()
+	*s = stream{quota: s.quota, charges: s.charges, settleMem: s.settleMem, msgs: s.msgs}
 }
 
 // newSettling gives the stream a fresh settling: the one it kept from an earlier stream (arrays
@@ -96,6 +98,9 @@ func (p *pluginContext) endHooks() []func(*httpContext) {
 	}
 	if len(p.sheds.list) > 0 {
 		ends = append(ends, p.sheds.endStream)
+	}
+	if p.msgs.any {
+		ends = append(ends, p.msgs.endStream)
 	}
 	return ends
 }

@@ -43,7 +43,7 @@ var Policy = []Rule{
 	{"wire", []string{"algorithms", "internal/fnv"}},
 	{"sharedstate", []string{"algorithms", "shed", "internal/fnv", "internal/siphash"}},
 	{"abi", []string{"github.com/tetratelabs/proxy-wasm-go-sdk"}},
-	{"filter", []string{"abi", "algorithms", "rules", "rules/body", "shed", "sharedstate", "wire", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
+	{"filter", []string{"abi", "algorithms", "messages", "rules", "rules/body", "shed", "sharedstate", "wire", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"cmd/filter", []string{"abi", "filter", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"cmd/passthrough", []string{"abi", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	// The service: its API and the Store contract; one package per store, the Redis client in the
