@@ -36,7 +36,7 @@ type heldDir struct {
 
 type messageMetrics struct {
 	counted, holds, ended, malformed counter
-	held                             gauge
+	held                             gauge // moved by deltas (heldBy)
 }
 
 // start readies the limiter; it defines its metrics only when a rule counts messages.
@@ -139,7 +139,7 @@ func (m *messageLimiter) hold(h *httpContext, p part, now, retry int64) {
 	h.msgs.rule.metrics.limited.inc(1)
 	m.metrics.holds.inc(1)
 	m.held = append(m.held, heldDir{h, p})
-	m.metrics.held.set(int64(len(m.held)))
+	m.heldBy(1)
 }
 
 // tick resets the streams whose close frame went out, and charges and resumes the held
@@ -164,9 +164,17 @@ func (m *messageLimiter) tick(now int64) {
 		}
 		kept = append(kept, hd)
 	}
+	m.heldBy(len(kept) - len(m.held))
 	clear(m.held[len(kept):])
 	m.held = kept
-	m.metrics.held.set(int64(len(m.held)))
+}
+
+// heldBy moves the held gauge by delta. The gauge is one stat for every worker, so each moves it
+// by its own changes.
+func (m *messageLimiter) heldBy(delta int) {
+	if delta != 0 {
+		m.host.addMetric(m.metrics.held.id, int64(delta))
+	}
 }
 
 // release tries to end the hold of hd at now and reports whether it ended (resumed, or the
@@ -249,8 +257,8 @@ func (m *messageLimiter) endStream(h *httpContext) {
 			kept = append(kept, hd)
 		}
 	}
+	m.heldBy(len(kept) - len(m.held))
 	clear(m.held[len(kept):])
 	m.held = kept
-	m.metrics.held.set(int64(len(m.held)))
 	ms.dirs[requestPart].held, ms.dirs[responsePart].held = false, false
 }
