@@ -7,8 +7,8 @@
 //     concurrency limit and a shedder;
 //
 // then sends bursts of real HTTP requests through the proxy (parallel ones against a slow upstream for
-// the concurrency limit and the shedder, layers.go), prints each answer as it comes, and ends with a
-// report. `make demo` builds the module and runs it; it exits by itself.
+// the concurrency limit and the shedder, layers.go), prints each answer as it comes, shows message
+// limits on a gRPC stream and a WebSocket echo (streams.go), and ends with a report. `make demo` builds the module and runs it; it exits by itself.
 package main
 
 import (
@@ -108,6 +108,9 @@ func run(ctx context.Context, out io.Writer, wasmPath, configPath string, worker
 		return err
 	}
 	if err := budget(ctx, out, d.client, p); err != nil { // budget.go: reserve, then settle
+		return err
+	}
+	if err := streamsSection(ctx, out, module); err != nil { // streams.go: message limits
 		return err
 	}
 	d.report(p)

@@ -57,5 +57,8 @@ func TestTheDemoRunsAndReports(t *testing.T) {
 	assert.Contains(t, report, `max_tokens 800   200  used 800: as reserved         RateLimit at admission: "tokens";r=80;`, "880 were left after the refund")
 	assert.Contains(t, report, "max_tokens 200   429  the reservation does not fit what is left")
 	assert.Contains(t, report, "max_tokens 50    200  used  75: 25 over-run charged", "an over-run is charged")
+	assert.Contains(t, report, "gRPC stream (ann), the client writing every 20 ms when not held: 25 messages reached the server", "5 burst + 5/s × 4 s")
+	assert.Contains(t, report, "WebSocket echo (bob): 25 messages reached the server, 24 echoes reached the client", "the last echo is still held")
+	assert.Contains(t, report, "on_limit end, 6 messages at once (cat): the client gets [[:status 200] [content-type application/grpc] [grpc-status 8]")
 	assert.Contains(t, report, "settled 3 completions: 280 tokens refunded, 25 charged beyond their reservations")
 }
