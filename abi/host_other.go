@@ -92,3 +92,19 @@ func statusOf(err error) Status {
 // CloseStream resets the current HTTP stream. The SDK has no call for it on an HTTP context (its
 // CloseDownstream passes the TCP stream type), so outside wasip1 it is not implemented.
 func CloseStream() Status { return 12 } // Unimplemented
+
+// GetBody reads size bytes from start of the current stream's request body (t 0) or response body
+// (t 1) into buf.
+func GetBody(t uint32, start, size int, buf []byte) ([]byte, Status) {
+	var v []byte
+	var err error
+	if t == 1 {
+		v, err = proxywasm.GetHttpResponseBody(start, size)
+	} else {
+		v, err = proxywasm.GetHttpRequestBody(start, size)
+	}
+	if err != nil {
+		return buf[:0], statusOf(err)
+	}
+	return append(buf[:0], v...), StatusOK
+}

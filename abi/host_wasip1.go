@@ -120,3 +120,17 @@ func SendLocalResponse(status uint32, headers [][2]string, body []byte, grpcStat
 // CloseStream resets the current HTTP stream once the callback returns (proxy_close_stream with
 // the request stream type, which Envoy maps to a reset of the whole stream; docs/envoy-host.md §13).
 func CloseStream() Status { return Status(hostCloseStream(0)) }
+
+// GetBody reads size bytes from start of the current stream's request body (t 0) or response body
+// (t 1), as proxy_get_buffer_bytes hands them (the chunk of this callback, or all the body held),
+// into buf's memory when it fits (see GetProperty).
+func GetBody(t uint32, start, size int, buf []byte) ([]byte, Status) {
+	recv = buf[:cap(buf)]
+	st := hostGetBufferBytes(t, int32(start), int32(size), unsafe.Pointer(&out.data), unsafe.Pointer(&out.size))
+	recv = nil
+	data, n, _ := taken()
+	if st != 0 {
+		return buf[:0], Status(st)
+	}
+	return received(buf, data, n), StatusOK
+}

@@ -268,6 +268,11 @@ func (f *fakeHost) resume(p part) { f.stream().resumed[p]++ }
 
 func (f *fakeHost) closeStream() { f.stream().closed++ }
 
+func (f *fakeHost) chunk(p part, size int, buf []byte) ([]byte, bool) {
+	b, err := f.body(p, 0, size)
+	return append(buf[:0], b...), err == nil
+}
+
 func (f *fakeHost) setBody(p part, data []byte) error {
 	s := f.stream()
 	if p == responsePart {

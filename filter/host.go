@@ -37,6 +37,9 @@ type host interface {
 	// body reads size bytes from start of the part's body (the request's, the response's or a
 	// call answer's).
 	body(p part, start, size int) ([]byte, error)
+	// chunk reads the size bytes of the part's body the callback was handed into buf when they
+	// fit, as header does, and reports false when the host refused.
+	chunk(p part, size int, buf []byte) ([]byte, bool)
 	// setBody replaces the chunk of the part's body that the callback was handed with data.
 	setBody(p part, data []byte) error
 

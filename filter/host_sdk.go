@@ -115,6 +115,11 @@ func (*sdkHost) body(p part, start, size int) ([]byte, error) {
 	return proxywasm.GetHttpCallResponseBody(start, size)
 }
 
+func (*sdkHost) chunk(p part, size int, buf []byte) ([]byte, bool) {
+	v, st := abi.GetBody(uint32(p), 0, size, buf)
+	return v, st == abi.StatusOK
+}
+
 func (*sdkHost) setBody(p part, data []byte) error {
 	if p == responsePart {
 		return proxywasm.ReplaceHttpResponseBody(data)

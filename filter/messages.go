@@ -201,10 +201,13 @@ func (m *messageLimiter) body(h *httpContext, p part, size int) (types.Action, b
 	if size == 0 {
 		return m.heldOr(d)
 	}
-	chunk, err := m.host.body(p, 0, size)
-	if err != nil {
-		logf(m.host, logWarn, "meshlimit: rule %s: reading a streamed body: %v; the stream is reset", ms.rule.rule.Name, err)
+	chunk, ok := m.host.chunk(p, size, m.in)
+	if !ok {
+		logf(m.host, logWarn, "meshlimit: rule %s: the host refused to hand a streamed body chunk; the stream is reset", ms.rule.rule.Name)
 		return m.reset(h), true
+	}
+	if cap(chunk) <= maxKeptChunk { // the next chunk lands here
+		m.in = chunk[:0]
 	}
 	before := *d
 	n, err := d.feed(ms.proto, chunk)

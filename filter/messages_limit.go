@@ -25,6 +25,7 @@ type messageLimiter struct {
 	held    []heldDir // the directions a hold keeps, in no order
 	closing []uint32  // streams to reset at the next tick (a close frame went out)
 	buf     []byte    // header values
+	in      []byte    // the chunk being counted (kept up to maxKeptChunk)
 	out     []byte    // a chunk rewritten to end a WebSocket
 	metrics messageMetrics
 }
@@ -67,6 +68,10 @@ func (m *messageLimiter) adopt(rs *ruleState, set *rules.LimitSet, key []byte, e
 	s.rule, s.set, s.enforced = rs, set.Index, enforced
 	s.key = append(s.key[:0], key...)
 }
+
+// maxKeptChunk is the largest chunk buffer the limiter keeps for the next chunk: chunks up to it
+// (a socket read, an HTTP/2 DATA frame) are read without allocating; a larger one is let go.
+const maxKeptChunk = 256 << 10
 
 // maxPayRounds bounds the one-message charges a chunk or a tick tries after its whole debt was
 // refused: a tick's CPU per held direction is bounded, and the rest waits for the next tick.

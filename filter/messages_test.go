@@ -65,9 +65,9 @@ func wsReq(user string) [][2]string {
 	return fakeReq("/ws", [2]string{"upgrade", "websocket"}, [2]string{"connection", "upgrade"}, [2]string{"x-user", user})
 }
 
-// chunk delivers one streamed chunk of direction p: the callback sees only it, as Envoy hands a
+// deliver delivers one streamed chunk of direction p: the callback sees only it, as Envoy hands a
 // chunk after a watermark stop.
-func (f *fakeHost) chunk(h *httpContext, p part, chunk string) types.Action {
+func (f *fakeHost) deliver(h *httpContext, p part, chunk string) types.Action {
 	s := f.of(h)
 	f.cur = s
 	defer f.leave()
@@ -91,9 +91,9 @@ func TestAGRPCStreamOverItsMessageRateIsHeldUntilTheTickAllowsTheNextMessage(t *
 	h, act := f.open(p, grpcReq("ann"), false)
 	require.Equal(t, types.ActionContinue, act, "the request itself is not charged")
 
-	assert.Equal(t, types.ActionContinue, f.chunk(h, requestPart, grpcMsgs(10, 3)), "the burst passes")
-	assert.Equal(t, actionWatermark, f.chunk(h, requestPart, grpcMsgs(1, 3)), "the 11th message holds the stream")
-	assert.Equal(t, actionWatermark, f.chunk(h, requestPart, grpcMsgs(1, 3)), "a held stream holds every chunk")
+	assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, grpcMsgs(10, 3)), "the burst passes")
+	assert.Equal(t, actionWatermark, f.deliver(h, requestPart, grpcMsgs(1, 3)), "the 11th message holds the stream")
+	assert.Equal(t, actionWatermark, f.deliver(h, requestPart, grpcMsgs(1, 3)), "a held stream holds every chunk")
 	assert.Equal(t, int64(1), f.counter("meshlimit.messages.held"))
 
 	f.tickAfter(p, 150*time.Millisecond)
@@ -112,9 +112,9 @@ func TestEachDirectionOfABidirectionalStreamHasItsOwnBucket(t *testing.T) {
 	p := f.start(msgConfig(`{"direction":"both"}`))
 	h, _ := f.open(p, grpcReq("ann"), false)
 	f.respond(h, [][2]string{{":status", "200"}, {"content-type", "application/grpc"}}, false)
-	assert.Equal(t, types.ActionContinue, f.chunk(h, requestPart, grpcMsgs(10, 1)))
-	assert.Equal(t, types.ActionContinue, f.chunk(h, responsePart, grpcMsgs(10, 1)), "the response has its own 10")
-	assert.Equal(t, actionWatermark, f.chunk(h, responsePart, grpcMsgs(1, 1)))
+	assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, grpcMsgs(10, 1)))
+	assert.Equal(t, types.ActionContinue, f.deliver(h, responsePart, grpcMsgs(10, 1)), "the response has its own 10")
+	assert.Equal(t, actionWatermark, f.deliver(h, responsePart, grpcMsgs(1, 1)))
 	assert.True(t, f.of(h).resumed == [2]int{}, "nothing resumed yet")
 	assert.Equal(t, types.ActionPause, f.responseTrailers(h), "trailers wait behind the held body")
 	f.tickAfter(p, 100*time.Millisecond)
@@ -137,9 +137,9 @@ func TestAKeysStreamsShareOneMessageBucketAndAPerStreamLimitDoesNot(t *testing.T
 			a, _ := f.open(p, grpcReq("ann"), false)
 			b, _ := f.open(p, grpcReq("ann"), false)
 			other, _ := f.open(p, grpcReq("bob"), false)
-			assert.Equal(t, types.ActionContinue, f.chunk(a, requestPart, grpcMsgs(6, 1)))
-			assert.Equal(t, tc.secondGot, f.chunk(b, requestPart, grpcMsgs(5, 1)))
-			assert.Equal(t, types.ActionContinue, f.chunk(other, requestPart, grpcMsgs(10, 1)), "another key is not affected")
+			assert.Equal(t, types.ActionContinue, f.deliver(a, requestPart, grpcMsgs(6, 1)))
+			assert.Equal(t, tc.secondGot, f.deliver(b, requestPart, grpcMsgs(5, 1)))
+			assert.Equal(t, types.ActionContinue, f.deliver(other, requestPart, grpcMsgs(10, 1)), "another key is not affected")
 			fb := f.of(b)
 			f.end(b)
 			assert.Equal(t, int64(0), f.counter("meshlimit.messages.held"), "an ended stream's hold is forgotten")
@@ -153,14 +153,14 @@ func TestAGRPCStreamOverItsLimitInEndModeGetsResourceExhausted(t *testing.T) {
 	f := newFakeHost(t)
 	p := f.start(msgConfig(`{"on_limit":"end"}`))
 	h, _ := f.open(p, grpcReq("ann"), false)
-	assert.Equal(t, types.ActionContinue, f.chunk(h, requestPart, grpcMsgs(10, 1)))
-	assert.Equal(t, types.ActionPause, f.chunk(h, requestPart, grpcMsgs(1, 1)))
+	assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, grpcMsgs(10, 1)))
+	assert.Equal(t, types.ActionPause, f.deliver(h, requestPart, grpcMsgs(1, 1)))
 	r := f.of(h).reply
 	require.NotNil(t, r, "a trailers-only answer before the response started")
 	assert.Equal(t, uint32(429), r.status)
 	assert.Equal(t, int32(messages.GRPCStatusResourceExhausted), r.grpc)
 	assert.Equal(t, messageLimitText, string(r.body))
-	assert.Equal(t, actionDrop, f.chunk(h, requestPart, grpcMsgs(1, 1)), "an ended stream's later chunks are dropped")
+	assert.Equal(t, actionDrop, f.deliver(h, requestPart, grpcMsgs(1, 1)), "an ended stream's later chunks are dropped")
 	assert.Equal(t, int64(1), f.counter("meshlimit.messages.ended"))
 }
 
@@ -169,8 +169,8 @@ func TestAGRPCStreamWhoseResponseStartedIsResetAtItsLimitInEndMode(t *testing.T)
 	p := f.start(msgConfig(`{"on_limit":"end"}`))
 	h, _ := f.open(p, grpcReq("ann"), false)
 	f.respond(h, [][2]string{{":status", "200"}}, false)
-	f.chunk(h, requestPart, grpcMsgs(10, 1))
-	assert.Equal(t, actionDrop, f.chunk(h, requestPart, grpcMsgs(1, 1)))
+	f.deliver(h, requestPart, grpcMsgs(10, 1))
+	assert.Equal(t, actionDrop, f.deliver(h, requestPart, grpcMsgs(1, 1)))
 	assert.Nil(t, f.of(h).reply, "Envoy would drop a reply after the response started")
 	assert.Equal(t, 1, f.of(h).closed)
 }
@@ -181,15 +181,15 @@ func TestAWebSocketServerOverItsLimitInEndModeSendsTheClientACloseFrame1008(t *t
 	h, _ := f.open(p, wsReq("ann"), true)
 	f.respond(h, [][2]string{{":status", "101"}, {"upgrade", "websocket"}}, false)
 	allowed := wsMsgs(10, false)
-	assert.Equal(t, types.ActionContinue, f.chunk(h, responsePart, allowed[:7]))
-	assert.Equal(t, types.ActionContinue, f.chunk(h, responsePart, allowed[7:]+wsMsgs(2, false)))
+	assert.Equal(t, types.ActionContinue, f.deliver(h, responsePart, allowed[:7]))
+	assert.Equal(t, types.ActionContinue, f.deliver(h, responsePart, allowed[7:]+wsMsgs(2, false)))
 	want, err := messages.AppendClose([]byte(allowed[7:]), 1008, messageLimitText)
 	require.NoError(t, err)
 	assert.Equal(t, string(want), string(f.of(h).respBody), "the allowed messages, then the close frame in place of the rest")
 	assert.Zero(t, f.of(h).closed)
 	f.tickNow(p)
 	assert.Equal(t, 1, f.of(h).closed, "the tick after the close frame resets the stream")
-	assert.Equal(t, actionDrop, f.chunk(h, requestPart, wsMsgs(1, true)))
+	assert.Equal(t, actionDrop, f.deliver(h, requestPart, wsMsgs(1, true)))
 }
 
 func TestAWebSocketHeldToItsRateCountsWholeMessagesNotFramesOrControlFrames(t *testing.T) {
@@ -200,9 +200,9 @@ func TestAWebSocketHeldToItsRateCountsWholeMessagesNotFramesOrControlFrames(t *t
 	// 9 messages, one of them in three fragments with pings and a pong between them
 	frag := wsFrame(false, 1, "a", true) + wsFrame(true, 9, "p", true) + wsFrame(false, 0, "b", true) +
 		wsFrame(true, 10, "q", true) + wsFrame(true, 0, "c", true)
-	assert.Equal(t, types.ActionContinue, f.chunk(h, requestPart, wsMsgs(8, true)+frag))
-	assert.Equal(t, types.ActionContinue, f.chunk(h, requestPart, wsMsgs(1, true)+wsFrame(true, 9, "", true)))
-	assert.Equal(t, actionWatermark, f.chunk(h, requestPart, wsMsgs(1, true)), "the 11th message")
+	assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, wsMsgs(8, true)+frag))
+	assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, wsMsgs(1, true)+wsFrame(true, 9, "", true)))
+	assert.Equal(t, actionWatermark, f.deliver(h, requestPart, wsMsgs(1, true)), "the 11th message")
 	assert.Equal(t, int64(11), f.counter("meshlimit.messages.counted"))
 	f.end(h)
 }
@@ -212,7 +212,7 @@ func TestAnUpgradeTheServerRefusesIsNotCountedAsAWebSocket(t *testing.T) {
 	p := f.start(msgConfig(`{}`))
 	h, _ := f.open(p, wsReq("ann"), true)
 	f.respond(h, [][2]string{{":status", "403"}}, false)
-	assert.Equal(t, types.ActionContinue, f.chunk(h, responsePart, "forbidden, not frames"))
+	assert.Equal(t, types.ActionContinue, f.deliver(h, responsePart, "forbidden, not frames"))
 	assert.Zero(t, f.counter("meshlimit.messages.malformed"))
 }
 
@@ -221,7 +221,7 @@ func TestARequestThatIsNeitherGRPCNorAWebSocketIsNotCounted(t *testing.T) {
 	p := f.start(msgConfig(`{}`))
 	for _, ct := range []string{"application/grpc-web", "application/json", "application/grpcx"} {
 		h, _ := f.open(p, fakeReq("/", [2]string{"content-type", ct}, [2]string{"x-user", "ann"}), false)
-		assert.Equal(t, types.ActionContinue, f.chunk(h, requestPart, grpcMsgs(20, 1)), ct)
+		assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, grpcMsgs(20, 1)), ct)
 		f.end(h)
 	}
 	assert.Zero(t, f.counter("meshlimit.messages.counted"))
@@ -231,7 +231,7 @@ func TestAShadowMessageRuleCountsWhatItWouldHoldAndHoldsNothing(t *testing.T) {
 	f := newFakeHost(t)
 	p := f.start(strings.Replace(msgConfig(`{}`), `"messages"`, `"shadow":true,"messages"`, 1))
 	h, _ := f.open(p, grpcReq("ann"), false)
-	assert.Equal(t, types.ActionContinue, f.chunk(h, requestPart, grpcMsgs(15, 1)))
+	assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, grpcMsgs(15, 1)))
 	assert.Equal(t, int64(5), f.counter("meshlimit.rule.chat.shadow_limited"))
 }
 
@@ -241,9 +241,9 @@ func TestGRPCMessagesSplitAtEveryByteAreCountedExactly(t *testing.T) {
 	h, _ := f.open(p, grpcReq("ann"), false)
 	stream := grpcMsgs(10, 2)
 	for i := range len(stream) {
-		require.Equal(t, types.ActionContinue, f.chunk(h, requestPart, stream[i:i+1]), "byte %d", i)
+		require.Equal(t, types.ActionContinue, f.deliver(h, requestPart, stream[i:i+1]), "byte %d", i)
 	}
-	assert.Equal(t, actionWatermark, f.chunk(h, requestPart, "\x00"), "the 11th message's flag byte holds it")
+	assert.Equal(t, actionWatermark, f.deliver(h, requestPart, "\x00"), "the 11th message's flag byte holds it")
 	assert.Equal(t, int64(11), f.counter("meshlimit.messages.counted"))
 }
 
@@ -251,9 +251,9 @@ func TestAGRPCLengthPrefixOf4GiBCostsOneMessageAndNoMemory(t *testing.T) {
 	f := newFakeHost(t)
 	p := f.start(msgConfig(`{}`))
 	h, _ := f.open(p, grpcReq("ann"), false)
-	assert.Equal(t, types.ActionContinue, f.chunk(h, requestPart, "\x01\xff\xff\xff\xff"+strings.Repeat("x", 1<<16)))
+	assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, "\x01\xff\xff\xff\xff"+strings.Repeat("x", 1<<16)))
 	for range 16 {
-		assert.Equal(t, types.ActionContinue, f.chunk(h, requestPart, strings.Repeat("\x00", 1<<16)), "payload, not messages")
+		assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, strings.Repeat("\x00", 1<<16)), "payload, not messages")
 	}
 	assert.Equal(t, int64(1), f.counter("meshlimit.messages.counted"))
 	assert.Less(t, cap(p.msgs.out)+cap(p.msgs.buf), 1<<10, "the limiter kept none of it")
@@ -278,10 +278,10 @@ func TestHostileFramingResetsTheStream(t *testing.T) {
 			p := f.start(msgConfig(`{}`))
 			h, _ := f.open(p, tc.req, false)
 			f.respond(h, [][2]string{{":status", "101"}}, false)
-			assert.Equal(t, actionDrop, f.chunk(h, tc.p, tc.bytes))
+			assert.Equal(t, actionDrop, f.deliver(h, tc.p, tc.bytes))
 			assert.Equal(t, 1, f.of(h).closed)
 			assert.Equal(t, int64(1), f.counter("meshlimit.messages.malformed"))
-			assert.Equal(t, actionDrop, f.chunk(h, requestPart, wsMsgs(1, true)), "nothing more passes")
+			assert.Equal(t, actionDrop, f.deliver(h, requestPart, wsMsgs(1, true)), "nothing more passes")
 		})
 	}
 }
@@ -293,7 +293,7 @@ func TestAClientThatStopsReadingWhileShapedIsResetAfterMaxHold(t *testing.T) {
 	f.respond(h, [][2]string{{":status", "200"}}, false)
 	// The server sends far more than the client is allowed: a client that does not read cannot
 	// make the hold shorter, and 100 owed messages need 10 s, past max_hold.
-	assert.Equal(t, actionWatermark, f.chunk(h, responsePart, grpcMsgs(110, 1)))
+	assert.Equal(t, actionWatermark, f.deliver(h, responsePart, grpcMsgs(110, 1)))
 	for range 19 {
 		f.tickAfter(p, 100*time.Millisecond)
 	}
@@ -302,7 +302,7 @@ func TestAClientThatStopsReadingWhileShapedIsResetAfterMaxHold(t *testing.T) {
 	assert.Equal(t, 1, f.of(h).closed, "reset at max_hold")
 	assert.Zero(t, f.of(h).resumed[responsePart])
 	assert.Equal(t, int64(0), f.counter("meshlimit.messages.held"))
-	assert.Equal(t, actionDrop, f.chunk(h, responsePart, grpcMsgs(1, 1)))
+	assert.Equal(t, actionDrop, f.deliver(h, responsePart, grpcMsgs(1, 1)))
 }
 
 func TestThousandsOfHeldStreamsCostOneEntryEachAndAreAllReleased(t *testing.T) {
@@ -313,7 +313,7 @@ func TestThousandsOfHeldStreamsCostOneEntryEachAndAreAllReleased(t *testing.T) {
 	hs := make([]*httpContext, n)
 	for i := range hs {
 		hs[i], _ = f.open(p, grpcReq(fmt.Sprint("u", i%7)), false)
-		require.Equal(t, actionWatermark, f.chunk(hs[i], requestPart, grpcMsgs(11, 0)))
+		require.Equal(t, actionWatermark, f.deliver(hs[i], requestPart, grpcMsgs(11, 0)))
 	}
 	assert.Equal(t, int64(n), f.counter("meshlimit.messages.held"))
 	assert.Len(t, p.msgs.held, n)
