@@ -73,4 +73,3 @@ func TestAWarmStreamChunkAllocatesNothingOnTheGuestHeap(t *testing.T) {
 		})
 	}
 }
-
