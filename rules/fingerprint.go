@@ -84,6 +84,9 @@ func summarize(c *Config) string {
 		if r.Shadow {
 			b.WriteString(", shadow")
 		}
+		if m := r.messages; m != nil {
+			b.WriteString(", messages " + m.Summary())
+		}
 		b.WriteByte(')')
 	}
 	fmt.Fprintf(&b, "; enforce=%t; headers=%s", c.Enforce, c.Response.headerSetNames())

@@ -49,6 +49,22 @@ type Messages struct {
 	PerStream         bool
 }
 
+// Summary is the message limit in the configuration's one-line summary: "request/shape",
+// "both/end".
+func (m *Messages) Summary() string {
+	dir := "both"
+	switch {
+	case !m.Response:
+		dir = "request"
+	case !m.Request:
+		dir = "response"
+	}
+	if m.OnLimit == MessagesEnd {
+		return dir + "/end"
+	}
+	return dir + "/shape"
+}
+
 // Messages returns the rule's message limit, or nil when the rule counts requests.
 func (r *Rule) Messages() *Messages { return r.messages }
 

@@ -25,6 +25,10 @@ func TestAMessagesBlockCompilesWithItsDefaults(t *testing.T) {
 	assert.Equal(t, Messages{Response: true, WebSocket: true, OnLimit: MessagesEnd, MaxHold: 2 * time.Second, PerStream: true}, *r.Messages())
 }
 
+func TestTheSummaryNamesAMessageLimit(t *testing.T) {
+	assert.Contains(t, mustParse(t, messagesConfig(`{"direction":"request","on_limit":"end"}`)).Summary(), "chat(local, 1 limit, messages request/end)")
+}
+
 func TestARuleWithoutMessagesCountsRequests(t *testing.T) {
 	assert.Nil(t, mustParse(t, `{"rules":[{"name":"r","limits":[{"rate":"1/s"}]}]}`).Rules()[0].Messages())
 }
