@@ -39,6 +39,7 @@
 //	response-conditioned count charge.go (charger)
 //	load shedding              shed.go (shedder)
 //	shaping (leaky bucket)     shaper.go (shaper)
+//	stream messages            messages.go, messages_limit.go (messageLimiter)
 //	panics                     recover.go (panicGuard), testpanic*.go
 //	the request as rules see it hostrequest.go (hostRequest, hostResponse)
 //	metrics                    metrics.go and each feature's file
