@@ -228,3 +228,35 @@ func TestAWebSocketServerOverItsMessageLimitInEndModeClosesWith1008(t *testing.T
 	p.Clock().Advance(10 * time.Millisecond)
 	assert.True(t, s.Reset(), "the next tick resets the stream")
 }
+
+func TestAWebSocketClientOverItsMessageLimitInEndModeGetsTheServersEchoOfClose1008(t *testing.T) {
+	p := load(t, module(t, "meshlimit"), messageRule(`{"direction":"request","on_limit":"end"}`), 2)
+	s := openWS(t, p.VM(1), "ann")
+	var burst []byte
+	for i := range 12 {
+		burst = append(burst, wsText(fmt.Sprint("m", i), true)...)
+	}
+	_, err := s.SendRequestBody(burst, false)
+	require.NoError(t, err)
+	server := messages.WebSocket{FromClient: true}
+	n, err := server.Feed(s.UpstreamBody())
+	require.NoError(t, err)
+	assert.Equal(t, 10, n, "the 10 allowed messages reach the server")
+	code, closed := server.Closed()
+	require.True(t, closed, "then a masked close frame")
+	assert.Equal(t, uint16(1008), code)
+	// The server echoes the close frame with its code (RFC 6455 §5.5.1), as every server does.
+	echo, err := messages.AppendClose(nil, code, "")
+	require.NoError(t, err)
+	_, err = s.SendResponseBody(echo, false)
+	require.NoError(t, err)
+	client := messages.WebSocket{}
+	_, err = client.Feed(s.DownstreamBody())
+	require.NoError(t, err)
+	got, closed := client.Closed()
+	assert.True(t, closed, "the client gets a close frame, not a bare reset (1006)")
+	assert.Equal(t, uint16(1008), got)
+	assert.False(t, s.Reset())
+	p.Clock().Advance(time.Second + 10*time.Millisecond)
+	assert.True(t, s.Reset(), "reset a second after the close frame")
+}

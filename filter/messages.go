@@ -50,6 +50,7 @@ type msgStream struct {
 	enforced bool
 	started  bool // the response headers arrived
 	ended    bool // the stream was ended: every later chunk is dropped
+	draining bool // but the server's chunks pass: its close frame goes to the client
 	dirs     [2]msgDir
 }
 
@@ -192,6 +193,9 @@ func (m *messageLimiter) responseHeaders(h *httpContext) {
 func (m *messageLimiter) body(h *httpContext, p part, size int) (types.Action, bool) {
 	ms := &h.msgs
 	if ms.ended && ms.rule != nil {
+		if ms.draining && p == responsePart {
+			return types.ActionContinue, true
+		}
 		return actionDrop, true
 	}
 	if !ms.counts(p) {

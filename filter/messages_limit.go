@@ -3,10 +3,7 @@ package filter
 import (
 	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
-
 	"github.com/meshlimit/meshlimit/algorithms"
-	"github.com/meshlimit/meshlimit/messages"
 	"github.com/meshlimit/meshlimit/rules"
 )
 
@@ -23,7 +20,7 @@ type messageLimiter struct {
 	owner   uint64
 	any     bool      // some rule counts messages: the plugin needs the tick
 	held    []heldDir // the directions a hold keeps, in no order
-	closing []uint32  // streams to reset at the next tick (a close frame went out)
+	closing []closing // streams to reset once a close frame went out
 	buf     []byte    // header values
 	in      []byte    // the chunk being counted (kept up to maxKeptChunk)
 	out     []byte    // a chunk rewritten to end a WebSocket
@@ -153,12 +150,7 @@ func (m *messageLimiter) tick(now int64) {
 	if !m.any {
 		return
 	}
-	for _, id := range m.closing {
-		if m.host.enter(id) {
-			m.host.closeStream()
-		}
-	}
-	m.closing = m.closing[:0]
+	m.resetClosed(now)
 	if len(m.held) == 0 {
 		return
 	}
@@ -206,48 +198,6 @@ func (m *messageLimiter) release(hd heldDir, now int64) bool {
 		m.reset(hd.h)
 	}
 	return true
-}
-
-// end ends a stream whose message over the limit is in chunk, the (allowed+1)-th message that
-// starts there, with the framer as it was before the chunk. gRPC whose response has not started
-// gets a trailers-only RESOURCE_EXHAUSTED; a WebSocket whose server sent the message gets the
-// messages before it, then a close frame 1008 in their place, and a reset at the next tick; any
-// other stream is reset (Envoy has no cleaner end once the response started, §13).
-func (m *messageLimiter) end(h *httpContext, p part, chunk []byte, before *msgDir, allowed int) types.Action {
-	ms := &h.msgs
-	ms.rule.metrics.limited.inc(1)
-	switch {
-	case ms.proto == protoGRPC && !ms.started:
-		ms.ended = true
-		m.metrics.ended.inc(1)
-		e := messages.ResourceExhausted(messageLimitText)
-		reply(m.host, e.HTTPStatus, nil, []byte(e.Message), int32(e.GRPCStatus))
-		return types.ActionPause
-	case ms.proto == protoWS && p == responsePart:
-		at := before.boundary(ms.proto, chunk, allowed)
-		out := append(m.out[:0], chunk[:at]...)
-		out, _ = messages.AppendClose(out, 1008, messageLimitText)
-		m.out = out[:0]
-		if err := m.host.setBody(p, out); err != nil {
-			return m.reset(h)
-		}
-		ms.ended = true
-		m.metrics.ended.inc(1)
-		m.closing = append(m.closing, h.id)
-		return types.ActionContinue
-	}
-	return m.reset(h)
-}
-
-// messageLimitText is the message of an ended stream (grpc-message, the close frame's reason).
-const messageLimitText = "message rate limit exceeded"
-
-// reset ends the current stream h with a reset, and drops its chunk.
-func (m *messageLimiter) reset(h *httpContext) types.Action {
-	h.msgs.ended = true
-	m.metrics.ended.inc(1)
-	m.host.closeStream()
-	return actionDrop
 }
 
 // endStream forgets the holds of a stream that ended (the context is recycled after).

@@ -327,3 +327,27 @@ func TestThousandsOfHeldStreamsCostOneEntryEachAndAreAllReleased(t *testing.T) {
 		f.end(h)
 	}
 }
+
+func TestAWebSocketClientOverItsLimitInEndModeGetsTheServersEchoOfACloseFrame1008(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(msgConfig(`{"on_limit":"end","direction":"request"}`))
+	h, _ := f.open(p, wsReq("ann"), true)
+	f.respond(h, [][2]string{{":status", "101"}}, false)
+	assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, wsMsgs(8, true)))
+	assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, wsMsgs(4, true)))
+	server := messages.WebSocket{FromClient: true}
+	n, err := server.Feed(f.of(h).reqBody)
+	require.NoError(t, err, "the server gets well-formed, masked frames")
+	assert.Equal(t, 2, n, "the two allowed messages of the chunk, then the close frame in place of the rest")
+	code, closed := server.Closed()
+	assert.True(t, closed)
+	assert.Equal(t, uint16(1008), code)
+	assert.Equal(t, actionDrop, f.deliver(h, requestPart, wsMsgs(1, true)), "nothing more from the client")
+	echo, err := messages.AppendClose(nil, 1008, "")
+	require.NoError(t, err)
+	assert.Equal(t, types.ActionContinue, f.deliver(h, responsePart, string(echo)), "the server's close frame reaches the client")
+	f.tickAfter(p, 900*time.Millisecond)
+	assert.Zero(t, f.of(h).closed)
+	f.tickAfter(p, 100*time.Millisecond)
+	assert.Equal(t, 1, f.of(h).closed, "reset a second after the close frame")
+}

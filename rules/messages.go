@@ -35,7 +35,7 @@ const (
 	// allowed, at most MaxHold.
 	MessagesShape MessageAction = iota
 	// MessagesEnd ends the stream: gRPC RESOURCE_EXHAUSTED before the response started, else a reset;
-	// WebSocket a close frame (1008) toward the client when the message is the server's, else a reset.
+	// WebSocket a close frame (1008), toward the client or the server, then a reset.
 	MessagesEnd
 )
 
