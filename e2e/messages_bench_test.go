@@ -1,7 +1,12 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
@@ -77,4 +82,39 @@ func openBenchStream(b *testing.B, vm *envoyhost.VM) *envoyhost.Stream {
 		b.Fatal(err)
 	}
 	return s
+}
+
+// BenchmarkStreamChunkOnV8 is BenchmarkStreamChunk on the V8 host (v8host/chunks.js): the same
+// cases and chunks, in CPU time per chunk (medians of 40 batches of 256 chunks per iteration).
+func BenchmarkStreamChunkOnV8(b *testing.B) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		b.Fatal("node is not installed (apt-get install nodejs): the chunk figures on V8 need it")
+	}
+	build := filepath.Join("..", "build")
+	args := append(append([]string(nil), v8Flags...), filepath.Join("v8host", "main.js"), "chunks",
+		filepath.Join(build, "passthrough.wasm"), filepath.Join(build, "meshlimit.wasm"), strconv.Itoa(40*b.N), "256")
+	var stderr bytes.Buffer
+	cmd := exec.Command(node, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("v8host chunks: %v: %s", err, stderr.String())
+	}
+	var res struct {
+		Cases []struct {
+			Name        string  `json:"name"`
+			CPUNs       float64 `json:"cpu_ns"`
+			HostCalls   float64 `json:"hostcalls"`
+			GuestAllocs float64 `json:"guestallocs"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || len(res.Cases) != 9 {
+		b.Fatalf("v8host chunks: %v: %s", err, out)
+	}
+	b.StopTimer()
+	for _, c := range res.Cases {
+		b.ReportMetric(c.CPUNs, c.Name+"-cpu-ns/chunk")
+		b.ReportMetric(c.HostCalls, c.Name+"-hostcalls/chunk")
+	}
 }

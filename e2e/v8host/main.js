@@ -4,6 +4,7 @@
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js scenarios [--module NAME=PATH]... e2e/scenarios/*.json
 //     (NAME is a scenario's "module"; meshlimit defaults to build/meshlimit.wasm)
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js bench build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
+//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js chunks build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldstart build/meshlimit.wasm [workers]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js profile build/passthrough.wasm build/meshlimit.wasm CASE [n] [top]
 //
@@ -11,6 +12,7 @@
 // while one case runs warm) print tables.
 const { run } = require('./scenario');
 const { lifecycle, coldStart, profile } = require('./bench');
+const { chunks } = require('./chunks');
 
 const envoyFlags = ['--no-liftoff', '--wasm-max-mem-pages=16384'];
 
@@ -34,6 +36,11 @@ function main(argv) {
     case 'bench': {
       const figures = lifecycle({ passthrough: args[0], meshlimit: args[1] }, Number(args[2] || 20), Number(args[3] || 2000));
       process.stdout.write(JSON.stringify({ engine: 'v8', node: process.version, v8: process.versions.v8, cases: figures }) + '\n');
+      return;
+    }
+    case 'chunks': { // e2e/messages_bench_test.go's BenchmarkStreamChunkOnV8
+      const figures = chunks({ passthrough: args[0], meshlimit: args[1] }, Number(args[2] || 40), Number(args[3] || 256));
+      process.stdout.write(JSON.stringify({ engine: 'v8', cases: figures }) + '\n');
       return;
     }
     case 'coldstart': {
