@@ -179,6 +179,10 @@ func (m *messageLimiter) heldBy(delta int) {
 func (m *messageLimiter) release(hd heldDir, now int64) bool {
 	ms := &hd.h.msgs
 	d := &ms.dirs[hd.p]
+	if ms.ended { // the other direction ended the stream: what this one holds never goes on
+		d.held = false
+		return true
+	}
 	if d.due <= now {
 		retry := m.pay(ms, hd.p, d, now)
 		if d.owed == 0 {

@@ -351,3 +351,18 @@ func TestAWebSocketClientOverItsLimitInEndModeGetsTheServersEchoOfACloseFrame100
 	f.tickAfter(p, 100*time.Millisecond)
 	assert.Equal(t, 1, f.of(h).closed, "reset a second after the close frame")
 }
+
+func TestAHeldDirectionOfAStreamTheOtherDirectionEndedIsNeverResumed(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(msgConfig(`{"on_limit":"end"}`))
+	h, _ := f.open(p, wsReq("ann"), true)
+	f.respond(h, [][2]string{{":status", "101"}}, false)
+	// end mode never holds: the request direction is held by hand, as shape would hold it
+	assert.Equal(t, types.ActionContinue, f.deliver(h, responsePart, wsMsgs(10, false)))
+	h.msgs.dirs[requestPart].owed = 1
+	p.msgs.hold(h, requestPart, f.clock, 0)
+	assert.Equal(t, types.ActionContinue, f.deliver(h, responsePart, wsMsgs(1, false)), "the server's 11th message ends the session with a close frame")
+	f.tickAfter(p, time.Second)
+	assert.Zero(t, f.of(h).resumed[requestPart], "the ended stream's held request is not let go")
+	assert.Empty(t, p.msgs.held)
+}
