@@ -24,6 +24,7 @@ type decision struct {
 	settle   settleScratch // its reservations (settler)
 	charges  chargeScratch // its counted rules' charges (charger)
 	msgs     msgScratch    // its message limit (messageLimiter)
+	taken    takenScratch  // its admitted local takes, given back if it is denied (giveBack)
 }
 
 // reset readies d for a new request; eos says that its headers end it (no body will come).
@@ -34,6 +35,7 @@ func (d *decision) reset(eos bool) {
 	d.settle.reset(eos)
 	d.charges.reset()
 	d.msgs.reset()
+	d.taken.reset(0)
 }
 
 // restore puts back what a paused request had decided before its call (c), for the callback that
@@ -129,6 +131,7 @@ func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []by
 	d.count(rs, out.Allowed, enforced)
 	rs.nearLimit(out.Decisions, specs)
 	p.settle.reserve(rs, set.Index, key, &out, cost, now)
+	d.taken.add(rs, set.Index, key, &out, cost)
 	if enforced {
 		pk := p.cfg.Response.Partition(r, key)
 		for j := range specs {

@@ -33,6 +33,8 @@ func (h *httpContext) requestHeaders(eos bool) types.Action {
 	d.reset(eos)
 	defer p.permits.adopt(h) // also after a panic: a permit taken is always released
 	now := p.host.now()
+	d.taken.reset(now)
+	defer d.taken.reset(0) // the takes are given back only by a denial in this callback
 	denied := false
 	for i := range p.rules {
 		d.deciding = i
@@ -88,11 +90,12 @@ func (h *httpContext) finish(denied, paused bool, now int64) types.Action {
 }
 
 // deny answers the current request with the configured local response (the host sends it after
-// this callback returns): its reservations are refunded (it never reached the upstream), and its
-// charges dropped (the local reply is not a response to charge).
+// this callback returns): its reservations are refunded and, when it is denied while its headers are
+// decided, its rules' takes given back (it never reached the upstream), and its charges dropped (the local reply is not a response to charge).
 func (h *httpContext) deny() {
 	p := h.plugin
 	p.settle.refund(h)
+	p.settle.giveBack(p.host.now())
 	h.charges.list = h.charges.list[:0]
 	p.replies.deny(h)
 }

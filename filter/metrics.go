@@ -25,6 +25,7 @@ package filter
 //	meshlimit.rule.<rule>.penalties              keys a count_on rule put in its penalty box
 //	meshlimit.rule.<rule>.penalty_denied         requests denied from the penalty box
 //	meshlimit.rule.<rule>.permits_reclaimed      concurrency permits reclaimed from owners whose lease ended
+//	meshlimit.rule.<rule>.given_back             admissions given back because a later decision denied the request
 //	meshlimit.messages.counted                   messages of gRPC streams and WebSocket sessions a message rule counted (its allowed/limited count messages and holds)
 //	meshlimit.messages.holds                     directions held at a message limit (shape)
 //	meshlimit.messages.held                      gauge: directions held now, on this worker
@@ -35,7 +36,7 @@ package filter
 //	meshlimit.global.resets_truncated            reads that found the proxy's position gone from the log (resets may be missed)
 type ruleMetrics struct {
 	allowed, limited, shadowLimited, casRetries, casExhausted, failureDenied, overflow, evictions, fallback, cachedDenials, leased, leaseSpent, leaseExpired, permitsReclaimed counter
-	nearLimit, counted, unanswered, penalties, penaltyDenied                                                                                                                   counter
+	nearLimit, counted, unanswered, penalties, penaltyDenied, givenBack                                                                                                        counter
 }
 
 func defineRuleMetrics(h host, rule string) ruleMetrics {
@@ -60,5 +61,6 @@ func defineRuleMetrics(h host, rule string) ruleMetrics {
 		penalties:        newCounter(h, p+"penalties"),
 		penaltyDenied:    newCounter(h, p+"penalty_denied"),
 		permitsReclaimed: newCounter(h, p+"permits_reclaimed"),
+		givenBack:        newCounter(h, p+"given_back"),
 	}
 }

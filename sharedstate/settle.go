@@ -25,8 +25,20 @@ func NewSettler(u *Updater) *Settler { return &Settler{c: NewCursor(u)} }
 // nothing; a charge for such a key claims a record as Take would, or is dropped when there is no room
 // (reported as NoRoom). Every limit of t must settle (algorithms.Kind.Settles).
 func (s *Settler) Adjust(t *Table, key []byte, placement Placement, now, reservedAt, delta int64) (Result, error) {
+	return s.edit(t, key, placement, now, reservedAt, delta, false)
+}
+
+// Undo gives back cost units that Take admitted for key at takenAt with placement, for a request
+// that was not served after all (a later rule denied it; its answer is not one the rule counts): every
+// limit of t, of any kind, is as it would be had the admission not been made (algorithms.Limit.Undo),
+// whatever other VMs admitted since. A key that no longer owns a record has nothing to give back.
+func (s *Settler) Undo(t *Table, key []byte, placement Placement, now, takenAt, cost int64) (Result, error) {
+	return s.edit(t, key, placement, now, takenAt, -cost, true)
+}
+
+func (s *Settler) edit(t *Table, key []byte, placement Placement, now, at, delta int64, undo bool) (Result, error) {
 	e := &s.e
-	e.limits, e.now, e.at, e.delta = t.limits, now, reservedAt, delta
+	e.limits, e.now, e.at, e.delta, e.undo = t.limits, now, at, delta, undo
 	if cap(e.states) < len(t.limits) {
 		e.states = make([][]byte, len(t.limits))
 	}
@@ -43,6 +55,7 @@ func (s *Settler) Adjust(t *Table, key []byte, placement Placement, now, reserve
 type adjustEditor struct {
 	limits         []algorithms.Limit
 	now, at, delta int64
+	undo           bool // Undo (algorithms.Limit.Undo of -delta) rather than Adjust
 	states         [][]byte
 	scratch        []byte
 }
@@ -64,7 +77,13 @@ func (e *adjustEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 		if !fresh {
 			st = e.states[i]
 		}
-		next, err := lim.Adjust(st, e.now, e.at, e.delta, e.scratch[:0])
+		var next []byte
+		var err error
+		if e.undo {
+			next, err = lim.Undo(st, e.now, e.at, -e.delta, e.scratch[:0])
+		} else {
+			next, err = lim.Adjust(st, e.now, e.at, e.delta, e.scratch[:0])
+		}
 		if err != nil {
 			return dst, false, fmt.Errorf("sharedstate: limit %d: %w", i, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -79,4 +80,22 @@ func TestAReservationTakenFromTheOverflowIsSettledThere(t *testing.T) {
 		}
 	}
 	t.Fatal("no key went to the overflow state")
+}
+
+func TestUndoGivesBackATakeOfASlidingLogAndLeavesOtherTakesCounted(t *testing.T) {
+	l := newLimiter(t, newMemStore())
+	s := newSettler(t, l)
+	tab := newTable(t, 16, algorithms.Limit{Kind: algorithms.SlidingLog, Quota: 2, Window: time.Minute})
+	first, err := l.Take(tab, []byte("a"), t0, 1)
+	require.NoError(t, err)
+	_, err = l.Take(tab, []byte("a"), t0, 1) // another VM's take, after the first
+	require.NoError(t, err)
+	_, err = s.Undo(tab, []byte("a"), first.Placement, t0, t0, 1)
+	require.NoError(t, err)
+	out, err := l.Take(tab, []byte("a"), t0, 1)
+	require.NoError(t, err)
+	assert.True(t, out.Allowed, "the undone take left one unit")
+	out, err = l.Take(tab, []byte("a"), t0, 1)
+	require.NoError(t, err)
+	assert.False(t, out.Allowed, "the other take is still counted")
 }

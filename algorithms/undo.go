@@ -1,0 +1,92 @@
+package algorithms
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Undo gives back a cost that Decide admitted at takenAt (unix nanoseconds), for a request that
+// was then not served (a later rule denied it, or its answer is not one the rule counts), and
+// appends the next state to dst[:0] (dst may be state itself). Unlike Adjust it supports every
+// kind, because it removes a known admission rather than settling an estimate:
+//   - a bucket's TAT moves back by the cost's emission time, never before now;
+//   - a fixed window's count drops by the cost when takenAt lies in the current window (period):
+//     once that window is gone, so is what the admission counted;
+//   - a sliding window counter's count of the window holding takenAt (the current or the previous
+//     one) drops by the cost: the estimate is then what it would be had the request not come;
+//   - a sliding log drops the cost oldest entries at or after takenAt, which are the admission's
+//     own (Decide stamps them with the latest now it has seen, and no earlier entry is later) or,
+//     when other admissions came at the same instant, entries equal to them; an admission that has
+//     left the window has nothing left to give back.
+//
+// Nothing is given back below a fresh state, and an empty state is returned as it is. Undo of a
+// cost that was never admitted gives away quota: callers undo only admissions they made. err is
+// non-nil for an invalid Limit, a cost < 1, or malformed state bytes (wrapping ErrMalformedState).
+func (l Limit) Undo(state []byte, now, takenAt, cost int64, dst []byte) (next []byte, err error) {
+	g, err := l.check()
+	if err != nil {
+		return nil, err
+	}
+	if cost < 1 {
+		return nil, fmt.Errorf("algorithms: undo cost must be >= 1, got %d", cost)
+	}
+	if len(state) == 0 {
+		return append(dst[:0], state...), nil
+	}
+	n, at := quantize(now), quantize(takenAt)
+	switch l.Kind {
+	case TokenBucket, LeakyBucket:
+		return l.adjustBucket(&g, state, n, -cost, dst)
+	case FixedWindow:
+		return l.adjustFixed(state, n, at, -cost, dst)
+	case SlidingLog:
+		return l.undoLog(state, n, at, cost, dst)
+	default:
+		return l.undoSliding(state, n, at, cost, dst)
+	}
+}
+
+func (l Limit) undoSliding(state []byte, n, at, cost int64, dst []byte) ([]byte, error) {
+	w := l.windowUs()
+	s, p, k, err := decodeSliding(state)
+	if err != nil {
+		return nil, err
+	}
+	s, _, shift := roll(s, n, w)
+	switch shift {
+	case 1:
+		p, k = k, 0
+	case 2:
+		p, k = 0, 0
+	}
+	switch {
+	case s <= at && at < s+w:
+		k = max(k-cost, 0)
+	case s-w <= at && at < s:
+		p = max(p-cost, 0)
+	}
+	dst = append(dst[:0], header(SlidingWindow))
+	dst = appendField(dst, s)
+	dst = appendField(dst, p)
+	return appendField(dst, k), nil
+}
+
+func (l Limit) undoLog(state []byte, n, at, cost int64, dst []byte) ([]byte, error) {
+	s, err := decodeLog(state)
+	if err != nil {
+		return nil, err
+	}
+	if at <= max(n, s.clock)-l.windowUs() { // the admission has expired: nothing of it is left
+		return append(dst[:0], state...), nil
+	}
+	from := s.firstLive(at - 1) // the first entry at or after at
+	to := min(from+int(min(cost, int64(s.len()))), s.len())
+	if from == to {
+		return append(dst[:0], state...), nil
+	}
+	// dst may be state: each part moves down or stays (append copies with memmove).
+	out := append(dst[:0], header(SlidingLog))
+	out = binary.BigEndian.AppendUint64(out, uint64(s.clock))
+	out = append(out, s.entries[:8*from]...)
+	return append(out, s.slice(to)...), nil
+}

@@ -1,0 +1,68 @@
+package filter
+
+import (
+	"errors"
+
+	"github.com/meshlimit/meshlimit/sharedstate"
+)
+
+// A denied request spends nothing. Every local take a rule admits while the request headers are
+// decided is recorded (taken); when a later rule, the over-limit cache of a global rule or a
+// shedder denies the request in the same callback, giveBack undoes each of them
+// (sharedstate.Settler.Undo: exact for every algorithm, whatever other VMs took since), so a
+// client over its own limit cannot drain the quotas of the rules before it. Reservations of
+// settling rules are the settler's (refunded by it) and permits the permits' (released); they
+// are not recorded here. What is given back is counted:
+//
+//	meshlimit.rule.<rule>.given_back  admissions given back because a later decision denied the request
+
+// taken is one admitted local take of the request being decided.
+type taken struct {
+	rs        *ruleState
+	set       int
+	keyLen    int
+	placement sharedstate.Placement
+	cost      int64
+}
+
+// takenScratch collects the takes of the request being decided: valid only while its request
+// headers are decided (reset clears it, requestHeaders drops it when it returns).
+type takenScratch struct {
+	list []taken
+	keys []byte
+	at   int64
+}
+
+func (t *takenScratch) reset(now int64) { t.list, t.keys, t.at = t.list[:0], t.keys[:0], now }
+
+// add records an admitted take of a rule that does not settle.
+func (t *takenScratch) add(rs *ruleState, set int, key []byte, out *sharedstate.Outcome, cost int64) {
+	if !out.Allowed || rs.rule.Settle() != nil {
+		return
+	}
+	t.keys = append(t.keys, key...)
+	t.list = append(t.list, taken{rs: rs, set: set, keyLen: len(key), placement: out.Placement, cost: cost})
+}
+
+// giveBack undoes every take recorded for the request, which is denied, and forgets them.
+func (s *settler) giveBack(now int64) {
+	t := &s.d.taken
+	if len(t.list) == 0 {
+		return
+	}
+	if s.settler == nil {
+		s.settler = sharedstate.NewSettler(s.limiter.Updater())
+	}
+	off := 0
+	for i := range t.list {
+		tk := &t.list[i]
+		key := t.keys[off : off+tk.keyLen]
+		off += tk.keyLen
+		tk.rs.metrics.givenBack.inc(1)
+		_, err := s.settler.Undo(tk.rs.tables[tk.set], key, tk.placement, now, t.at, tk.cost)
+		if err != nil && !errors.Is(err, sharedstate.ErrContention) {
+			logf(s.host, logWarn, "meshlimit: rule %s: giving back a denied request's take: %v", tk.rs.rule.Name, err)
+		}
+	}
+	t.list, t.keys = t.list[:0], t.keys[:0]
+}
