@@ -10,19 +10,26 @@ import (
 	"github.com/meshlimit/meshlimit/wire"
 )
 
-// Response-conditioned counting (rules[].count_on). The request path only checks the key: it is
-// denied while the key is in the penalty box (the rule's blocked records, owner-checked like every
-// record: the over-limit cache of a global rule) or while its limits cannot admit the request's cost
-// (sharedstate.Limiter.Check: nothing is written). An admitted request keeps its charge; the
-// response headers decide it:
-//   - a response that matches count_on charges the key (Take, or a call to the service for a
-//     global rule, during which the response is paused); a charge that is denied, or that leaves a
-//     limit unable to admit the same cost again, puts the key in the penalty box until now+penalty
-//     (for a global rule without a penalty: until the service's Retry-After);
-//   - a stream that ends without response headers (the client left first) is charged as a match
-//     when count_unanswered is true (the default): leaving early never avoids the charge;
-//   - the filter's own local reply is never charged (a denial drops the charges).
-// The key is the one computed from the request when it arrived: a response cannot charge another key.
+// Response-conditioned counting (rules[].count_on). A request is denied while its key is in the
+// penalty box (the rule's blocked records, owner-checked like every record: the over-limit cache of
+// a global rule). Otherwise a local rule charges the attempt when it arrives, tentatively
+// (sharedstate.Limiter.Take): the attempts in flight hold the key's quota, so parallel guesses
+// reach the upstream no more often than sequential ones (no more than the quota per window,
+// whatever the multiplexing). The response headers decide the tentative charge:
+//   - a response that matches count_on keeps it; one that leaves a limit unable to admit the same
+//     cost again puts the key in the penalty box until now+penalty (without a penalty: until the
+//     limit's Retry-After);
+//   - a response that does not match gives it back (sharedstate.Settler.Undo, exact for every
+//     algorithm whatever other VMs took since);
+//   - a stream that ends without response headers (the client left first) keeps it when
+//     count_unanswered is true (the default: leaving early never avoids the charge), else gives
+//     it back;
+//   - a request the filter denies (a later rule, the service, a shedder) gives it back: the local
+//     reply is never charged.
+// A global rule only checks its penalty box at request time and charges the service when a
+// counted response comes (one call, during which the response is paused): its attempts in flight
+// are not bounded by its quota. The key is the one computed from the request when it arrived: a
+// response cannot charge another key.
 
 // charge is one counted rule's pending charge for an admitted request.
 type charge struct {
@@ -31,6 +38,9 @@ type charge struct {
 	key    string // the rule's key value (in the stream's keys: valid while the stream lives)
 	keyLen int
 	cost   int64
+	// A local rule's tentative charge: the placement of its take and when it was taken.
+	placement sharedstate.Placement
+	at        int64
 }
 
 // chargeScratch collects the charges of the request being decided; their keys are ranges of keys
@@ -62,10 +72,12 @@ type charger struct {
 	*env
 	g     *globalClient // nil without a global service
 	cache *overLimitCache
+	undo  *sharedstate.Settler // gives back tentative charges; created on first use
 }
 
-// check is decide for a counted rule: it checks the key without charging it and reports whether the
-// request is denied. An admitted request's charge is kept for its response.
+// check is decide for a counted rule: it charges a local rule's key tentatively (a global rule's
+// is only checked against its penalty box) and reports whether the request is denied. An admitted
+// request's charge is kept for its response.
 func (c *charger) check(rs *ruleState, set *rules.LimitSet, key []byte, cost, now int64) (denied bool) {
 	d, r := &c.d, rs.rule
 	enforced := c.cfg.Enforce && !r.Shadow && r.EnforcedFor(key)
@@ -77,14 +89,14 @@ func (c *charger) check(rs *ruleState, set *rules.LimitSet, key []byte, cost, no
 		}
 		return d.count(rs, false, enforced)
 	}
-	allowed := true
+	allowed, placement := true, sharedstate.Placement(0)
 	if r.Scope == rules.ScopeLocal {
-		out, err := c.limiter.Check(rs.tables[set.Index], key, now, cost)
+		out, err := c.limiter.Take(rs.tables[set.Index], key, now, cost)
 		if err != nil {
 			logf(c.host, logWarn, "meshlimit: rule %s: %v", r.Name, err)
 			return r.FailureMode == rules.FailDeny && enforced && d.count(rs, false, enforced)
 		}
-		allowed = out.Allowed
+		allowed, placement = out.Allowed, out.Placement
 		if !allowed && enforced {
 			pk := c.cfg.Response.Partition(r, key)
 			for j := range set.Limits {
@@ -93,13 +105,13 @@ func (c *charger) check(rs *ruleState, set *rules.LimitSet, key []byte, cost, no
 		}
 	}
 	if c.debugging() {
-		logf(c.host, logDebug, "meshlimit: rule %s key %q: checked (charged on a counted response): allowed=%t", r.Name, key, allowed)
+		logf(c.host, logDebug, "meshlimit: rule %s key %q: charged tentatively (kept on a counted response): allowed=%t", r.Name, key, allowed)
 	}
 	if d.count(rs, allowed, enforced) {
 		return true
 	}
 	d.charges.keys = append(d.charges.keys, key...) // keep gives the key its string
-	d.charges.list = append(d.charges.list, charge{rs: rs, set: set.Index, keyLen: len(key), cost: cost})
+	d.charges.list = append(d.charges.list, charge{rs: rs, set: set.Index, keyLen: len(key), cost: cost, placement: placement, at: now})
 	return false
 }
 
@@ -128,6 +140,7 @@ func (c *charger) keep(h *httpContext) {
 		ch.key = bytesString(hs.keys[off : off+ch.keyLen])
 		off += ch.keyLen
 	}
+	ds.reset() // the stream's now: a denial later in this callback gives them back from there
 }
 
 // respond decides the charges of an admitted request from its response, and reports whether the
@@ -147,6 +160,8 @@ func (c *charger) charge(h *httpContext) (paused bool) {
 		ch := &h.charges.list[i]
 		if ch.rs.rule.CountOn.Counts(status, &c.resp) {
 			c.chargeOne(ch)
+		} else {
+			c.giveBack(ch, ch.key)
 		}
 	}
 	h.charges.list = h.charges.list[:0]
@@ -165,15 +180,18 @@ func (c *charger) endStream(h *httpContext) {
 		if ch := &h.charges.list[i]; ch.rs.rule.CountOn.CountUnanswered {
 			ch.rs.metrics.unanswered.inc(1)
 			c.chargeOne(ch)
+		} else {
+			c.giveBack(ch, ch.key)
 		}
 	}
 	h.charges.list = h.charges.list[:0]
 	c.chargeGlobal(h, c.host.now(), false)
 }
 
-// chargeOne charges one counted response: in shared data for a local rule; a global one is added to
-// the decision's global items, which chargeGlobal sends to the service in one call once every
-// charge is decided.
+// chargeOne charges one counted response: a local rule keeps its tentative charge, and a key that
+// can no longer admit the same cost goes into the penalty box; a global one is added to the
+// decision's global items, which chargeGlobal sends to the service in one call once every charge
+// is decided.
 func (c *charger) chargeOne(ch *charge) {
 	rs := ch.rs
 	rs.metrics.counted.inc(1)
@@ -183,18 +201,16 @@ func (c *charger) chargeOne(ch *charge) {
 		return
 	}
 	now := c.host.now()
-	out, err := c.limiter.Take(rs.tables[ch.set], []byte(ch.key), now, ch.cost)
+	out, err := c.limiter.Check(rs.tables[ch.set], []byte(ch.key), now, ch.cost)
 	if err != nil {
-		if !errors.Is(err, sharedstate.ErrContention) {
-			logf(c.host, logWarn, "meshlimit: rule %s: charging a counted response: %v", rs.rule.Name, err)
-		}
+		logf(c.host, logWarn, "meshlimit: rule %s: checking a counted response: %v", rs.rule.Name, err)
 		return
 	}
 	specs := rs.placed(out.Placement, set.Limits)
 	rs.nearLimit(out.Decisions, specs)
 	for j := range out.Decisions {
 		d := &out.Decisions[j]
-		if !d.Allowed || d.Remaining < ch.cost {
+		if !d.Allowed {
 			until := now + int64(d.RetryAfter)
 			if pen := rs.rule.CountOn.Penalty; pen > 0 {
 				until = now + int64(pen)
@@ -205,6 +221,40 @@ func (c *charger) chargeOne(ch *charge) {
 			break
 		}
 	}
+}
+
+// giveBack undoes a local rule's tentative charge (an answer it does not count, a request the
+// filter denied); a global rule's charge was never made.
+func (c *charger) giveBack(ch *charge, key string) {
+	rs := ch.rs
+	if rs.rule.Scope != rules.ScopeLocal {
+		return
+	}
+	if c.undo == nil {
+		c.undo = sharedstate.NewSettler(c.limiter.Updater())
+	}
+	rs.metrics.givenBack.inc(1)
+	_, err := c.undo.Undo(rs.tables[ch.set], []byte(key), ch.placement, c.host.now(), ch.at, ch.cost)
+	if err != nil && !errors.Is(err, sharedstate.ErrContention) {
+		logf(c.host, logWarn, "meshlimit: rule %s: giving back an uncounted attempt: %v", rs.rule.Name, err)
+	}
+}
+
+// drop gives back the tentative charges of a request the filter denies: those still in the
+// decision (denied while its rules are decided) and those its stream kept.
+func (c *charger) drop(h *httpContext) {
+	ds := &c.d.charges
+	off := 0
+	for i := range ds.list {
+		ch := &ds.list[i]
+		c.giveBack(ch, bytesString(ds.keys[off:off+ch.keyLen]))
+		off += ch.keyLen
+	}
+	ds.reset()
+	for i := range h.charges.list {
+		c.giveBack(&h.charges.list[i], h.charges.list[i].key)
+	}
+	h.charges.list = h.charges.list[:0]
 }
 
 // chargeGlobal sends a counted response's global charges (the decision's global items) to the

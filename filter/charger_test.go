@@ -160,3 +160,43 @@ func TestAGlobalChargeOfAStreamThatEndedUnansweredIsSentAndNotAwaited(t *testing
 	assert.Empty(t, p.global.waiting, "nothing waits for its answer")
 	assert.NotContains(t, p.free, h, "its context is not reused while its call is out")
 }
+
+func TestParallelGuessesOnACountedRuleReachTheUpstreamNoMoreThanSequentialOnes(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(`{"rules":[` + loginRule("local", `{"status":["401"],"penalty":"15m"}`) + `]}`)
+	var open []*httpContext
+	for range 1000 { // all in flight at once (HTTP/2 multiplexing), none answered yet
+		h, act := f.open(p, user("eve"), true)
+		if act == types.ActionContinue {
+			open = append(open, h)
+		} else {
+			f.end(h)
+		}
+	}
+	assert.Len(t, open, 3, "the attempts in flight hold the 3/m quota")
+	for _, h := range open {
+		f.respond(h, [][2]string{{":status", "401"}}, true)
+		f.end(h)
+	}
+	assert.Equal(t, types.ActionPause, attempt(f, p, "eve", "401"), "the penalty box holds the key")
+}
+
+func TestAnAttemptWhoseAnswerIsNotCountedGivesItsTentativeChargeBack(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(`{"rules":[` + loginRule("local", `{"status":["401"],"count_unanswered":false}`) + `]}`)
+	var open []*httpContext
+	for range 3 {
+		h, act := f.open(p, user("ann"), true)
+		require.Equal(t, types.ActionContinue, act)
+		open = append(open, h)
+	}
+	f.respond(open[0], [][2]string{{":status", "200"}}, true) // not counted: given back
+	f.end(open[0])
+	f.end(open[1]) // no answer, and unanswered requests are not counted: given back
+	h, act := f.open(p, user("ann"), true)
+	assert.Equal(t, types.ActionContinue, act, "two of the three units are back")
+	f.end(h)
+	f.respond(open[2], [][2]string{{":status", "401"}}, true) // counted: kept
+	f.end(open[2])
+	assert.Equal(t, int64(3), f.counter("meshlimit.rule.login.given_back"))
+}

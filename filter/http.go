@@ -96,7 +96,7 @@ func (h *httpContext) deny() {
 	p := h.plugin
 	p.settle.refund(h)
 	p.settle.giveBack(p.host.now())
-	h.charges.list = h.charges.list[:0]
+	p.charges.drop(h)
 	p.replies.deny(h)
 }
 
