@@ -12,18 +12,19 @@ import (
 
 // Response-conditioned counting (rules[].count_on). A request is denied while its key is in the
 // penalty box (the rule's blocked records, owner-checked like every record: the over-limit cache of
-// a global rule). Otherwise a local rule charges the attempt when it arrives, tentatively
-// (sharedstate.Limiter.Take): the attempts in flight hold the key's quota, so parallel guesses
-// reach the upstream no more often than sequential ones (no more than the quota per window,
-// whatever the multiplexing). The response headers decide the tentative charge:
-//   - a response that matches count_on keeps it; one that leaves a limit unable to admit the same
-//     cost again puts the key in the penalty box until now+penalty (without a penalty: until the
-//     limit's Retry-After);
+// a global rule). A local rule keeps two tables per limit set: its attempts table, charged when an
+// attempt arrives, tentatively (sharedstate.Limiter.Take), so that the attempts in flight hold the
+// key's quota and parallel guesses reach the upstream no more often than sequential ones; and its
+// counted table, charged by the counted responses alone, which decides the penalty as if the
+// attempts had come one after another. The response headers decide the tentative charge:
+//   - a response that matches count_on keeps it and charges the counted table; a charge there
+//     that is denied, or that leaves a limit unable to admit the same cost again, puts the key in
+//     the penalty box until now+penalty (without a penalty: until the limit's Retry-After);
 //   - a response that does not match gives it back (sharedstate.Settler.Undo, exact for every
 //     algorithm whatever other VMs took since);
-//   - a stream that ends without response headers (the client left first) keeps it when
-//     count_unanswered is true (the default: leaving early never avoids the charge), else gives
-//     it back;
+//   - a stream that ends without response headers (the client left first) is a counted response
+//     when count_unanswered is true (the default: leaving early never avoids the charge), else it
+//     gives its charge back;
 //   - a request the filter denies (a later rule, the service, a shedder) gives it back: the local
 //     reply is never charged.
 // A global rule only checks its penalty box at request time and charges the service when a
@@ -91,7 +92,7 @@ func (c *charger) check(rs *ruleState, set *rules.LimitSet, key []byte, cost, no
 	}
 	allowed, placement := true, sharedstate.Placement(0)
 	if r.Scope == rules.ScopeLocal {
-		out, err := c.limiter.Take(rs.tables[set.Index], key, now, cost)
+		out, err := c.limiter.Take(rs.attempts[set.Index], key, now, cost)
 		if err != nil {
 			logf(c.host, logWarn, "meshlimit: rule %s: %v", r.Name, err)
 			return r.FailureMode == rules.FailDeny && enforced && d.count(rs, false, enforced)
@@ -188,8 +189,9 @@ func (c *charger) endStream(h *httpContext) {
 	c.chargeGlobal(h, c.host.now(), false)
 }
 
-// chargeOne charges one counted response: a local rule keeps its tentative charge, and a key that
-// can no longer admit the same cost goes into the penalty box; a global one is added to the
+// chargeOne charges one counted response: a local rule keeps its tentative charge (its attempts
+// table) and charges its counted table, where a charge that is denied or leaves a limit unable to
+// admit the same cost again puts the key into the penalty box; a global one is added to the
 // decision's global items, which chargeGlobal sends to the service in one call once every charge
 // is decided.
 func (c *charger) chargeOne(ch *charge) {
@@ -201,16 +203,18 @@ func (c *charger) chargeOne(ch *charge) {
 		return
 	}
 	now := c.host.now()
-	out, err := c.limiter.Check(rs.tables[ch.set], []byte(ch.key), now, ch.cost)
+	out, err := c.limiter.Take(rs.tables[ch.set], []byte(ch.key), now, ch.cost)
 	if err != nil {
-		logf(c.host, logWarn, "meshlimit: rule %s: checking a counted response: %v", rs.rule.Name, err)
+		if !errors.Is(err, sharedstate.ErrContention) {
+			logf(c.host, logWarn, "meshlimit: rule %s: charging a counted response: %v", rs.rule.Name, err)
+		}
 		return
 	}
 	specs := rs.placed(out.Placement, set.Limits)
 	rs.nearLimit(out.Decisions, specs)
 	for j := range out.Decisions {
 		d := &out.Decisions[j]
-		if !d.Allowed {
+		if !d.Allowed || d.Remaining < ch.cost {
 			until := now + int64(d.RetryAfter)
 			if pen := rs.rule.CountOn.Penalty; pen > 0 {
 				until = now + int64(pen)
@@ -234,7 +238,7 @@ func (c *charger) giveBack(ch *charge, key string) {
 		c.undo = sharedstate.NewSettler(c.limiter.Updater())
 	}
 	rs.metrics.givenBack.inc(1)
-	_, err := c.undo.Undo(rs.tables[ch.set], []byte(key), ch.placement, c.host.now(), ch.at, ch.cost)
+	_, err := c.undo.Undo(rs.attempts[ch.set], []byte(key), ch.placement, c.host.now(), ch.at, ch.cost)
 	if err != nil && !errors.Is(err, sharedstate.ErrContention) {
 		logf(c.host, logWarn, "meshlimit: rule %s: giving back an uncounted attempt: %v", rs.rule.Name, err)
 	}

@@ -234,6 +234,10 @@ func (rp *resetPoller) apply(key string) bool {
 		if i < len(rs.tables) && (set.Override == "" || set.Override == value) {
 			_, err := rp.limiter.Forget(rs.tables[i], []byte(value))
 			rp.forgot(rs, err)
+			if i < len(rs.attempts) { // a counted rule's attempts: its counted ones are forgiven too
+				_, err = rp.limiter.Forget(rs.attempts[i], []byte(value))
+				rp.forgot(rs, err)
+			}
 		}
 	}
 	if matched && rs.blocked != nil {

@@ -16,6 +16,7 @@ import (
 type ruleState struct {
 	rule      *rules.Rule
 	tables    []*sharedstate.Table // one per rules.LimitSet, by its Index
+	attempts  []*sharedstate.Table // a local counted rule's: its counted and in-flight attempts, per set
 	fallback  *sharedstate.Table   // the fallback limits of a global rule, or nil
 	blocked   *sharedstate.Records // the over-limit cache of a global rule, the penalty box of a counted one
 	leases    *sharedstate.Records // the leased units of a rule with a lease
@@ -26,8 +27,20 @@ type ruleState struct {
 	metrics   ruleMetrics
 }
 
-// newTables creates the tables of a rate rule: one per limit set.
+// newTables creates the tables of a rate rule: one per limit set; a local counted rule has a second
+// set of tables, where its attempts are charged when they arrive (charge.go).
 func (rs *ruleState) newTables(base, fp string) error {
+	var err error
+	if rs.tables, err = rs.tablesAt(base, fp); err != nil || rs.rule.CountOn == nil || rs.rule.Scope != rules.ScopeLocal {
+		return err
+	}
+	rs.attempts, err = rs.tablesAt(base+"attempts/", fp)
+	return err
+}
+
+// tablesAt creates one table per limit set under base.
+func (rs *ruleState) tablesAt(base, fp string) ([]*sharedstate.Table, error) {
+	var tables []*sharedstate.Table
 	r := rs.rule
 	var overflow []algorithms.Limit // nil: the rule's own limits
 	if o := r.Overflow(); o != nil {
@@ -46,11 +59,11 @@ func (rs *ruleState) newTables(base, fp string) error {
 		}
 		t, err := sharedstate.NewTable(prefix, set.Slots, limitsOf(set.Limits), o)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		rs.tables = append(rs.tables, t)
+		tables = append(tables, t)
 	}
-	return nil
+	return tables, nil
 }
 
 // globalRecords creates what only a global rule has: its over-limit cache, its lease records and its
