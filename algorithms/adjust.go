@@ -60,7 +60,7 @@ func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []b
 		if last := (rat{maxTimeUs + maxWindowUs, 0}); last.less(ceiling) {
 			ceiling = last // the latest TAT a state holds (near the end of time)
 		}
-		tat = g.add(tat, g.times(min(delta, g.c)))
+		tat = g.add(tat, g.times(min(delta, 2*g.c))) // the ceiling below is the real bound
 		if ceiling.less(tat) {
 			tat = ceiling
 		}
@@ -87,7 +87,7 @@ func (l Limit) adjustFixed(state []byte, n, reservedAt, delta int64, dst []byte)
 	s, end, k := l.positionFixed(s, k, n)
 	switch {
 	case delta > 0:
-		k = min(k+min(delta, q), 2*q, MaxQuota)
+		k = min(k+min(delta, 2*q), 2*q, MaxQuota)
 	case delta < 0 && s <= reservedAt && reservedAt < end:
 		k = max(k+max(delta, -q), 0)
 	}

@@ -133,3 +133,70 @@ func TestAnOverRunAtTheEndOfTimeLeavesAReadableState(t *testing.T) {
 	require.NoError(t, err, "the state Adjust wrote is readable")
 	assert.False(t, d.Allowed, "the debt is kept")
 }
+
+// TestAnOverRunPastTheReservationPutsTheKeyInDebtByWhatItUsedUpToOneCapacity: issue 20, finding 3's
+// last case. A 100/m bucket reserves 10; the answer says usage u. The key then owes u−100 units
+// (at most one capacity): its next request waits (u−100+1)×0.6 s, until a unit more than the debt
+// has refilled.
+func TestAnOverRunPastTheReservationPutsTheKeyInDebtByWhatItUsedUpToOneCapacity(t *testing.T) {
+	t0 := int64(1_700_000_000_000_000_000)
+	l := Limit{Kind: TokenBucket, Quota: 100, Window: time.Minute}
+	for _, tt := range []struct {
+		used int64
+		wait time.Duration
+	}{
+		{110, 6600 * time.Millisecond},
+		{150, 30600 * time.Millisecond},
+		{200, 60600 * time.Millisecond},
+		{1000, 60600 * time.Millisecond}, // a debt of one capacity at most
+	} {
+		state, _, err := l.Decide(nil, t0, 10, nil)
+		require.NoError(t, err)
+		state, err = l.Adjust(state, t0, t0, tt.used-10, nil)
+		require.NoError(t, err)
+		_, d, err := l.Decide(state, t0, 1, nil)
+		require.NoError(t, err)
+		assert.Equal(t, tt.wait, d.RetryAfter, "used %d", tt.used)
+	}
+}
+
+// TestAClientThatUnderReservesEveryRequestSustainsAtMostTheStatedBound: the over-run of each
+// request is charged up to one capacity of debt below empty. Retrying every second for an hour
+// against 100/m (6,000 units an hour), reserving r and using u each time:
+//   - a bucket carries the whole debt while u−r <= capacity: at most the limit plus two capacities
+//     (the first burst and the last debt); past that it sustains u×quota/(r+capacity) a window;
+//   - a fixed window forgets its count at the window's end: at most twice the quota a window.
+func TestAClientThatUnderReservesEveryRequestSustainsAtMostTheStatedBound(t *testing.T) {
+	t0 := int64(1_700_000_000_000_000_000)
+	bucket := Limit{Kind: TokenBucket, Quota: 100, Window: time.Minute}
+	fixed := Limit{Kind: FixedWindow, Quota: 100, Window: time.Minute}
+	for _, tt := range []struct {
+		name          string
+		l             Limit
+		reserve, used int64
+		bound         int64
+	}{
+		{"a bucket whose over-runs fit one capacity carries them all", bucket, 10, 110, 6000 + 2*100},
+		{"a bucket whose over-runs pass one capacity", bucket, 10, 150, 150*6000/110 + 2*100},
+		{"a fixed window", fixed, 10, 150, 60 * 2 * 100},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var state []byte
+			used := int64(0)
+			for s := range 3600 {
+				now := t0 + int64(s)*int64(time.Second)
+				next, d, err := tt.l.Decide(state, now, tt.reserve, nil)
+				require.NoError(t, err)
+				state = next
+				if !d.Allowed {
+					continue
+				}
+				state, err = tt.l.Adjust(state, now, now, tt.used-tt.reserve, nil)
+				require.NoError(t, err)
+				used += tt.used
+			}
+			assert.LessOrEqual(t, used, tt.bound)
+			t.Logf("%s: %d units used in an hour of 6000 (bound %d)", tt.name, used, tt.bound)
+		})
+	}
+}

@@ -37,7 +37,7 @@ func (l Limit) gcra() (g gcraParams, ok bool) {
 	return g, !(rat{maxWindowUs, 0}).less(g.tau)
 }
 
-// times returns c×t. It requires c×t.i <= maxWindowUs (true for c <= Capacity).
+// times returns c×t. It requires c×t.i <= 2×maxWindowUs (true for c <= 2×Capacity).
 func (g *gcraParams) times(c int64) rat {
 	q, r := mulDivMod(c, g.t.f, g.q) // c×Tr/Q < c: exact in doubles
 	return rat{c*g.t.i + q, r}

@@ -332,15 +332,16 @@ func TestAClientAskingForACompressedAnswerCannotHideItsUsage(t *testing.T) {
 }
 
 // TestABothScopesClientLeavingAnEventStreamEarlyKeepsBothReservations: a rule of both scopes
-// reserves 800 locally and at the service. The client leaves the stream after an early usage event
+// reserves 800 locally and at the service (on_missing "reservation": with the default, max is
+// charged, see TestAClientWhoseAnswerCarriesNoUsageIsChargedMaxNotItsReservation). The client leaves the stream after an early usage event
 // (5): neither half is refunded, so neither this proxy nor another one (its own shared data, the
 // same service) admits 201 more.
 func TestABothScopesClientLeavingAnEventStreamEarlyKeepsBothReservations(t *testing.T) {
 	clock := envoyhost.NewClock(epoch)
 	svc := startService(t, clock)
 	onClock := func(c *envoyhost.Config) { c.Clock = clock }
-	a := load(t, module(t, "meshlimit"), globalBodyBudget("both", ""), 1, withService(svc, nil), onClock)
-	b := load(t, module(t, "meshlimit"), globalBodyBudget("both", ""), 1, withService(svc, nil), onClock)
+	a := load(t, module(t, "meshlimit"), keepOnMissing(globalBodyBudget("both", "")), 1, withService(svc, nil), onClock)
+	b := load(t, module(t, "meshlimit"), keepOnMissing(globalBodyBudget("both", "")), 1, withService(svc, nil), onClock)
 	s, ok := postJSON(t, a.VM(0), "alice", maxTokens(800))
 	require.True(t, ok)
 	cutAnswer(t, s, "text/event-stream", "data: {\"usage\": {\"total_tokens\": 5}}\n\n")

@@ -223,6 +223,13 @@ func TestAGlobalSettleIsNotSentWhileTheBreakerIsOpenAndIsCounted(t *testing.T) {
 // globalBodyBudget is a global budget of 1000 tokens per user per day reserved from the max_tokens
 // field of the request body (default 500, at most 4000, read from at most 256 bytes) and settled
 // from usage.total_tokens.
+// keepOnMissing makes a budget's answers without usage keep their reservation (on_missing
+// "reservation"), for the tests of what was reserved.
+func keepOnMissing(cfg string) string {
+	return strings.Replace(cfg, `"settle": {"response_json": "usage.total_tokens"}`,
+		`"settle": {"response_json": "usage.total_tokens", "on_missing": "reservation"}`, 1)
+}
+
 func globalBodyBudget(scope, extra string) string {
 	return globalConfig(`{"name": "tokens", "scope": "` + scope + `", "key": [{"header": "x-user"}], "limits": [{"rate": "1000/d"}],
 		"cost": {"request_json": "max_tokens", "default": 500, "max": 4000, "max_body": 256, "settle": {"response_json": "usage.total_tokens"}}}` + extra)
@@ -304,7 +311,7 @@ func TestAGlobalRuleWithAMalformedBodyReservesTheDefaultAndCountsIt(t *testing.T
 	for i, body := range bad {
 		t.Run(fmt.Sprintf("body %d", i), func(t *testing.T) {
 			user := "user" + strconv.Itoa(i)
-			p := load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 1, toReplica(svc.addr))
+			p := load(t, module(t, "meshlimit"), keepOnMissing(globalBodyBudget("global", "")), 1, toReplica(svc.addr))
 			s, ok := postJSON(t, p.VM(0), user, body)
 			require.True(t, ok)
 			assert.Equal(t, []byte(body), s.UpstreamBody())
@@ -328,7 +335,7 @@ func TestAGlobalRuleWithAMalformedBodyReservesTheDefaultAndCountsIt(t *testing.T
 func TestABodyOverTheBoundOfAGlobalRuleReservesTheDefaultAndPassesWhole(t *testing.T) {
 	redis := redistest.Start(t)
 	svc := startSettleService(t, redis.Addr())
-	p := load(t, module(t, "meshlimit"), globalBodyBudget("global", ""), 1, toReplica(svc.addr))
+	p := load(t, module(t, "meshlimit"), keepOnMissing(globalBodyBudget("global", "")), 1, toReplica(svc.addr))
 	body := `{"max_tokens": 1, "pad": "` + strings.Repeat("x", 600) + `"}`
 	s := p.VM(0).NewStream(envoyhost.StreamInfo{})
 	_, err := s.SendRequestHeaders(envoyhost.Headers{{":method", "POST"}, {":path", "/v1/x"}, {":authority", "llm.test"}, {"x-user", "alice"}}, false)

@@ -202,7 +202,7 @@ func TestBadBodiesReserveTheDefaultAndAreCountedNeverATrap(t *testing.T) {
 	bad := []string{`{"max_tokens": 3`, `{"max_tokens": 0}`, `{"max_tokens": "9"}`, `{"max_tokens": 1, "pad": "` + strings.Repeat("x", 300) + `"}`, `[]`}
 	for i, body := range bad {
 		t.Run(fmt.Sprintf("body %d", i), func(t *testing.T) {
-			p := load(t, module(t, "meshlimit"), budgetConfig("", ""), 1)
+			p := load(t, module(t, "meshlimit"), budgetConfig("", `, "on_missing": "reservation"`), 1)
 			s, ok := postJSON(t, p.VM(0), "alice", body)
 			require.True(t, ok)
 			settleAnswer(t, s, 200, "application/json", `{"id": "no usage here"}`)

@@ -20,10 +20,12 @@ import (
 //     refunded, an over-run is charged;
 //   - a 5xx response refunds the whole reservation, or keeps it with on_error "keep";
 //   - an answer without a usable cost (the field missing or not an integer, a body that is not JSON or
-//     is larger than max_body, a response cut short, no response at all) keeps the reservation, and is
-//     counted (settle_kept): a client that never reads its answer, or an upstream that never reports
-//     usage, pays what it reserved and no less; an event stream cut short settles to the usage of
-//     its last event seen only when that is above the reservation (partialEvents);
+//     is larger than max_body, a response cut short, no response at all) is charged per on_missing,
+//     and counted (settle_kept): by default the rule's max, so a client that never reads its
+//     answer, or asks for one without usage, pays the most a request may cost, never the
+//     reservation it chose (on_missing "reservation" keeps the reservation); an event stream cut
+//     short settles to the usage of its last event seen only when that is above the reservation
+//     (partialEvents);
 //   - a request denied by any rule refunds what its earlier rules reserved: it never reached upstream.
 //
 // A rule that reserves from the request body (request_json) decides when the body has arrived:
@@ -36,7 +38,7 @@ import (
 // Metrics (per settling rule):
 //
 //	meshlimit.rule.<rule>.settled        reservations settled to a cost read from the answer
-//	meshlimit.rule.<rule>.settle_kept    reservations kept: no usable cost in the answer
+//	meshlimit.rule.<rule>.settle_kept    answers without a usable cost (charged per on_missing)
 //	meshlimit.rule.<rule>.settle_refund  units refunded (unused reservations and 5xx responses)
 //	meshlimit.rule.<rule>.settle_overrun units charged beyond reservations
 //	meshlimit.rule.<rule>.bad_body       request bodies that reserved the default (malformed, missing field, past max_body)
@@ -324,8 +326,12 @@ func (s *settler) settleOne(st *settling, r *reservation, now int64) {
 		}
 		r.value = r.rs.rule.SettledValue(r.value)
 	}
-	if !r.found {
+	if !r.found { // charged per on_missing: the rule's max by default, never the client's choice
 		m.kept.inc(1)
+		if delta := r.rs.rule.MissingCost(r.reserved) - r.reserved; delta > 0 {
+			m.overrun.inc(uint64(delta))
+			s.adjust(r, delta, now)
+		}
 		return
 	}
 	m.settled.inc(1)

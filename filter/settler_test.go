@@ -40,13 +40,17 @@ func TestAReservationSettlesToTheCostTheAnswerSays(t *testing.T) {
 		{"a header below the reservation refunds the rest", fromHeader, "200", [][2]string{{"x-cost", "4"}}, nil, 996, "meshlimit.rule.tokens.settle_refund"},
 		{"a header above it charges the over-run", fromHeader, "200", [][2]string{{"x-cost", "30"}}, nil, 970, "meshlimit.rule.tokens.settle_overrun"},
 		{"a header above max is capped", fromHeader, "200", [][2]string{{"x-cost", "9000"}}, nil, 500, "meshlimit.rule.tokens.settled"},
-		{"no header keeps the reservation", fromHeader, "200", nil, nil, 990, "meshlimit.rule.tokens.settle_kept"},
+		{"no header charges max", fromHeader, "200", nil, nil, 500, "meshlimit.rule.tokens.settle_kept"},
+		{"no header keeps the reservation with on_missing reservation", `{"default":10,"max":500,"settle":{"response_header":"x-cost","on_missing":"reservation"}}`,
+			"200", nil, nil, 990, "meshlimit.rule.tokens.settle_kept"},
 		{"a 5xx refunds it", fromHeader, "503", [][2]string{{"x-cost", "30"}}, nil, 1000, "meshlimit.rule.tokens.settle_refund"},
 		{"a 5xx keeps it with on_error keep", `{"default":10,"max":500,"settle":{"response_header":"x-cost","on_error":"keep"}}`, "503", nil, nil, 990, ""},
 		{"a JSON field of the response settles it", `{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens"}}`, "200",
 			[][2]string{{"content-type", "application/json"}}, []string{`{"usage":{"total_`, `tokens":42}}`}, 958, "meshlimit.rule.tokens.settle_overrun"},
-		{"a JSON body larger than max_body keeps it", `{"default":10,"max":500,"max_body":16,"settle":{"response_json":"usage.total_tokens"}}`, "200",
-			[][2]string{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":42}}`}, 990, "meshlimit.rule.tokens.settle_kept"},
+		{"a JSON body larger than max_body charges max", `{"default":10,"max":500,"max_body":16,"settle":{"response_json":"usage.total_tokens"}}`, "200",
+			[][2]string{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":42}}`}, 500, "meshlimit.rule.tokens.settle_kept"},
+		{"an event stream without usage charges max", `{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens"}}`, "200",
+			[][2]string{{"content-type", "text/event-stream"}}, []string{"data: {\"choices\":[]}\n\n", "data: [DONE]\n\n"}, 500, "meshlimit.rule.tokens.settle_kept"},
 		{"the last usage of an event stream settles it", `{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens"}}`, "200",
 			[][2]string{{"content-type", "text/event-stream"}}, []string{"data: {\"usage\":{\"total_tokens\":3}}\n\n", "data: {\"usage\":{\"total_tokens\":7}}\n\n"}, 993, "meshlimit.rule.tokens.settle_refund"},
 		{"the response's bytes settle it", `{"default":10,"max":500,"settle":{"body_bytes":"response"}}`, "200",
@@ -88,7 +92,7 @@ func TestAnEventStreamCutShortChargesAnOverRunButNeverRefunds(t *testing.T) {
 		event string
 		left  int64
 	}{
-		{"an early usage below the reservation is not taken", `data: {"usage":{"total_tokens":2}}` + "\n\n", 990},
+		{"an early usage below the reservation is not taken: max is charged", `data: {"usage":{"total_tokens":2}}` + "\n\n", 500},
 		{"a usage above it is charged", `data: {"usage":{"total_tokens":25}}` + "\n\n", 975},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,7 +120,8 @@ func TestAnEventStreamEndedByTrailersSettlesFromItsLastEvent(t *testing.T) {
 
 func TestADeniedRequestRefundsWhatItsEarlierRulesReserved(t *testing.T) {
 	f := newFakeHost(t)
-	p := f.start(`{"rules":[{"name":"tokens","key":[{"header":"x-user"}],"limits":[{"rate":"1000/d"}],"cost":` + fromHeader + `},` +
+	keep := `{"default":10,"max":500,"settle":{"response_header":"x-cost","on_missing":"reservation"}}`
+	p := f.start(`{"rules":[{"name":"tokens","key":[{"header":"x-user"}],"limits":[{"rate":"1000/d"}],"cost":` + keep + `},` +
 		`{"name":"gate","limits":[{"rate":"1/h"}]}]}`)
 	a, _ := f.open(p, user("u"), true)
 	f.end(a)

@@ -36,6 +36,10 @@ type settleJSON struct {
 	// OnError is what a response with a 5xx status settles to: "refund" (nothing is charged) or
 	// "keep" (the reservation). Default "refund".
 	OnError string `json:"on_error"`
+	// OnMissing is what an answer without a usable cost settles to (no usage field, a body cut
+	// short or unreadable, no response at all): "max" (the rule's cost.max) or "reservation" (what
+	// the request reserved). Default "max": the client never chooses what it pays.
+	OnMissing string `json:"on_missing"`
 }
 
 // SettleSource says where a settled cost is read.
@@ -69,6 +73,9 @@ type Settle struct {
 	Bytes BodyBytes
 	// KeepOnError keeps the reservation of a 5xx response instead of refunding it.
 	KeepOnError bool
+	// KeepOnMissing settles an answer without a usable cost to its reservation instead of the
+	// rule's max (on_missing "reservation").
+	KeepOnMissing bool
 }
 
 // reserveSpec is what a settling rule adds to its cost.
@@ -234,7 +241,24 @@ func (v *validator) settle(path string, sj *settleJSON) *Settle {
 	default:
 		v.failf(path+".on_error", "unknown value %q (want refund or keep)", sj.OnError)
 	}
+	switch sj.OnMissing {
+	case "", "max":
+	case "reservation":
+		s.KeepOnMissing = true
+	default:
+		v.failf(path+".on_missing", "unknown value %q (want max or reservation)", sj.OnMissing)
+	}
 	return s
+}
+
+// MissingCost is what a reservation of reserved units settles to when the answer gives no usable
+// cost: the rule's max (never less than the reservation), or with on_missing "reservation" the
+// reservation itself.
+func (r *Rule) MissingCost(reserved int64) int64 {
+	if s := r.Settle(); s == nil || s.KeepOnMissing {
+		return reserved
+	}
+	return max(r.cost.max, reserved)
 }
 
 // jsonPath compiles a dotted path of object member names.

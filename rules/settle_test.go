@@ -22,6 +22,8 @@ func TestASettlingCostCompilesItsReservationAndSettlement(t *testing.T) {
 	assert.Equal(t, SettleResponseJSON, r.Settle().Source)
 	assert.Equal(t, []string{"usage", "total_tokens"}, r.Settle().Path)
 	assert.False(t, r.Settle().KeepOnError)
+	assert.False(t, r.Settle().KeepOnMissing, "an answer without usage is charged max by default")
+	assert.Equal(t, int64(4000), r.MissingCost(10))
 	assert.Equal(t, defaultMaxBody, r.MaxBody())
 	cost, err := r.Cost(&fakeRequest{})
 	require.NoError(t, err)
@@ -123,6 +125,7 @@ func TestSettleConfigErrorsNameTheirField(t *testing.T) {
 		{"a settle with two sources", `"cost": {"settle": {"response_header": "x", "body_bytes": "both"}}`, "rules[0].cost.settle", "exactly one"},
 		{"an unknown body_bytes", `"cost": {"settle": {"body_bytes": "all"}}`, "rules[0].cost.settle.body_bytes", "unknown value"},
 		{"an unknown on_error", `"cost": {"settle": {"body_bytes": "both", "on_error": "charge"}}`, "rules[0].cost.settle.on_error", "unknown value"},
+		{"an unknown on_missing", `"cost": {"settle": {"body_bytes": "both", "on_missing": "nothing"}}`, "rules[0].cost.settle.on_missing", "unknown value"},
 		{"an empty path segment", `"cost": {"request_json": "a..b"}`, "rules[0].cost.request_json", "dotted path"},
 		{"max_body too large", `"cost": {"request_json": "a", "max_body": 2000000}`, "rules[0].cost.max_body", "out of range"},
 		{"settle and count_on together (count_on.go refuses it)", `"cost": {"settle": {"body_bytes": "both"}}, "count_on": {"status": ["401"]}`, "rules[0].count_on", "reserves and settles"},

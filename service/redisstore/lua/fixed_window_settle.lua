@@ -1,7 +1,8 @@
 -- fixed_window_settle.lua: a settle of the fixed window (algorithms.Limit.Adjust), preceded by
 -- lib.lua and calendar.lua. ARGV[4] is the signed delta, ARGV[7] the reservation's age in µs,
 -- ARGV[8] and ARGV[9] the calendar unit (0: none) and offset in µs. An over-run is
--- counted even past the quota, up to twice the quota; a refund applies only when the
+-- counted even past the quota, up to twice the quota (a debt of one quota below empty, whatever
+-- was left); a refund applies only when the
 -- reservation was decided in the current window (refunding into a later one would admit more
 -- than the limit), never below 0. The state is written as Adjust writes it. Returns 1.
 
@@ -24,7 +25,7 @@ else
 end
 
 if delta > 0 then
-  k = math.min(k + math.min(delta, Q), 2 * Q, MAX_QUOTA)
+  k = math.min(k + math.min(delta, 2 * Q), 2 * Q, MAX_QUOTA)
 else
   local at = now - age
   if at < 0 then at = 0 end

@@ -1,12 +1,12 @@
 -- gcra_settle.lua: a settle of the token bucket or the leaky bucket (algorithms.Limit.Adjust),
 -- preceded by `local LEAKY = <bool>`, lib.lua and gcra_state.lua. ARGV[4] is the signed delta.
--- An over-run is charged even when it does not fit, up to a debt of one capacity (the TAT at
--- most now + 2τ); a refund never makes the bucket fuller than full. The state is written as
+-- An over-run is charged even when it does not fit, up to a debt of one capacity below empty
+-- whatever was left (the TAT at most now + 2τ); a refund never makes the bucket fuller than full. The state is written as
 -- Adjust writes it (a refund to a key without state writes a full bucket). Returns 1.
 
 local delta = cost
 if delta > 0 then
-  local ci, cf = times(math.min(delta, C))
+  local ci, cf = times(math.min(delta, 2 * C)) -- the ceiling below is the real bound
   ti, tf = add(ti, tf, ci, cf)
   local di, df = add(taui, tauf, taui, tauf)
   local mi, mf = add(now, 0, di, df) -- the ceiling: a debt of one capacity
