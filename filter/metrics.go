@@ -6,6 +6,7 @@ package filter
 //
 //	meshlimit.config_errors                      plugin starts refused for a bad configuration
 //	meshlimit.panics                             panics recovered in a callback (the rule's failure_mode applied)
+//	meshlimit.settle_copy_refused                streams settled without a copy of their answer: settle_memory was full
 //	meshlimit.rule.<rule>.allowed                requests the rule admitted
 //	meshlimit.rule.<rule>.limited                requests the rule denied (enforced)
 //	meshlimit.rule.<rule>.shadow_limited         requests the rule would have denied (shadow or enforce=false)

@@ -165,7 +165,7 @@ func (p *pluginContext) startFeatures(owner uint64) {
 		p.leases = leaser{env: e, g: p.global}
 		p.resets.start(e, p.global, p.rules)
 	}
-	p.settle = settler{env: e, g: p.global}
+	p.settle = settler{env: e, g: p.global, copyRefused: newCounter(p.host, "meshlimit.settle_copy_refused")}
 	p.body = bodyStage{env: e, settle: &p.settle, g: p.global, shaper: &p.shaper}
 	p.charges = charger{env: e, g: p.global, cache: &p.cache}
 	p.sheds.start(e, owner, &p.permits, p.cfg.Shedders, keyPrefix+p.name+"/shed/")

@@ -53,6 +53,12 @@ type settler struct {
 	*env
 	g       *globalClient        // nil without a global service
 	settler *sharedstate.Settler // created on first use
+	// held is what the VM's streams hold at once to read a JSON field of their answers (the body
+	// copied so far, or max_body for an event stream's splitter), at most cfg.SettleMemory: a
+	// stream that would pass it settles without a copy (charged per on_missing), counted in
+	// copyRefused. Many slow readers never take the VM's memory, whatever max_body says.
+	held        int
+	copyRefused counter
 }
 
 // settleMetrics are the counters of a settling rule, defined on first use.
@@ -129,7 +135,8 @@ type settling struct {
 	sse       bool   // the response is a text/event-stream
 	maxBody   int    // the largest max_body of the reservations that read a JSON field
 	body      []byte // the response body copied so far, at most maxBody
-	cut       bool   // the response body passed maxBody
+	held      int    // what the copy counts in the VM's settle memory (settler.hold)
+	cut       bool   // the response body passed maxBody, or the VM's settle memory
 	events    body.SSE
 	// bodyItems are the request's global items that wait for the body (body.go).
 	bodyItems []globalItem
@@ -219,6 +226,7 @@ func (s *settler) refund(h *httpContext) {
 		return
 	}
 	h.settle = nil
+	s.release(st)
 	now := s.host.now()
 	for i := range st.res {
 		s.adjust(&st.res[i], -st.res[i].reserved, now)
@@ -264,6 +272,7 @@ func (s *settler) endStream(h *httpContext) {
 		return
 	}
 	h.settle = nil
+	s.release(st)
 	now := s.host.now()
 	for _, pb := range st.pend { // the body never ended: the default is charged
 		def, _ := pb.rs.rule.Cost(&s.d.req)
@@ -377,7 +386,10 @@ func (s *settler) responseBody(h *httpContext, size int, eos bool) {
 		return
 	}
 	if !st.sse && (st.cut || len(st.body)+size > st.maxBody) {
-		st.cut, st.body = true, nil
+		s.drop(st)
+		return
+	}
+	if st.cut || !s.hold(st, size) {
 		return
 	}
 	if !st.sse {
@@ -403,6 +415,38 @@ func (s *settler) responseBody(h *httpContext, size int, eos bool) {
 	if eos {
 		st.events.Close(st.onEvent)
 	}
+}
+
+// hold accounts for the size more bytes a stream copies (an event stream: max_body once, the most
+// its splitter keeps), and reports false, dropping what the stream held, when the VM's settle
+// memory would pass its bound: the stream then settles as cut short (per on_missing).
+func (s *settler) hold(st *settling, size int) bool {
+	if st.sse {
+		if st.held > 0 {
+			return true
+		}
+		size = st.maxBody
+	}
+	if s.held+size > s.cfg.SettleMemory {
+		s.copyRefused.inc(1)
+		s.drop(st)
+		return false
+	}
+	s.held += size
+	st.held += size
+	return true
+}
+
+// drop stops a stream's copy: it settles as cut short, and what it held is given back.
+func (s *settler) drop(st *settling) {
+	st.cut, st.body = true, nil
+	s.release(st)
+}
+
+// release gives back what a stream held for its copy (it ended, or stopped copying).
+func (s *settler) release(st *settling) {
+	s.held = max(s.held-st.held, 0) // a stream of an earlier configuration may release into this one
+	st.held = 0
 }
 
 // minSSEPiece is the least piece an event stream is read in.

@@ -250,3 +250,32 @@ func TestASettleNotSentWhileTheBreakerIsOpenIsCounted(t *testing.T) {
 	assert.Empty(t, f.pending())
 	assert.Equal(t, int64(1), f.counter("meshlimit.rule.tokens.settle_call_failed"))
 }
+
+func TestStreamsPastTheVMsSettleMemorySettleWithoutACopyAndAreChargedMax(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(`{"settle_memory":65536,"rules":[{"name":"tokens","key":[{"header":"x-user"}],"limits":[{"rate":"1000/d"}],
+		"cost":{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens"}}}]}`)
+	chunk := `{"usage":{"total_tokens":7},"pad":"` + strings.Repeat("x", 30000) + `"`
+	var open []*httpContext
+	for _, u := range []string{"a", "b", "c"} { // slow readers: their answers never end while the others come
+		h, act := f.open(p, user(u), true)
+		require.Equal(t, types.ActionContinue, act)
+		f.respond(h, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, false)
+		f.responseBody(h, chunk, false)
+		open = append(open, h)
+	}
+	assert.Equal(t, int64(1), f.counter("meshlimit.settle_copy_refused"), "two copies of 30,000 fit 65,536; the third does not")
+	for _, h := range open {
+		f.responseBody(h, "}", true)
+		f.end(h)
+	}
+	assert.Equal(t, int64(993), left(t, f, p, "tokens", "a"), "a copied its answer and settled to its usage")
+	assert.Equal(t, int64(993), left(t, f, p, "tokens", "b"))
+	assert.Equal(t, int64(500), left(t, f, p, "tokens", "c"), "c settled without a copy: charged max")
+	h, _ := f.open(p, user("d"), true) // the memory came back: d copies again
+	f.respond(h, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, false)
+	f.responseBody(h, chunk+"}", true)
+	f.end(h)
+	assert.Equal(t, int64(993), left(t, f, p, "tokens", "d"))
+	assert.Equal(t, int64(1), f.counter("meshlimit.settle_copy_refused"))
+}

@@ -38,10 +38,14 @@ const (
 	// defaultMaxBody is how many bytes of a body a rule reads for a JSON field when it sets no
 	// max_body: the request body it reserves from, or one response body (or SSE event).
 	defaultMaxBody = 64 << 10
-	maxMaxBody     = 1 << 20
-	maxJSONPath    = 8           // segments of a request_json or response_json path
-	minPenalty     = time.Second // rules[].count_on.penalty
-	maxPenalty     = 24 * time.Hour
+	// settle_memory: the response bytes one VM copies at once to settle, by default 32 MiB (512
+	// streams at the default max_body), at most 512 MiB (well below what traps a VM).
+	defaultSettleMemory = 32 << 20
+	maxSettleMemory     = 512 << 20
+	maxMaxBody          = 1 << 20
+	maxJSONPath         = 8           // segments of a request_json or response_json path
+	minPenalty          = time.Second // rules[].count_on.penalty
+	maxPenalty          = 24 * time.Hour
 	// maxConcurrency is the largest concurrency limit: a global one is sent as the quota of a
 	// permit descriptor, which the service bounds so.
 	maxConcurrency = wire.MaxConcurrency

@@ -33,6 +33,10 @@ func (v *validator) config(doc *configJSON) *Config {
 			maxKeys = defaultMaxKeys
 		}
 	}
+	c.SettleMemory = defaultSettleMemory
+	if doc.SettleMemory.Set {
+		c.SettleMemory = int(v.intIn("settle_memory", doc.SettleMemory, defaultMaxBody, maxSettleMemory))
+	}
 	if doc.Global != nil {
 		c.Global = v.global(doc.Global)
 	}

@@ -24,6 +24,9 @@ type Config struct {
 	// one, unnamed and matching every request); a request is governed by the first that
 	// matches it. Empty when none is configured.
 	Shedders []*Shed
+	// SettleMemory is the most response-body bytes a worker VM holds at once to settle
+	// reservations from a JSON field (settle_memory).
+	SettleMemory int
 
 	rules   []*Rule
 	summary string

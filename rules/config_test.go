@@ -61,7 +61,7 @@ func TestParseConfigRejectsEachFailureModeWithItsFieldPath(t *testing.T) {
 		{"empty", "", "empty configuration"},
 		{"not-json", "", "invalid JSON at line 1"},
 		{"trailing-data", "", "invalid JSON"},
-		{"unknown-top-field", "rule", "unknown field (known fields: enforce, global, log_level, max_keys, response, rules, shed, shedders)"},
+		{"unknown-top-field", "rule", "unknown field (known fields: enforce, global, log_level, max_keys, response, rules, settle_memory, shed, shedders)"},
 		{"unknown-nested-field", "rules[0].limits[0].rates", "unknown field"},
 		{"wrong-case-field", "Rules", "unknown field"},
 		{"duplicate-field", "enforce", "duplicate field"},

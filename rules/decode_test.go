@@ -33,7 +33,7 @@ func TestParseConfigReportsShapeAndCompileErrorsInOnePass(t *testing.T) {
 			{"name": 7, "limits": [{"rate": "1/s", "algorithm": "nope"}]}
 		]}`)
 	assert.Equal(t, []string{
-		`log_levl: unknown field (known fields: enforce, global, log_level, max_keys, response, rules, shed, shedders); did you mean "log_level"?`,
+		`log_levl: unknown field (known fields: enforce, global, log_level, max_keys, response, rules, settle_memory, shed, shedders); did you mean "log_level"?`,
 		`response.body_format: unknown format "html" (want text or problem_json)`,
 		`response.status: want an integer, got a string`,
 		`rules[0].limits[0].rate: invalid rate "5/fortnight": unknown unit "fortnight" (want s, m, h, d, or a duration such as "30s")`,

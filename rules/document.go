@@ -19,6 +19,10 @@ type configJSON struct {
 	Response responseJSON `json:"response"`
 	// MaxKeys is the default of rules[].max_keys. Default defaultMaxKeys.
 	MaxKeys optInt `json:"max_keys"`
+	// SettleMemory bounds the bytes of response bodies one worker VM copies at once to settle
+	// reservations from a JSON field (settle.response_json): past it a stream settles without a
+	// copy, charged per on_missing. Default defaultSettleMemory.
+	SettleMemory optInt `json:"settle_memory"`
 	// LogLevel is the least severe level the plugin logs: "trace", "debug", "info",
 	// "warn", "error" or "critical". Default "info".
 	LogLevel string `json:"log_level"`

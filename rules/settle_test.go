@@ -212,3 +212,16 @@ func fuzzTokenRule(f *testing.F) *Rule {
 	require.NoError(f, err)
 	return cfg.Rules()[0]
 }
+
+func TestSettleMemoryDefaultsTo32MiBAndARangeOutsideIsRefusedNamingTheField(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"rules": [` + tokenRule + `]}`))
+	require.NoError(t, err)
+	assert.Equal(t, 32<<20, cfg.SettleMemory)
+	cfg, err = ParseConfig([]byte(`{"settle_memory": 1048576, "rules": [` + tokenRule + `]}`))
+	require.NoError(t, err)
+	assert.Equal(t, 1<<20, cfg.SettleMemory)
+	for _, v := range []string{"1000", "1073741824"} {
+		_, err = ParseConfig([]byte(`{"settle_memory": ` + v + `, "rules": [` + tokenRule + `]}`))
+		assert.ErrorContains(t, err, "settle_memory: "+v+" out of range", v)
+	}
+}
