@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
 )
@@ -52,4 +54,26 @@ func TestAClientOverItsOwnLimitDrainsNoneOfTheQuotaItSharesWithOthers(t *testing
 			assert.Zero(t, counter(p, "meshlimit.rule.ra.cas_exhausted"))
 		})
 	}
+}
+
+func TestARequestTheServiceDeniesSpendsNothingOfTheLocalRulesBeforeIt(t *testing.T) {
+	clock := envoyhost.NewClock(epoch)
+	svc := startService(t, clock)
+	cfg := globalConfig(`{"name": "ra", "key": ["path"], "limits": [{"rate": "2/h"}]},
+		{"name": "rb", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "1/h"}]}`)
+	p := load(t, module(t, "meshlimit"), cfg, 2, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
+	send := func(vm int, user string) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		defer cancel()
+		res, err := p.VM(vm).RoundTrip(ctx, withKey(get("api.example", "/shared", "192.0.2.1"), "x-user", user), ok200)
+		require.NoError(t, err)
+		return res.LocalReply == nil
+	}
+	require.True(t, send(0, "u1"))
+	for i := range 6 { // the service denies u1, then each VM's over-limit cache does
+		assert.False(t, send(i%2, "u1"), "u1's request %d", i+2)
+	}
+	assert.True(t, send(1, "u2"), "u1's denials spent none of ra's 2/h")
+	assert.False(t, send(0, "u3"), "ra is spent by u1's and u2's admitted requests")
+	assert.Equal(t, int64(6), counter(p, "meshlimit.rule.ra.given_back"))
 }

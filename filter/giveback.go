@@ -7,8 +7,9 @@ import (
 )
 
 // A denied request spends nothing. Every local take a rule admits while the request headers are
-// decided is recorded (taken); when a later rule, the over-limit cache of a global rule or a
-// shedder denies the request in the same callback, giveBack undoes each of them
+// decided is recorded (taken); when a later rule, the over-limit cache of a global rule, a shedder
+// or the decision service's answer (the takes wait for it in the stream) denies the request,
+// giveBack undoes each of them
 // (sharedstate.Settler.Undo: exact for every algorithm, whatever other VMs took since), so a
 // client over its own limit cannot drain the quotas of the rules before it. Reservations of
 // settling rules are the settler's (refunded by it) and permits the permits' (released); they
@@ -44,9 +45,27 @@ func (t *takenScratch) add(rs *ruleState, set int, key []byte, out *sharedstate.
 	t.list = append(t.list, taken{rs: rs, set: set, keyLen: len(key), placement: out.Placement, cost: cost})
 }
 
-// giveBack undoes every take recorded for the request, which is denied, and forgets them.
-func (s *settler) giveBack(now int64) {
-	t := &s.d.taken
+// keep moves the takes of a request whose decision waits for the service into its stream, where a
+// denial of the service gives them back (giveBackStream).
+func (t *takenScratch) keep(h *httpContext) {
+	if len(t.list) == 0 {
+		return
+	}
+	hs := &h.taken
+	hs.list = append(hs.list[:0], t.list...)
+	hs.keys = append(hs.keys[:0], t.keys...)
+	hs.at = t.at
+	t.reset(0)
+}
+
+// giveBack undoes every take recorded for the request being decided, which is denied, and those
+// its stream kept while it waited for the service, and forgets them.
+func (s *settler) giveBack(h *httpContext, now int64) {
+	s.giveBackFrom(&s.d.taken, now)
+	s.giveBackFrom(&h.taken, now)
+}
+
+func (s *settler) giveBackFrom(t *takenScratch, now int64) {
 	if len(t.list) == 0 {
 		return
 	}

@@ -55,6 +55,7 @@ func (h *httpContext) requestHeaders(eos bool) types.Action {
 		return types.ActionPause
 	}
 	if len(d.globals) > 0 {
+		d.taken.keep(h) // the service may still deny: the takes wait for its answer in the stream
 		if p.body.deferGlobal(h) { // the call waits for the request body
 			return types.ActionContinue
 		}
@@ -73,6 +74,7 @@ func (h *httpContext) finish(denied, paused bool, now int64) types.Action {
 		h.deny()
 		return types.ActionPause
 	}
+	h.taken.reset(0) // admitted: its takes are spent
 	if st := h.settle; st != nil && st.global {
 		p.body.keepForBody(h) // the headers' decision; the body's items are still to come
 	}
@@ -95,7 +97,7 @@ func (h *httpContext) finish(denied, paused bool, now int64) types.Action {
 func (h *httpContext) deny() {
 	p := h.plugin
 	p.settle.refund(h)
-	p.settle.giveBack(p.host.now())
+	p.settle.giveBack(h, p.host.now())
 	p.charges.drop(h)
 	p.replies.deny(h)
 }

@@ -17,6 +17,7 @@ type stream struct {
 	shed      shedSlot     // shedder: the slot the stream holds
 	charges   chargeStream // charger: the counted rules' charges, decided by the response
 	msgs      msgStream    // message limiter: the stream's message limit and framers
+	taken     takenScratch // the local takes of a request waiting for the service, given back if it denies
 }
 
 // reset clears s for another stream.
@@ -24,7 +25,9 @@ func (s *stream) reset() {
 	s.quota.reset()
 	s.charges.reset()
 	s.msgs.reset()
-	*s = stream{quota: s.quota, charges: s.charges, settleMem: s.settleMem, msgs: s.msgs}
+	clear(s.taken.list[:cap(s.taken.list)]) // no take keeps an old configuration's rules alive
+	s.taken.reset(0)
+	*s = stream{quota: s.quota, charges: s.charges, settleMem: s.settleMem, msgs: s.msgs, taken: s.taken}
 }
 
 // newSettling gives the stream a fresh settling: the one it kept from an earlier stream (arrays
