@@ -210,3 +210,30 @@ func TestAHeaderValueTooLongForARegexIsNotMatchedAndTheRuleStillApplies(t *testi
 	assert.Equal(t, 200, status(roundTrip(t, p.VM(0), get("a", "/", "192.0.2.1", [2]string{"x-probe", "aaaa"}))),
 		"within the bound the regex decides")
 }
+
+// TestPathParametersAndATrailingSlashDoNotEscapeAPrefixOrExactRule: issue 20, finding 9. Servlet
+// containers route "/api;x" as "/api" and most frameworks serve "/login/" as "/login": a rule on
+// the one holds for the others, and a path key does not tell them apart.
+func TestPathParametersAndATrailingSlashDoNotEscapeAPrefixOrExactRule(t *testing.T) {
+	const workers = 3
+	p := load(t, module(t, "meshlimit"), `{"rules": [
+		{"name": "prefix", "match": {"path": {"prefix": "/api/"}}, "limits": [{"rate": "2/m", "algorithm": "fixed_window"}]},
+		{"name": "exact", "match": {"path": {"exact": "/login"}}, "limits": [{"rate": "2/m", "algorithm": "fixed_window"}]},
+		{"name": "per-path", "match": {"path": {"prefix": "/files/"}}, "key": ["path"], "limits": [{"rate": "2/m", "algorithm": "fixed_window"}]}]}`, workers)
+	use := func(path string) int {
+		return spread(t, p, workers, 2, func(int) *envoyhost.Request { return get("x", path, "192.0.2.1") })
+	}
+	require.Equal(t, 2, use("/api/items"))
+	require.Equal(t, 2, use("/login"))
+	require.Equal(t, 2, use("/files/a"))
+	for _, path := range []string{
+		"/api;x/items", "/api/items;jsessionid=1", "/..;/api/items", "/api", "/api;x",
+		"/login/", "/login;jsessionid=1", "/login;x/", "/x/..;/login",
+		"/files/a;v=2", "/files;x/a",
+	} {
+		res := roundTrip(t, p.VM(1), get("x", path, "192.0.2.1"))
+		assert.Equal(t, 429, status(res), "%s must hit its exhausted rule", path)
+	}
+	assert.Equal(t, 200, status(roundTrip(t, p.VM(0), get("x", "/api%3Bx/items", "192.0.2.1"))), "an encoded ';' is data: another path")
+	assert.Equal(t, 200, status(roundTrip(t, p.VM(0), get("x", "/loginx", "192.0.2.1"))), "another path is another matter")
+}

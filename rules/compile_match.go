@@ -160,7 +160,7 @@ func regexProgramSize(re string) (int, error) {
 func (v *validator) pathValue(path string, m *stringMatch, ignoreCase bool) {
 	switch m.kind {
 	case matchExact, matchPrefix:
-		m.ignoreCase = ignoreCase
+		m.ignoreCase, m.path = ignoreCase, true
 		if !strings.HasPrefix(m.value, "/") {
 			v.failf(path, "%q must start with \"/\"", m.value)
 			return

@@ -247,6 +247,13 @@ func TestAppendNormalizedPath(t *testing.T) {
 		{"/%%36%31", "/%%361"},
 		{"/%6%31", "/%6%31"},
 		{"/caf%C3%A9", "/caf%C3%A9"},
+		{"/api;x", "/api"},
+		{"/api;jsessionid=1/users", "/api/users"},
+		{"/..;/admin", "/admin"},
+		{"/a/.;x/b", "/a/b"},
+		{"/;x/api", "/api"},
+		{"/api%3Bx", "/api%3Bx"},
+		{"/api;x?y=1", "/api"},
 	}
 	for _, tc := range tests {
 		assert.Equal(t, tc.want, string(AppendNormalizedPath(nil, tc.in)), tc.in)
@@ -259,7 +266,7 @@ func TestAppendNormalizedPath(t *testing.T) {
 // longer than the input (plus the '/' it may add), is already normalized, and has no empty,
 // "." or ".." segment.
 func FuzzNormalizedPath(f *testing.F) {
-	for _, s := range []string{"", "/", "//api", "/%61pi", "/./api", "/x/../api", "/%%36%31", "/%6%31", "/a/b/..", "*", "/%2e%2E/%2F?#", strings.Repeat("/..", 300)} {
+	for _, s := range []string{"", "/", "//api", "/%61pi", "/./api", "/x/../api", "/%%36%31", "/%6%31", "/a/b/..", "*", "/%2e%2E/%2F?#", "/..;/a", "/a;b/c;d", "/%;61", "/%6;%31", strings.Repeat("/..", 300)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {

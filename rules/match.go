@@ -71,6 +71,7 @@ type stringMatch struct {
 	kind       stringKind
 	value      string
 	ignoreCase bool           // exact and prefix compare ASCII case-insensitively (path only)
+	path       bool           // a path match: one trailing slash does not tell two paths apart
 	re         *regexp.Regexp // anchored at both ends: the whole value must match
 }
 
@@ -79,15 +80,15 @@ type stringMatch struct {
 func (m *stringMatch) matches(s string) (matched, tooLong bool) {
 	switch m.kind {
 	case matchExact:
-		if m.ignoreCase {
-			return strings.EqualFold(s, m.value), false
+		if m.path { // "/login" and "/login/" are one resource to most upstreams
+			return m.equal(trimSlash(s), trimSlash(m.value)), false
 		}
-		return s == m.value, false
+		return m.equal(s, m.value), false
 	case matchPrefix:
-		if m.ignoreCase {
-			return len(s) >= len(m.value) && strings.EqualFold(s[:len(m.value)], m.value), false
+		if m.path && len(m.value) > 1 && m.value[len(m.value)-1] == '/' && m.equal(s, m.value[:len(m.value)-1]) {
+			return true, false // prefix "/api/" holds for "/api" too
 		}
-		return strings.HasPrefix(s, m.value), false
+		return len(s) >= len(m.value) && m.equal(s[:len(m.value)], m.value), false
 	case matchRegex:
 		if len(s) > maxRegexInput {
 			return false, true
@@ -95,6 +96,22 @@ func (m *stringMatch) matches(s string) (matched, tooLong bool) {
 		return m.re.MatchString(s), false
 	}
 	return true, false
+}
+
+// equal compares two strings as m does: exactly, or ASCII case-insensitively with ignoreCase.
+func (m *stringMatch) equal(a, b string) bool {
+	if m.ignoreCase {
+		return strings.EqualFold(a, b)
+	}
+	return a == b
+}
+
+// trimSlash drops one trailing slash of a path other than the root.
+func trimSlash(p string) string {
+	if len(p) > 1 && p[len(p)-1] == '/' {
+		return p[:len(p)-1]
+	}
+	return p
 }
 
 // headerMatch is one header condition. For matchPresent, absent inverts the meaning

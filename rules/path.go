@@ -9,6 +9,9 @@ package rules
 //   - a percent-encoded unreserved character (ALPHA, DIGIT, '-', '.', '_', '~') is decoded, and the
 //     hex digits of every other percent-encoding are upper-cased: "/%61pi" is "/api", "%2f" is
 //     "%2F" and stays encoded (an encoded slash is data, not a separator);
+//   - a segment's parameters (a raw ';' to the end of the segment, RFC 3986 section 3.3) are
+//     dropped, as servlet containers do before they route: "/api;jsessionid=1/users" is
+//     "/api/users", "/..;/admin" is "/admin" (an encoded "%3B" is data and stays);
 //   - empty segments are dropped, so runs of slashes merge: "//api" is "/api";
 //   - dot segments are resolved after decoding: "/./api", "/x/../api" and "/%2e%2e/api" are all
 //     "/api", and ".." never climbs above the root;
@@ -28,10 +31,16 @@ func AppendNormalizedPath(dst []byte, p string) []byte {
 	root := len(dst)
 	dst = append(dst, '/')
 	segStart := len(dst) // where the segment being written begins
+	params := false      // past a raw ';' in this segment: its parameters are dropped
 	for i := 0; i <= len(p); {
 		if i == len(p) || p[i] == '/' {
 			dst = endSegment(dst, root, segStart, i == len(p))
-			segStart = len(dst)
+			segStart, params = len(dst), false
+			i++
+			continue
+		}
+		if params || p[i] == ';' {
+			params = true
 			i++
 			continue
 		}
