@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
 )
@@ -47,6 +48,35 @@ func TestAClientWhoseAnswerCarriesNoUsageIsChargedMaxNotItsReservation(t *testin
 			assert.Equal(t, 13, admitted, "requests of max_tokens 1 admitted in a day of 100,000 tokens")
 			assert.Equal(t, int64(13), counter(p, "meshlimit.rule.tokens.settle_kept"))
 			t.Logf("%s: %d of %d requests admitted in a day of 100,000 tokens", tc.name, admitted, attempts)
+		})
+	}
+}
+
+// TestAnUpstreamTimeoutKeepsTheReservationWhileTheUpstreamsOwn5xxRefundsIt: Envoy's 504 after the
+// route's timeout comes after the model worked on the request: the reservation stays charged,
+// whatever on_error says; the upstream's own 503 is refunded (on_error "refund", the default).
+func TestAnUpstreamTimeoutKeepsTheReservationWhileTheUpstreamsOwn5xxRefundsIt(t *testing.T) {
+	for _, tc := range []struct {
+		details  string
+		status   int
+		nextFits bool
+	}{
+		{"upstream_response_timeout", 504, false},
+		{"upstream_per_try_timeout", 504, false},
+		{"via_upstream", 503, true},
+	} {
+		t.Run(tc.details, func(t *testing.T) {
+			p := load(t, module(t, "meshlimit"), budgetConfig("", ""), 2, func(c *envoyhost.Config) {
+				c.Properties = map[string][]byte{"response\x00code_details": []byte(tc.details)}
+			})
+			s, ok := postJSON(t, p.VM(0), "alice", maxTokens(600))
+			require.True(t, ok)
+			settleAnswer(t, s, tc.status, "text/plain", "upstream request timeout")
+			s, ok = postJSON(t, p.VM(1), "alice", maxTokens(600))
+			assert.Equal(t, tc.nextFits, ok, "600 of 1000 were refunded: %t", tc.nextFits)
+			if ok {
+				settleAnswer(t, s, 200, "application/json", usageOf(1))
+			}
 		})
 	}
 }

@@ -18,7 +18,8 @@ import (
 //   - the cost read (a response header, the body bytes, a JSON field of the response body, or of the
 //     last event of a text/event-stream that carries it) replaces the reservation: the unused part is
 //     refunded, an over-run is charged;
-//   - a 5xx response refunds the whole reservation, or keeps it with on_error "keep";
+//   - a 5xx response refunds the whole reservation, or keeps it with on_error "keep"; Envoy's own
+//     5xx after the upstream worked (a timeout, a reset: response.code_details) always keeps it;
 //   - an answer without a usable cost (the field missing or not an integer, a body that is not JSON or
 //     is larger than max_body, a response cut short, no response at all) is charged per on_missing,
 //     and counted (settle_kept): by default the rule's max, so a client that never reads its
@@ -129,6 +130,7 @@ type settling struct {
 	reqBytes  int64
 	respBytes int64
 	status    int    // the response status, 0 before one
+	worked    bool   // a 5xx that Envoy sent after the upstream worked: a timeout, a reset
 	respEnded bool   // the response body (or headers) ended the stream
 	readJSON  bool   // a reservation settles from a JSON field of the response body
 	identity  bool   // the request asks the upstream for an answer without content coding
@@ -247,6 +249,9 @@ func (s *settler) readHeaders(st *settling, eos bool) {
 	v, _ := resp.header(":status")
 	st.status, _ = strconv.Atoi(v)
 	st.respEnded = eos
+	if st.status >= 500 {
+		st.worked = s.upstreamWorked()
+	}
 	ct, _ := resp.header("content-type")
 	st.sse = len(ct) >= 17 && strings.EqualFold(ct[:17], "text/event-stream")
 	for i := range st.res {
@@ -320,7 +325,7 @@ func (s *settler) settleOne(st *settling, r *reservation, now int64) {
 	set, m := r.rs.rule.Settle(), r.rs.settleMetrics(s.host)
 	switch {
 	case st.status >= 500:
-		if !set.KeepOnError && r.reserved > 0 {
+		if !set.KeepOnError && !st.worked && r.reserved > 0 {
 			m.refund.inc(uint64(r.reserved))
 			s.adjust(r, -r.reserved, now)
 		}
@@ -447,6 +452,27 @@ func (s *settler) drop(st *settling) {
 func (s *settler) release(st *settling) {
 	s.held = max(s.held-st.held, 0) // a stream of an earlier configuration may release into this one
 	st.held = 0
+}
+
+// upstreamWorked reports whether a 5xx response is Envoy's own after the upstream had the request
+// and worked on it (response.code_details: a timeout, or a reset once the upstream had the
+// request), which keeps the reservation whatever on_error says: the model used its tokens until
+// the route's timeout. An upstream's own 5xx ("via_upstream"), or Envoy's reply when no upstream
+// took the request (no healthy host, a connection failure, an overflow), follows on_error.
+func (s *settler) upstreamWorked() bool {
+	var buf [96]byte
+	d, ok := s.host.property(codeDetailsPath, buf[:0])
+	if !ok {
+		return false
+	}
+	details := bytesString(d)
+	switch {
+	case strings.Contains(details, "timeout"):
+		return true
+	case strings.HasPrefix(details, "upstream_reset"):
+		return !strings.Contains(details, "connection_failure") && !strings.Contains(details, "overflow")
+	}
+	return false
 }
 
 // minSSEPiece is the least piece an event stream is read in.

@@ -279,3 +279,30 @@ func TestStreamsPastTheVMsSettleMemorySettleWithoutACopyAndAreChargedMax(t *test
 	assert.Equal(t, int64(993), left(t, f, p, "tokens", "d"))
 	assert.Equal(t, int64(1), f.counter("meshlimit.settle_copy_refused"))
 }
+
+func TestEnvoysOwn504AfterTheUpstreamWorkedKeepsTheReservationWhateverOnError(t *testing.T) {
+	for _, tc := range []struct {
+		name, details string
+		left          int64
+	}{
+		{"the upstream's own 503 is refunded", "via_upstream", 1000},
+		{"Envoy's timeout after the model worked keeps it", "upstream_response_timeout", 990},
+		{"a reset once the upstream had the request keeps it", "upstream_reset_before_response_started{remote_reset}", 990},
+		{"no upstream took the request: refunded", "upstream_reset_before_response_started{connection_failure}", 1000},
+		{"no healthy upstream: refunded", "no_healthy_upstream", 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeHost(t)
+			p := f.start(settleRule(fromHeader))
+			h, _ := f.open(p, user("u"), true)
+			f.props[string(codeDetailsPath)] = tc.details
+			status := "504"
+			if tc.details == "via_upstream" || tc.details == "no_healthy_upstream" {
+				status = "503"
+			}
+			f.respond(h, [][2]string{{":status", status}}, true)
+			f.end(h)
+			assert.Equal(t, tc.left, left(t, f, p, "tokens", "u"))
+		})
+	}
+}
