@@ -55,7 +55,7 @@ func (h *httpContext) requestHeaders(eos bool) types.Action {
 		return types.ActionPause
 	}
 	if len(d.globals) > 0 {
-		d.taken.keep(h) // the service may still deny: the takes wait for its answer in the stream
+		d.taken.keep(h)            // the service may still deny: the takes wait for its answer in the stream
 		if p.body.deferGlobal(h) { // the call waits for the request body
 			return types.ActionContinue
 		}
