@@ -13,8 +13,9 @@ import (
 // Issue 20, finding 3: a token budget charges what the answer says, and an answer that says nothing
 // is charged the rule's max (on_missing), never the reservation the client chose.
 
-// documentedBudget is the example of docs/configuration.md: 100,000 tokens per user per day,
-// reserved from max_tokens (default 1000, at most 8000), settled from usage.total_tokens.
+// documentedBudget is the example docs/configuration.md gave when issue 20 was filed: 100,000
+// tokens per user per day, reserved from max_tokens (default 1000, at most 8000), settled from
+// usage.total_tokens (the example now adds prompt_bytes and a max that covers the prompt).
 const documentedBudget = `{"rules": [{"name": "tokens", "key": [{"header": "x-user"}], "limits": [{"rate": "100000/d"}],
 	"cost": {"request_json": "max_tokens", "default": 1000, "max": 8000, "settle": {"response_json": "usage.total_tokens"}}}]}`
 
@@ -79,4 +80,29 @@ func TestAnUpstreamTimeoutKeepsTheReservationWhileTheUpstreamsOwn5xxRefundsIt(t 
 			}
 		})
 	}
+}
+
+// TestRequestsSentTogetherWithLongPromptsOvershootTheBudgetByNoMoreThanTheirEstimatesMiss: the
+// documented example reserves max_tokens plus a token per 4 bytes of the body, so 50 requests of
+// max_tokens 1 with a prompt of about 8,000 tokens, all in flight at once, are admitted only while
+// those estimates fit: 12, not 50 (400,000 tokens a day before, against 100,000).
+func TestRequestsSentTogetherWithLongPromptsOvershootTheBudgetByNoMoreThanTheirEstimatesMiss(t *testing.T) {
+	const workers, together, used = 4, 50, 8001
+	p := load(t, module(t, "meshlimit"), `{"rules": [{"name": "tokens", "key": [{"header": "x-user"}], "limits": [{"rate": "100000/d"}],
+		"cost": {"request_json": "max_tokens", "prompt_bytes": 4, "default": 1000, "max": 16000,
+		"settle": {"response_json": "usage.total_tokens", "on_missing": "max"}}}]}`, workers)
+	prompt := `{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "` + strings.Repeat("word ", 6400) + `"}]}`
+	var open []*envoyhost.Stream
+	for i := range together {
+		if s, ok := postJSON(t, p.VM(i%workers), "mallory", prompt); ok {
+			open = append(open, s)
+		}
+	}
+	for _, s := range open {
+		settleAnswer(t, s, 200, "application/json", usageOf(used))
+	}
+	charged := len(open) * used
+	assert.Equal(t, 12, len(open), "admitted while their reservations (1 + %d bytes / 4) fit", len(prompt))
+	assert.LessOrEqual(t, charged, 100000, "the estimates bound what they used: no overshoot")
+	t.Logf("%d requests together: %d admitted, %d tokens used of 100,000", together, len(open), charged)
 }

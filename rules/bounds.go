@@ -38,6 +38,7 @@ const (
 	// defaultMaxBody is how many bytes of a body a rule reads for a JSON field when it sets no
 	// max_body: the request body it reserves from, or one response body (or SSE event).
 	defaultMaxBody = 64 << 10
+	maxPromptBytes = 1024 // cost.prompt_bytes: bytes of request body per unit of the prompt estimate
 	// settle_memory: the response bytes one VM copies at once to settle, by default 32 MiB (512
 	// streams at the default max_body), at most 512 MiB (well below what traps a VM).
 	defaultSettleMemory = 32 << 20

@@ -196,10 +196,13 @@ type costObjectJSON struct {
 	Default optInt `json:"default"` // cost when the header is missing or invalid; default 1
 	Max     optInt `json:"max"`     // larger values are charged max; default defaultMaxCost
 	// RequestJSON, RequestBytes, MaxBody and Settle reserve a cost and settle it (settle.go).
-	RequestJSON  string      `json:"request_json"`  // dotted path of a request body field
-	RequestBytes bool        `json:"request_bytes"` // the request body bytes
-	MaxBody      optInt      `json:"max_body"`      // bytes of a body read; default defaultMaxBody
-	Settle       *settleJSON `json:"settle"`
+	RequestJSON  string `json:"request_json"`  // dotted path of a request body field
+	RequestBytes bool   `json:"request_bytes"` // the request body bytes
+	MaxBody      optInt `json:"max_body"`      // bytes of a body read; default defaultMaxBody
+	// PromptBytes, with request_json, adds a prompt estimate to the reservation: one unit per
+	// PromptBytes bytes of the request body (1 to 1024; default: none).
+	PromptBytes optInt      `json:"prompt_bytes"`
+	Settle      *settleJSON `json:"settle"`
 }
 
 // overrideJSON is one element of rules[].overrides; it sets limits or unlimited.

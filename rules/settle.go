@@ -81,6 +81,7 @@ type Settle struct {
 // reserveSpec is what a settling rule adds to its cost.
 type reserveSpec struct {
 	requestJSON []string // the JSON path of a reservation read from the request body, or nil
+	promptBytes int64    // with requestJSON: one unit more per promptBytes bytes of the body; 0 for none
 	settle      *Settle
 	maxBody     int
 	bytes       bool // the cost is body bytes (RateLimit-Policy qu="content-bytes")
@@ -112,7 +113,9 @@ func (r *Rule) MaxBody() int {
 func (r *Rule) countsBytes() bool { return r.cost.reserve != nil && r.cost.reserve.bytes }
 
 // BodyCost returns the reservation of a rule that ReservesFromBody, read from the request body:
-// the integer at the rule's JSON path, at most max. The configured default is reserved, and a
+// the integer at the rule's JSON path, plus with prompt_bytes one unit per prompt_bytes bytes of
+// the body (of what was held, for a body past max_body: an estimate of the prompt's tokens), at
+// most max. The configured default is reserved, and a
 // non-nil error says why, when the body was cut at MaxBody (complete is false), is not JSON, lacks
 // the field, or holds there anything but a positive integer (max_tokens: 0 reserves the default:
 // a client cannot make its reservation vanish).
@@ -125,6 +128,14 @@ func (r *Rule) countsBytes() bool { return r.cost.reserve != nil && r.cost.reser
 // member's name may be in any case (see body.JSONInt). A body nested deeper than this reader goes (10000
 // levels, which no client needs) reserves max.
 func (r *Rule) BodyCost(doc []byte, complete bool) (int64, error) {
+	n, err := r.bodyCost(doc, complete)
+	if pb := r.cost.reserve.promptBytes; pb > 0 {
+		n = min(n+(int64(len(doc))+pb-1)/pb, r.cost.max) // a body past max_body: at least what was held
+	}
+	return n, err
+}
+
+func (r *Rule) bodyCost(doc []byte, complete bool) (int64, error) {
 	c := &r.cost
 	if !complete {
 		return c.def, errBodyTooLarge
@@ -175,6 +186,9 @@ func (v *validator) costSource(path string, o *costObjectJSON, c *costSpec) {
 	if sources == 0 && o.Settle == nil {
 		v.failf(path+".header", "required (or request_json, request_bytes, settle)")
 	}
+	if o.PromptBytes.Set && o.RequestJSON == "" {
+		v.failf(path+".prompt_bytes", "only with request_json (the prompt is estimated from the request body)")
+	}
 	if o.Settle == nil && o.RequestJSON == "" && !o.RequestBytes {
 		return
 	}
@@ -182,6 +196,9 @@ func (v *validator) costSource(path string, o *costObjectJSON, c *costSpec) {
 	c.reserve = rs
 	if o.MaxBody.Set {
 		rs.maxBody = int(v.intIn(path+".max_body", o.MaxBody, 1, maxMaxBody))
+	}
+	if o.PromptBytes.Set {
+		rs.promptBytes = v.intIn(path+".prompt_bytes", o.PromptBytes, 1, maxPromptBytes)
 	}
 	switch {
 	case o.RequestJSON != "":

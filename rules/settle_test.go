@@ -125,6 +125,8 @@ func TestSettleConfigErrorsNameTheirField(t *testing.T) {
 		{"a settle with two sources", `"cost": {"settle": {"response_header": "x", "body_bytes": "both"}}`, "rules[0].cost.settle", "exactly one"},
 		{"an unknown body_bytes", `"cost": {"settle": {"body_bytes": "all"}}`, "rules[0].cost.settle.body_bytes", "unknown value"},
 		{"an unknown on_error", `"cost": {"settle": {"body_bytes": "both", "on_error": "charge"}}`, "rules[0].cost.settle.on_error", "unknown value"},
+		{"prompt_bytes without request_json", `"cost": {"header": "x", "prompt_bytes": 4}`, "rules[0].cost.prompt_bytes", "only with request_json"},
+		{"prompt_bytes out of range", `"cost": {"request_json": "max_tokens", "prompt_bytes": 0}`, "rules[0].cost.prompt_bytes", "out of range"},
 		{"an unknown on_missing", `"cost": {"settle": {"body_bytes": "both", "on_missing": "nothing"}}`, "rules[0].cost.settle.on_missing", "unknown value"},
 		{"an empty path segment", `"cost": {"request_json": "a..b"}`, "rules[0].cost.request_json", "dotted path"},
 		{"max_body too large", `"cost": {"request_json": "a", "max_body": 2000000}`, "rules[0].cost.max_body", "out of range"},
@@ -223,5 +225,27 @@ func TestSettleMemoryDefaultsTo32MiBAndARangeOutsideIsRefusedNamingTheField(t *t
 	for _, v := range []string{"1000", "1073741824"} {
 		_, err = ParseConfig([]byte(`{"settle_memory": ` + v + `, "rules": [` + tokenRule + `]}`))
 		assert.ErrorContains(t, err, "settle_memory: "+v+" out of range", v)
+	}
+}
+
+func TestAPromptEstimateAddsAUnitPerPromptBytesOfTheBodyToTheReservation(t *testing.T) {
+	r := ruleOf(t, `{"name": "tokens", "key": [{"header": "x-user"}], "limits": [{"rate": "100000/d"}],
+		"cost": {"request_json": "max_tokens", "prompt_bytes": 4, "default": 1000, "max": 16000, "max_body": 1024,
+		"settle": {"response_json": "usage.total_tokens"}}}`)
+	for _, tc := range []struct {
+		name     string
+		body     string
+		complete bool
+		want     int64
+	}{
+		{"max_tokens plus a quarter of the body's bytes, rounded up", `{"max_tokens": 1, "prompt": "` + strings.Repeat("w", 400) + `"}`, true, 1 + 108}, // 431 bytes
+		{"a body without max_tokens: the default plus the prompt", `{"prompt": "abc"}`, true, 1000 + 5}, // 17 bytes
+		{"a body past max_body: the default plus what was held", strings.Repeat("x", 1024), false, 1000 + 256},
+		{"never more than max", `{"max_tokens": 15990, "prompt": "` + strings.Repeat("w", 400) + `"}`, true, 16000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, _ := r.BodyCost([]byte(tc.body), tc.complete)
+			assert.Equal(t, tc.want, n)
+		})
 	}
 }
