@@ -239,7 +239,7 @@ func TestAPromptEstimateAddsAUnitPerPromptBytesOfTheBodyToTheReservation(t *test
 		want     int64
 	}{
 		{"max_tokens plus a quarter of the body's bytes, rounded up", `{"max_tokens": 1, "prompt": "` + strings.Repeat("w", 400) + `"}`, true, 1 + 108}, // 431 bytes
-		{"a body without max_tokens: the default plus the prompt", `{"prompt": "abc"}`, true, 1000 + 5}, // 17 bytes
+		{"a body without max_tokens: the default plus the prompt", `{"prompt": "abc"}`, true, 1000 + 5},                                                 // 17 bytes
 		{"a body past max_body: the default plus what was held", strings.Repeat("x", 1024), false, 1000 + 256},
 		{"never more than max", `{"max_tokens": 15990, "prompt": "` + strings.Repeat("w", 400) + `"}`, true, 16000},
 	} {
