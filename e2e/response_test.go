@@ -313,23 +313,28 @@ func TestACountedResponseNeverWaitsOnAServiceThatNeverAnswers(t *testing.T) {
 	assert.NoError(t, p.VM(0).Failed())
 }
 
-// TestConcurrentFailedAttemptsGetPastTheCheckButAreAllCharged states the bound of counting after the
-// fact: n attempts checked before any is answered all reach the upstream (here 8 with a quota of 5),
-// every one is charged, and the penalty starts with them.
-func TestConcurrentFailedAttemptsGetPastTheCheckButAreAllCharged(t *testing.T) {
+// TestConcurrentFailedAttemptsAreBoundedByTheQuotaAndAllCharged: attempts in flight hold the quota
+// (a count_on rule charges each when it arrives, tentatively), so of 8 attempts sent before any is
+// answered only the quota (5) reaches the upstream; each counted answer keeps its charge, and the
+// penalty starts with them.
+func TestConcurrentFailedAttemptsAreBoundedByTheQuotaAndAllCharged(t *testing.T) {
 	p := load(t, module(t, "meshlimit"), loginConfig(""), 2)
 	req := get("app.example", "/login", "203.0.113.60")
 	req.Headers[0][1] = "POST"
 	var streams []*envoyhost.Stream
 	for i := range 8 {
 		s, act := send(t, p.VM(i%2), req)
-		require.Equal(t, envoyhost.ActionContinue, act, "attempt %d is checked before any is answered", i+1)
+		if act != envoyhost.ActionContinue {
+			require.NoError(t, s.Close())
+			continue
+		}
 		streams = append(streams, s)
 	}
+	require.Len(t, streams, 5, "the attempts in flight hold the quota of 5")
 	for _, s := range streams {
 		_, err := s.SendResponseHeaders(answer(401).Headers, true)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, int64(8), counter(p, "meshlimit.rule.login.counted"))
+	assert.Equal(t, int64(5), counter(p, "meshlimit.rule.login.counted"))
 	assert.Equal(t, 429, status(login(t, p.VM(0), "203.0.113.60", answer(200))))
 }

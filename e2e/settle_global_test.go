@@ -499,9 +499,10 @@ func TestAGlobalRuleThatReadsNoBodyIsDecidedWithTheHeadersWhileABodyRuleWaitsFor
 	assert.Equal(t, int64(2), counter(p, "meshlimit.rule.tokens.allowed"), "the denied request never reserved tokens")
 	assert.Zero(t, counter(p, "meshlimit.rule.tokens.settle_kept"), "nor is it charged the body rule's default")
 	_, ok = openHeaders(t, p.VM(0), "alice")
-	assert.False(t, ok, "the local rule's third of 3 was spent by the denied request")
-	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.local.limited"))
-	assert.Equal(t, int64(5), counter(p, "meshlimit.global.calls"), "denied by the local rule: no call")
+	assert.False(t, ok, "the calls rule still denies, from its over-limit cache")
+	assert.Zero(t, counter(p, "meshlimit.rule.local.limited"), "the denied requests gave the local rule's unit back")
+	assert.Equal(t, int64(2), counter(p, "meshlimit.rule.local.given_back"))
+	assert.Equal(t, int64(5), counter(p, "meshlimit.global.calls"), "denied from the over-limit cache: no call")
 	assert.Zero(t, counter(p, "meshlimit.panics"))
 }
 
