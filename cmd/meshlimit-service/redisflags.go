@@ -108,7 +108,7 @@ func (o *redisOptions) check() error {
 }
 
 // config is the store's configuration: the files read, the TLS configurations built.
-func (o *redisOptions) config() (redisstore.Config, error) {
+func (o *redisOptions) config(log *slog.Logger) (redisstore.Config, error) {
 	cfg := redisstore.Config{Addrs: strings.Split(o.addrs, ","), Username: o.username, Password: o.password, FlushDelay: o.flushDelay}
 	var err error
 	if o.passwordFile != "" {
@@ -117,7 +117,7 @@ func (o *redisOptions) config() (redisstore.Config, error) {
 		}
 	}
 	if o.tls {
-		if cfg.TLS, err = o.tlsConfig(o.tlsServerName); err != nil {
+		if cfg.TLS, cfg.TLSSource, err = o.tlsConfig(o.tlsServerName, log); err != nil {
 			return cfg, err
 		}
 	}
@@ -131,7 +131,7 @@ func (o *redisOptions) config() (redisstore.Config, error) {
 		}
 	}
 	if o.tls && o.sentinelTLS {
-		if s.TLS, err = o.tlsConfig(cmp.Or(o.sentinelServerName, o.tlsServerName)); err != nil {
+		if s.TLS, s.TLSSource, err = o.tlsConfig(cmp.Or(o.sentinelServerName, o.tlsServerName), log); err != nil {
 			return cfg, err
 		}
 	}
@@ -155,7 +155,7 @@ func readSecret(flag, file string) (string, error) {
 
 // open connects to Redis. A TLS failure names the flag to fix.
 func (o *redisOptions) open(log *slog.Logger) (service.Store, error) {
-	cfg, err := o.config()
+	cfg, err := o.config(log)
 	if err != nil {
 		return nil, usageError{err}
 	}

@@ -7,52 +7,52 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // tlsConfig is the TLS configuration of the connections to Redis, verifying serverName when it
-// is set (the sentinels' may differ from the nodes').
-func (o *redisOptions) tlsConfig(serverName string) (*tls.Config, error) {
-	c := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
-	if o.tlsMinVersion == "1.3" {
-		c.MinVersion = tls.VersionTLS13
-	}
+// is set (the sentinels' may differ from the nodes'), and its source: the configuration of a
+// new connection, with the CA bundle and client key pair as they are on disk then (tlsfiles.go).
+func (o *redisOptions) tlsConfig(serverName string, log *slog.Logger) (*tls.Config, func() *tls.Config, error) {
+	files := &tlsFiles{ca: o.tlsCA, cert: o.tlsCert, key: o.tlsKey, log: log}
 	if o.tlsCA == "" {
 		// Loaded now, not by the first handshake, whose dial timeout it would eat into.
 		roots, err := systemRoots()
 		if err != nil {
-			return nil, fmt.Errorf("-redis-tls-ca: none given, and the system's CAs: %w", err)
+			return nil, nil, fmt.Errorf("-redis-tls-ca: none given, and the system's CAs: %w", err)
 		}
 		if roots.Equal(x509.NewCertPool()) {
-			return nil, errors.New("-redis-tls-ca: none given, and the system has no CA certificates (an image without a base has none): give the CA of the Redis certificates, or SSL_CERT_FILE")
+			return nil, nil, errors.New("-redis-tls-ca: none given, and the system has no CA certificates (an image without a base has none): give the CA of the Redis certificates, or SSL_CERT_FILE")
 		}
-		c.RootCAs = roots
-	} else {
-		b, err := os.ReadFile(o.tlsCA)
-		if err != nil {
-			return nil, fmt.Errorf("-redis-tls-ca: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("-redis-tls-ca %s: no PEM certificate in it", o.tlsCA)
-		}
+		files.roots = roots
 	}
-	if o.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
-		if err != nil {
-			return nil, fmt.Errorf("-redis-tls-cert and -redis-tls-key: %w", err)
+	if err := files.load(); err != nil {
+		return nil, nil, err
+	}
+	if err := files.checkValid(time.Now()); err != nil {
+		return nil, nil, err
+	}
+	build := func(roots *x509.CertPool, pair *tls.Certificate) *tls.Config {
+		c := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12, RootCAs: roots}
+		if o.tlsMinVersion == "1.3" {
+			c.MinVersion = tls.VersionTLS13
 		}
-		c.Certificates = []tls.Certificate{cert}
+		if pair != nil {
+			c.Certificates = []tls.Certificate{*pair}
+		}
+		if o.tlsVerify == "chain" {
+			c.InsecureSkipVerify = true // crypto/tls skips the name; VerifyConnection checks the chain
+			c.VerifyConnection = verifyChain(roots)
+		}
+		return c
 	}
-	if o.tlsVerify == "chain" {
-		c.InsecureSkipVerify = true // crypto/tls skips the name; VerifyConnection checks the chain
-		c.VerifyConnection = verifyChain(c.RootCAs)
-	}
-	return c, nil
+	return build(files.roots, files.pair), func() *tls.Config { return build(files.current()) }, nil
 }
 
 // systemRoots is x509.SystemCertPool; a test replaces it.

@@ -29,6 +29,9 @@ type Sentinel struct {
 	Username, Password string
 	// TLS is the TLS configuration of the connections to the sentinels; nil: plain TCP.
 	TLS *tls.Config
+	// TLSSource, when not nil (with TLS), gives the TLS configuration of each new connection to
+	// a sentinel, as Config.TLSSource does for the nodes.
+	TLSSource func() *tls.Config
 }
 
 // connect returns the client of cfg (defaults applied): a Sentinel client when
@@ -43,6 +46,7 @@ func connect(cfg Config) (rueidis.Client, error) {
 		DisableCache:  true, // no client-side caching: every decision must reach Redis
 		Dialer:        net.Dialer{Timeout: cfg.DialTimeout},
 		MaxFlushDelay: cfg.FlushDelay,
+		DialCtxFn:     dialer(cfg),
 	}
 	if cfg.Sentinel.MasterSet == "" {
 		c, err := rueidis.NewClient(opt)

@@ -39,6 +39,10 @@ type Config struct {
 	// TLS, when not nil, is the TLS configuration of every connection to a Redis node: the
 	// nodes of a Cluster, or the master that the sentinels name. nil: plain TCP.
 	TLS *tls.Config
+	// TLSSource, when not nil (TLS must then be set too), is called for every new connection
+	// to a node and its result used in place of TLS: so certificates and CAs rotated on disk
+	// are used from the next connection on, without a restart (tls.go).
+	TLSSource func() *tls.Config
 	// Sentinel, when its MasterSet is set, reaches Redis through Redis Sentinel (connect.go).
 	Sentinel Sentinel
 	// KeyPrefix starts every key (default "ml:"); it may not hold "{" or "}". A descriptor's
