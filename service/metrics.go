@@ -1,6 +1,8 @@
 package service
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -203,6 +205,25 @@ func (m *Metrics) error(kind int) {
 func (m *Metrics) observe(d time.Duration) {
 	m.init()
 	m.latency.Observe(d.Seconds())
+}
+
+// ObserveStore records one store call of a front of package rls on
+// meshlimit_store_duration_seconds, as /v1/check's are.
+func (m *Metrics) ObserveStore(d time.Duration) { m.observe(d) }
+
+// StoreFailed counts a store failure of a front of package rls, whose store work ran under ctx,
+// on meshlimit_errors_total as /v1/check's are (kind timeout, store_full or store), and
+// returns whether it was the deadline.
+func (m *Metrics) StoreFailed(ctx context.Context, err error) (timeout bool) {
+	kind := errStore
+	switch {
+	case errors.Is(err, ErrStoreFull):
+		kind = errStoreFull
+	case timedOut(ctx, err):
+		kind = errTimeout
+	}
+	m.error(kind)
+	return kind == errTimeout
 }
 
 // ObserveRequest records one answered request of a front of package rls ("grpc", "json") with

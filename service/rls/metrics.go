@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"context"
 	"strings"
 	"time"
 
@@ -117,4 +118,23 @@ func descriptorLabel(c *rlsconfig.Config, req *pb.RateLimitRequest, i int, p *pl
 		b.WriteString("." + e.GetKey() + "_" + v)
 	}
 	return b.String()
+}
+
+// store records one store call's duration, on meshlimit_store_duration_seconds as the
+// /v1/check front's are: the store latency panel and alerts see the RLS fronts too.
+func (m *Metrics) store(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.service.ObserveStore(d)
+}
+
+// storeFailed counts a store failure under ctx on meshlimit_errors_total (kind timeout,
+// store_full or store), as the /v1/check front's are, for MeshlimitStoreUnavailable, and
+// returns whether it was the deadline (nil m: whether ctx has ended).
+func (m *Metrics) storeFailed(ctx context.Context, err error) (timeout bool) {
+	if m == nil {
+		return ctx.Err() != nil
+	}
+	return m.service.StoreFailed(ctx, err)
 }

@@ -140,14 +140,18 @@ func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Ti
 	var remaining int64
 	var reset time.Duration
 	if l.Algorithm == 0 {
+		start := time.Now()
 		count, r, err := s.cfg.Store.CountWindow(ctx, service.CountRequest{Key: key, Window: l.Unit.Duration(), Hits: p.hits, Now: now})
+		s.cfg.Metrics.store(time.Since(start))
 		if err != nil {
 			return nil, err
 		}
 		over, remaining, reset = count > int64(l.RequestsPerUnit), max(int64(l.RequestsPerUnit)-count, 0), r
 	} else if p.hits > 0 {
 		limit := algorithms.Limit{Kind: l.Algorithm, Quota: int64(l.RequestsPerUnit), Window: l.Unit.Duration()}
+		start := time.Now()
 		d, err := s.cfg.Store.Decide(ctx, service.Request{Key: key, Now: now, Cost: p.hits, Limit: limit})
+		s.cfg.Metrics.store(time.Since(start))
 		if err != nil {
 			return nil, err
 		}
@@ -202,7 +206,7 @@ func (s *Server) storeError(ctx context.Context, err error) error {
 	if last := s.lastLog.Load(); now-last >= int64(time.Second) && s.lastLog.CompareAndSwap(last, now) {
 		s.cfg.Logger.Warn("rls: store unavailable", "err", err)
 	}
-	if ctx.Err() != nil {
+	if s.cfg.Metrics.storeFailed(ctx, err) {
 		return status.Error(codes.DeadlineExceeded, "store did not answer in time")
 	}
 	return status.Error(codes.Unavailable, "store unavailable")
