@@ -58,7 +58,7 @@ type Config struct {
 //	POST /v1/admin/*  the admin API: inspect and reset keys (admin.go)
 //	POST /json        envoyproxy/ratelimit's JSON endpoint, when Config.JSON is set
 //	GET  /healthz     the process is up
-//	GET  /readyz      the store can decide (Store.Ping)
+//	GET  /readyz      the store can decide (Store.Ping), and the handler is not draining
 //	GET  /metrics     Prometheus text format
 //
 // Every answer but 200 has a JSON body {"error": "..."}: 400, 401, 403, 404, 405, 413 and
@@ -78,7 +78,13 @@ type Handler struct {
 	scratch   sync.Pool    // *checkScratch
 	lastLog   atomic.Int64 // unix ns of the last store error logged
 	lastReady atomic.Int64 // unix ns of the last readiness failure logged
+	draining  atomic.Bool  // Drain was called: /readyz fails
 }
+
+// Drain makes /readyz answer 503 from now on, while every other endpoint keeps serving: on
+// shutdown, load balancers and Kubernetes take the replica out of rotation before its
+// listeners close (cmd/meshlimit-service's -shutdown-drain).
+func (h *Handler) Drain() { h.draining.Store(true) }
 
 // NewHandler returns a Handler for cfg.
 func NewHandler(cfg Config) (*Handler, error) {
@@ -201,6 +207,10 @@ func (h *Handler) logStoreError(err error, kind int) {
 }
 
 func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
+	if h.draining.Load() {
+		h.writeError(w, http.StatusServiceUnavailable, "draining: the service is shutting down")
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), max(h.timeout, time.Second))
 	defer cancel()
 	if err := h.store.Ping(ctx); err != nil {

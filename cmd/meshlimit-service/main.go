@@ -17,6 +17,8 @@
 //	-allow-client-time  MESHLIMIT_ALLOW_CLIENT_TIME  accept now_us in checks (tests only)
 //	-log-level          MESHLIMIT_LOG_LEVEL          debug, info, warn or error (default info)
 //	-shutdown-grace     MESHLIMIT_SHUTDOWN_GRACE     time to finish requests on SIGTERM (default 10s)
+//	-shutdown-drain     MESHLIMIT_SHUTDOWN_DRAIN     on SIGTERM, time /readyz and gRPC health report not
+//	                                                 serving before the listeners close (default 5s)
 //
 // The envoyproxy/ratelimit-compatible front (package service/rls; service/API.md, "Migrating
 // from envoyproxy/ratelimit"):
@@ -88,6 +90,7 @@ type options struct {
 	listen, secret, adminToken  string
 	logLevel                    slog.Level
 	timeout, grace, idleTimeout time.Duration
+	drain                       time.Duration
 	maxKeys, maxConns           int
 	allowClientTime             bool
 	redis                       redisOptions
@@ -105,6 +108,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.level(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the messages logged: debug, info, warn or error")
 	f.duration(&o.timeout, "timeout", service.DefaultTimeout, 1, forever, "store deadline per check, a positive `duration`")
 	f.duration(&o.grace, "shutdown-grace", 10*time.Second, 0, forever, "`duration` given to the requests in flight on shutdown")
+	f.duration(&o.drain, "shutdown-drain", 5*time.Second, 0, forever, "on SIGTERM, how long /readyz and gRPC health report not serving while the service still answers, before its listeners close: a `duration` for load balancers to take it out of rotation")
 	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound, a positive `int`")
 	f.bool(&o.allowClientTime, "allow-client-time", false, "accept now_us in checks (tests only)")
 	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once, a positive `int`; at the cap the quietest idle one is closed for the new one")
@@ -130,9 +134,21 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	return o, nil
 }
 
-// run serves until ctx ends, then shuts down gracefully: it stops accepting, lets requests in
-// flight finish within the grace period, and closes the store.
+// run serves until ctx ends, then shuts down gracefully: it reports not ready for the drain
+// period while still serving, then stops accepting, lets requests in flight finish within the
+// grace period, and closes the store.
 func run(ctx context.Context, args []string, getenv func(string) string) error {
+	return runWith(ctx, args, getenv, hooks{drainWait: time.Sleep})
+}
+
+// hooks are what a test replaces in run.
+type hooks struct {
+	// drainWait waits out the drain period, d > 0 (time.Sleep; a test waits on its events).
+	drainWait func(d time.Duration)
+}
+
+// runWith is run with hooks.
+func runWith(ctx context.Context, args []string, getenv func(string) string, hk hooks) error {
 	o, err := parseOptions(args, getenv)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -180,7 +196,15 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	srv := newServer(h, ln, o.idleTimeout, log)
 	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout, "max_conns", o.maxConns)
 
-	return serve(ctx, srv, ln, front, o.grace, log)
+	drain := func() {
+		log.Info("draining: not ready, still serving", "drain", o.drain)
+		h.Drain()
+		front.drain()
+		if o.drain > 0 {
+			hk.drainWait(o.drain)
+		}
+	}
+	return serve(ctx, srv, ln, front, drain, o.grace, log)
 }
 
 // openStore opens the store of o: Redis at -redis, or else the memory store.
@@ -192,9 +216,10 @@ func openStore(o options, log *slog.Logger) (service.Store, error) {
 	return o.redis.open(log)
 }
 
-// serve serves srv on ln, and the gRPC front, until ctx ends or one of them fails; then it
-// shuts both down, letting requests in flight finish within grace.
-func serve(ctx context.Context, srv *http.Server, ln net.Listener, front *rlsFront, grace time.Duration, log *slog.Logger) error {
+// serve serves srv on ln, and the gRPC front, until ctx ends or one of them fails; when ctx
+// ends it drains (reports not ready while serving), then shuts both down, letting requests in
+// flight finish within grace.
+func serve(ctx context.Context, srv *http.Server, ln net.Listener, front *rlsFront, drain func(), grace time.Duration, log *slog.Logger) error {
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
 	if front.serve != nil {
@@ -206,6 +231,7 @@ func serve(ctx context.Context, srv *http.Server, ln net.Listener, front *rlsFro
 		return err
 	case <-ctx.Done():
 	}
+	drain()
 	log.Info("shutting down", "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()

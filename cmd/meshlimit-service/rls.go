@@ -27,13 +27,14 @@ type rlsFront struct {
 	json     http.Handler          // POST /json; nil without -ratelimit-config
 	serve    func() error          // serves gRPC until stop; nil without -grpc-listen
 	stop     func(context.Context) // stops gRPC (gracefully until ctx ends) and the watcher
+	drain    func()                // makes gRPC health NOT_SERVING
 	grpcAddr string
 }
 
 // startRLS loads the configuration, starts its watcher and prepares the gRPC server and the
 // /json handler; without -ratelimit-config it does nothing.
 func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout time.Duration, sm *service.Metrics, log *slog.Logger) (*rlsFront, error) {
-	f := &rlsFront{stop: func(context.Context) {}}
+	f := &rlsFront{stop: func(context.Context) {}, drain: func() {}}
 	if o.config == "" {
 		if o.grpcListen != "" {
 			return nil, errors.New("-grpc-listen: needs -ratelimit-config (the rules to answer with)")
@@ -73,7 +74,9 @@ func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout ti
 		cancel()
 		return nil, fmt.Errorf("-grpc-listen: %w", err)
 	}
-	g := rls.NewGRPCServer(s, rls.GRPCOptions{Reflection: o.reflection})
+	hl := rls.NewHealth(store, timeout)
+	g := rls.NewGRPCServer(s, rls.GRPCOptions{Reflection: o.reflection, Health: hl})
+	f.drain = hl.Drain
 	f.grpcAddr = ln.Addr().String()
 	f.serve = func() error { return g.Serve(ln) }
 	f.stop = func(ctx context.Context) {

@@ -6,7 +6,6 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
@@ -23,18 +22,21 @@ type GRPCOptions struct {
 	// flight) after this long, give or take 10%, so that the long-lived HTTP/2 connections of
 	// Envoy spread over replicas added later (default 30 minutes; grace 1 minute).
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// Health answers grpc.health.v1 (nil: NewHealth of the Server's store and timeout); its
+	// Drain makes the server NOT_SERVING on shutdown.
+	Health *Health
 }
 
 // NewGRPCServer returns a gRPC server that serves s as envoy.service.ratelimit.v3.
-// RateLimitService and answers the standard health checking protocol (grpc.health.v1,
-// SERVING for the empty service and for the rate limit service).
+// RateLimitService and answers the standard health checking protocol (grpc.health.v1) with
+// o.Health, or a Health of s's store (health.go).
 func NewGRPCServer(s *Server, o GRPCOptions) *grpc.Server {
 	g := grpc.NewServer(serverOptions(o)...)
 	pb.RegisterRateLimitServiceServer(g, s)
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(g, hs)
+	if o.Health == nil {
+		o.Health = NewHealth(s.cfg.Store, s.cfg.Timeout)
+	}
+	healthpb.RegisterHealthServer(g, o.Health)
 	if o.Reflection {
 		reflection.Register(g)
 	}
