@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -95,6 +96,9 @@ func (o *redisOptions) check() error {
 			return fmt.Errorf("%s: needs %s", n.flag, n.needs)
 		}
 	}
+	if err := checkAddrs(o.addrs); err != nil {
+		return err
+	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return errors.New("-redis-tls-cert and -redis-tls-key: give both or neither")
 	}
@@ -103,6 +107,29 @@ func (o *redisOptions) check() error {
 	}
 	if o.sentinelPassword != "" && o.sentinelFile != "" {
 		return fmt.Errorf("%s and -redis-sentinel-password-file: give one", envSentinelPassword)
+	}
+	return nil
+}
+
+// checkAddrs refuses a -redis list (when given) with an empty entry (a trailing or doubled
+// comma), an address twice, a URL, or an entry that is not host:port.
+func checkAddrs(addrs string) error {
+	if addrs == "" {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, a := range strings.Split(addrs, ",") {
+		switch _, _, err := net.SplitHostPort(a); {
+		case a == "":
+			return fmt.Errorf("-redis %s: an empty address (a trailing or doubled comma)", addrs)
+		case strings.Contains(a, "://"):
+			return fmt.Errorf("-redis %s: give host:port, not a URL: TLS (rediss://) is -redis-tls, a password -redis-password-file, a user -redis-username", a)
+		case err != nil:
+			return fmt.Errorf("-redis %s: want host:port (%w)", a, err)
+		case seen[a]:
+			return fmt.Errorf("-redis %s: given twice", a)
+		}
+		seen[a] = true
 	}
 	return nil
 }
