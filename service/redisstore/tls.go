@@ -13,7 +13,8 @@ type DialError struct {
 	Addr string
 	// Sentinel is set for a connection to a sentinel (one of Config.Addrs in Sentinel mode,
 	// or one they named). It is known when the sentinels' TLS differs from the nodes' (TLS to
-	// the sentinels, or plain sentinels in front of TLS nodes); otherwise false.
+	// the sentinels, or plain sentinels in front of TLS nodes) and Config.TLS and Sentinel.TLS
+	// are distinct values; otherwise false.
 	Sentinel bool
 	Err      error
 }
