@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/internal/redistest"
 )
@@ -112,4 +114,32 @@ func TestASentinelCertificateMismatchNamesTheSentinelFlag(t *testing.T) {
 		"-redis-tls", "-redis-tls-ca", pki.CA, "-redis-tls-cert", pki.ClientCert, "-redis-tls-key", pki.ClientKey,
 		"-redis-sentinel-tls-server-name", "nope.example")
 	assert.Contains(t, line, "-redis-sentinel-tls-server-name: the sentinel's certificate is not for nope.example")
+}
+
+// An address where something accepts connections but never answers is refused within the
+// dial timeout with a line that says so, not a bare "context deadline exceeded".
+func TestASilentAddressIsRefusedSayingNothingAnswered(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var held []net.Conn // held open, never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	_, line := refusal(t, "-redis", ln.Addr().String())
+	assert.Contains(t, line, "-redis "+ln.Addr().String()+": no answer within the dial timeout")
 }

@@ -141,6 +141,8 @@ func (o *redisOptions) explain(err error) error {
 		return fmt.Errorf("%s: no TLS handshake within the dial timeout: a plain Redis port waits for a command, not a handshake (%w)", tlsFlag, err)
 	case !tlsOn && closed:
 		return fmt.Errorf("%s: Redis closed the connection, as a TLS port does to a plain client (%w)", tlsFlag, err)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("no answer within the dial timeout: something accepts connections there but does not answer as Redis does (a stopped Redis, a proxy, another service); check the address (%w)", err)
 	}
 	return nil
 }
