@@ -69,3 +69,25 @@ func TestRateLimitFieldPolicyNamesAreDistinctAndStable(t *testing.T) {
 		assert.Equal(t, `"names.d";q=3;w=60, "override.names.tenant";q=10;w=3600`, second)
 	})
 }
+
+// FuzzEscapeName: escapeName is injective (distinct names stay distinct) and writes only
+// printable ASCII, which an sf-string holds as it is (but '"' and '\', which it escapes).
+func FuzzEscapeName(f *testing.F) {
+	f.Add("nämé", "n??m??")
+	f.Add("%C3%A4", "ä")
+	f.Add("a%", "a%25")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if len(a) > 256 || len(b) > 256 {
+			t.Skip()
+		}
+		ea, eb := escapeName(a), escapeName(b)
+		if a != b && ea == eb {
+			t.Fatalf("%q and %q both escape to %q", a, b, ea)
+		}
+		for i := 0; i < len(ea); i++ {
+			if ea[i] < 0x20 || ea[i] > 0x7e {
+				t.Fatalf("escapeName(%q) = %q holds byte %#x", a, ea, ea[i])
+			}
+		}
+	})
+}
