@@ -59,16 +59,17 @@ func TestAStoreFailureOnTheRLSFrontsIsCountedWhereTheAlertsLook(t *testing.T) {
 	for _, tc := range []struct {
 		name, kind string
 		err        error
+		timeout    time.Duration // long where the store fails at once: the kind is not the deadline's
 	}{
-		{"a store that fails", "store", context.Canceled},
-		{"a store that does not answer in time", "timeout", nil},
-		{"a full store", "store_full", service.ErrStoreFull},
+		{"a store that fails", "store", context.Canceled, time.Hour},
+		{"a store that does not answer in time", "timeout", nil, time.Millisecond},
+		{"a full store", "store_full", service.ErrStoreFull, time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sm := service.NewMetrics()
 			rules := goodRules(t)
 			s, err := NewServer(Config{Store: erringStore{memoryStore(t), tc.err}, Rules: func() *rlsconfig.Config { return rules },
-				Metrics: NewMetrics(sm), Timeout: time.Millisecond, Now: func() time.Time { return minuteStart }})
+				Metrics: NewMetrics(sm), Timeout: tc.timeout, Now: func() time.Time { return minuteStart }})
 			require.NoError(t, err)
 			_, err = s.ShouldRateLimit(context.Background(), req("mongo_cps", desc("database", "users")))
 			require.Error(t, err)
