@@ -53,6 +53,8 @@ func serverOptions(o GRPCOptions) []grpc.ServerOption {
 	}
 	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// A larger message is refused (RESOURCE_EXHAUSTED) from its length prefix, undecoded.
+		grpc.MaxRecvMsgSize(MaxMessage),
 		grpc.SharedWriteBuffer(true),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}),
 		// Envoy may ping an idle connection (connection_keepalive): allow it every 10s, or the

@@ -13,7 +13,7 @@ import (
 )
 
 // maxJSONBody bounds a /json request body.
-const maxJSONBody = 1 << 20
+const maxJSONBody = MaxMessage
 
 // JSONHandler serves envoyproxy/ratelimit's /json endpoint: a POST whose body is a
 // RateLimitRequest in protobuf's JSON mapping (lowerCamelCase or the proto's snake_case
@@ -63,7 +63,7 @@ func (s *Server) serveJSON(r *http.Request) (*pb.RateLimitResponse, error) {
 		return nil, status.Error(codes.InvalidArgument, "body: "+err.Error())
 	}
 	if len(body) > maxJSONBody {
-		return nil, status.Error(codes.InvalidArgument, "body: larger than 1 MiB")
+		return nil, status.Error(codes.InvalidArgument, "body: larger than 256 KiB")
 	}
 	var req pb.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {

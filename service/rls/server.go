@@ -25,8 +25,13 @@ type Config struct {
 	Store service.Store
 	// Rules returns the configuration in force (a rlsconfig.Watcher's Config); required.
 	Rules func() *rlsconfig.Config
-	// Timeout bounds the store work of one request (default service.DefaultTimeout).
+	// Timeout bounds the whole of one request, from its bounds check to its answer (default
+	// service.DefaultTimeout).
 	Timeout time.Duration
+	// MaxDescriptors and MaxEntries bound the descriptors of a request and the entries of a
+	// descriptor (defaults DefaultMaxDescriptors, DefaultMaxEntries): a request past them is
+	// refused with InvalidArgument before anything is matched or counted.
+	MaxDescriptors, MaxEntries int
 	// Headers selects the response headers to add (default none, as envoyproxy/ratelimit).
 	Headers HeaderMode
 	// DynamicMetadata returns envoyproxy/ratelimit's dynamic_metadata in every answer, with the
@@ -65,14 +70,21 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxDescriptors <= 0 {
+		cfg.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
 	s := &Server{cfg: cfg}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
 
 // ShouldRateLimit implements pb.RateLimitServiceServer. Errors are gRPC statuses:
-// InvalidArgument for a request without domain or descriptors or with an unknown override
-// unit, DeadlineExceeded or Unavailable when the store does not answer in time.
+// InvalidArgument for a request without domain or descriptors, past the bounds (MaxDescriptors,
+// MaxEntries) or with an unknown override unit, DeadlineExceeded or Unavailable when the store
+// does not answer in time. The Timeout bounds the whole call.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	start := time.Now()
 	resp, err := s.decide(ctx, req)
@@ -88,6 +100,11 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rate
 	if len(req.GetDescriptors()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "descriptors: must not be empty")
 	}
+	if err := s.checkBounds(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
 	rules := s.cfg.Rules()
@@ -96,9 +113,6 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rate
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	sc.plans = plans
-
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
 	var now time.Time
 	if s.cfg.Now != nil {
 		now = s.cfg.Now()
