@@ -10,8 +10,9 @@
 //	                                                 default: the secret; neither: admin disabled
 //	-timeout            MESHLIMIT_TIMEOUT            store deadline per check (default 10ms: at most
 //	                                                 half the filter's global.timeout, 20ms by default)
-//	-max-conns          MESHLIMIT_MAX_CONNS          connections held at once (default 1024); at the cap
-//	                                                 the quietest idle one is closed for the new one
+//	-max-conns          MESHLIMIT_MAX_CONNS          connections held at once on -listen and -grpc-listen
+//	                                                 together (default 1024); at the cap the quietest
+//	                                                 idle one is closed for the new one
 //	-idle-timeout       MESHLIMIT_IDLE_TIMEOUT       how long a keep-alive connection may idle (default 30s)
 //	-max-keys           MESHLIMIT_MAX_KEYS           in-memory store key bound (default 1048576)
 //	-allow-client-time  MESHLIMIT_ALLOW_CLIENT_TIME  accept now_us in checks (tests only)
@@ -107,7 +108,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.duration(&o.grace, "shutdown-grace", 10*time.Second, 0, forever, "`duration` given to the requests in flight on shutdown")
 	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound, a positive `int`")
 	f.bool(&o.allowClientTime, "allow-client-time", false, "accept now_us in checks (tests only)")
-	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once, a positive `int`; at the cap the quietest idle one is closed for the new one")
+	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once on -listen and -grpc-listen together, a positive `int`; at the cap the quietest idle one is closed for the new one")
 	f.duration(&o.idleTimeout, "idle-timeout", 30*time.Second, 1, forever, "how long a keep-alive connection may idle, a positive `duration`")
 	f.string(&o.rls.config, "ratelimit-config", "", "directory of envoyproxy/ratelimit YAML files (enables POST /json)")
 	f.string(&o.rls.grpcListen, "grpc-listen", "", "address of the gRPC RateLimitService (needs -ratelimit-config)")
@@ -149,7 +150,12 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	defer store.Close()
 
 	metrics := service.NewMetrics()
-	front, err := startRLS(ctx, o.rls, store, o.timeout, metrics, log)
+	if n := fitToDescriptors(o.maxConns); n < o.maxConns {
+		log.Warn("-max-conns lowered to fit the descriptor limit (ulimit -n)", "max_conns", n, "asked", o.maxConns)
+		o.maxConns = n
+	}
+	conns := service.NewConnBudget(o.maxConns) // one budget for both listeners
+	front, err := startRLS(ctx, o.rls, store, o.timeout, metrics, conns, log)
 	if err != nil {
 		return err
 	}
@@ -172,11 +178,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		front.stop(ctx)
 		return fmt.Errorf("-listen %s: %w", o.listen, err)
 	}
-	if n := fitToDescriptors(o.maxConns); n < o.maxConns {
-		log.Warn("-max-conns lowered to fit the descriptor limit (ulimit -n)", "max_conns", n, "asked", o.maxConns)
-		o.maxConns = n
-	}
-	ln := service.NewConnLimiter(tcp, o.maxConns)
+	ln := conns.Limit(tcp)
 	srv := newServer(h, ln, o.idleTimeout, log)
 	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout, "max_conns", o.maxConns)
 

@@ -31,8 +31,9 @@ type rlsFront struct {
 }
 
 // startRLS loads the configuration, starts its watcher and prepares the gRPC server and the
-// /json handler; without -ratelimit-config it does nothing.
-func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout time.Duration, sm *service.Metrics, log *slog.Logger) (*rlsFront, error) {
+// /json handler; without -ratelimit-config it does nothing. The gRPC listener draws its
+// connections from conns, the budget it shares with the HTTP listener.
+func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout time.Duration, sm *service.Metrics, conns *service.ConnBudget, log *slog.Logger) (*rlsFront, error) {
 	f := &rlsFront{stop: func(context.Context) {}}
 	if o.config == "" {
 		if o.grpcListen != "" {
@@ -68,11 +69,12 @@ func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout ti
 	if o.grpcListen == "" {
 		return f, nil
 	}
-	ln, err := net.Listen("tcp", o.grpcListen)
+	tcp, err := net.Listen("tcp", o.grpcListen)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("-grpc-listen: %w", err)
 	}
+	ln := conns.LimitQuiet(tcp)
 	g := rls.NewGRPCServer(s, rls.GRPCOptions{Reflection: o.reflection})
 	f.grpcAddr = ln.Addr().String()
 	f.serve = func() error { return g.Serve(ln) }
