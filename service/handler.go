@@ -31,8 +31,12 @@ type Config struct {
 	// otherwise).
 	Secret string
 	// AdminToken authenticates the operator of the admin API (AdminPrefix) as a bearer token.
-	// Empty disables the admin API (403).
+	// Empty disables the admin API (403). It must differ from Secret, which every proxy
+	// carries: NewHandler refuses the same value.
 	AdminToken string
+	// MetricsToken, when non-empty, must be sent as "Authorization: Bearer <token>" on
+	// /metrics (401 otherwise): the metrics may name the values clients send.
+	MetricsToken string
 	// Timeout bounds the store work of one check (default DefaultTimeout, half the filter's
 	// default global.timeout of 20ms, so that a slow store is answered with a 503 before the
 	// proxy gives up on the call). When it passes, the check is answered 503 at once.
@@ -43,7 +47,8 @@ type Config struct {
 	// Parse bounds descriptors and keys, and allows client time.
 	Parse wire.DecodeOptions
 	// JSON, when set, serves POST /json: envoyproxy/ratelimit's JSON endpoint (package rls),
-	// on the same port as the rest.
+	// on the same port as the rest. It charges counters as /v1/check does, so it needs the
+	// Secret as /v1/check does (401 otherwise).
 	JSON http.Handler
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
@@ -71,6 +76,7 @@ type Handler struct {
 	json      http.Handler
 	metrics   *Metrics
 	secret    []byte
+	metricsTk []byte // nil: /metrics is open
 	timeout   time.Duration
 	maxBody   int64
 	parse     wire.DecodeOptions
@@ -84,6 +90,9 @@ type Handler struct {
 func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("service: Config.Store is required")
+	}
+	if cfg.AdminToken != "" && cfg.AdminToken == cfg.Secret {
+		return nil, errors.New("service: Config.AdminToken must differ from Config.Secret, which every proxy carries")
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -111,6 +120,9 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.Secret != "" {
 		h.secret = []byte(cfg.Secret)
 	}
+	if cfg.MetricsToken != "" {
+		h.metricsTk = []byte(cfg.MetricsToken)
+	}
 	h.scratch.New = func() any { return new(checkScratch) }
 	return h, nil
 }
@@ -134,7 +146,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.ready(w, r)
 		}
 	case "/metrics":
-		if h.allowed(w, r, http.MethodGet) {
+		if h.allowed(w, r, http.MethodGet) && h.metricsAuthorized(w, r) {
 			h.serveMetrics(w)
 		}
 	default:
@@ -142,7 +154,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case strings.HasPrefix(path, AdminPrefix):
 			h.admin.ServeHTTP(w, r)
 		case path == jsonPath && h.json != nil:
-			if h.allowed(w, r, http.MethodPost) {
+			if h.allowed(w, r, http.MethodPost) && h.authorized(w, r) {
 				h.json.ServeHTTP(w, r)
 			}
 		default:
@@ -173,6 +185,18 @@ func (h *Handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 	}
 	h.metrics.error(errUnauthorized)
 	h.writeError(w, http.StatusUnauthorized, wire.SecretHeader+": missing or wrong")
+	return false
+}
+
+// metricsAuthorized reports whether r carries the metrics token as a bearer token (or none is
+// configured); otherwise it answers 401.
+func (h *Handler) metricsAuthorized(w http.ResponseWriter, r *http.Request) bool {
+	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if h.metricsTk == nil || subtle.ConstantTimeCompare([]byte(got), h.metricsTk) == 1 {
+		return true
+	}
+	h.metrics.error(errUnauthorized)
+	h.writeError(w, http.StatusUnauthorized, "Authorization: missing or wrong bearer token for /metrics")
 	return false
 }
 

@@ -6,8 +6,10 @@
 //
 //	-listen             MESHLIMIT_LISTEN             address to serve on (default :8081)
 //	                    MESHLIMIT_SECRET             shared secret required in x-meshlimit-secret
-//	                    MESHLIMIT_ADMIN_TOKEN        bearer token of the admin API (/v1/admin/);
-//	                                                 default: the secret; neither: admin disabled
+//	                    MESHLIMIT_ADMIN_TOKEN        bearer token of the admin API (/v1/admin/), never
+//	                                                 the secret; empty: admin disabled
+//	                    MESHLIMIT_METRICS_TOKEN      bearer token /metrics requires (empty: none)
+//	-require-secret     MESHLIMIT_REQUIRE_SECRET     refuse to start without MESHLIMIT_SECRET
 //	-timeout            MESHLIMIT_TIMEOUT            store deadline per check (default 10ms: at most
 //	                                                 half the filter's global.timeout, 20ms by default)
 //	-max-conns          MESHLIMIT_MAX_CONNS          connections held at once on -listen and -grpc-listen
@@ -58,7 +60,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -87,6 +88,8 @@ func main() {
 // options are the parsed flags and environment.
 type options struct {
 	listen, secret, adminToken  string
+	metricsToken                string
+	requireSecret               bool
 	logLevel                    slog.Level
 	timeout, grace, idleTimeout time.Duration
 	maxKeys, maxConns           int
@@ -108,6 +111,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.duration(&o.grace, "shutdown-grace", 10*time.Second, 0, forever, "`duration` given to the requests in flight on shutdown")
 	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound, a positive `int`")
 	f.bool(&o.allowClientTime, "allow-client-time", false, "accept now_us in checks (tests only)")
+	f.bool(&o.requireSecret, "require-secret", false, "refuse to start without MESHLIMIT_SECRET (the shipped manifests set it)")
 	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once on -listen and -grpc-listen together, a positive `int`; at the cap the quietest idle one is closed for the new one")
 	f.duration(&o.idleTimeout, "idle-timeout", 30*time.Second, 1, forever, "how long a keep-alive connection may idle, a positive `duration`")
 	f.string(&o.rls.config, "ratelimit-config", "", "directory of envoyproxy/ratelimit YAML files (enables POST /json)")
@@ -127,8 +131,22 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 		return o, err
 	}
 	o.secret = getenv("MESHLIMIT_SECRET")
-	o.adminToken = cmp.Or(getenv("MESHLIMIT_ADMIN_TOKEN"), o.secret)
-	return o, nil
+	o.adminToken = getenv("MESHLIMIT_ADMIN_TOKEN")
+	o.metricsToken = getenv("MESHLIMIT_METRICS_TOKEN")
+	return o, checkCredentials(o)
+}
+
+// checkCredentials refuses credentials that would leave the service open: no secret with
+// -require-secret, an admin token that is the proxies' secret (every proxy carries it, in its
+// plugin configuration and Envoy's config dump).
+func checkCredentials(o options) error {
+	switch {
+	case o.requireSecret && o.secret == "":
+		return usageError{errors.New("MESHLIMIT_SECRET: empty, and -require-secret is set: set the secret the proxies send")}
+	case o.adminToken != "" && o.adminToken == o.secret:
+		return usageError{errors.New("MESHLIMIT_ADMIN_TOKEN: must differ from MESHLIMIT_SECRET, which every proxy carries")}
+	}
+	return nil
 }
 
 // run serves until ctx ends, then shuts down gracefully: it stops accepting, lets requests in
@@ -160,14 +178,15 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		return err
 	}
 	h, err := service.NewHandler(service.Config{
-		Store:      store,
-		Secret:     o.secret,
-		AdminToken: o.adminToken,
-		Timeout:    o.timeout,
-		Parse:      wire.DecodeOptions{AllowClientTime: o.allowClientTime},
-		JSON:       front.json,
-		Logger:     log,
-		Metrics:    metrics,
+		Store:        store,
+		Secret:       o.secret,
+		AdminToken:   o.adminToken,
+		MetricsToken: o.metricsToken,
+		Timeout:      o.timeout,
+		Parse:        wire.DecodeOptions{AllowClientTime: o.allowClientTime},
+		JSON:         front.json,
+		Logger:       log,
+		Metrics:      metrics,
 	})
 	if err != nil {
 		front.stop(ctx)
