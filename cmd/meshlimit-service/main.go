@@ -53,6 +53,7 @@
 //	-redis-sentinel-master           master set name: -redis lists sentinels
 //	-redis-sentinel-username         the sentinels' ACL user
 //	-redis-sentinel-password-file    the sentinels' password (or MESHLIMIT_REDIS_SENTINEL_PASSWORD)
+//	-redis-tag-key-file              the secret keying the hash tag (or MESHLIMIT_REDIS_TAG_KEY)
 //	-redis-sentinel-tls              TLS to the sentinels too, with -redis-tls (default true)
 //	-redis-sentinel-tls-server-name  the name of the sentinels' certificates
 //

@@ -78,6 +78,7 @@ Environment only:
   MESHLIMIT_METRICS_TOKEN            bearer token required on /metrics (empty: none)
   MESHLIMIT_REDIS_PASSWORD           Redis password (or -redis-password-file)
   MESHLIMIT_REDIS_SENTINEL_PASSWORD  the sentinels' password (or -redis-sentinel-password-file)
+  MESHLIMIT_REDIS_TAG_KEY            the secret that keys the Redis hash tag (or -redis-tag-key-file)
 `)
 }
 

@@ -50,7 +50,7 @@ var Policy = []Rule{
 	// Redis store only; the contract's test suite; the envoyproxy/ratelimit front and its YAML.
 	{"service", []string{"algorithms", "wire", "github.com/prometheus"}},
 	{"service/memstore", []string{"service", "algorithms", "wire"}},
-	{"service/redisstore", []string{"service", "algorithms", "wire", "internal/fnv", "github.com/redis/rueidis"}},
+	{"service/redisstore", []string{"service", "algorithms", "wire", "internal/fnv", "internal/siphash", "github.com/redis/rueidis"}},
 	{"service/storetest", []string{"service", "algorithms", "wire", "github.com/stretchr/testify"}},
 	{"service/rls", []string{"service", "service/rlsconfig", "algorithms", "internal/sfv", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane", "github.com/prometheus"}},
 	{"service/rlsconfig", []string{"algorithms", "go.yaml.in/yaml"}},

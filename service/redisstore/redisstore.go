@@ -9,7 +9,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/internal/fnv"
+	"github.com/meshlimit/meshlimit/internal/siphash"
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/wire"
 )
@@ -43,10 +46,16 @@ type Config struct {
 	Sentinel Sentinel
 	// KeyPrefix starts every key (default "ml:"); it may not hold "{" or "}". A descriptor's
 	// state key is KeyPrefix + "{" + tag + "}:" + algorithm + ":" + key, where tag is the
-	// FNV-1a hash of the key in 16 hex digits: the hash tag keeps every algorithm's key of a
+	// FNV-1a hash (or, with TagKey, the keyed hash) of the key in 16 hex digits: the hash tag keeps every algorithm's key of a
 	// descriptor in one Redis Cluster slot, and since it is a hash, no byte of the key ("}"
 	// included) can choose the slot.
 	KeyPrefix string
+	// TagKey, when set, keys the hash tag: the tag is then SipHash-2-4 of the key under a key
+	// derived from TagKey (SHA-256), so that without it no one can search offline for keys that
+	// share a Cluster slot and pin a rule's counters to one node. Give every replica of a
+	// deployment the same TagKey (the replicas must agree on every key's name); empty keeps the
+	// unkeyed FNV-1a tag. Setting or changing it renames every key: counters start afresh once.
+	TagKey string
 	// DialTimeout bounds connecting to a node (default 1s). Requests are bounded by their
 	// context, never by this.
 	DialTimeout time.Duration
@@ -72,6 +81,7 @@ const DefaultFlushDelay = 100 * time.Microsecond
 type Store struct {
 	client  rueidis.Client
 	prefix  string
+	tagKey  *[2]uint64 // nil: the unkeyed FNV-1a tag
 	scripts scripts
 	health  health
 	clock   clock         // Redis TIME estimated locally, for the window counters
@@ -101,7 +111,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{client: c, prefix: cfg.KeyPrefix, scripts: sc, done: make(chan struct{})}
+	s := &Store{client: c, prefix: cfg.KeyPrefix, tagKey: tagKeyOf(cfg.TagKey), scripts: sc, done: make(chan struct{})}
 	// Load the scripts now, so that the first checks of a new replica need no NOSCRIPT round
 	// trip; a failure is not fatal: readiness (Ping) loads them before the replica takes traffic.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*cfg.DialTimeout)
@@ -126,7 +136,7 @@ func (s *Store) keyAt(kind string, at int64, key string) string {
 	b.Grow(n)
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
-	h := fnv.String(key)
+	h := s.tag(key)
 	for shift := 60; shift >= 0; shift -= 4 {
 		b.WriteByte("0123456789abcdef"[h>>uint(shift)&0xf])
 	}
@@ -140,6 +150,24 @@ func (s *Store) keyAt(kind string, at int64, key string) string {
 	}
 	b.WriteString(key)
 	return b.String()
+}
+
+// tagKeyOf derives the SipHash key of a Config.TagKey; nil for none.
+func tagKeyOf(secret string) *[2]uint64 {
+	if secret == "" {
+		return nil
+	}
+	sum := sha256.Sum256([]byte("meshlimit redis hash tag\x00" + secret))
+	return &[2]uint64{binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])}
+}
+
+// tag is the hash of key that names its Cluster slot: keyed SipHash-2-4 with a TagKey, else
+// FNV-1a.
+func (s *Store) tag(key string) uint64 {
+	if s.tagKey == nil {
+		return fnv.String(key)
+	}
+	return siphash.SumBytes64(s.tagKey[0], s.tagKey[1], []byte(key))
 }
 
 // stateKey returns the Redis key that holds the state of key under limit kind k.
