@@ -228,6 +228,15 @@ func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), max(h.timeout, time.Second))
 	defer cancel()
 	if err := h.store.Ping(ctx); err != nil {
+		if onlyFull(err) {
+			// Every replica shares a full store: leaving the Service would turn every replica's
+			// exact decisions of existing keys into the proxies' failure_mode.
+			if onceASecond(&h.lastReady) {
+				h.log.Warn("store full: existing keys are decided, new keys refused (503 store full)", "err", err)
+			}
+			writeText(w, "ok (store full: new keys refused)\n")
+			return
+		}
 		if onceASecond(&h.lastReady) {
 			h.log.Warn("store not ready", "err", err)
 		}
@@ -235,6 +244,19 @@ func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeText(w, "ok\n")
+}
+
+// onlyFull reports whether every failure err joins is ErrStoreFull.
+func onlyFull(err error) bool {
+	if l, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range l.Unwrap() {
+			if !onlyFull(e) {
+				return false
+			}
+		}
+		return len(l.Unwrap()) > 0
+	}
+	return errors.Is(err, ErrStoreFull)
 }
 
 // onceASecond reports whether a second has passed since the last time it reported true for

@@ -186,9 +186,16 @@ func (s *Store) decide(ctx context.Context, req service.Request, ttlMs int64) (a
 	l := req.Limit
 	args := append(limitArgs(l, req.Cost, ttlMs, req.Now), "")
 	args = append(args, calendarArgs(l)...)
-	v, err := s.scripts.decide[l.Kind].Exec(ctx, s.client, []string{s.stateKey(l.Kind, req.Key)}, args).AsIntSlice()
+	keys := []string{s.stateKey(l.Kind, req.Key)}
+	v, err := s.scripts.decide[l.Kind].Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
-		return algorithms.Decision{}, s.redisErr(err)
+		if err = s.redisErr(err); !errors.Is(err, service.ErrStoreFull) {
+			return algorithms.Decision{}, err
+		}
+		// Redis is full: an existing key is still decided exactly; a new one is refused.
+		if v, err = s.scripts.full[l.Kind].Exec(ctx, s.client, keys, args).AsIntSlice(); err != nil {
+			return algorithms.Decision{}, s.redisErr(err)
+		}
 	}
 	if len(v) != 6 {
 		return algorithms.Decision{}, fmt.Errorf("redisstore: script returned %d values, want 6", len(v))
