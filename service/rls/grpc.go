@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"context"
 	"runtime"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/tap"
 )
 
 // GRPCOptions configures NewGRPCServer. Every bound has a default that a replica of 256 Mi
@@ -30,6 +32,11 @@ type GRPCOptions struct {
 	// and HandshakeTimeout one that has not sent the HTTP/2 preface and settings in time
 	// (default 2 s, as the HTTP listener's header timeout).
 	MaxConnectionIdle, HandshakeTimeout time.Duration
+	// StreamTimeout bounds a stream from its headers to its answer (default 5 s): a stream
+	// that never sends its message is ended (DEADLINE_EXCEEDED) and frees its slot, instead of
+	// being held until the connection closes. The store work of a call is bounded by the
+	// Server's Timeout, far below it.
+	StreamTimeout time.Duration
 	// MaxConnectionAge closes a connection (GOAWAY, then MaxConnectionAgeGrace for the calls in
 	// flight) after this long, give or take 10%, so that the long-lived HTTP/2 connections of
 	// Envoy spread over replicas added later (default 30 minutes; grace 1 minute).
@@ -71,6 +78,7 @@ func serverOptions(o GRPCOptions) []grpc.ServerOption {
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
 		grpc.MaxHeaderListSize(o.MaxHeaderListSize),
 		grpc.ConnectionTimeout(o.HandshakeTimeout),
+		grpc.InTapHandle(streamDeadline(o.StreamTimeout)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: o.MaxConnectionIdle,
 			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}),
 		// Envoy may ping an idle connection (connection_keepalive): allow it every 10s, or the
@@ -85,7 +93,7 @@ func (o GRPCOptions) withDefaults() GRPCOptions {
 		d   *time.Duration
 		def time.Duration
 	}{
-		{&o.MaxConnectionIdle, 5 * time.Minute}, {&o.HandshakeTimeout, 2 * time.Second},
+		{&o.MaxConnectionIdle, 5 * time.Minute}, {&o.HandshakeTimeout, 2 * time.Second}, {&o.StreamTimeout, 5 * time.Second},
 		{&o.MaxConnectionAge, 30 * time.Minute}, {&o.MaxConnectionAgeGrace, time.Minute},
 	}
 	for _, d := range defaults {
@@ -100,4 +108,15 @@ func (o GRPCOptions) withDefaults() GRPCOptions {
 		o.MaxHeaderListSize = DefaultMaxHeaderListSize
 	}
 	return o
+}
+
+// streamDeadline returns the tap that gives every stream a deadline of d from its headers. The
+// transport waits for the stream's message under this context, so the wait ends with it; the
+// deadline's timer is released when the stream ends.
+func streamDeadline(d time.Duration) tap.ServerInHandle {
+	return func(ctx context.Context, _ *tap.Info) (context.Context, error) {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		context.AfterFunc(ctx, cancel)
+		return ctx, nil
+	}
 }

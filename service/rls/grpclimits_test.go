@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/meshlimit/meshlimit/service/rlsconfig"
 )
 
 // rssBytes is the process's resident set size, from /proc/self/status.
@@ -111,8 +113,29 @@ func TestHeaderBombStreamsAreResetAndDoNotGrowMemory(t *testing.T) {
 // goroutines and 142 MiB. A connection now holds at most DefaultMaxStreams: every stream past
 // them is refused at once.
 func TestStreamsPastTheConcurrencyBoundAreRefused(t *testing.T) {
-	f := newFixture(t, memoryStore(t), HeadersOff)
+	addr := serveGRPCWith(t, GRPCOptions{StreamTimeout: time.Hour}) // the held streams stay held
 	const n = 1000
-	ended := headerBomb(t, f.conn.Target(), n, 0, 0)
+	ended := headerBomb(t, addr, n, 0, 0)
 	assert.Equal(t, n-DefaultMaxStreams, ended, "streams refused")
+}
+
+// A stream that sends its headers and never its message was held until its connection closed
+// (30 minutes): a slot of the connection's streams and a goroutine each. It is now ended at its
+// StreamTimeout.
+func TestAStreamThatNeverSendsItsMessageIsEndedAtItsDeadline(t *testing.T) {
+	addr := serveGRPCWith(t, GRPCOptions{StreamTimeout: 200 * time.Millisecond})
+	assert.Equal(t, 3, headerBomb(t, addr, 3, 0, 0), "streams ended by the server")
+}
+
+// serveGRPCWith serves a Server of the good rules on 127.0.0.1 with the options o, and returns
+// its address.
+func serveGRPCWith(t *testing.T, o GRPCOptions) string {
+	srv, err := NewServer(Config{Store: memoryStore(t), Rules: func() *rlsconfig.Config { return goodRules(t) }})
+	require.NoError(t, err)
+	g := NewGRPCServer(srv, o)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	return ln.Addr().String()
 }
