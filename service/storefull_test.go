@@ -72,3 +72,43 @@ func TestExistingKeysAreDecidedExactlyWhileRedisIsFull(t *testing.T) {
 	_, metrics := serve(h, "GET", "/metrics", "")
 	assert.Contains(t, metrics, `meshlimit_errors_total{kind="store_full"} `+strconv.Itoa(refused)+"\n")
 }
+
+// While Redis is full, a new client fell to its rule's failure_mode (allow by default): 43–47
+// of 50 new clients failed open. With FullFallback, as cmd/meshlimit-service runs the Redis
+// store, a new key is decided in the replica's memory: every new client is limited (by this
+// replica's count), none fails open, and the fallbacks are counted.
+func TestNewClientsWhileRedisIsFullAreLimitedInTheReplicasMemory(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t, "--maxmemory", "3mb", "--maxmemory-policy", "noeviction")
+	redis := newRedisStore(t, rs.Addr())
+	store := &service.FullFallback{Store: redis, Local: newMemoryStore(t)}
+	h := newTestHandler(t, service.Config{Store: store, Timeout: time.Second})
+	ctx := context.Background()
+	l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 3, Window: time.Hour}
+	_, err := store.Decide(ctx, service.Request{Key: "existing", Limit: l, Cost: 3})
+	require.NoError(t, err)
+	full := func() bool { return strings.Contains(infoOf(t, rs, "errorstats"), "errorstat_OOM:") }
+	flood(t, redis, l, 200_000, full)
+	require.True(t, full(), "Redis refused writes")
+	_, err = rs.Do("CONFIG", "SET", "maxmemory", strconv.FormatInt(infoIntOf(t, rs, "used_memory")/2, 10))
+	require.NoError(t, err)
+
+	const clients = 50
+	failedOpen := 0
+	for i := range clients {
+		body := `{"descriptors":[{"key":"newcomer/` + strconv.Itoa(i) + `","algorithm":"fixed_window","quota":3,"window_ms":3600000}]}`
+		for j := range 4 { // 3 admitted, the 4th denied: limited, not failed open
+			code, answer := serve(h, "POST", "/v1/check", body)
+			if code != http.StatusOK || decodeAnswer(t, answer).Allowed != (j < 3) {
+				failedOpen++
+				break
+			}
+		}
+	}
+	assert.Zero(t, failedOpen, "new clients not limited while Redis is full")
+	d, err := store.Decide(ctx, service.Request{Key: "existing", Limit: l, Cost: 1})
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "an existing key is still Redis's: exhausted before, denied now")
+	_, metrics := serve(h, "GET", "/metrics", "")
+	assert.Contains(t, metrics, "meshlimit_store_full_fallbacks_total "+strconv.Itoa(clients*4)+"\n")
+}

@@ -16,7 +16,8 @@
 //	                                                 together (default 1024); at the cap the quietest
 //	                                                 idle one is closed for the new one
 //	-idle-timeout       MESHLIMIT_IDLE_TIMEOUT       how long a keep-alive connection may idle (default 30s)
-//	-max-keys           MESHLIMIT_MAX_KEYS           in-memory store key bound (default 1048576)
+//	-max-keys           MESHLIMIT_MAX_KEYS           in-memory store key bound, also of the keys decided in
+//	                                                 memory while Redis is full (default 1048576)
 //	-allow-client-time  MESHLIMIT_ALLOW_CLIENT_TIME  accept now_us in checks (tests only)
 //	-log-level          MESHLIMIT_LOG_LEVEL          debug, info, warn or error (default info)
 //	-shutdown-grace     MESHLIMIT_SHUTDOWN_GRACE     time to finish requests on SIGTERM (default 10s)
@@ -110,7 +111,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.level(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the messages logged: debug, info, warn or error")
 	f.duration(&o.timeout, "timeout", service.DefaultTimeout, 1, forever, "store deadline per check, a positive `duration`")
 	f.duration(&o.grace, "shutdown-grace", 10*time.Second, 0, forever, "`duration` given to the requests in flight on shutdown")
-	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound, a positive `int`")
+	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound (also of the new keys decided in memory while Redis is full), a positive `int`")
 	f.bool(&o.allowClientTime, "allow-client-time", false, "accept now_us in checks (tests only)")
 	f.bool(&o.requireSecret, "require-secret", false, "refuse to start without MESHLIMIT_SECRET (the shipped manifests set it)")
 	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once on -listen and -grpc-listen together, a positive `int`; at the cap the quietest idle one is closed for the new one")
@@ -211,7 +212,13 @@ func openStore(o options, log *slog.Logger) (service.Store, error) {
 		log.Info("store", "kind", "memory", "max_keys", o.maxKeys)
 		return memstore.New(memstore.Config{MaxKeys: o.maxKeys}), nil
 	}
-	return o.redis.open(log)
+	s, err := o.redis.open(log)
+	if err != nil {
+		return nil, err
+	}
+	// While Redis is full, it decides the keys it holds; new keys are decided in this replica's
+	// memory, bounded by -max-keys, instead of falling to their rules' failure_mode.
+	return &service.FullFallback{Store: s, Local: memstore.New(memstore.Config{MaxKeys: o.maxKeys})}, nil
 }
 
 // serve serves srv on ln, and the gRPC front, until ctx ends or one of them fails; then it
