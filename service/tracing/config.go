@@ -84,6 +84,16 @@ func (c Config) FromEnv(getenv func(string) string) Config {
 	return c
 }
 
+// Validate reports what is wrong with c, naming the flag of the field; a Config that is not
+// Enabled is valid.
+func (c Config) Validate() error {
+	if !c.Enabled() {
+		return nil
+	}
+	_, err := c.check()
+	return err
+}
+
 // settings are a checked Config.
 type settings struct {
 	endpoint *url.URL
