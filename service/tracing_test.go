@@ -85,3 +85,16 @@ type downStore struct{ service.Store }
 func (downStore) Decide(context.Context, service.Request) (algorithms.Decision, error) {
 	return algorithms.Decision{}, errors.New("redis: connection refused")
 }
+
+// BenchmarkACheckTraced is BenchmarkACheck with tracing on: every check sampled, or none.
+func BenchmarkACheckTraced(b *testing.B) {
+	for _, sampler := range []string{tracing.SamplerAlwaysOff, tracing.SamplerParentBasedAlwaysOn} {
+		b.Run(sampler, func(b *testing.B) {
+			recv := otlptest.StartGRPC(b)
+			tr, err := tracing.New(context.Background(), tracing.Config{Endpoint: recv.Endpoint, Sampler: sampler})
+			require.NoError(b, err)
+			b.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+			benchmarkChecks(b, newTestHandler(b, service.Config{Tracer: tr}))
+		})
+	}
+}
