@@ -55,12 +55,17 @@ func New(ctx context.Context, c Config) (*Tracer, error) {
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sampler(s)),
 	)
+	return newTracer(p), nil
+}
+
+// newTracer returns the Tracer over p.
+func newTracer(p *sdktrace.TracerProvider) *Tracer {
 	return &Tracer{
 		provider: p,
 		tracer:   p.Tracer(instrumentation),
 		// B3 first: when a request carries both, its traceparent wins.
 		prop: propagation.NewCompositeTextMapPropagator(b3.New(), propagation.TraceContext{}),
-	}, nil
+	}
 }
 
 func newExporter(ctx context.Context, s settings) (sdktrace.SpanExporter, error) {
