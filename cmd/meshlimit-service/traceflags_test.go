@@ -30,7 +30,9 @@ func runTraced(t *testing.T, args []string, env map[string]string) (stop func())
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, append([]string{"-log-level", "error"}, args...), func(k string) string { return env[k] }) }()
+	go func() {
+		done <- run(ctx, append([]string{"-log-level", "error"}, args...), func(k string) string { return env[k] })
+	}()
 	return func() {
 		cancel()
 		select {
