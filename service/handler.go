@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meshlimit/meshlimit/service/tracing"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
@@ -54,6 +55,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when non-nil, is where the handler counts; otherwise it makes its own.
 	Metrics *Metrics
+	// Tracer, when non-nil, starts a span per /v1/check, a child of the trace context the
+	// request carries (package tracing); nil is tracing off.
+	Tracer *tracing.Tracer
 }
 
 // Handler serves the service's HTTP API, every route of it on one port:
@@ -81,6 +85,7 @@ type Handler struct {
 	maxBody   int64
 	parse     wire.DecodeOptions
 	log       *slog.Logger
+	tracer    *tracing.Tracer
 	scratch   sync.Pool    // *checkScratch
 	lastLog   atomic.Int64 // unix ns of the last store error logged
 	lastReady atomic.Int64 // unix ns of the last readiness failure logged
@@ -116,6 +121,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 		maxBody: cfg.MaxBodyBytes,
 		parse:   cfg.Parse,
 		log:     cfg.Logger,
+		tracer:  cfg.Tracer,
 	}
 	if cfg.Secret != "" {
 		h.secret = []byte(cfg.Secret)
@@ -133,7 +139,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch path := r.URL.Path; path {
 	case wire.Path:
 		start := time.Now()
-		h.metrics.request(frontHTTP, h.check(w, r), start)
+		_, sp := h.tracer.StartHTTP(r.Context(), tracing.FrontCheck, r.Header)
+		td := tracing.Decision{Outcome: tracing.OutcomeInvalid}
+		td.HTTPStatus = h.check(w, r, sp.Recording(), &td)
+		h.metrics.request(frontHTTP, td.HTTPStatus, start)
+		sp.End(td)
 	case wire.ResetsPath:
 		start := time.Now()
 		h.metrics.request(frontResets, h.resets(w, r), start)

@@ -59,6 +59,17 @@
 //	-redis-sentinel-tls-server-name  the name of the sentinels' certificates
 //
 // each with its environment variable, MESHLIMIT_REDIS_TLS_CA for -redis-tls-ca and so on.
+//
+// OpenTelemetry tracing (traceflags.go; docs/observability.md, "Tracing"), off without an
+// endpoint; what a flag and its MESHLIMIT_ variable leave empty, the OTEL_* variable fills:
+//
+//	-otlp-endpoint              OTEL_EXPORTER_OTLP_TRACES_ENDPOINT  URL of the OTLP receiver (http:// or
+//	                            OTEL_EXPORTER_OTLP_ENDPOINT         https://); empty: tracing off
+//	-otlp-protocol              OTEL_EXPORTER_OTLP_PROTOCOL         grpc (default) or http
+//	-trace-sampler              OTEL_TRACES_SAMPLER                 default parentbased_always_on
+//	-trace-sampler-arg          OTEL_TRACES_SAMPLER_ARG             ratio of the traceidratio samplers
+//	-trace-service-name         OTEL_SERVICE_NAME                   default meshlimit-service
+//	-trace-resource-attributes  OTEL_RESOURCE_ATTRIBUTES            key=value,... more resource attributes
 package main
 
 import (
@@ -77,6 +88,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/memstore"
+	"github.com/meshlimit/meshlimit/service/tracing"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
@@ -98,6 +110,7 @@ type options struct {
 	allowClientTime             bool
 	redis                       redisOptions
 	rls                         rlsOptions
+	trace                       tracing.Config
 }
 
 // forever is the longest duration a flag takes.
@@ -122,6 +135,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.bool(&o.rls.dynamicMetadata, "ratelimit-response-dynamic-metadata", false, "return envoyproxy/ratelimit's dynamic metadata in every answer, with the metadata of the rules that passed (its RESPONSE_DYNAMIC_METADATA)")
 	f.duration(&o.rls.poll, "ratelimit-poll", 2*time.Second, 1, forever, "how often the ratelimit config directory is checked, a positive `duration`")
 	f.bool(&o.rls.reflection, "grpc-reflection", false, "register gRPC reflection")
+	addTraceFlags(f, &o.trace)
 	if err := f.parse(args); err != nil {
 		return o, withFlags(err, f.fs)
 	}
@@ -131,6 +145,9 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	o.redis.readEnv(getenv)
 	if err := o.redis.check(); err != nil {
 		return o, err
+	}
+	if o.trace = o.trace.FromEnv(getenv); o.trace.Validate() != nil {
+		return o, o.trace.Validate()
 	}
 	o.secret = getenv("MESHLIMIT_SECRET")
 	o.adminToken = getenv("MESHLIMIT_ADMIN_TOKEN")
@@ -169,6 +186,13 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	}
 	defer store.Close()
 
+	tracer, stopTracing, err := startTracing(ctx, o.trace, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	o.rls.tracer = tracer
+
 	metrics := service.NewMetrics()
 	if n := fitToDescriptors(o.maxConns); n < o.maxConns {
 		log.Warn("-max-conns lowered to fit the descriptor limit (ulimit -n)", "max_conns", n, "asked", o.maxConns)
@@ -189,6 +213,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		JSON:         front.json,
 		Logger:       log,
 		Metrics:      metrics,
+		Tracer:       tracer,
 	})
 	if err != nil {
 		front.stop(ctx)

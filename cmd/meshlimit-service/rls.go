@@ -12,6 +12,7 @@ import (
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/rls"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
+	"github.com/meshlimit/meshlimit/service/tracing"
 )
 
 // rlsOptions are the flags of the envoyproxy/ratelimit-compatible front.
@@ -19,6 +20,7 @@ type rlsOptions struct {
 	grpcListen, config, headers string
 	poll                        time.Duration
 	reflection, dynamicMetadata bool
+	tracer                      *tracing.Tracer // the spans of the front's decisions (traceflags.go)
 }
 
 // rlsFront is the envoyproxy/ratelimit-compatible front: the gRPC server on -grpc-listen and
@@ -59,7 +61,7 @@ func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout ti
 		log.Info("ratelimit config reloaded", "dir", o.config, "files", c.Files(), "domains", c.Domains())
 	}
 	log.Info("ratelimit config", "dir", o.config, "files", w.Config().Files(), "domains", w.Config().Domains(), "poll", o.poll, "dynamic_metadata", o.dynamicMetadata)
-	s, err := rls.NewServer(rls.Config{Store: store, Rules: w.Config, Timeout: timeout, Headers: mode, DynamicMetadata: o.dynamicMetadata, Metrics: m, Logger: log})
+	s, err := rls.NewServer(rls.Config{Store: store, Rules: w.Config, Timeout: timeout, Headers: mode, DynamicMetadata: o.dynamicMetadata, Metrics: m, Logger: log, Tracer: o.tracer})
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
+	"github.com/meshlimit/meshlimit/service/tracing"
 )
 
 // Config configures a Server.
@@ -44,6 +45,9 @@ type Config struct {
 	Metrics *Metrics
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
+	// Tracer, when non-nil, starts a span per ShouldRateLimit and per /json request, a child of
+	// the trace context the call carries (package tracing); nil is tracing off.
+	Tracer *tracing.Tracer
 }
 
 // Server answers ShouldRateLimit. It is safe for concurrent use.
@@ -87,13 +91,20 @@ func NewServer(cfg Config) (*Server, error) {
 // does not answer in time. The Timeout bounds the whole call.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	start := time.Now()
-	resp, err := s.decide(ctx, req)
-	s.cfg.Metrics.request(frontGRPC, status.Code(err).String(), time.Since(start))
+	_, sp := s.cfg.Tracer.StartGRPC(ctx)
+	td := tracing.Decision{Outcome: tracing.OutcomeInvalid}
+	resp, err := s.decide(ctx, req, sp.Recording(), &td)
+	code := status.Code(err)
+	s.cfg.Metrics.request(frontGRPC, code.String(), time.Since(start))
+	td.GRPCStatus = int(code)
+	sp.End(td)
 	return resp, err
 }
 
-// decide answers req.
-func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+// decide answers req. It fills td with what the decision span records, the store's time only
+// when traced.
+func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, traced bool, td *tracing.Decision) (*pb.RateLimitResponse, error) {
+	td.Domain, td.Descriptors = req.GetDomain(), len(req.GetDescriptors())
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "domain: must not be empty")
 	}
@@ -117,11 +128,27 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rate
 	if s.cfg.Now != nil {
 		now = s.cfg.Now()
 	}
+	var storeStart time.Time
+	if traced {
+		storeStart = time.Now()
+	}
 	sts, err := s.decideAll(ctx, req, plans, now, sc)
+	if traced {
+		td.Store = time.Since(storeStart)
+	}
 	if err != nil {
-		return nil, s.storeError(ctx, err)
+		err = s.storeError(ctx, err)
+		td.Outcome, td.ErrorType, td.Err = tracing.OutcomeError, "store", err
+		if status.Code(err) == codes.DeadlineExceeded {
+			td.ErrorType = "timeout"
+		}
+		return nil, err
 	}
 	resp := &pb.RateLimitResponse{OverallCode: overallCode(sts, plans), Statuses: sts}
+	td.Outcome = tracing.OutcomeAllowed
+	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+		td.Outcome = tracing.OutcomeDenied
+	}
 	s.cfg.Metrics.decisions(rules, req, plans)
 	resp.ResponseHeadersToAdd = s.cfg.Headers.headers(resp.Statuses, plans)
 	if s.cfg.DynamicMetadata {
