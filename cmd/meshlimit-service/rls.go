@@ -12,6 +12,7 @@ import (
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/rls"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
+	"github.com/meshlimit/meshlimit/service/tracing"
 )
 
 // rlsOptions are the flags of the envoyproxy/ratelimit-compatible front.
@@ -19,6 +20,7 @@ type rlsOptions struct {
 	grpcListen, config, headers string
 	poll                        time.Duration
 	reflection, dynamicMetadata bool
+	tracer                      *tracing.Tracer // the spans of the front's decisions (traceflags.go)
 }
 
 // rlsFront is the envoyproxy/ratelimit-compatible front: the gRPC server on -grpc-listen and
@@ -32,8 +34,9 @@ type rlsFront struct {
 }
 
 // startRLS loads the configuration, starts its watcher and prepares the gRPC server and the
-// /json handler; without -ratelimit-config it does nothing.
-func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout time.Duration, sm *service.Metrics, log *slog.Logger) (*rlsFront, error) {
+// /json handler; without -ratelimit-config it does nothing. The gRPC listener draws its
+// connections from conns, the budget it shares with the HTTP listener.
+func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout time.Duration, sm *service.Metrics, conns *service.ConnBudget, log *slog.Logger) (*rlsFront, error) {
 	f := &rlsFront{stop: func(context.Context) {}, drain: func() {}}
 	if o.config == "" {
 		if o.grpcListen != "" {
@@ -59,7 +62,7 @@ func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout ti
 		log.Info("ratelimit config reloaded", "dir", o.config, "files", c.Files(), "domains", c.Domains())
 	}
 	log.Info("ratelimit config", "dir", o.config, "files", w.Config().Files(), "domains", w.Config().Domains(), "poll", o.poll, "dynamic_metadata", o.dynamicMetadata)
-	s, err := rls.NewServer(rls.Config{Store: store, Rules: w.Config, Timeout: timeout, Headers: mode, DynamicMetadata: o.dynamicMetadata, Metrics: m, Logger: log})
+	s, err := rls.NewServer(rls.Config{Store: store, Rules: w.Config, Timeout: timeout, Headers: mode, DynamicMetadata: o.dynamicMetadata, Metrics: m, Logger: log, Tracer: o.tracer})
 	if err != nil {
 		return nil, err
 	}
@@ -69,11 +72,12 @@ func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout ti
 	if o.grpcListen == "" {
 		return f, nil
 	}
-	ln, err := net.Listen("tcp", o.grpcListen)
+	tcp, err := net.Listen("tcp", o.grpcListen)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("-grpc-listen: %w", err)
 	}
+	ln := conns.LimitQuiet(tcp)
 	hl := rls.NewHealth(store, timeout)
 	g := rls.NewGRPCServer(s, rls.GRPCOptions{Reflection: o.reflection, Health: hl})
 	f.drain = hl.Drain

@@ -1,8 +1,10 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -25,6 +27,7 @@ const (
 type Metrics struct {
 	service  *service.Metrics
 	hits     *prometheus.CounterVec // domain, descriptor, result
+	labels   labelBudget            // bounds the descriptor values of hits
 	reloads  *prometheus.CounterVec // result
 	configOK prometheus.Gauge
 }
@@ -41,6 +44,7 @@ func NewMetrics(sm *service.Metrics) *Metrics {
 			Name: "meshlimit_rls_config_reloads_total",
 			Help: "Reloads of the ratelimit configuration directory, by result (ok, error: the last good configuration stays in force).",
 		}, []string{"result"}),
+		labels: labelBudget{max: MaxLabelValues, seen: map[string]map[string]struct{}{}},
 		configOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshlimit_rls_config_ok",
 			Help: "1 when the files of the ratelimit configuration directory are the configuration in force, 0 while a bad file keeps the previous one.",
@@ -91,7 +95,11 @@ func (m *Metrics) decisions(c *rlsconfig.Config, req *pb.RateLimitRequest, plans
 		case p.over:
 			result = "over_limit"
 		}
-		m.hits.WithLabelValues(req.GetDomain(), descriptorLabel(c, req, i, p), result).Add(float64(p.hits))
+		label := descriptorLabel(c, req, i, p)
+		if label != p.rule.Path { // values the client sent: bounded
+			label = m.labels.admit(cmp.Or(p.rule.Path, req.GetDomain()), label)
+		}
+		m.hits.WithLabelValues(req.GetDomain(), label, result).Add(float64(p.hits))
 	}
 }
 
@@ -137,4 +145,43 @@ func (m *Metrics) storeFailed(ctx context.Context, err error) (timeout bool) {
 		return ctx.Err() != nil
 	}
 	return m.service.StoreFailed(ctx, err)
+}
+
+// The bounds of the hits metric's descriptor values that come from clients (detailed_metric,
+// value_to_metric, overrides): at most MaxLabelValues per rule (per domain for overrides), each
+// at most MaxLabelBytes long. Past them a value is counted as "<rule path>.other" (or
+// "<domain>.other"), so that a client minting values cannot grow /metrics without bound.
+const (
+	MaxLabelValues = 100
+	MaxLabelBytes  = 256
+)
+
+// labelBudget admits at most max distinct label values per base.
+type labelBudget struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]map[string]struct{} // base → admitted values
+}
+
+// admit returns label if it is admitted under base (seen before, or a new one within the
+// budget), else base + ".other".
+func (b *labelBudget) admit(base, label string) string {
+	if len(label) > MaxLabelBytes {
+		return base + ".other"
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	vs := b.seen[base]
+	if _, ok := vs[label]; ok {
+		return label
+	}
+	if len(vs) >= b.max {
+		return base + ".other"
+	}
+	if vs == nil {
+		vs = map[string]struct{}{}
+		b.seen[base] = vs
+	}
+	vs[label] = struct{}{}
+	return label
 }
