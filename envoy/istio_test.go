@@ -231,6 +231,15 @@ func loadKubernetes(b bundle) (*k8sObjects, error) {
 	return &objs, errors.Join(errs...)
 }
 
+func (o *k8sObjects) deployment(name string) *appsv1.Deployment {
+	for _, d := range o.deployments {
+		if d.Name == name {
+			return d
+		}
+	}
+	return nil
+}
+
 func (o *k8sObjects) service(namespace, name string) *corev1.Service {
 	for _, s := range o.services {
 		if s.Namespace == namespace && s.Name == name {

@@ -236,6 +236,9 @@ func checkKustomize(b bundle) error {
 	if err := checkServiceSecret(base); err != nil {
 		errs = append(errs, err)
 	}
+	if base["AuthorizationPolicy meshlimit/meshlimit-callers"] == nil {
+		errs = append(errs, errors.New("the base renders no AuthorizationPolicy meshlimit/meshlimit-callers: any workload could call the decision service"))
+	}
 	if pc, ok := at(overlay[pluginKey], "spec", "pluginConfig").(map[string]any); ok {
 		data, _ := json.Marshal(pc)
 		if _, err := rules.ParseConfig(data); err != nil {

@@ -12,8 +12,9 @@ import (
 
 // redisMemory is the memory setting every shipped Redis must have. An evicted key is a
 // counter that starts over, so any eviction policy hands a flood of distinct keys a fresh
-// quota; noeviction refuses writes when Redis is full, which the service reports (503,
-// store_full, /readyz), and the rules' failure_mode applies (service/API.md, "Redis memory").
+// quota; noeviction refuses writes when Redis is full: the service still decides the keys Redis
+// holds, reports new ones (503, store_full), and their rules' failure_mode applies
+// (service/API.md, "Redis memory").
 const redisPolicy = "noeviction"
 
 // checkRedisMemory checks that every shipped Redis runs with maxmemory-policy noeviction and a

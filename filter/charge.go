@@ -281,7 +281,7 @@ func (c *charger) chargeGlobal(h *httpContext, now int64, await bool) bool {
 	}
 	h.call.items = append(h.call.items[:0], d.globals...) // the answer's items (their keys in h.charges.keys)
 	g.body = appendCheckBody(g.body[:0], g.name, h.call.items)
-	if err := c.host.dispatch(g.cfg.Cluster, g.headers, g.body, g.timeout, func(numHeaders, bodySize, _ int) {
+	if err := c.host.dispatch(g.cfg.Cluster, g.trace.callHeaders(c.host, g.headers), g.body, g.timeout, func(numHeaders, bodySize, _ int) {
 		c.onAnswer(h, numHeaders, bodySize)
 	}); err != nil {
 		g.failure(now)

@@ -58,7 +58,8 @@ type globalClient struct {
 	*env
 	cfg     *rules.Global
 	headers [][2]string
-	timeout uint32 // ms
+	trace   traceContext // the check call's headers: headers and the request's trace context
+	timeout uint32       // ms
 	breaker breaker
 	metrics globalMetrics
 	body    []byte
@@ -91,6 +92,7 @@ func newGlobalClient(e *env, g *rules.Global, owner uint64) *globalClient {
 		env:     e,
 		cfg:     g,
 		headers: h,
+		trace:   newTraceContext(),
 		timeout: uint32((g.Timeout + time.Millisecond - 1) / time.Millisecond),
 		breaker: breaker{threshold: g.BreakerFailures, cooldown: int64(g.BreakerCooldown)},
 		metrics: defineGlobalMetrics(e.host),
@@ -138,7 +140,7 @@ func (g *globalClient) check(h *httpContext, now int64) types.Action {
 	}
 	g.permits.assign(d.globals, h.id)
 	g.body = appendCheckBody(g.body[:0], g.name, d.globals)
-	if err := g.host.dispatch(g.cfg.Cluster, g.headers, g.body, g.timeout, func(numHeaders, bodySize, _ int) {
+	if err := g.host.dispatch(g.cfg.Cluster, g.trace.callHeaders(g.host, g.headers), g.body, g.timeout, func(numHeaders, bodySize, _ int) {
 		g.onAnswer(h, numHeaders, bodySize)
 	}); err != nil {
 		// BadArgument: the cluster is unknown to this proxy (Istio: outside the sidecar's egress).

@@ -7,14 +7,16 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/meshlimit/meshlimit/service/tracing"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
 // check serves POST /v1/check (API.md) and returns the status it answered: the body is read
 // and decoded strictly (wire.DecodeRequest) into the scratch of an earlier check, then the
 // permits are released and renewed, the settles applied and the descriptors decided, in that
-// order, within the handler's deadline.
-func (h *Handler) check(w http.ResponseWriter, r *http.Request) int {
+// order, within the handler's deadline. It fills td with what the decision span records, the
+// store's time only when traced.
+func (h *Handler) check(w http.ResponseWriter, r *http.Request, traced bool, td *tracing.Decision) int {
 	if !h.allowed(w, r, http.MethodPost) {
 		return http.StatusMethodNotAllowed
 	}
@@ -34,6 +36,11 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) int {
 		return h.writeError(w, http.StatusBadRequest, err.Error())
 	}
 	now := requestTime(&s.req)
+	td.Descriptors = len(s.req.Descriptors)
+	var storeStart time.Time
+	if traced {
+		storeStart = time.Now()
+	}
 
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
@@ -52,13 +59,25 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) int {
 	if err == nil && len(s.req.Descriptors) > 0 {
 		o, err = h.limiter.check(ctx, s.req.Descriptors, now, s.decs)
 	}
+	if traced {
+		td.Store = time.Since(storeStart)
+	}
 	if err != nil {
-		if h.storeFailed(ctx, err) == errStoreFull {
+		kind := h.storeFailed(ctx, err)
+		td.Outcome, td.ErrorType, td.Err = tracing.OutcomeError, errKindNames[kind], err
+		if kind == errStoreFull {
 			return h.writeError(w, http.StatusServiceUnavailable, "store full: Redis refuses writes for lack of memory")
 		}
 		return h.writeError(w, http.StatusServiceUnavailable, "store unavailable")
 	}
 	s.decs = o.decisions
+	td.Outcome = tracing.OutcomeAllowed
+	if !o.allowed {
+		td.Outcome = tracing.OutcomeDenied
+	}
+	if traced {
+		td.Rule = tracing.KeyRule(decidingKey(s.req.Descriptors, o))
+	}
 	s.out = appendCheckResponse(s.out[:0], o, lists, pc)
 	if settled >= 0 {
 		s.out = wire.AppendSettled(s.out, settled)
@@ -66,6 +85,19 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request) int {
 	w.Header()["Content-Type"] = jsonContentType
 	_, _ = w.Write(s.out)
 	return http.StatusOK
+}
+
+// decidingKey is the key of the descriptor that decided o: the one that denied it, or the first.
+func decidingKey(descs []wire.Descriptor, o outcome) string {
+	if len(descs) == 0 {
+		return ""
+	}
+	for i, d := range o.decisions {
+		if !d.skipped && !d.Allowed {
+			return descs[i].Key
+		}
+	}
+	return descs[0].Key
 }
 
 // storeFailed counts and logs a store failure of a request whose store work ran under ctx, and

@@ -8,32 +8,55 @@ import (
 	"time"
 )
 
-// ConnLimiter is a net.Listener that holds at most Max connections, so that a flood of
-// connections cannot exhaust the process's file descriptors. When a connection arrives at the
-// cap, the limiter closes the connection that has been quiet longest to make room: an idle
-// keep-alive connection first, else one that has sent no request for minQuiet since it
-// connected. When every held connection is busy, the new one is closed at once: the caller
-// sees a failed call and applies its failure policy, instead of waiting on a queue.
-//
-// Set ConnState as the http.Server's ConnState hook, so that the limiter knows which
-// connections are idle.
+// ConnBudget is the number of connections a process holds at once over all its listeners, so
+// that a flood of connections on any port cannot exhaust the process's file descriptors and
+// starve the others. Each listener draws from it through a ConnLimiter (Limit, LimitQuiet).
+type ConnBudget struct {
+	mu    sync.Mutex
+	max   int
+	conns map[*limitedConn]struct{}
+}
+
+// NewConnBudget returns a budget of max connections.
+func NewConnBudget(max int) *ConnBudget {
+	return &ConnBudget{max: max, conns: make(map[*limitedConn]struct{}, max)}
+}
+
+// Limit returns a listener that accepts from ln within the budget, for an http.Server whose
+// ConnState is the limiter's ConnState (so that it knows which connections are idle).
+func (b *ConnBudget) Limit(ln net.Listener) *ConnLimiter {
+	return &ConnLimiter{Listener: ln, b: b}
+}
+
+// LimitQuiet returns a listener that accepts from ln within the budget, for a server without a
+// ConnState hook (gRPC): its connections are as quiet as the time since they last read.
+func (b *ConnBudget) LimitQuiet(ln net.Listener) *ConnLimiter {
+	return &ConnLimiter{Listener: ln, b: b, byReads: true}
+}
+
+// ConnLimiter is a net.Listener that draws its connections from a ConnBudget. When a
+// connection arrives with the budget spent, the limiter closes the connection, of any listener
+// of the budget, that has been quiet longest to make room: an idle keep-alive connection first,
+// else one that has sent nothing for minQuiet (an HTTP connection since it connected without a
+// request, a LimitQuiet one since its last read). When every held connection is busy, the new
+// one is closed at once: the caller sees a failed call and applies its failure policy, instead
+// of waiting on a queue.
 type ConnLimiter struct {
 	net.Listener
-	max int
-
-	mu    sync.Mutex
-	conns map[*limitedConn]struct{}
+	b       *ConnBudget
+	byReads bool // quiet is the time since the last read (no ConnState hook)
 
 	reclaimed, refused atomic.Uint64
 }
 
-// minQuiet is how long a connection that has sent no request yet is left alone when room is
+// minQuiet is how long a connection that has sent nothing yet is left alone when room is
 // needed: a proxy sends its request right after connecting.
 const minQuiet = 100 * time.Millisecond
 
-// NewConnLimiter returns a listener that accepts from ln and holds at most max connections.
+// NewConnLimiter returns a listener that accepts from ln and holds at most max connections: a
+// budget of its own.
 func NewConnLimiter(ln net.Listener, max int) *ConnLimiter {
-	return &ConnLimiter{Listener: ln, max: max, conns: make(map[*limitedConn]struct{}, max)}
+	return NewConnBudget(max).Limit(ln)
 }
 
 // Accept implements net.Listener.
@@ -43,38 +66,57 @@ func (l *ConnLimiter) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		lc := &limitedConn{Conn: c, l: l, since: time.Now(), state: http.StateNew}
-		l.mu.Lock()
-		if len(l.conns) >= l.max && !l.reclaimLocked(lc.since) {
-			l.mu.Unlock()
+		now := time.Now()
+		lc := &limitedConn{Conn: c, l: l, since: now, state: http.StateNew}
+		lc.lastRead.Store(now.UnixNano())
+		b := l.b
+		b.mu.Lock()
+		if len(b.conns) >= b.max && !b.reclaimLocked(now) {
+			b.mu.Unlock()
 			l.refused.Add(1)
 			_ = c.Close()
 			continue
 		}
-		l.conns[lc] = struct{}{}
-		l.mu.Unlock()
+		b.conns[lc] = struct{}{}
+		b.mu.Unlock()
 		return lc, nil
 	}
 }
 
-// reclaimLocked closes the quietest reclaimable connection; l.mu is held.
-func (l *ConnLimiter) reclaimLocked(now time.Time) bool {
+// reclaimLocked closes the quietest reclaimable connection; b.mu is held.
+func (b *ConnBudget) reclaimLocked(now time.Time) bool {
 	var victim *limitedConn
-	for c := range l.conns {
-		switch {
-		case c.state == http.StateIdle && (victim == nil || victim.state != http.StateIdle || c.since.Before(victim.since)):
-			victim = c
-		case c.state == http.StateNew && now.Sub(c.since) >= minQuiet && (victim == nil || victim.state == http.StateNew && c.since.Before(victim.since)):
-			victim = c
+	var victimIdle bool
+	var victimSince time.Time
+	for c := range b.conns {
+		idle, since, ok := c.quietLocked(now)
+		if !ok || victim != nil && (victimIdle && !idle || victimIdle == idle && !since.Before(victimSince)) {
+			continue
 		}
+		victim, victimIdle, victimSince = c, idle, since
 	}
 	if victim == nil {
 		return false
 	}
-	delete(l.conns, victim)
+	delete(b.conns, victim)
 	go victim.Conn.Close() // never block Accept on a slow close
-	l.reclaimed.Add(1)
+	victim.l.reclaimed.Add(1)
 	return true
+}
+
+// quietLocked says whether c may be closed to make room, and how: idle (a keep-alive
+// connection between requests, closed first) and quiet since when. b.mu is held.
+func (c *limitedConn) quietLocked(now time.Time) (idle bool, since time.Time, ok bool) {
+	switch {
+	case c.l.byReads:
+		since = time.Unix(0, c.lastRead.Load())
+		return false, since, now.Sub(since) >= minQuiet
+	case c.state == http.StateIdle:
+		return true, c.since, true
+	case c.state == http.StateNew:
+		return false, c.since, now.Sub(c.since) >= minQuiet
+	}
+	return false, time.Time{}, false
 }
 
 // ConnState is the http.Server.ConnState hook that tells the limiter which connections are
@@ -84,10 +126,10 @@ func (l *ConnLimiter) ConnState(c net.Conn, s http.ConnState) {
 	if !ok {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
 	if s == http.StateClosed || s == http.StateHijacked {
-		delete(l.conns, lc)
+		delete(l.b.conns, lc)
 		return
 	}
 	if s != http.StateActive {
@@ -96,21 +138,32 @@ func (l *ConnLimiter) ConnState(c net.Conn, s http.ConnState) {
 	lc.state = s
 }
 
-// limitedConn is a connection held by a ConnLimiter; its fields are guarded by l.mu.
+// limitedConn is a connection held by a ConnLimiter; since and state are guarded by the
+// budget's mu.
 type limitedConn struct {
 	net.Conn
-	l     *ConnLimiter
-	since time.Time      // when it connected or last became idle
-	state http.ConnState // as last reported by the server
-	once  sync.Once
+	l        *ConnLimiter
+	since    time.Time      // when it connected or last became idle
+	state    http.ConnState // as last reported by the server
+	lastRead atomic.Int64   // unix ns of the last read that returned bytes (byReads only)
+	once     sync.Once
 }
 
-// Close implements net.Conn: the connection stops counting against the cap.
+// Read implements net.Conn, noting when a LimitQuiet connection last read.
+func (c *limitedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.l.byReads {
+		c.lastRead.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// Close implements net.Conn: the connection stops counting against the budget.
 func (c *limitedConn) Close() error {
 	c.once.Do(func() {
-		c.l.mu.Lock()
-		delete(c.l.conns, c)
-		c.l.mu.Unlock()
+		c.l.b.mu.Lock()
+		delete(c.l.b.conns, c)
+		c.l.b.mu.Unlock()
 	})
 	return c.Conn.Close()
 }

@@ -26,10 +26,10 @@ func serveLimited(t *testing.T, max int, h http.Handler) (*ConnLimiter, string) 
 // held counts the connections the limiter holds in state s: a test waits for the server to have
 // seen a request (StateActive) or its end (StateIdle), which it learns after the client does.
 func held(ln *ConnLimiter, s http.ConnState) int {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
+	ln.b.mu.Lock()
+	defer ln.b.mu.Unlock()
 	n := 0
-	for c := range ln.conns {
+	for c := range ln.b.conns {
 		if c.state == s {
 			n++
 		}
@@ -39,9 +39,9 @@ func held(ln *ConnLimiter, s http.ConnState) int {
 
 // count returns the number of connections ln holds.
 func count(ln *ConnLimiter) int {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	return len(ln.conns)
+	ln.b.mu.Lock()
+	defer ln.b.mu.Unlock()
+	return len(ln.b.conns)
 }
 
 // get sends one GET on a new connection and returns the status, or 0 if the connection was
@@ -116,4 +116,41 @@ func TestAnIdleConnectionMakesRoomForANewOne(t *testing.T) {
 	_ = idle.SetReadDeadline(time.Now().Add(time.Minute)) // a safety net: the close is asynchronous
 	_, err = idle.Read(buf)
 	assert.ErrorIs(t, err, io.EOF, "the idle connection was closed")
+}
+
+// Listeners of one budget share it: a connection on one that finds the budget spent closes the
+// quietest connection of another, here a gRPC-style connection (LimitQuiet) that has sent
+// nothing since it connected.
+func TestAConnectionOnOneListenerMakesRoomByClosingAQuietOneOnAnother(t *testing.T) {
+	budget := NewConnBudget(1)
+	quietTCP, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	quietLn := budget.LimitQuiet(quietTCP)
+	t.Cleanup(func() { quietLn.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := quietLn.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	quiet, err := net.Dial("tcp", quietTCP.Addr().String())
+	require.NoError(t, err)
+	defer quiet.Close()
+	held := <-accepted
+	defer held.Close()
+
+	httpTCP, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	httpLn := budget.Limit(httpTCP)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }),
+		ConnState: httpLn.ConnState, ReadHeaderTimeout: 2 * time.Second}
+	go func() { _ = srv.Serve(httpLn) }()
+	t.Cleanup(func() { srv.Close() })
+	time.Sleep(2 * minQuiet) // the quiet connection is past its quiet time
+
+	assert.Equal(t, 200, get(httpTCP.Addr().String(), "/"), "the budget made room")
+	assert.Equal(t, uint64(1), quietLn.reclaimed.Load())
+	_ = quiet.SetReadDeadline(time.Now().Add(time.Minute))
+	_, err = quiet.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the quiet connection was closed")
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meshlimit/meshlimit/service/tracing"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
@@ -31,8 +32,12 @@ type Config struct {
 	// otherwise).
 	Secret string
 	// AdminToken authenticates the operator of the admin API (AdminPrefix) as a bearer token.
-	// Empty disables the admin API (403).
+	// Empty disables the admin API (403). It must differ from Secret, which every proxy
+	// carries: NewHandler refuses the same value.
 	AdminToken string
+	// MetricsToken, when non-empty, must be sent as "Authorization: Bearer <token>" on
+	// /metrics (401 otherwise): the metrics may name the values clients send.
+	MetricsToken string
 	// Timeout bounds the store work of one check (default DefaultTimeout, half the filter's
 	// default global.timeout of 20ms, so that a slow store is answered with a 503 before the
 	// proxy gives up on the call). When it passes, the check is answered 503 at once.
@@ -43,12 +48,16 @@ type Config struct {
 	// Parse bounds descriptors and keys, and allows client time.
 	Parse wire.DecodeOptions
 	// JSON, when set, serves POST /json: envoyproxy/ratelimit's JSON endpoint (package rls),
-	// on the same port as the rest.
+	// on the same port as the rest. It charges counters as /v1/check does, so it needs the
+	// Secret as /v1/check does (401 otherwise).
 	JSON http.Handler
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics, when non-nil, is where the handler counts; otherwise it makes its own.
 	Metrics *Metrics
+	// Tracer, when non-nil, starts a span per /v1/check, a child of the trace context the
+	// request carries (package tracing); nil is tracing off.
+	Tracer *tracing.Tracer
 }
 
 // Handler serves the service's HTTP API, every route of it on one port:
@@ -58,7 +67,7 @@ type Config struct {
 //	POST /v1/admin/*  the admin API: inspect and reset keys (admin.go)
 //	POST /json        envoyproxy/ratelimit's JSON endpoint, when Config.JSON is set
 //	GET  /healthz     the process is up
-//	GET  /readyz      the store can decide (Store.Ping)
+//	GET  /readyz      the store can decide (Store.Ping), and the handler is not draining
 //	GET  /metrics     Prometheus text format
 //
 // Every answer but 200 has a JSON body {"error": "..."}: 400, 401, 403, 404, 405, 413 and
@@ -71,19 +80,30 @@ type Handler struct {
 	json      http.Handler
 	metrics   *Metrics
 	secret    []byte
+	metricsTk []byte // nil: /metrics is open
 	timeout   time.Duration
 	maxBody   int64
 	parse     wire.DecodeOptions
 	log       *slog.Logger
+	tracer    *tracing.Tracer
 	scratch   sync.Pool    // *checkScratch
 	lastLog   atomic.Int64 // unix ns of the last store error logged
 	lastReady atomic.Int64 // unix ns of the last readiness failure logged
+	draining  atomic.Bool  // Drain was called: /readyz fails
 }
+
+// Drain makes /readyz answer 503 from now on, while every other endpoint keeps serving: on
+// shutdown, load balancers and Kubernetes take the replica out of rotation before its
+// listeners close (cmd/meshlimit-service's -shutdown-drain).
+func (h *Handler) Drain() { h.draining.Store(true) }
 
 // NewHandler returns a Handler for cfg.
 func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("service: Config.Store is required")
+	}
+	if cfg.AdminToken != "" && cfg.AdminToken == cfg.Secret {
+		return nil, errors.New("service: Config.AdminToken must differ from Config.Secret, which every proxy carries")
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -107,9 +127,13 @@ func NewHandler(cfg Config) (*Handler, error) {
 		maxBody: cfg.MaxBodyBytes,
 		parse:   cfg.Parse,
 		log:     cfg.Logger,
+		tracer:  cfg.Tracer,
 	}
 	if cfg.Secret != "" {
 		h.secret = []byte(cfg.Secret)
+	}
+	if cfg.MetricsToken != "" {
+		h.metricsTk = []byte(cfg.MetricsToken)
 	}
 	h.scratch.New = func() any { return new(checkScratch) }
 	return h, nil
@@ -121,7 +145,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch path := r.URL.Path; path {
 	case wire.Path:
 		start := time.Now()
-		h.metrics.request(frontHTTP, h.check(w, r), start)
+		_, sp := h.tracer.StartHTTP(r.Context(), tracing.FrontCheck, r.Header)
+		td := tracing.Decision{Outcome: tracing.OutcomeInvalid}
+		td.HTTPStatus = h.check(w, r, sp.Recording(), &td)
+		h.metrics.request(frontHTTP, td.HTTPStatus, start)
+		sp.End(td)
 	case wire.ResetsPath:
 		start := time.Now()
 		h.metrics.request(frontResets, h.resets(w, r), start)
@@ -134,7 +162,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.ready(w, r)
 		}
 	case "/metrics":
-		if h.allowed(w, r, http.MethodGet) {
+		if h.allowed(w, r, http.MethodGet) && h.metricsAuthorized(w, r) {
 			h.serveMetrics(w)
 		}
 	default:
@@ -142,7 +170,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case strings.HasPrefix(path, AdminPrefix):
 			h.admin.ServeHTTP(w, r)
 		case path == jsonPath && h.json != nil:
-			if h.allowed(w, r, http.MethodPost) {
+			if h.allowed(w, r, http.MethodPost) && h.authorized(w, r) {
 				h.json.ServeHTTP(w, r)
 			}
 		default:
@@ -176,6 +204,18 @@ func (h *Handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
+// metricsAuthorized reports whether r carries the metrics token as a bearer token (or none is
+// configured); otherwise it answers 401.
+func (h *Handler) metricsAuthorized(w http.ResponseWriter, r *http.Request) bool {
+	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if h.metricsTk == nil || subtle.ConstantTimeCompare([]byte(got), h.metricsTk) == 1 {
+		return true
+	}
+	h.metrics.error(errUnauthorized)
+	h.writeError(w, http.StatusUnauthorized, "Authorization: missing or wrong bearer token for /metrics")
+	return false
+}
+
 // bodyFailed answers a request body that could not be read, and returns the status: 413 beyond
 // limit bytes, 400 otherwise (the client went away or sent a broken body).
 func (h *Handler) bodyFailed(w http.ResponseWriter, err error, limit int64) int {
@@ -201,9 +241,22 @@ func (h *Handler) logStoreError(err error, kind int) {
 }
 
 func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
+	if h.draining.Load() {
+		h.writeError(w, http.StatusServiceUnavailable, "draining: the service is shutting down")
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), max(h.timeout, time.Second))
 	defer cancel()
 	if err := h.store.Ping(ctx); err != nil {
+		if onlyFull(err) {
+			// Every replica shares a full store: leaving the Service would turn every replica's
+			// exact decisions of existing keys into the proxies' failure_mode.
+			if onceASecond(&h.lastReady) {
+				h.log.Warn("store full: existing keys are decided, new keys refused (503 store full)", "err", err)
+			}
+			writeText(w, "ok (store full: new keys refused)\n")
+			return
+		}
 		if onceASecond(&h.lastReady) {
 			h.log.Warn("store not ready", "err", err)
 		}
@@ -211,6 +264,19 @@ func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeText(w, "ok\n")
+}
+
+// onlyFull reports whether every failure err joins is ErrStoreFull.
+func onlyFull(err error) bool {
+	if l, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range l.Unwrap() {
+			if !onlyFull(e) {
+				return false
+			}
+		}
+		return len(l.Unwrap()) > 0
+	}
+	return errors.Is(err, ErrStoreFull)
 }
 
 // onceASecond reports whether a second has passed since the last time it reported true for

@@ -1,6 +1,8 @@
 package service
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -205,6 +207,25 @@ func (m *Metrics) observe(d time.Duration) {
 	m.latency.Observe(d.Seconds())
 }
 
+// ObserveStore records one store call of a front of package rls on
+// meshlimit_store_duration_seconds, as /v1/check's are.
+func (m *Metrics) ObserveStore(d time.Duration) { m.observe(d) }
+
+// StoreFailed counts a store failure of a front of package rls, whose store work ran under ctx,
+// on meshlimit_errors_total as /v1/check's are (kind timeout, store_full or store), and
+// returns whether it was the deadline.
+func (m *Metrics) StoreFailed(ctx context.Context, err error) (timeout bool) {
+	kind := errStore
+	switch {
+	case errors.Is(err, ErrStoreFull):
+		kind = errStoreFull
+	case timedOut(ctx, err):
+		kind = errTimeout
+	}
+	m.error(kind)
+	return kind == errTimeout
+}
+
 // ObserveRequest records one answered request of a front of package rls ("grpc", "json") with
 // its code and duration.
 func (m *Metrics) ObserveRequest(front, code string, d time.Duration) {
@@ -230,13 +251,20 @@ func (m *Metrics) request(front, code int, start time.Time) {
 
 // writeTo writes every metric in the Prometheus text exposition format (version 0.0.4), with
 // the store's figures: st.Keys, when >= 0, as the meshlimit_memory_keys gauge; st.Evicted, when
-// >= 0, as the meshlimit_store_evicted_keys_total counter.
+// >= 0, as the meshlimit_store_evicted_keys_total counter; st.FullFallbacks, when > 0, as the
+// meshlimit_store_full_fallbacks_total counter.
 func (m *Metrics) writeTo(w io.Writer, st Stats) error {
 	m.init()
-	keys, evicted := st.Keys, st.Evicted
+	keys, evicted, fallbacks := st.Keys, st.Evicted, st.FullFallbacks
 	gs := prometheus.Gatherers{m.reg}
-	if keys >= 0 || evicted >= 0 {
+	if keys >= 0 || evicted >= 0 || fallbacks > 0 {
 		store := prometheus.NewRegistry()
+		if fallbacks > 0 {
+			store.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "meshlimit_store_full_fallbacks_total",
+				Help: "Decisions of new keys made in this replica's memory while Redis was full (refusing new keys).",
+			}, func() float64 { return float64(fallbacks) }))
+		}
 		if evicted >= 0 {
 			store.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "meshlimit_store_evicted_keys_total",

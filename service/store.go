@@ -71,6 +71,9 @@ type Stats struct {
 	// Evicted is the number of keys Redis evicted while the store watched (the growth of
 	// evicted_keys between two Pings; meshlimit_store_evicted_keys_total).
 	Evicted int64
+	// FullFallbacks is the number of decisions a FullFallback made in its local store while
+	// the store was full (meshlimit_store_full_fallbacks_total, shown once there is one).
+	FullFallbacks int64
 }
 
 // ErrStoreFull is wrapped by the errors of a store that refuses writes for lack of memory:

@@ -7,7 +7,7 @@
 // It reads the plugin configuration the filter runs with, so that it names the key exactly as the
 // filter does: the plugin name, the rule, the fingerprint of each limit, and the key value in its
 // human form (the form overrides use: the key parts joined by "|"). The bearer token is read from
-// MESHLIMIT_ADMIN_TOKEN (the service's admin token, or its secret when it has no admin token).
+// MESHLIMIT_ADMIN_TOKEN (the service's admin token; never its secret, which the service refuses as one).
 //
 // A reset forgets the key in the service and appends it to the service's reset log, which every
 // proxy of the plugin reads every global.reset_poll (default 1s) to forget the key in its shared

@@ -6,17 +6,23 @@
 //
 //	-listen             MESHLIMIT_LISTEN             address to serve on (default :8081)
 //	                    MESHLIMIT_SECRET             shared secret required in x-meshlimit-secret
-//	                    MESHLIMIT_ADMIN_TOKEN        bearer token of the admin API (/v1/admin/);
-//	                                                 default: the secret; neither: admin disabled
+//	                    MESHLIMIT_ADMIN_TOKEN        bearer token of the admin API (/v1/admin/), never
+//	                                                 the secret; empty: admin disabled
+//	                    MESHLIMIT_METRICS_TOKEN      bearer token /metrics requires (empty: none)
+//	-require-secret     MESHLIMIT_REQUIRE_SECRET     refuse to start without MESHLIMIT_SECRET
 //	-timeout            MESHLIMIT_TIMEOUT            store deadline per check (default 10ms: at most
 //	                                                 half the filter's global.timeout, 20ms by default)
-//	-max-conns          MESHLIMIT_MAX_CONNS          connections held at once (default 1024); at the cap
-//	                                                 the quietest idle one is closed for the new one
+//	-max-conns          MESHLIMIT_MAX_CONNS          connections held at once on -listen and -grpc-listen
+//	                                                 together (default 1024); at the cap the quietest
+//	                                                 idle one is closed for the new one
 //	-idle-timeout       MESHLIMIT_IDLE_TIMEOUT       how long a keep-alive connection may idle (default 30s)
-//	-max-keys           MESHLIMIT_MAX_KEYS           in-memory store key bound (default 1048576)
+//	-max-keys           MESHLIMIT_MAX_KEYS           in-memory store key bound, also of the keys decided in
+//	                                                 memory while Redis is full (default 1048576)
 //	-allow-client-time  MESHLIMIT_ALLOW_CLIENT_TIME  accept now_us in checks (tests only)
 //	-log-level          MESHLIMIT_LOG_LEVEL          debug, info, warn or error (default info)
 //	-shutdown-grace     MESHLIMIT_SHUTDOWN_GRACE     time to finish requests on SIGTERM (default 10s)
+//	-shutdown-drain     MESHLIMIT_SHUTDOWN_DRAIN     on SIGTERM, time /readyz and gRPC health report not
+//	                                                 serving before the listeners close (default 5s)
 //
 // The envoyproxy/ratelimit-compatible front (package service/rls; service/API.md, "Migrating
 // from envoyproxy/ratelimit"):
@@ -50,14 +56,25 @@
 //	-redis-sentinel-master           master set name: -redis lists sentinels
 //	-redis-sentinel-username         the sentinels' ACL user
 //	-redis-sentinel-password-file    the sentinels' password (or MESHLIMIT_REDIS_SENTINEL_PASSWORD)
+//	-redis-tag-key-file              the secret keying the hash tag (or MESHLIMIT_REDIS_TAG_KEY)
 //	-redis-sentinel-tls              TLS to the sentinels too, with -redis-tls (default true)
 //	-redis-sentinel-tls-server-name  the name of the sentinels' certificates
 //
 // each with its environment variable, MESHLIMIT_REDIS_TLS_CA for -redis-tls-ca and so on.
+//
+// OpenTelemetry tracing (traceflags.go; docs/observability.md, "Tracing"), off without an
+// endpoint; what a flag and its MESHLIMIT_ variable leave empty, the OTEL_* variable fills:
+//
+//	-otlp-endpoint              OTEL_EXPORTER_OTLP_TRACES_ENDPOINT  URL of the OTLP receiver (http:// or
+//	                            OTEL_EXPORTER_OTLP_ENDPOINT         https://); empty: tracing off
+//	-otlp-protocol              OTEL_EXPORTER_OTLP_PROTOCOL         grpc (default) or http
+//	-trace-sampler              OTEL_TRACES_SAMPLER                 default parentbased_always_on
+//	-trace-sampler-arg          OTEL_TRACES_SAMPLER_ARG             ratio of the traceidratio samplers
+//	-trace-service-name         OTEL_SERVICE_NAME                   default meshlimit-service
+//	-trace-resource-attributes  OTEL_RESOURCE_ATTRIBUTES            key=value,... more resource attributes
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -73,6 +90,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/memstore"
+	"github.com/meshlimit/meshlimit/service/tracing"
 	"github.com/meshlimit/meshlimit/wire"
 )
 
@@ -86,12 +104,16 @@ func main() {
 // options are the parsed flags and environment.
 type options struct {
 	listen, secret, adminToken  string
+	metricsToken                string
+	requireSecret               bool
 	logLevel                    slog.Level
 	timeout, grace, idleTimeout time.Duration
+	drain                       time.Duration
 	maxKeys, maxConns           int
 	allowClientTime             bool
 	redis                       redisOptions
 	rls                         rlsOptions
+	trace                       tracing.Config
 }
 
 // forever is the longest duration a flag takes.
@@ -105,9 +127,11 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.level(&o.logLevel, "log-level", slog.LevelInfo, "`level` of the messages logged: debug, info, warn or error")
 	f.duration(&o.timeout, "timeout", service.DefaultTimeout, 1, forever, "store deadline per check, a positive `duration`")
 	f.duration(&o.grace, "shutdown-grace", 10*time.Second, 0, forever, "`duration` given to the requests in flight on shutdown")
-	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound, a positive `int`")
+	f.duration(&o.drain, "shutdown-drain", 5*time.Second, 0, forever, "on SIGTERM, how long /readyz and gRPC health report not serving while the service still answers, before its listeners close: a `duration` for load balancers to take it out of rotation")
+	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound (also of the new keys decided in memory while Redis is full), a positive `int`")
 	f.bool(&o.allowClientTime, "allow-client-time", false, "accept now_us in checks (tests only)")
-	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once, a positive `int`; at the cap the quietest idle one is closed for the new one")
+	f.bool(&o.requireSecret, "require-secret", false, "refuse to start without MESHLIMIT_SECRET (the shipped manifests set it)")
+	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once on -listen and -grpc-listen together, a positive `int`; at the cap the quietest idle one is closed for the new one")
 	f.duration(&o.idleTimeout, "idle-timeout", 30*time.Second, 1, forever, "how long a keep-alive connection may idle, a positive `duration`")
 	f.string(&o.rls.config, "ratelimit-config", "", "directory of envoyproxy/ratelimit YAML files (enables POST /json)")
 	f.string(&o.rls.grpcListen, "grpc-listen", "", "address of the gRPC RateLimitService (needs -ratelimit-config)")
@@ -115,6 +139,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.bool(&o.rls.dynamicMetadata, "ratelimit-response-dynamic-metadata", false, "return envoyproxy/ratelimit's dynamic metadata in every answer, with the metadata of the rules that passed (its RESPONSE_DYNAMIC_METADATA)")
 	f.duration(&o.rls.poll, "ratelimit-poll", 2*time.Second, 1, forever, "how often the ratelimit config directory is checked, a positive `duration`")
 	f.bool(&o.rls.reflection, "grpc-reflection", false, "register gRPC reflection")
+	addTraceFlags(f, &o.trace)
 	if err := f.parse(args); err != nil {
 		return o, withFlags(err, f.fs)
 	}
@@ -125,14 +150,43 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	if err := o.redis.check(); err != nil {
 		return o, err
 	}
+	if o.trace = o.trace.FromEnv(getenv); o.trace.Validate() != nil {
+		return o, o.trace.Validate()
+	}
 	o.secret = getenv("MESHLIMIT_SECRET")
-	o.adminToken = cmp.Or(getenv("MESHLIMIT_ADMIN_TOKEN"), o.secret)
-	return o, nil
+	o.adminToken = getenv("MESHLIMIT_ADMIN_TOKEN")
+	o.metricsToken = getenv("MESHLIMIT_METRICS_TOKEN")
+	return o, checkCredentials(o)
 }
 
-// run serves until ctx ends, then shuts down gracefully: it stops accepting, lets requests in
-// flight finish within the grace period, and closes the store.
+// checkCredentials refuses credentials that would leave the service open: no secret with
+// -require-secret, an admin token that is the proxies' secret (every proxy carries it, in its
+// plugin configuration and Envoy's config dump).
+func checkCredentials(o options) error {
+	switch {
+	case o.requireSecret && o.secret == "":
+		return usageError{errors.New("MESHLIMIT_SECRET: empty, and -require-secret is set: set the secret the proxies send")}
+	case o.adminToken != "" && o.adminToken == o.secret:
+		return usageError{errors.New("MESHLIMIT_ADMIN_TOKEN: must differ from MESHLIMIT_SECRET, which every proxy carries")}
+	}
+	return nil
+}
+
+// run serves until ctx ends, then shuts down gracefully: it reports not ready for the drain
+// period while still serving, then stops accepting, lets requests in flight finish within the
+// grace period, and closes the store.
 func run(ctx context.Context, args []string, getenv func(string) string) error {
+	return runWith(ctx, args, getenv, hooks{drainWait: time.Sleep})
+}
+
+// hooks are what a test replaces in run.
+type hooks struct {
+	// drainWait waits out the drain period, d > 0 (time.Sleep; a test waits on its events).
+	drainWait func(d time.Duration)
+}
+
+// runWith is run with hooks.
+func runWith(ctx context.Context, args []string, getenv func(string) string, hk hooks) error {
 	o, err := parseOptions(args, getenv)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -148,20 +202,34 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	}
 	defer store.Close()
 
+	tracer, stopTracing, err := startTracing(ctx, o.trace, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	o.rls.tracer = tracer
+
 	metrics := service.NewMetrics()
-	front, err := startRLS(ctx, o.rls, store, o.timeout, metrics, log)
+	if n := fitToDescriptors(o.maxConns); n < o.maxConns {
+		log.Warn("-max-conns lowered to fit the descriptor limit (ulimit -n)", "max_conns", n, "asked", o.maxConns)
+		o.maxConns = n
+	}
+	conns := service.NewConnBudget(o.maxConns) // one budget for both listeners
+	front, err := startRLS(ctx, o.rls, store, o.timeout, metrics, conns, log)
 	if err != nil {
 		return err
 	}
 	h, err := service.NewHandler(service.Config{
-		Store:      store,
-		Secret:     o.secret,
-		AdminToken: o.adminToken,
-		Timeout:    o.timeout,
-		Parse:      wire.DecodeOptions{AllowClientTime: o.allowClientTime},
-		JSON:       front.json,
-		Logger:     log,
-		Metrics:    metrics,
+		Store:        store,
+		Secret:       o.secret,
+		AdminToken:   o.adminToken,
+		MetricsToken: o.metricsToken,
+		Timeout:      o.timeout,
+		Parse:        wire.DecodeOptions{AllowClientTime: o.allowClientTime},
+		JSON:         front.json,
+		Logger:       log,
+		Metrics:      metrics,
+		Tracer:       tracer,
 	})
 	if err != nil {
 		front.stop(ctx)
@@ -172,15 +240,19 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		front.stop(ctx)
 		return fmt.Errorf("-listen %s: %w", o.listen, err)
 	}
-	if n := fitToDescriptors(o.maxConns); n < o.maxConns {
-		log.Warn("-max-conns lowered to fit the descriptor limit (ulimit -n)", "max_conns", n, "asked", o.maxConns)
-		o.maxConns = n
-	}
-	ln := service.NewConnLimiter(tcp, o.maxConns)
+	ln := conns.Limit(tcp)
 	srv := newServer(h, ln, o.idleTimeout, log)
 	log.Info("listening", "addr", ln.Addr().String(), "secret", o.secret != "", "timeout", o.timeout, "max_conns", o.maxConns)
 
-	return serve(ctx, srv, ln, front, o.grace, log)
+	drain := func() {
+		log.Info("draining: not ready, still serving", "drain", o.drain)
+		h.Drain()
+		front.drain()
+		if o.drain > 0 {
+			hk.drainWait(o.drain)
+		}
+	}
+	return serve(ctx, srv, ln, front, drain, o.grace, log)
 }
 
 // openStore opens the store of o: Redis at -redis, or else the memory store.
@@ -189,12 +261,19 @@ func openStore(o options, log *slog.Logger) (service.Store, error) {
 		log.Info("store", "kind", "memory", "max_keys", o.maxKeys)
 		return memstore.New(memstore.Config{MaxKeys: o.maxKeys}), nil
 	}
-	return o.redis.open(log)
+	s, err := o.redis.open(log)
+	if err != nil {
+		return nil, err
+	}
+	// While Redis is full, it decides the keys it holds; new keys are decided in this replica's
+	// memory, bounded by -max-keys, instead of falling to their rules' failure_mode.
+	return &service.FullFallback{Store: s, Local: memstore.New(memstore.Config{MaxKeys: o.maxKeys})}, nil
 }
 
-// serve serves srv on ln, and the gRPC front, until ctx ends or one of them fails; then it
-// shuts both down, letting requests in flight finish within grace.
-func serve(ctx context.Context, srv *http.Server, ln net.Listener, front *rlsFront, grace time.Duration, log *slog.Logger) error {
+// serve serves srv on ln, and the gRPC front, until ctx ends or one of them fails; when ctx
+// ends it drains (reports not ready while serving), then shuts both down, letting requests in
+// flight finish within grace.
+func serve(ctx context.Context, srv *http.Server, ln net.Listener, front *rlsFront, drain func(), grace time.Duration, log *slog.Logger) error {
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
 	if front.serve != nil {
@@ -206,6 +285,7 @@ func serve(ctx context.Context, srv *http.Server, ln net.Listener, front *rlsFro
 		return err
 	case <-ctx.Done():
 	}
+	drain()
 	log.Info("shutting down", "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()

@@ -70,7 +70,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-listen", addr, "-log-level", "error"}, func(string) string { return "" })
+		done <- run(ctx, []string{"-listen", addr, "-log-level", "error", "-shutdown-drain", "0"}, func(string) string { return "" })
 	}()
 
 	base := "http://" + addr

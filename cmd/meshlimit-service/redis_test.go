@@ -52,7 +52,7 @@ func refusal(t *testing.T, args ...string) (int, string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var stdout, stderr bytes.Buffer
-	code := realMain(ctx, append(args, "-listen", "127.0.0.1:0", "-log-level", "error"), func(string) string { return "" }, &stdout, &stderr)
+	code := realMain(ctx, append(args, "-listen", "127.0.0.1:0", "-log-level", "error", "-shutdown-drain", "0"), func(string) string { return "" }, &stdout, &stderr)
 	if code != 0 {
 		assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line: %q", stderr.String())
 	}

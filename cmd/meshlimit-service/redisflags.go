@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -31,12 +32,15 @@ type redisOptions struct {
 	sentinelPassword           string // MESHLIMIT_REDIS_SENTINEL_PASSWORD
 	sentinelTLS                bool
 	sentinelServerName         string
+	tagKeyFile                 string
+	tagKey                     string // MESHLIMIT_REDIS_TAG_KEY
 }
 
 // The environment variables of the passwords (a flag names a file instead).
 const (
 	envRedisPassword    = "MESHLIMIT_REDIS_PASSWORD"
 	envSentinelPassword = "MESHLIMIT_REDIS_SENTINEL_PASSWORD"
+	envTagKey           = "MESHLIMIT_REDIS_TAG_KEY"
 )
 
 // add adds the flags to f.
@@ -56,12 +60,14 @@ func (o *redisOptions) add(f *envFlags) {
 	f.string(&o.sentinelUser, "redis-sentinel-username", "", "ACL `user` of the sentinels")
 	f.string(&o.sentinelFile, "redis-sentinel-password-file", "", "`file` holding the sentinels' password (or "+envSentinelPassword+")")
 	f.bool(&o.sentinelTLS, "redis-sentinel-tls", true, "with -redis-tls, reach the sentinels over TLS too; false: plain TCP to the sentinels")
+	f.string(&o.tagKeyFile, "redis-tag-key-file", "", "`file` holding the secret that keys the Redis hash tag (or "+envTagKey+"), the same for every replica: without it, keys sharing a Cluster slot can be searched for offline; setting it renames every key once")
 	f.string(&o.sentinelServerName, "redis-sentinel-tls-server-name", "", "`name` the sentinels' certificates must hold (empty: -redis-tls-server-name's)")
 }
 
 // readEnv reads the passwords given in the environment.
 func (o *redisOptions) readEnv(getenv func(string) string) {
 	o.password, o.sentinelPassword = getenv(envRedisPassword), getenv(envSentinelPassword)
+	o.tagKey = getenv(envTagKey)
 }
 
 // check refuses a flag (or password variable) that does nothing without another, naming both,
@@ -77,6 +83,8 @@ func (o *redisOptions) check() error {
 		{"-redis-username", o.username != "", "-redis", redis},
 		{"-redis-password-file", o.passwordFile != "", "-redis", redis},
 		{envRedisPassword, o.password != "", "-redis", redis},
+		{"-redis-tag-key-file", o.tagKeyFile != "", "-redis", redis},
+		{envTagKey, o.tagKey != "", "-redis", redis},
 		{"-redis-tls", o.tls, "-redis", redis},
 		{"-redis-sentinel-master", sentinel, "-redis", redis},
 		{"-redis-tls-ca", o.tlsCA != "", "-redis-tls", tls},
@@ -95,11 +103,17 @@ func (o *redisOptions) check() error {
 			return fmt.Errorf("%s: needs %s", n.flag, n.needs)
 		}
 	}
+	if err := checkAddrs(o.addrs); err != nil {
+		return err
+	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return errors.New("-redis-tls-cert and -redis-tls-key: give both or neither")
 	}
 	if o.password != "" && o.passwordFile != "" {
 		return fmt.Errorf("%s and -redis-password-file: give one", envRedisPassword)
+	}
+	if o.tagKey != "" && o.tagKeyFile != "" {
+		return fmt.Errorf("%s and -redis-tag-key-file: give one", envTagKey)
 	}
 	if o.sentinelPassword != "" && o.sentinelFile != "" {
 		return fmt.Errorf("%s and -redis-sentinel-password-file: give one", envSentinelPassword)
@@ -107,17 +121,45 @@ func (o *redisOptions) check() error {
 	return nil
 }
 
+// checkAddrs refuses a -redis list (when given) with an empty entry (a trailing or doubled
+// comma), an address twice, a URL, or an entry that is not host:port.
+func checkAddrs(addrs string) error {
+	if addrs == "" {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, a := range strings.Split(addrs, ",") {
+		switch _, _, err := net.SplitHostPort(a); {
+		case a == "":
+			return fmt.Errorf("-redis %s: an empty address (a trailing or doubled comma)", addrs)
+		case strings.Contains(a, "://"):
+			return fmt.Errorf("-redis %s: give host:port, not a URL: TLS (rediss://) is -redis-tls, a password -redis-password-file, a user -redis-username", a)
+		case err != nil:
+			return fmt.Errorf("-redis %s: want host:port (%w)", a, err)
+		case seen[a]:
+			return fmt.Errorf("-redis %s: given twice", a)
+		}
+		seen[a] = true
+	}
+	return nil
+}
+
 // config is the store's configuration: the files read, the TLS configurations built.
-func (o *redisOptions) config() (redisstore.Config, error) {
-	cfg := redisstore.Config{Addrs: strings.Split(o.addrs, ","), Username: o.username, Password: o.password, FlushDelay: o.flushDelay}
+func (o *redisOptions) config(log *slog.Logger) (redisstore.Config, error) {
+	cfg := redisstore.Config{Addrs: strings.Split(o.addrs, ","), Username: o.username, Password: o.password, FlushDelay: o.flushDelay, TagKey: o.tagKey}
 	var err error
+	if o.tagKeyFile != "" {
+		if cfg.TagKey, err = readSecret("-redis-tag-key-file", o.tagKeyFile); err != nil {
+			return cfg, err
+		}
+	}
 	if o.passwordFile != "" {
 		if cfg.Password, err = readSecret("-redis-password-file", o.passwordFile); err != nil {
 			return cfg, err
 		}
 	}
 	if o.tls {
-		if cfg.TLS, err = o.tlsConfig(o.tlsServerName); err != nil {
+		if cfg.TLS, cfg.TLSSource, err = o.tlsConfig(o.tlsServerName, log); err != nil {
 			return cfg, err
 		}
 	}
@@ -131,7 +173,7 @@ func (o *redisOptions) config() (redisstore.Config, error) {
 		}
 	}
 	if o.tls && o.sentinelTLS {
-		if s.TLS, err = o.tlsConfig(cmp.Or(o.sentinelServerName, o.tlsServerName)); err != nil {
+		if s.TLS, s.TLSSource, err = o.tlsConfig(cmp.Or(o.sentinelServerName, o.tlsServerName), log); err != nil {
 			return cfg, err
 		}
 	}
@@ -155,7 +197,7 @@ func readSecret(flag, file string) (string, error) {
 
 // open connects to Redis. A TLS failure names the flag to fix.
 func (o *redisOptions) open(log *slog.Logger) (service.Store, error) {
-	cfg, err := o.config()
+	cfg, err := o.config(log)
 	if err != nil {
 		return nil, usageError{err}
 	}

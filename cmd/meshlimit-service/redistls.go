@@ -7,52 +7,54 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/meshlimit/meshlimit/service/redisstore"
 )
 
 // tlsConfig is the TLS configuration of the connections to Redis, verifying serverName when it
-// is set (the sentinels' may differ from the nodes').
-func (o *redisOptions) tlsConfig(serverName string) (*tls.Config, error) {
-	c := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
-	if o.tlsMinVersion == "1.3" {
-		c.MinVersion = tls.VersionTLS13
-	}
+// is set (the sentinels' may differ from the nodes'), and its source: the configuration of a
+// new connection, with the CA bundle and client key pair as they are on disk then (tlsfiles.go).
+func (o *redisOptions) tlsConfig(serverName string, log *slog.Logger) (*tls.Config, func() *tls.Config, error) {
+	files := &tlsFiles{ca: o.tlsCA, cert: o.tlsCert, key: o.tlsKey, log: log}
 	if o.tlsCA == "" {
 		// Loaded now, not by the first handshake, whose dial timeout it would eat into.
 		roots, err := systemRoots()
 		if err != nil {
-			return nil, fmt.Errorf("-redis-tls-ca: none given, and the system's CAs: %w", err)
+			return nil, nil, fmt.Errorf("-redis-tls-ca: none given, and the system's CAs: %w", err)
 		}
 		if roots.Equal(x509.NewCertPool()) {
-			return nil, errors.New("-redis-tls-ca: none given, and the system has no CA certificates (an image without a base has none): give the CA of the Redis certificates, or SSL_CERT_FILE")
+			return nil, nil, errors.New("-redis-tls-ca: none given, and the system has no CA certificates (an image without a base has none): give the CA of the Redis certificates, or SSL_CERT_FILE")
 		}
-		c.RootCAs = roots
-	} else {
-		b, err := os.ReadFile(o.tlsCA)
-		if err != nil {
-			return nil, fmt.Errorf("-redis-tls-ca: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("-redis-tls-ca %s: no PEM certificate in it", o.tlsCA)
-		}
+		files.roots = roots
 	}
-	if o.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
-		if err != nil {
-			return nil, fmt.Errorf("-redis-tls-cert and -redis-tls-key: %w", err)
+	if err := files.load(); err != nil {
+		return nil, nil, err
+	}
+	if err := files.checkValid(time.Now()); err != nil {
+		return nil, nil, err
+	}
+	build := func(roots *x509.CertPool, pair *tls.Certificate) *tls.Config {
+		c := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12, RootCAs: roots}
+		if o.tlsMinVersion == "1.3" {
+			c.MinVersion = tls.VersionTLS13
 		}
-		c.Certificates = []tls.Certificate{cert}
+		if pair != nil {
+			c.Certificates = []tls.Certificate{*pair}
+		}
+		if o.tlsVerify == "chain" {
+			c.InsecureSkipVerify = true // crypto/tls skips the name; VerifyConnection checks the chain
+			c.VerifyConnection = verifyChain(roots)
+		}
+		return c
 	}
-	if o.tlsVerify == "chain" {
-		c.InsecureSkipVerify = true // crypto/tls skips the name; VerifyConnection checks the chain
-		c.VerifyConnection = verifyChain(c.RootCAs)
-	}
-	return c, nil
+	return build(files.roots, files.pair), func() *tls.Config { return build(files.current()) }, nil
 }
 
 // systemRoots is x509.SystemCertPool; a test replaces it.
@@ -87,8 +89,12 @@ const (
 )
 
 // explain names the flag to fix when err, of connecting to Redis, is a TLS failure (or a plain
-// connection to a TLS port), and returns nil otherwise.
+// connection to a TLS port), refused credentials or a sentinel given as a Redis, and returns
+// nil otherwise.
 func (o *redisOptions) explain(err error) error {
+	if why := o.explainAuth(err); why != nil {
+		return why
+	}
 	var (
 		unknown x509.UnknownAuthorityError
 		name    x509.HostnameError
@@ -97,20 +103,27 @@ func (o *redisOptions) explain(err error) error {
 	)
 	closed := errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 	// A connection to one of the -redis addresses in Sentinel mode is a sentinel's, which
-	// -redis-sentinel-tls may have left plain.
-	tlsFlag, tlsOn := "-redis-tls", o.tls
-	if o.sentinelMaster != "" && slices.Contains(strings.Split(o.addrs, ","), remoteAddr(err)) {
-		tlsFlag, tlsOn = "-redis-sentinel-tls", o.tls && o.sentinelTLS
+	// -redis-sentinel-tls may have left plain; so is one the dialer knows for a sentinel's.
+	var dial *redisstore.DialError
+	sentinel := errors.As(err, &dial) && dial.Sentinel ||
+		o.sentinelMaster != "" && slices.Contains(strings.Split(o.addrs, ","), remoteAddr(err))
+	tlsFlag, tlsOn, nameFlag, cert := "-redis-tls", o.tls, "-redis-tls-server-name", "the Redis certificate"
+	if sentinel {
+		tlsFlag, tlsOn, nameFlag, cert = "-redis-sentinel-tls", o.tls && o.sentinelTLS, "-redis-sentinel-tls-server-name", "the sentinel's certificate"
 	}
 	switch alert := remoteAlert(err); {
 	case errors.As(err, &unknown) && o.tlsCA == "":
-		return fmt.Errorf("-redis-tls-ca: the Redis certificate is not signed by a CA the system trusts: give its CA (%w)", err)
+		return fmt.Errorf("-redis-tls-ca: %s is not signed by a CA the system trusts: give its CA (%w)", cert, err)
 	case errors.As(err, &unknown):
-		return fmt.Errorf("-redis-tls-ca %s: the Redis certificate is not signed by a CA in it (%w)", o.tlsCA, err)
+		return fmt.Errorf("-redis-tls-ca %s: %s is not signed by a CA in it (%w)", o.tlsCA, cert, err)
+	case errors.As(err, &name) && hasNoSANs(name.Certificate):
+		return fmt.Errorf("%s: %s is not for %s: give a name it holds, or -redis-tls-verify chain as it names its server in the Common Name only (%w)", nameFlag, cert, name.Host, err)
 	case errors.As(err, &name):
-		return fmt.Errorf("-redis-tls-server-name: the Redis certificate is not for %s: give a name it holds, or -redis-tls-verify chain if it names its server in the Common Name only (%w)", name.Host, err)
+		return fmt.Errorf("%s: %s is not for %s: give a name it holds (%w)", nameFlag, cert, name.Host, err)
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return fmt.Errorf("%s has expired or is not valid yet: renew it on the server, or check this host's clock (%w)", cert, err)
 	case errors.As(err, &invalid):
-		return fmt.Errorf("-redis-tls-ca: the Redis certificate is not valid (%w)", err)
+		return fmt.Errorf("-redis-tls-ca: %s is not valid (%w)", cert, err)
 	case alert == alertProtocolVersion:
 		return fmt.Errorf("-redis-tls-min-version %s: Redis offers no TLS version from %s up (%w)", o.tlsMinVersion, o.tlsMinVersion, err)
 	case o.tlsCert == "" && (alert == alertCertificateRequired || alert == alertHandshakeFailure || tlsOn && closed):
@@ -122,12 +135,41 @@ func (o *redisOptions) explain(err error) error {
 		return fmt.Errorf("-redis-tls-cert %s: Redis closed the TLS connection as it does to a client certificate that no CA it trusts signed (%w)", o.tlsCert, err)
 	case errors.As(err, &record):
 		return fmt.Errorf("%s: Redis does not speak TLS on this port (%w)", tlsFlag, err)
+	case tlsOn && sentinel && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)):
+		return fmt.Errorf("-redis-sentinel-tls: no TLS handshake from the sentinel within the dial timeout, as from a plain port: -redis-sentinel-tls=false for plain sentinels (%w)", err)
 	case tlsOn && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)):
 		return fmt.Errorf("%s: no TLS handshake within the dial timeout: a plain Redis port waits for a command, not a handshake (%w)", tlsFlag, err)
 	case !tlsOn && closed:
 		return fmt.Errorf("%s: Redis closed the connection, as a TLS port does to a plain client (%w)", tlsFlag, err)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("no answer within the dial timeout: something accepts connections there but does not answer as Redis does (a stopped Redis, a proxy, another service); check the address (%w)", err)
 	}
 	return nil
+}
+
+// explainAuth names the flags of the credentials Redis or the sentinels refused, and says so
+// of a sentinel given without -redis-sentinel-master; nil for any other error.
+func (o *redisOptions) explainAuth(err error) error {
+	var auth *redisstore.AuthError
+	switch {
+	case errors.Is(err, redisstore.ErrSentinelNotRedis):
+		return fmt.Errorf("-redis-sentinel-master: %s is a Redis Sentinel, not a Redis: give the master set name it monitors (SENTINEL MASTERS lists them) (%w)", o.addrs, err)
+	case !errors.As(err, &auth):
+		return nil
+	case auth.Sentinel && auth.Missing:
+		return fmt.Errorf("-redis-sentinel-password-file: the sentinels require a password and none was given (or %s) (%w)", envSentinelPassword, err)
+	case auth.Sentinel:
+		return fmt.Errorf("-redis-sentinel-password-file and -redis-sentinel-username: the sentinels refused them: a wrong user or password (the file's bytes less one trailing newline are the password) (%w)", err)
+	case auth.Missing:
+		return fmt.Errorf("-redis-password-file: Redis requires a password and none was given (or %s) (%w)", envRedisPassword, err)
+	}
+	return fmt.Errorf("-redis-password-file and -redis-username: Redis refused them: a wrong user or password (the file's bytes less one trailing newline are the password) (%w)", err)
+}
+
+// hasNoSANs reports whether c names no subject in a subject alternative name (only in its
+// Common Name, which Go does not verify), so that -redis-tls-verify chain is what it needs.
+func hasNoSANs(c *x509.Certificate) bool {
+	return c != nil && len(c.DNSNames) == 0 && len(c.IPAddresses) == 0 && len(c.URIs) == 0 && len(c.EmailAddresses) == 0
 }
 
 // remoteAddr is the address of the connection err happened on, or "".

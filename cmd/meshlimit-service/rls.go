@@ -12,6 +12,7 @@ import (
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/rls"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
+	"github.com/meshlimit/meshlimit/service/tracing"
 )
 
 // rlsOptions are the flags of the envoyproxy/ratelimit-compatible front.
@@ -19,6 +20,7 @@ type rlsOptions struct {
 	grpcListen, config, headers string
 	poll                        time.Duration
 	reflection, dynamicMetadata bool
+	tracer                      *tracing.Tracer // the spans of the front's decisions (traceflags.go)
 }
 
 // rlsFront is the envoyproxy/ratelimit-compatible front: the gRPC server on -grpc-listen and
@@ -27,13 +29,15 @@ type rlsFront struct {
 	json     http.Handler          // POST /json; nil without -ratelimit-config
 	serve    func() error          // serves gRPC until stop; nil without -grpc-listen
 	stop     func(context.Context) // stops gRPC (gracefully until ctx ends) and the watcher
+	drain    func()                // makes gRPC health NOT_SERVING
 	grpcAddr string
 }
 
 // startRLS loads the configuration, starts its watcher and prepares the gRPC server and the
-// /json handler; without -ratelimit-config it does nothing.
-func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout time.Duration, sm *service.Metrics, log *slog.Logger) (*rlsFront, error) {
-	f := &rlsFront{stop: func(context.Context) {}}
+// /json handler; without -ratelimit-config it does nothing. The gRPC listener draws its
+// connections from conns, the budget it shares with the HTTP listener.
+func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout time.Duration, sm *service.Metrics, conns *service.ConnBudget, log *slog.Logger) (*rlsFront, error) {
+	f := &rlsFront{stop: func(context.Context) {}, drain: func() {}}
 	if o.config == "" {
 		if o.grpcListen != "" {
 			return nil, errors.New("-grpc-listen: needs -ratelimit-config (the rules to answer with)")
@@ -58,7 +62,7 @@ func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout ti
 		log.Info("ratelimit config reloaded", "dir", o.config, "files", c.Files(), "domains", c.Domains())
 	}
 	log.Info("ratelimit config", "dir", o.config, "files", w.Config().Files(), "domains", w.Config().Domains(), "poll", o.poll, "dynamic_metadata", o.dynamicMetadata)
-	s, err := rls.NewServer(rls.Config{Store: store, Rules: w.Config, Timeout: timeout, Headers: mode, DynamicMetadata: o.dynamicMetadata, Metrics: m, Logger: log})
+	s, err := rls.NewServer(rls.Config{Store: store, Rules: w.Config, Timeout: timeout, Headers: mode, DynamicMetadata: o.dynamicMetadata, Metrics: m, Logger: log, Tracer: o.tracer})
 	if err != nil {
 		return nil, err
 	}
@@ -68,12 +72,15 @@ func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout ti
 	if o.grpcListen == "" {
 		return f, nil
 	}
-	ln, err := net.Listen("tcp", o.grpcListen)
+	tcp, err := net.Listen("tcp", o.grpcListen)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("-grpc-listen: %w", err)
 	}
-	g := rls.NewGRPCServer(s, rls.GRPCOptions{Reflection: o.reflection})
+	ln := conns.LimitQuiet(tcp)
+	hl := rls.NewHealth(store, timeout)
+	g := rls.NewGRPCServer(s, rls.GRPCOptions{Reflection: o.reflection, Health: hl})
+	f.drain = hl.Drain
 	f.grpcAddr = ln.Addr().String()
 	f.serve = func() error { return g.Serve(ln) }
 	f.stop = func(ctx context.Context) {

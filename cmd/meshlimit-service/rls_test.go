@@ -36,7 +36,7 @@ func TestRunServesTheRateLimitServiceFront(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-listen", httpAddr, "-grpc-listen", grpcAddr, "-log-level", "error",
+		done <- run(ctx, []string{"-listen", httpAddr, "-grpc-listen", grpcAddr, "-log-level", "error", "-shutdown-drain", "0",
 			"-ratelimit-config", "../../service/rlsconfig/testdata/good", "-ratelimit-response-headers", "draft03"},
 			func(string) string { return "" })
 	}()
@@ -80,7 +80,7 @@ func TestRunReturnsTheDynamicMetadataWhenAsked(t *testing.T) {
 	done := make(chan error, 1)
 	env := map[string]string{"MESHLIMIT_RATELIMIT_RESPONSE_DYNAMIC_METADATA": "true"}
 	go func() {
-		done <- run(ctx, []string{"-listen", httpAddr, "-log-level", "error", "-ratelimit-config", "../../service/rlsconfig/testdata/good"},
+		done <- run(ctx, []string{"-listen", httpAddr, "-log-level", "error", "-shutdown-drain", "0", "-ratelimit-config", "../../service/rlsconfig/testdata/good"},
 			func(k string) string { return env[k] })
 	}()
 	var body string
@@ -136,7 +136,7 @@ func TestRunReloadsTheRateLimitConfigAndKeepsTheLastGoodOne(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-listen", httpAddr, "-log-level", "error", "-ratelimit-config", dir, "-ratelimit-poll", "20ms"},
+		done <- run(ctx, []string{"-listen", httpAddr, "-log-level", "error", "-shutdown-drain", "0", "-ratelimit-config", dir, "-ratelimit-poll", "20ms"},
 			func(string) string { return "" })
 	}()
 	// limit returns the current_limit the service answers for descriptor k=v (0 when none).

@@ -73,10 +73,12 @@ Flags:
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
 Environment only:
-  MESHLIMIT_SECRET                   shared secret required in the x-meshlimit-secret header
-  MESHLIMIT_ADMIN_TOKEN              bearer token of the admin API under /v1/admin/ (default: the secret)
+  MESHLIMIT_SECRET                   shared secret required in the x-meshlimit-secret header (/v1/check, /v1/resets, /json)
+  MESHLIMIT_ADMIN_TOKEN              bearer token of the admin API under /v1/admin/, never the secret (empty: admin disabled)
+  MESHLIMIT_METRICS_TOKEN            bearer token required on /metrics (empty: none)
   MESHLIMIT_REDIS_PASSWORD           Redis password (or -redis-password-file)
   MESHLIMIT_REDIS_SENTINEL_PASSWORD  the sentinels' password (or -redis-sentinel-password-file)
+  MESHLIMIT_REDIS_TAG_KEY            the secret that keys the Redis hash tag (or -redis-tag-key-file)
 `)
 }
 

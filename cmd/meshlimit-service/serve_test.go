@@ -71,7 +71,7 @@ func startService(t *testing.T, args ...string) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"-listen", addr, "-log-level", "error"}, args...), func(string) string { return "" })
+		done <- run(ctx, append([]string{"-listen", addr, "-log-level", "error", "-shutdown-drain", "0"}, args...), func(string) string { return "" })
 	}()
 	t.Cleanup(func() {
 		cancel()

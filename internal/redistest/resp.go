@@ -117,3 +117,23 @@ func (s *Subscription) read() {
 		}
 	}
 }
+
+// DoAll sends cmds in order over one fresh connection, as Do sends one, and returns their
+// replies: a command that changes what a new connection needs (CONFIG SET of the TLS files)
+// does not lock the next ones out.
+func (r *Server) DoAll(cmds ...[]string) ([]string, error) {
+	c, err := r.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var out []string
+	for _, cmd := range cmds {
+		s, err := do(c, cmd...)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", cmd[0], err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}

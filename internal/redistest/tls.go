@@ -63,12 +63,19 @@ func NewPKI(t testing.TB) *PKI {
 // in the common name only), usable by servers and clients, and returns its files.
 func (p *PKI) Issue(t testing.TB, file, cn string, sans ...string) (cert, key string) {
 	t.Helper()
+	return p.IssueValid(t, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour), file, cn, sans...)
+}
+
+// IssueValid is Issue for a certificate valid from notBefore to notAfter: one that expired
+// an hour ago is refused as expired now, without a wait.
+func (p *PKI) IssueValid(t testing.TB, notBefore, notAfter time.Time, file, cn string, sans ...string) (cert, key string) {
+	t.Helper()
 	k := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
 		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}

@@ -1,9 +1,13 @@
 package redisstore
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -29,6 +33,9 @@ type Sentinel struct {
 	Username, Password string
 	// TLS is the TLS configuration of the connections to the sentinels; nil: plain TCP.
 	TLS *tls.Config
+	// TLSSource, when not nil (with TLS), gives the TLS configuration of each new connection to
+	// a sentinel, as Config.TLSSource does for the nodes.
+	TLSSource func() *tls.Config
 }
 
 // connect returns the client of cfg (defaults applied): a Sentinel client when
@@ -43,11 +50,16 @@ func connect(cfg Config) (rueidis.Client, error) {
 		DisableCache:  true, // no client-side caching: every decision must reach Redis
 		Dialer:        net.Dialer{Timeout: cfg.DialTimeout},
 		MaxFlushDelay: cfg.FlushDelay,
+		DialCtxFn:     dialer(cfg),
 	}
 	if cfg.Sentinel.MasterSet == "" {
 		c, err := rueidis.NewClient(opt)
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: %w", err)
+			return nil, fmt.Errorf("redisstore: %w", authError(err, false))
+		}
+		if err := refuseSentinel(c, cfg.DialTimeout); err != nil {
+			c.Close()
+			return nil, err
 		}
 		return c, nil
 	}
@@ -62,7 +74,83 @@ func connect(cfg Config) (rueidis.Client, error) {
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
+		if isAuthFailure(err) {
+			err = authError(err, sentinelAuthFails(cfg))
+		}
 		return nil, fmt.Errorf("redisstore: sentinel master set %q: %w", cfg.Sentinel.MasterSet, err)
 	}
 	return c, nil
+}
+
+// AuthError is a connection Redis (or a sentinel) refused for its credentials: NOAUTH (none
+// given where some are required) or WRONGPASS (a wrong user or password).
+type AuthError struct {
+	// Sentinel is set when the sentinels refused theirs (Sentinel.Username, Sentinel.Password),
+	// not the master its own (Config.Username, Config.Password).
+	Sentinel bool
+	// Missing is set for NOAUTH: no password was given.
+	Missing bool
+	Err     error
+}
+
+func (e *AuthError) Error() string { return e.Err.Error() }
+
+func (e *AuthError) Unwrap() error { return e.Err }
+
+// isAuthFailure reports whether err is Redis refusing the credentials.
+func isAuthFailure(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "WRONGPASS") || strings.Contains(s, "NOAUTH")
+}
+
+// authError is err as an *AuthError when it is an authentication failure, err otherwise.
+func authError(err error, sentinel bool) error {
+	if !isAuthFailure(err) {
+		return err
+	}
+	return &AuthError{Sentinel: sentinel, Missing: strings.Contains(err.Error(), "NOAUTH"), Err: err}
+}
+
+// sentinelAuthFails reports whether a sentinel of cfg.Addrs refuses the sentinels'
+// credentials: a plain connection to it, which tells a sentinel's refusal from the master's.
+func sentinelAuthFails(cfg Config) bool {
+	for _, addr := range cfg.Addrs {
+		c, err := rueidis.NewClient(rueidis.ClientOption{
+			InitAddress: []string{addr}, Username: cfg.Sentinel.Username, Password: cfg.Sentinel.Password,
+			TLSConfig: cfg.Sentinel.TLS, ForceSingleClient: true, DisableCache: true,
+			Dialer: net.Dialer{Timeout: cfg.DialTimeout},
+		})
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*cfg.DialTimeout)
+			err = c.Do(ctx, c.B().Ping().Build()).Error()
+			cancel()
+			c.Close()
+		}
+		if err != nil && isAuthFailure(err) {
+			return true
+		}
+		if err == nil {
+			return false
+		}
+	}
+	return false
+}
+
+// ErrSentinelNotRedis is New's error when Config.Addrs are sentinels but Sentinel.MasterSet is
+// empty: a sentinel answers no script, so every decision would fail.
+var ErrSentinelNotRedis = errors.New("redisstore: the address is a Redis Sentinel, not a Redis: give the master set it monitors (Sentinel.MasterSet)")
+
+// refuseSentinel returns ErrSentinelNotRedis when c's server says (ROLE) that it is a
+// sentinel. A server that refuses ROLE (a managed service's ACL) is taken for a Redis.
+func refuseSentinel(c rueidis.Client, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+	defer cancel()
+	role, err := c.Do(ctx, c.B().Role().Build()).ToArray()
+	if err != nil || len(role) == 0 {
+		return nil
+	}
+	if kind, _ := role[0].ToString(); kind == "sentinel" {
+		return ErrSentinelNotRedis
+	}
+	return nil
 }

@@ -9,7 +9,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/internal/fnv"
+	"github.com/meshlimit/meshlimit/internal/siphash"
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/wire"
 )
@@ -39,14 +42,24 @@ type Config struct {
 	// TLS, when not nil, is the TLS configuration of every connection to a Redis node: the
 	// nodes of a Cluster, or the master that the sentinels name. nil: plain TCP.
 	TLS *tls.Config
+	// TLSSource, when not nil (TLS must then be set too), is called for every new connection
+	// to a node and its result used in place of TLS: so certificates and CAs rotated on disk
+	// are used from the next connection on, without a restart (tls.go).
+	TLSSource func() *tls.Config
 	// Sentinel, when its MasterSet is set, reaches Redis through Redis Sentinel (connect.go).
 	Sentinel Sentinel
 	// KeyPrefix starts every key (default "ml:"); it may not hold "{" or "}". A descriptor's
 	// state key is KeyPrefix + "{" + tag + "}:" + algorithm + ":" + key, where tag is the
-	// FNV-1a hash of the key in 16 hex digits: the hash tag keeps every algorithm's key of a
+	// FNV-1a hash (or, with TagKey, the keyed hash) of the key in 16 hex digits: the hash tag keeps every algorithm's key of a
 	// descriptor in one Redis Cluster slot, and since it is a hash, no byte of the key ("}"
 	// included) can choose the slot.
 	KeyPrefix string
+	// TagKey, when set, keys the hash tag: the tag is then SipHash-2-4 of the key under a key
+	// derived from TagKey (SHA-256), so that without it no one can search offline for keys that
+	// share a Cluster slot and pin a rule's counters to one node. Give every replica of a
+	// deployment the same TagKey (the replicas must agree on every key's name); empty keeps the
+	// unkeyed FNV-1a tag. Setting or changing it renames every key: counters start afresh once.
+	TagKey string
 	// DialTimeout bounds connecting to a node (default 1s). Requests are bounded by their
 	// context, never by this.
 	DialTimeout time.Duration
@@ -72,6 +85,7 @@ const DefaultFlushDelay = 100 * time.Microsecond
 type Store struct {
 	client  rueidis.Client
 	prefix  string
+	tagKey  *[2]uint64 // nil: the unkeyed FNV-1a tag
 	scripts scripts
 	health  health
 	clock   clock         // Redis TIME estimated locally, for the window counters
@@ -101,7 +115,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{client: c, prefix: cfg.KeyPrefix, scripts: sc, done: make(chan struct{})}
+	s := &Store{client: c, prefix: cfg.KeyPrefix, tagKey: tagKeyOf(cfg.TagKey), scripts: sc, done: make(chan struct{})}
 	// Load the scripts now, so that the first checks of a new replica need no NOSCRIPT round
 	// trip; a failure is not fatal: readiness (Ping) loads them before the replica takes traffic.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*cfg.DialTimeout)
@@ -126,7 +140,7 @@ func (s *Store) keyAt(kind string, at int64, key string) string {
 	b.Grow(n)
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
-	h := fnv.String(key)
+	h := s.tag(key)
 	for shift := 60; shift >= 0; shift -= 4 {
 		b.WriteByte("0123456789abcdef"[h>>uint(shift)&0xf])
 	}
@@ -140,6 +154,24 @@ func (s *Store) keyAt(kind string, at int64, key string) string {
 	}
 	b.WriteString(key)
 	return b.String()
+}
+
+// tagKeyOf derives the SipHash key of a Config.TagKey; nil for none.
+func tagKeyOf(secret string) *[2]uint64 {
+	if secret == "" {
+		return nil
+	}
+	sum := sha256.Sum256([]byte("meshlimit redis hash tag\x00" + secret))
+	return &[2]uint64{binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])}
+}
+
+// tag is the hash of key that names its Cluster slot: keyed SipHash-2-4 with a TagKey, else
+// FNV-1a.
+func (s *Store) tag(key string) uint64 {
+	if s.tagKey == nil {
+		return fnv.String(key)
+	}
+	return siphash.SumBytes64(s.tagKey[0], s.tagKey[1], []byte(key))
 }
 
 // stateKey returns the Redis key that holds the state of key under limit kind k.
@@ -158,9 +190,16 @@ func (s *Store) decide(ctx context.Context, req service.Request, ttlMs int64) (a
 	l := req.Limit
 	args := append(limitArgs(l, req.Cost, ttlMs, req.Now), "")
 	args = append(args, calendarArgs(l)...)
-	v, err := s.scripts.decide[l.Kind].Exec(ctx, s.client, []string{s.stateKey(l.Kind, req.Key)}, args).AsIntSlice()
+	keys := []string{s.stateKey(l.Kind, req.Key)}
+	v, err := s.scripts.decide[l.Kind].Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
-		return algorithms.Decision{}, s.redisErr(err)
+		if err = s.redisErr(err); !errors.Is(err, service.ErrStoreFull) {
+			return algorithms.Decision{}, err
+		}
+		// Redis is full: an existing key is still decided exactly; a new one is refused.
+		if v, err = s.scripts.full[l.Kind].Exec(ctx, s.client, keys, args).AsIntSlice(); err != nil {
+			return algorithms.Decision{}, s.redisErr(err)
+		}
 	}
 	if len(v) != 6 {
 		return algorithms.Decision{}, fmt.Errorf("redisstore: script returned %d values, want 6", len(v))

@@ -22,6 +22,7 @@ var luaFS embed.FS
 // off the proxies' request path, are loaded by their first call.
 type scripts struct {
 	decide  [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind
+	full    [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind: decide an existing key while Redis is full
 	settle  [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind, for the kinds that settle
 	permit  [3]*rueidis.Lua                         // by service.PermitOp
 	resets  [2]*rueidis.Lua                         // append, read
@@ -47,6 +48,9 @@ func newScripts() (scripts, error) {
 	var err error
 	for _, k := range algorithms.Kinds {
 		if sc.decide[k], err = add(script(k)); err != nil {
+			return scripts{}, err
+		}
+		if sc.full[k], err = add(fullScript(k)); err != nil {
 			return scripts{}, err
 		}
 		if !k.Settles() {
@@ -86,6 +90,19 @@ func script(kind algorithms.Kind) (string, error) {
 		return composeScript("", "lib.lua", kind.String()+".lua")
 	}
 	return "", fmt.Errorf("redisstore: no script for %v", kind)
+}
+
+// whileFull starts the script that decides an existing key while Redis refuses writes (OOM):
+// allowed to run then (allow-oom), it refuses a key that does not exist, so that only the
+// keys Redis already holds are updated (a few bytes each, in place) and memory stays bounded.
+const whileFull = "#!lua flags=allow-oom\n" +
+	"if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('OOM a new key while Redis is full') end\n"
+
+// fullScript returns the Lua source that decides kind for an existing key while Redis is full:
+// whileFull, then script(kind).
+func fullScript(kind algorithms.Kind) (string, error) {
+	src, err := script(kind)
+	return whileFull + src, err
 }
 
 // settleScript returns the Lua source that settles a cost of kind (see lua/lib.lua): lib.lua

@@ -59,21 +59,21 @@ func (s *Server) decideAll(ctx context.Context, req *pb.RateLimitRequest, plans 
 	return sts, nil
 }
 
-// counterGroups groups the counted descriptors by counter key, each group in request order.
+// counterGroups groups the counted descriptors by counter key, each group in request order,
+// the groups in the order of their first descriptor. It is linear in the descriptors.
 func counterGroups(plans []plan, keys []string) [][]int {
 	var groups [][]int
-	placed := make([]bool, len(plans))
+	index := make(map[string]int, len(plans))
 	for i := range plans {
-		if plans[i].kind != planLimit || placed[i] {
+		if plans[i].kind != planLimit {
 			continue
 		}
-		g := []int{i}
-		for j := i + 1; j < len(plans); j++ {
-			if plans[j].kind == planLimit && !placed[j] && keys[j] == keys[i] {
-				g, placed[j] = append(g, j), true
-			}
+		if g, ok := index[keys[i]]; ok {
+			groups[g] = append(groups[g], i)
+			continue
 		}
-		groups = append(groups, g)
+		index[keys[i]] = len(groups)
+		groups = append(groups, []int{i})
 	}
 	return groups
 }

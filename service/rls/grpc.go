@@ -1,40 +1,66 @@
 package rls
 
 import (
+	"context"
 	"runtime"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/tap"
 )
 
-// GRPCOptions configures NewGRPCServer.
+// GRPCOptions configures NewGRPCServer. Every bound has a default that a replica of 256 Mi
+// survives any client with: at most MaxConcurrentStreams streams of at most MaxHeaderListSize
+// header bytes and MaxMessage message bytes per connection.
 type GRPCOptions struct {
 	// Reflection registers the gRPC reflection service (off by default: it lists the service's
 	// API to anyone who can connect).
 	Reflection bool
-	// MaxConcurrentStreams bounds the streams per connection (default: gRPC's).
+	// MaxConcurrentStreams bounds the streams per connection (default DefaultMaxStreams); a
+	// stream past it is refused (RST_STREAM REFUSED_STREAM, which Envoy retries elsewhere).
 	MaxConcurrentStreams uint32
+	// MaxHeaderListSize bounds the decoded header bytes of a stream (default
+	// DefaultMaxHeaderListSize): a larger header block is refused as it is decoded, so that a
+	// few bytes of HPACK references cannot make megabytes of headers.
+	MaxHeaderListSize uint32
+	// MaxConnectionIdle closes a connection without a stream for this long (default 5 minutes),
+	// and HandshakeTimeout one that has not sent the HTTP/2 preface and settings in time
+	// (default 2 s, as the HTTP listener's header timeout).
+	MaxConnectionIdle, HandshakeTimeout time.Duration
+	// StreamTimeout bounds a stream from its headers to its answer (default 5 s): a stream
+	// that never sends its message is ended (DEADLINE_EXCEEDED) and frees its slot, instead of
+	// being held until the connection closes. The store work of a call is bounded by the
+	// Server's Timeout, far below it.
+	StreamTimeout time.Duration
 	// MaxConnectionAge closes a connection (GOAWAY, then MaxConnectionAgeGrace for the calls in
 	// flight) after this long, give or take 10%, so that the long-lived HTTP/2 connections of
 	// Envoy spread over replicas added later (default 30 minutes; grace 1 minute).
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// Health answers grpc.health.v1 (nil: NewHealth of the Server's store and timeout); its
+	// Drain makes the server NOT_SERVING on shutdown.
+	Health *Health
 }
 
+// The defaults of GRPCOptions.
+const (
+	DefaultMaxStreams        = 128
+	DefaultMaxHeaderListSize = 16 << 10
+)
+
 // NewGRPCServer returns a gRPC server that serves s as envoy.service.ratelimit.v3.
-// RateLimitService and answers the standard health checking protocol (grpc.health.v1,
-// SERVING for the empty service and for the rate limit service).
+// RateLimitService and answers the standard health checking protocol (grpc.health.v1) with
+// o.Health, or a Health of s's store (health.go).
 func NewGRPCServer(s *Server, o GRPCOptions) *grpc.Server {
 	g := grpc.NewServer(serverOptions(o)...)
 	pb.RegisterRateLimitServiceServer(g, s)
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(g, hs)
+	if o.Health == nil {
+		o.Health = NewHealth(s.cfg.Store, s.cfg.Timeout)
+	}
+	healthpb.RegisterHealthServer(g, o.Health)
 	if o.Reflection {
 		reflection.Register(g)
 	}
@@ -45,22 +71,54 @@ func NewGRPCServer(s *Server, o GRPCOptions) *grpc.Server {
 // pool of goroutines (one per CPU) instead of a new goroutine per call, and connections share
 // their write buffers: both cut the work per call at high rates.
 func serverOptions(o GRPCOptions) []grpc.ServerOption {
-	if o.MaxConnectionAge <= 0 {
-		o.MaxConnectionAge = 30 * time.Minute
-	}
-	if o.MaxConnectionAgeGrace <= 0 {
-		o.MaxConnectionAgeGrace = time.Minute
-	}
-	opts := []grpc.ServerOption{
+	o = o.withDefaults()
+	return []grpc.ServerOption{
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.SharedWriteBuffer(true),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}),
+		// A larger message is refused (RESOURCE_EXHAUSTED) from its length prefix, undecoded.
+		grpc.MaxRecvMsgSize(MaxMessage),
+		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
+		grpc.MaxHeaderListSize(o.MaxHeaderListSize),
+		grpc.ConnectionTimeout(o.HandshakeTimeout),
+		grpc.InTapHandle(streamDeadline(o.StreamTimeout)),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: o.MaxConnectionIdle,
+			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}),
 		// Envoy may ping an idle connection (connection_keepalive): allow it every 10s, or the
-		// server would answer GOAWAY "too_many_pings".
+		// server would answer GOAWAY "too_many_pings"; more often is a GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
-	if o.MaxConcurrentStreams > 0 {
-		opts = append(opts, grpc.MaxConcurrentStreams(o.MaxConcurrentStreams))
+}
+
+// withDefaults fills the options left zero.
+func (o GRPCOptions) withDefaults() GRPCOptions {
+	defaults := []struct {
+		d   *time.Duration
+		def time.Duration
+	}{
+		{&o.MaxConnectionIdle, 5 * time.Minute}, {&o.HandshakeTimeout, 2 * time.Second}, {&o.StreamTimeout, 5 * time.Second},
+		{&o.MaxConnectionAge, 30 * time.Minute}, {&o.MaxConnectionAgeGrace, time.Minute},
 	}
-	return opts
+	for _, d := range defaults {
+		if *d.d <= 0 {
+			*d.d = d.def
+		}
+	}
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = DefaultMaxStreams
+	}
+	if o.MaxHeaderListSize == 0 {
+		o.MaxHeaderListSize = DefaultMaxHeaderListSize
+	}
+	return o
+}
+
+// streamDeadline returns the tap that gives every stream a deadline of d from its headers. The
+// transport waits for the stream's message under this context, so the wait ends with it; the
+// deadline's timer is released when the stream ends.
+func streamDeadline(d time.Duration) tap.ServerInHandle {
+	return func(ctx context.Context, _ *tap.Info) (context.Context, error) {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		context.AfterFunc(ctx, cancel)
+		return ctx, nil
+	}
 }

@@ -86,30 +86,44 @@ func draft03(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core
 // counting, and the default) the window's end, DurationUntilReset; for an algorithm of the
 // extension its decision's effective window (algorithms.Limit.EffectiveWindowOf), where
 // DurationUntilReset is the time until the quota is full again.
+//
+// Members are named by policyName. Two descriptors of one name (the same descriptor sent twice,
+// or two overrides of the same keys) make one member, the one with the least r, kept where the
+// first stood: the name identifies one policy, and the binding one is what a client needs.
 func ietf(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core.HeaderValue {
-	var policy, state []byte
+	var ms []ietfMember
 	for i, st := range sts {
 		l := st.GetCurrentLimit()
 		if l == nil {
 			continue
 		}
-		if len(policy) > 0 {
+		m := ietfMember{
+			name: policyName(l, &plans[i]),
+			q:    int64(l.GetRequestsPerUnit()),
+			w:    int64(plans[i].limit.Unit.Duration() / time.Second),
+			r:    int64(st.GetLimitRemaining()),
+			t:    st.GetDurationUntilReset().GetSeconds(),
+		}
+		if w := plans[i].window; w > 0 {
+			m.t = int64((w + time.Second - 1) / time.Second)
+		}
+		ms = addMember(ms, m)
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	var policy, state []byte
+	for i, m := range ms {
+		if i > 0 {
 			policy, state = append(policy, ", "...), append(state, ", "...)
 		}
 		start := len(policy)
-		policy = sfv.AppendString(policy, policyName(l, &plans[i], i))
+		policy = sfv.AppendString(policy, m.name)
 		state = append(state, policy[start:]...)
-		policy = sfv.AppendInteger(append(policy, ";q="...), int64(l.GetRequestsPerUnit()))
-		policy = sfv.AppendInteger(append(policy, ";w="...), int64(plans[i].limit.Unit.Duration()/time.Second))
-		state = sfv.AppendInteger(append(state, ";r="...), int64(st.GetLimitRemaining()))
-		t := st.GetDurationUntilReset().GetSeconds()
-		if w := plans[i].window; w > 0 {
-			t = int64((w + time.Second - 1) / time.Second)
-		}
-		state = sfv.AppendInteger(append(state, ";t="...), t)
-	}
-	if len(policy) == 0 {
-		return nil
+		policy = sfv.AppendInteger(append(policy, ";q="...), m.q)
+		policy = sfv.AppendInteger(append(policy, ";w="...), m.w)
+		state = sfv.AppendInteger(append(state, ";r="...), m.r)
+		state = sfv.AppendInteger(append(state, ";t="...), m.t)
 	}
 	return []*core.HeaderValue{
 		{Key: "RateLimit-Policy", Value: string(policy)},
@@ -117,14 +131,60 @@ func ietf(sts []*pb.RateLimitResponse_DescriptorStatus, plans []plan) []*core.He
 	}
 }
 
-// policyName names descriptor i's policy: the limit's name, else its rule's path, else
-// "descriptor-i" (an override).
-func policyName(l *pb.RateLimitResponse_RateLimit, p *plan, i int) string {
+// ietfMember is one policy of the ietf fields.
+type ietfMember struct {
+	name       string
+	q, w, r, t int64
+}
+
+// addMember adds m to ms, or, when a member of its name is there, keeps the one with less r
+// in that place.
+func addMember(ms []ietfMember, m ietfMember) []ietfMember {
+	for i := range ms {
+		if ms[i].name == m.name {
+			if m.r < ms[i].r {
+				ms[i] = m
+			}
+			return ms
+		}
+	}
+	return append(ms, m)
+}
+
+// policyName names a descriptor's policy, the same wherever the descriptor stands in the
+// request: the limit's name, else its rule's path, else (an override) "override" and the
+// domain's and the descriptor's keys; escaped by escapeName.
+func policyName(l *pb.RateLimitResponse_RateLimit, p *plan) string {
 	switch {
 	case l.GetName() != "":
-		return l.GetName()
+		return escapeName(l.GetName())
 	case p.rule.Path != "":
-		return p.rule.Path
+		return escapeName(p.rule.Path)
 	}
-	return "descriptor-" + strconv.Itoa(i)
+	return escapeName(p.overrideName)
+}
+
+// escapeName percent-encodes (as %XX) '%' and every byte an sf-string cannot hold (outside
+// printable ASCII: UTF-8 names), so that distinct names stay distinct: "nämé" and "n??m??"
+// no longer collide, as they did with a '?' for each such byte.
+func escapeName(s string) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '%' || c < 0x20 || c > 0x7e {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(s)+2*n)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '%' || c < 0x20 || c > 0x7e {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
 }

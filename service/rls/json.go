@@ -10,10 +10,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/meshlimit/meshlimit/service/tracing"
 )
 
 // maxJSONBody bounds a /json request body.
-const maxJSONBody = 1 << 20
+const maxJSONBody = MaxMessage
 
 // JSONHandler serves envoyproxy/ratelimit's /json endpoint: a POST whose body is a
 // RateLimitRequest in protobuf's JSON mapping (lowerCamelCase or the proto's snake_case
@@ -25,14 +27,18 @@ const maxJSONBody = 1 << 20
 func (s *Server) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		code := s.writeJSON(w, r)
+		_, sp := s.cfg.Tracer.StartHTTP(r.Context(), tracing.FrontJSON, r.Header)
+		td := tracing.Decision{Outcome: tracing.OutcomeInvalid}
+		code := s.writeJSON(w, r, sp.Recording(), &td)
 		s.cfg.Metrics.request(frontJSON, strconv.Itoa(code), time.Since(start))
+		td.HTTPStatus = code
+		sp.End(td)
 	})
 }
 
 // writeJSON answers one /json request and returns the status it wrote.
-func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request) int {
-	resp, err := s.serveJSON(r)
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, traced bool, td *tracing.Decision) int {
+	resp, err := s.serveJSON(r, traced, td)
 	if err != nil {
 		code := http.StatusServiceUnavailable
 		if status.Code(err) == codes.InvalidArgument {
@@ -57,17 +63,17 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request) int {
 }
 
 // serveJSON decodes the request and decides it; decoding errors are InvalidArgument.
-func (s *Server) serveJSON(r *http.Request) (*pb.RateLimitResponse, error) {
+func (s *Server) serveJSON(r *http.Request, traced bool, td *tracing.Decision) (*pb.RateLimitResponse, error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, "body: "+err.Error())
 	}
 	if len(body) > maxJSONBody {
-		return nil, status.Error(codes.InvalidArgument, "body: larger than 1 MiB")
+		return nil, status.Error(codes.InvalidArgument, "body: larger than 256 KiB")
 	}
 	var req pb.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, "body: "+err.Error())
 	}
-	return s.decide(r.Context(), &req)
+	return s.decide(r.Context(), &req, traced, td)
 }

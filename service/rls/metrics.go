@@ -1,7 +1,10 @@
 package rls
 
 import (
+	"cmp"
+	"context"
 	"strings"
+	"sync"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -24,6 +27,7 @@ const (
 type Metrics struct {
 	service  *service.Metrics
 	hits     *prometheus.CounterVec // domain, descriptor, result
+	labels   labelBudget            // bounds the descriptor values of hits
 	reloads  *prometheus.CounterVec // result
 	configOK prometheus.Gauge
 }
@@ -40,6 +44,7 @@ func NewMetrics(sm *service.Metrics) *Metrics {
 			Name: "meshlimit_rls_config_reloads_total",
 			Help: "Reloads of the ratelimit configuration directory, by result (ok, error: the last good configuration stays in force).",
 		}, []string{"result"}),
+		labels: labelBudget{max: MaxLabelValues, seen: map[string]map[string]struct{}{}},
 		configOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshlimit_rls_config_ok",
 			Help: "1 when the files of the ratelimit configuration directory are the configuration in force, 0 while a bad file keeps the previous one.",
@@ -90,7 +95,11 @@ func (m *Metrics) decisions(c *rlsconfig.Config, req *pb.RateLimitRequest, plans
 		case p.over:
 			result = "over_limit"
 		}
-		m.hits.WithLabelValues(req.GetDomain(), descriptorLabel(c, req, i, p), result).Add(float64(p.hits))
+		label := descriptorLabel(c, req, i, p)
+		if label != p.rule.Path { // values the client sent: bounded
+			label = m.labels.admit(cmp.Or(p.rule.Path, req.GetDomain()), label)
+		}
+		m.hits.WithLabelValues(req.GetDomain(), label, result).Add(float64(p.hits))
 	}
 }
 
@@ -117,4 +126,62 @@ func descriptorLabel(c *rlsconfig.Config, req *pb.RateLimitRequest, i int, p *pl
 		b.WriteString("." + e.GetKey() + "_" + v)
 	}
 	return b.String()
+}
+
+// store records one store call's duration, on meshlimit_store_duration_seconds as the
+// /v1/check front's are: the store latency panel and alerts see the RLS fronts too.
+func (m *Metrics) store(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.service.ObserveStore(d)
+}
+
+// storeFailed counts a store failure under ctx on meshlimit_errors_total (kind timeout,
+// store_full or store), as the /v1/check front's are, for MeshlimitStoreUnavailable, and
+// returns whether it was the deadline (nil m: whether ctx has ended).
+func (m *Metrics) storeFailed(ctx context.Context, err error) (timeout bool) {
+	if m == nil {
+		return ctx.Err() != nil
+	}
+	return m.service.StoreFailed(ctx, err)
+}
+
+// The bounds of the hits metric's descriptor values that come from clients (detailed_metric,
+// value_to_metric, overrides): at most MaxLabelValues per rule (per domain for overrides), each
+// at most MaxLabelBytes long. Past them a value is counted as "<rule path>.other" (or
+// "<domain>.other"), so that a client minting values cannot grow /metrics without bound.
+const (
+	MaxLabelValues = 100
+	MaxLabelBytes  = 256
+)
+
+// labelBudget admits at most max distinct label values per base.
+type labelBudget struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]map[string]struct{} // base → admitted values
+}
+
+// admit returns label if it is admitted under base (seen before, or a new one within the
+// budget), else base + ".other".
+func (b *labelBudget) admit(base, label string) string {
+	if len(label) > MaxLabelBytes {
+		return base + ".other"
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	vs := b.seen[base]
+	if _, ok := vs[label]; ok {
+		return label
+	}
+	if len(vs) >= b.max {
+		return base + ".other"
+	}
+	if vs == nil {
+		vs = map[string]struct{}{}
+		b.seen[base] = vs
+	}
+	vs[label] = struct{}{}
+	return label
 }

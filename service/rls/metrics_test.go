@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -90,4 +91,50 @@ func TestReloadsAreCounted(t *testing.T) {
 	assert.Equal(t, map[string]float64{"": 0}, counters(t, sm, "meshlimit_rls_config_ok"))
 	m.Reloaded(nil)
 	assert.Equal(t, map[string]float64{"": 1}, counters(t, sm, "meshlimit_rls_config_ok"))
+}
+
+// With detailed_metric every value a client sent became a series: 200,000 users made 184,002
+// series and 19 MiB of /metrics. Now a rule keeps at most MaxLabelValues values, then counts the
+// rest as "<rule path>.other": /metrics stays under 64 KiB, and every hit is still counted.
+func TestTwoHundredThousandDistinctValuesKeepMetricsSmall(t *testing.T) {
+	sm := service.NewMetrics()
+	rules := goodRules(t)
+	s, err := NewServer(Config{Store: memoryStore(t), Rules: func() *rlsconfig.Config { return rules },
+		Metrics: NewMetrics(sm), Now: func() time.Time { return minuteStart }, Timeout: time.Minute})
+	require.NoError(t, err)
+	const users = 200_000
+	for i := 0; i < users; i += DefaultMaxDescriptors {
+		r := req("example8")
+		for j := i; j < min(i+DefaultMaxDescriptors, users); j++ {
+			r.Descriptors = append(r.Descriptors, desc("key1", fmt.Sprintf("user-%d", j)))
+		}
+		_, err := s.ShouldRateLimit(context.Background(), r)
+		require.NoError(t, err)
+	}
+	hits := counters(t, sm, "meshlimit_rls_hits_total")
+	total := 0.0
+	for _, v := range hits {
+		total += v
+	}
+	assert.Equal(t, MaxLabelValues+1, len(hits), "series: the first values and other")
+	assert.Equal(t, float64(users-MaxLabelValues), hits["descriptor=example8.key1.other,domain=example8,result=within_limit"])
+	assert.Equal(t, float64(users), total, "every hit is counted")
+
+	h, err := service.NewHandler(service.Config{Store: memoryStore(t), Metrics: sm})
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	t.Logf("/metrics after %d distinct values: %d bytes", users, rec.Body.Len())
+	assert.Less(t, rec.Body.Len(), 64<<10, "/metrics bytes")
+}
+
+func TestALabelValueLongerThanTheBoundIsCountedAsOther(t *testing.T) {
+	b := labelBudget{max: 2, seen: map[string]map[string]struct{}{}}
+	assert.Equal(t, "r.other", b.admit("r", strings.Repeat("v", MaxLabelBytes+1)))
+	assert.Equal(t, "a", b.admit("r", "a"))
+	assert.Equal(t, "b", b.admit("r", "b"))
+	assert.Equal(t, "r.other", b.admit("r", "c"), "past the budget")
+	assert.Equal(t, "a", b.admit("r", "a"), "an admitted value stays")
+	assert.Equal(t, "c", b.admit("s", "c"), "each rule has its own budget")
 }

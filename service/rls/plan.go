@@ -2,8 +2,10 @@ package rls
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
+	rlext "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
@@ -30,6 +32,9 @@ type plan struct {
 	// window is, decided by an algorithm of the extension, its effective window (for t); 0 for
 	// the fixed window, whose effective window is DurationUntilReset.
 	window time.Duration
+	// overrideName names an override's policy in the ietf fields: "override." and the domain
+	// and the descriptor's keys, joined by "."; "" for a rule.
+	overrideName string
 }
 
 // overrideUnits maps the units of Envoy's limit override to rlsconfig's.
@@ -68,6 +73,7 @@ func makePlans(c *rlsconfig.Config, req *pb.RateLimitRequest, plans []plan) ([]p
 				return nil, fmt.Errorf("descriptors[%d].limit.unit: unknown unit %v", i, o.GetUnit())
 			}
 			p.kind, p.limit = planLimit, rlsconfig.RateLimit{Unit: u, RequestsPerUnit: o.GetRequestsPerUnit()}
+			p.overrideName = overrideName(req.GetDomain(), d)
 			continue
 		}
 		entries := d.GetEntries()
@@ -105,4 +111,16 @@ func dropReplaced(plans []plan) {
 			p.kind = planNone
 		}
 	}
+}
+
+// overrideName is the policy name of an override on descriptor d of domain.
+func overrideName(domain string, d *rlext.RateLimitDescriptor) string {
+	var b strings.Builder
+	b.WriteString("override.")
+	b.WriteString(domain)
+	for _, e := range d.GetEntries() {
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+	}
+	return b.String()
 }

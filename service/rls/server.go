@@ -17,6 +17,7 @@ import (
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
+	"github.com/meshlimit/meshlimit/service/tracing"
 )
 
 // Config configures a Server.
@@ -25,8 +26,13 @@ type Config struct {
 	Store service.Store
 	// Rules returns the configuration in force (a rlsconfig.Watcher's Config); required.
 	Rules func() *rlsconfig.Config
-	// Timeout bounds the store work of one request (default service.DefaultTimeout).
+	// Timeout bounds the whole of one request, from its bounds check to its answer (default
+	// service.DefaultTimeout).
 	Timeout time.Duration
+	// MaxDescriptors and MaxEntries bound the descriptors of a request and the entries of a
+	// descriptor (defaults DefaultMaxDescriptors, DefaultMaxEntries): a request past them is
+	// refused with InvalidArgument before anything is matched or counted.
+	MaxDescriptors, MaxEntries int
 	// Headers selects the response headers to add (default none, as envoyproxy/ratelimit).
 	Headers HeaderMode
 	// DynamicMetadata returns envoyproxy/ratelimit's dynamic_metadata in every answer, with the
@@ -39,6 +45,9 @@ type Config struct {
 	Metrics *Metrics
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
+	// Tracer, when non-nil, starts a span per ShouldRateLimit and per /json request, a child of
+	// the trace context the call carries (package tracing); nil is tracing off.
+	Tracer *tracing.Tracer
 }
 
 // Server answers ShouldRateLimit. It is safe for concurrent use.
@@ -65,29 +74,48 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxDescriptors <= 0 {
+		cfg.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
 	s := &Server{cfg: cfg}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
 
 // ShouldRateLimit implements pb.RateLimitServiceServer. Errors are gRPC statuses:
-// InvalidArgument for a request without domain or descriptors or with an unknown override
-// unit, DeadlineExceeded or Unavailable when the store does not answer in time.
+// InvalidArgument for a request without domain or descriptors, past the bounds (MaxDescriptors,
+// MaxEntries) or with an unknown override unit, DeadlineExceeded or Unavailable when the store
+// does not answer in time. The Timeout bounds the whole call.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	start := time.Now()
-	resp, err := s.decide(ctx, req)
-	s.cfg.Metrics.request(frontGRPC, status.Code(err).String(), time.Since(start))
+	_, sp := s.cfg.Tracer.StartGRPC(ctx)
+	td := tracing.Decision{Outcome: tracing.OutcomeInvalid}
+	resp, err := s.decide(ctx, req, sp.Recording(), &td)
+	code := status.Code(err)
+	s.cfg.Metrics.request(frontGRPC, code.String(), time.Since(start))
+	td.GRPCStatus = int(code)
+	sp.End(td)
 	return resp, err
 }
 
-// decide answers req.
-func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+// decide answers req. It fills td with what the decision span records, the store's time only
+// when traced.
+func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, traced bool, td *tracing.Decision) (*pb.RateLimitResponse, error) {
+	td.Domain, td.Descriptors = req.GetDomain(), len(req.GetDescriptors())
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "domain: must not be empty")
 	}
 	if len(req.GetDescriptors()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "descriptors: must not be empty")
 	}
+	if err := s.checkBounds(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
 	rules := s.cfg.Rules()
@@ -96,18 +124,31 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest) (*pb.Rate
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	sc.plans = plans
-
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
 	var now time.Time
 	if s.cfg.Now != nil {
 		now = s.cfg.Now()
 	}
+	var storeStart time.Time
+	if traced {
+		storeStart = time.Now()
+	}
 	sts, err := s.decideAll(ctx, req, plans, now, sc)
+	if traced {
+		td.Store = time.Since(storeStart)
+	}
 	if err != nil {
-		return nil, s.storeError(ctx, err)
+		err = s.storeError(ctx, err)
+		td.Outcome, td.ErrorType, td.Err = tracing.OutcomeError, "store", err
+		if status.Code(err) == codes.DeadlineExceeded {
+			td.ErrorType = "timeout"
+		}
+		return nil, err
 	}
 	resp := &pb.RateLimitResponse{OverallCode: overallCode(sts, plans), Statuses: sts}
+	td.Outcome = tracing.OutcomeAllowed
+	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+		td.Outcome = tracing.OutcomeDenied
+	}
 	s.cfg.Metrics.decisions(rules, req, plans)
 	resp.ResponseHeadersToAdd = s.cfg.Headers.headers(resp.Statuses, plans)
 	if s.cfg.DynamicMetadata {
@@ -140,14 +181,18 @@ func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Ti
 	var remaining int64
 	var reset time.Duration
 	if l.Algorithm == 0 {
+		start := time.Now()
 		count, r, err := s.cfg.Store.CountWindow(ctx, service.CountRequest{Key: key, Window: l.Unit.Duration(), Hits: p.hits, Now: now})
+		s.cfg.Metrics.store(time.Since(start))
 		if err != nil {
 			return nil, err
 		}
 		over, remaining, reset = count > int64(l.RequestsPerUnit), max(int64(l.RequestsPerUnit)-count, 0), r
 	} else if p.hits > 0 {
 		limit := algorithms.Limit{Kind: l.Algorithm, Quota: int64(l.RequestsPerUnit), Window: l.Unit.Duration()}
+		start := time.Now()
 		d, err := s.cfg.Store.Decide(ctx, service.Request{Key: key, Now: now, Cost: p.hits, Limit: limit})
+		s.cfg.Metrics.store(time.Since(start))
 		if err != nil {
 			return nil, err
 		}
@@ -202,7 +247,7 @@ func (s *Server) storeError(ctx context.Context, err error) error {
 	if last := s.lastLog.Load(); now-last >= int64(time.Second) && s.lastLog.CompareAndSwap(last, now) {
 		s.cfg.Logger.Warn("rls: store unavailable", "err", err)
 	}
-	if ctx.Err() != nil {
+	if s.cfg.Metrics.storeFailed(ctx, err) {
 		return status.Error(codes.DeadlineExceeded, "store did not answer in time")
 	}
 	return status.Error(codes.Unavailable, "store unavailable")
