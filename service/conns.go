@@ -53,12 +53,6 @@ type ConnLimiter struct {
 // needed: a proxy sends its request right after connecting.
 const minQuiet = 100 * time.Millisecond
 
-// NewConnLimiter returns a listener that accepts from ln and holds at most max connections: a
-// budget of its own.
-func NewConnLimiter(ln net.Listener, max int) *ConnLimiter {
-	return NewConnBudget(max).Limit(ln)
-}
-
 // Accept implements net.Listener.
 func (l *ConnLimiter) Accept() (net.Conn, error) {
 	for {

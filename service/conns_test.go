@@ -16,7 +16,7 @@ import (
 func serveLimited(t *testing.T, max int, h http.Handler) (*ConnLimiter, string) {
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	ln := NewConnLimiter(tcp, max)
+	ln := newConnLimiter(tcp, max)
 	srv := &http.Server{Handler: h, ConnState: ln.ConnState, ReadHeaderTimeout: 2 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
@@ -153,4 +153,10 @@ func TestAConnectionOnOneListenerMakesRoomByClosingAQuietOneOnAnother(t *testing
 	_ = quiet.SetReadDeadline(time.Now().Add(time.Minute))
 	_, err = quiet.Read(make([]byte, 1))
 	assert.ErrorIs(t, err, io.EOF, "the quiet connection was closed")
+}
+
+// newConnLimiter is a listener that accepts from ln and holds at most max connections: a budget
+// of its own.
+func newConnLimiter(ln net.Listener, max int) *ConnLimiter {
+	return NewConnBudget(max).Limit(ln)
 }
