@@ -2,7 +2,6 @@ package filter
 
 import (
 	"bytes"
-	"encoding/binary"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
@@ -39,7 +38,7 @@ type msgScratch struct {
 func (s *msgScratch) reset() { s.rule, s.key = nil, s.key[:0] }
 
 // msgStream is the message limiter's part of a stream: the rule that counts its messages, the
-// key of its bucket and one framer per direction. reset keeps the key's array.
+// key of its bucket and one framer per direction. reset keeps the key's and the records' arrays.
 type msgStream struct {
 	rule     *ruleState // nil: no message limit applies
 	set      int
@@ -54,7 +53,9 @@ type msgStream struct {
 	dirs     [2]msgDir
 }
 
-func (m *msgStream) reset() { *m = msgStream{key: m.key[:0]} }
+func (m *msgStream) reset() {
+	*m = msgStream{key: m.key[:0], dirs: [2]msgDir{{rec: m.dirs[0].rec[:0]}, {rec: m.dirs[1].rec[:0]}}}
+}
 
 // msgDir is one direction of a counted stream.
 type msgDir struct {
@@ -62,8 +63,9 @@ type msgDir struct {
 	ws    messages.WebSocket
 	owed  int64 // messages received and not charged yet: what a hold waits to charge
 	held  bool
-	since int64 // when the hold began (unix ns)
-	due   int64 // when the hold next tries to charge
+	since int64  // when the hold began (unix ns)
+	due   int64  // when the hold next tries to charge
+	rec   []byte // per_stream: the direction's own bucket, kept in this VM (no shared-data slot)
 }
 
 // feed counts the messages that start in chunk.
@@ -126,10 +128,6 @@ func (m *messageLimiter) keep(h *httpContext) {
 	}
 	ms.rule, ms.set, ms.enforced = s.rule, s.set, s.enforced
 	ms.key = append(ms.key[:0], s.key...)
-	if ml.PerStream { // the plugin's owner id makes the stream id unique across workers
-		ms.key = binary.BigEndian.AppendUint64(append(ms.key, 0, 's'), m.owner)
-		ms.key = binary.BigEndian.AppendUint32(ms.key, h.id)
-	}
 	ms.base = len(ms.key)
 	ms.cost, _ = s.rule.rule.Cost(nil)
 	ms.dirs[requestPart].ws.FromClient = true

@@ -5,6 +5,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
 // messageLimiter enforces the rules with rules[].messages: it counts the messages of each gRPC
@@ -17,7 +18,6 @@ import (
 // what a client sees.
 type messageLimiter struct {
 	*env
-	owner   uint64
 	any     bool      // some rule counts messages: the plugin needs the tick
 	held    []heldDir // the directions a hold keeps, in no order
 	closing []closing // streams to reset once a close frame went out
@@ -38,8 +38,8 @@ type messageMetrics struct {
 }
 
 // start readies the limiter; it defines its metrics only when a rule counts messages.
-func (m *messageLimiter) start(e *env, owner uint64, rs []ruleState) {
-	*m = messageLimiter{env: e, owner: owner}
+func (m *messageLimiter) start(e *env, rs []ruleState) {
+	*m = messageLimiter{env: e}
 	for i := range rs {
 		m.any = m.any || rs[i].rule.Messages() != nil
 	}
@@ -100,10 +100,18 @@ func (m *messageLimiter) pay(ms *msgStream, p part, d *msgDir, now int64) (retry
 
 // take charges n of the direction's owed messages to its bucket and reports whether the bucket
 // admitted them (then they are no longer owed), else how long it asks to wait. A failed update
-// follows the rule's failure_mode.
+// follows the rule's failure_mode. A per_stream bucket is the direction's own record in this VM
+// (a stream never leaves its worker): it takes no slot of the key table, so however many streams
+// one client opens, no other key is crowded into the table's overflow state.
 func (m *messageLimiter) take(ms *msgStream, d *msgDir, key []byte, now, n int64) (bool, int64) {
 	rs := ms.rule
-	out, err := m.limiter.Take(rs.tables[ms.set], key, now, n*ms.cost)
+	var out sharedstate.Outcome
+	var err error
+	if rs.rule.Messages().PerStream {
+		out, err = m.limiter.TakeLocal(rs.tables[ms.set], &d.rec, now, n*ms.cost)
+	} else {
+		out, err = m.limiter.Take(rs.tables[ms.set], key, now, n*ms.cost)
+	}
 	if (out.Attempts > 1 || err != nil) && m.updated(rs, out.Attempts, err) != nil {
 		if rs.failed(ms.enforced) {
 			return false, int64(shapeTickMillis * time.Millisecond)

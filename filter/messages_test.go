@@ -149,6 +149,19 @@ func TestAKeysStreamsShareOneMessageBucketAndAPerStreamLimitDoesNot(t *testing.T
 	}
 }
 
+func TestAClientHoldingManyPerStreamStreamsOfOneKeyLeavesAnotherKeysNewStreamItsWholeRate(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(strings.Replace(msgConfig(`{"per_stream":true,"direction":"request"}`), `"messages"`, `"max_keys":16,"messages"`, 1))
+	for range 200 {
+		h, _ := f.open(p, grpcReq("mallory"), false)
+		require.Equal(t, actionWatermark, f.deliver(h, requestPart, grpcMsgs(30, 1)), "each of mallory's streams has its own 10")
+	}
+	victim, _ := f.open(p, grpcReq("victim"), false)
+	assert.Equal(t, types.ActionContinue, f.deliver(victim, requestPart, grpcMsgs(10, 1)), "another key's new stream gets its 10")
+	assert.Equal(t, actionWatermark, f.deliver(victim, requestPart, grpcMsgs(1, 1)), "and no more")
+	assert.Zero(t, f.counter("meshlimit.rule.chat.overflow"), "no stream was crowded into the overflow state")
+}
+
 func TestAGRPCStreamOverItsLimitInEndModeGetsResourceExhausted(t *testing.T) {
 	f := newFakeHost(t)
 	p := f.start(msgConfig(`{"on_limit":"end"}`))
@@ -307,8 +320,8 @@ func TestAClientThatStopsReadingWhileShapedIsResetAfterMaxHold(t *testing.T) {
 
 func TestThousandsOfHeldStreamsCostOneEntryEachAndAreAllReleased(t *testing.T) {
 	f := newFakeHost(t)
-	// per_stream keys need max_keys room for every stream in flight (docs/configuration.md)
-	p := f.start(strings.Replace(msgConfig(`{"per_stream":true}`), `"messages"`, `"max_keys":65536,"messages"`, 1))
+	// per_stream buckets live in the streams' VM: no max_keys room is needed for them
+	p := f.start(strings.Replace(msgConfig(`{"per_stream":true}`), `"messages"`, `"max_keys":16,"messages"`, 1))
 	const n = 3000
 	hs := make([]*httpContext, n)
 	for i := range hs {

@@ -169,7 +169,7 @@ func (p *pluginContext) startFeatures(owner uint64) {
 	p.body = bodyStage{env: e, settle: &p.settle, g: p.global, shaper: &p.shaper}
 	p.charges = charger{env: e, g: p.global, cache: &p.cache}
 	p.sheds.start(e, owner, &p.permits, p.cfg.Shedders, keyPrefix+p.name+"/shed/")
-	p.msgs.start(e, owner, p.rules)
+	p.msgs.start(e, p.rules)
 	p.ends = p.endHooks()
 }
 

@@ -87,8 +87,9 @@ type Outcome struct {
 // Limiter decides requests against Tables through an Updater. It reuses its buffers, so one Limiter
 // serves one goroutine (one VM) at a time.
 type Limiter struct {
-	c  *Cursor
-	ed limitEditor
+	c     *Cursor
+	ed    limitEditor
+	local []byte // TakeLocal's next record
 }
 
 // NewLimiter returns a Limiter that updates through u.
