@@ -118,20 +118,21 @@ func TestAClientThatStopsReadingWhileShapedIsPushedBackThenResetAtMaxHold(t *tes
 	p := load(t, module(t, "meshlimit"), messageRule(`{"direction":"response","max_hold":"3s"}`), 1,
 		func(c *envoyhost.Config) { c.BufferLimit = 64 << 10 })
 	s := openGRPC(t, p.VM(0), "ann")
-	msg := grpcMessage(1000)
-	// The server streams 1 KiB messages as fast as it may; the client reads none of them and the
+	msg := grpcMessage(2000)
+	// The server streams 2 KB messages ahead of the rate; the client reads none of them and the
 	// filter holds them past the 10 allowed: Envoy stops reading the upstream at its buffer limit.
-	for range 100 {
+	// 35 owed fit in what 3 s may admit (10 + 30), so the hold waits for max_hold.
+	for range 45 {
 		_, err := s.SendResponseBody(msg, false)
 		require.NoError(t, err)
 	}
 	_, resp := s.Flow()
 	assert.True(t, resp.ReadDisabled, "flow control pushed back on the upstream")
-	assert.LessOrEqual(t, resp.Held, 100*len(msg), "Envoy holds it; the guest copies each chunk once")
+	assert.LessOrEqual(t, resp.Held, 45*len(msg), "Envoy holds it; the guest copies each chunk once")
 	p.Clock().Advance(2900 * time.Millisecond)
 	assert.False(t, s.Reset(), "held within max_hold")
 	p.Clock().Advance(200 * time.Millisecond)
-	assert.True(t, s.Reset(), "90 owed messages need 9 s: reset at max_hold")
+	assert.True(t, s.Reset(), "35 owed messages need 3.5 s: reset at max_hold")
 	assert.Equal(t, 10, grpcCount(t, s.DownstreamBody()), "only the allowed ones reached the client")
 	assert.Zero(t, counter(p, "meshlimit.messages.held"))
 	noTrap(t, p)

@@ -2,6 +2,7 @@ package filter
 
 import (
 	"bytes"
+	"math"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
@@ -222,19 +223,53 @@ func (m *messageLimiter) body(h *httpContext, p part, size int) (types.Action, b
 		return m.reset(h), true
 	}
 	d.owed += int64(n)
-	if d.held || d.owed == 0 {
-		return m.heldOr(d)
+	if d.held {
+		return m.heldMore(h, p, chunk, &before)
+	}
+	if d.owed == 0 {
+		return types.ActionContinue, false
 	}
 	now := m.host.now()
 	retry := m.pay(ms, p, d, now)
 	if d.owed == 0 {
 		return types.ActionContinue, false
 	}
-	if ms.rule.rule.Messages().OnLimit == rules.MessagesEnd {
+	if ms.rule.rule.Messages().OnLimit == rules.MessagesEnd || m.never(ms, d) {
 		return m.end(h, p, chunk, &before, n-int(d.owed)), true
 	}
 	m.hold(h, p, now, retry)
 	return actionWatermark, true
+}
+
+// heldMore holds a chunk of a held direction (the tick resumes it), unless the direction now
+// owes more than its limits admit within max_hold: then the stream ends at once. A WebSocket is
+// reset (a close frame in this chunk would release the held ones uncharged).
+func (m *messageLimiter) heldMore(h *httpContext, p part, chunk []byte, before *msgDir) (types.Action, bool) {
+	ms := &h.msgs
+	if !m.never(ms, &ms.dirs[p]) {
+		return actionWatermark, true
+	}
+	if ms.proto == protoGRPC {
+		return m.end(h, p, chunk, before, 0), true
+	}
+	ms.rule.metrics.limited.inc(1)
+	return m.reset(h), true
+}
+
+// never reports whether direction d owes more messages than the stream's limits can admit
+// within max_hold (rules.AdmitsWithin, of the key's own limits and of the overflow's): a hold
+// could only end in a reset at max_hold, so the stream is ended now instead.
+func (m *messageLimiter) never(ms *msgStream, d *msgDir) bool {
+	if !ms.enforced {
+		return false
+	}
+	r := ms.rule.rule
+	hold := r.Messages().MaxHold
+	most := rules.AdmitsWithin(r.LimitSets()[ms.set].Limits, hold)
+	if !r.Messages().PerStream && ms.rule.overflow != nil {
+		most = max(most, rules.AdmitsWithin(ms.rule.overflow, hold))
+	}
+	return most < math.MaxInt64 && d.owed > most/max(ms.cost, 1)
 }
 
 // heldOr holds a chunk of a held direction (the tick resumes it), and lets any other go on.

@@ -162,6 +162,68 @@ func TestAClientHoldingManyPerStreamStreamsOfOneKeyLeavesAnotherKeysNewStreamIts
 	assert.Zero(t, f.counter("meshlimit.rule.chat.overflow"), "no stream was crowded into the overflow state")
 }
 
+func TestAShapedChunkHoldingMoreMessagesThanMaxHoldCanAdmitEndsTheStreamAtOnce(t *testing.T) {
+	// 10/s for 30s admits at most 10 + 300: a chunk of 400 could only be reset at max_hold
+	grpcRes := [][2]string{{":status", "200"}, {"content-type", "application/grpc"}}
+	t.Run("gRPC before the response gets a trailers-only RESOURCE_EXHAUSTED", func(t *testing.T) {
+		f := newFakeHost(t)
+		p := f.start(msgConfig(`{}`))
+		h, _ := f.open(p, grpcReq("ann"), false)
+		assert.Equal(t, types.ActionPause, f.deliver(h, requestPart, grpcMsgs(400, 1)))
+		require.NotNil(t, f.of(h).reply)
+		assert.Equal(t, int32(8), f.of(h).reply.grpc)
+		assert.Empty(t, p.msgs.held)
+	})
+	t.Run("gRPC after the response started is reset", func(t *testing.T) {
+		f := newFakeHost(t)
+		p := f.start(msgConfig(`{}`))
+		h, _ := f.open(p, grpcReq("ann"), false)
+		f.respond(h, grpcRes, false)
+		assert.Equal(t, actionDrop, f.deliver(h, requestPart, grpcMsgs(400, 1)))
+		assert.Equal(t, 1, f.of(h).closed, "reset now, not after 30s")
+		assert.Empty(t, p.msgs.held)
+	})
+	t.Run("a WebSocket client's chunk goes on with its allowed messages and a close frame", func(t *testing.T) {
+		f := newFakeHost(t)
+		p := f.start(msgConfig(`{"direction":"request"}`))
+		h, _ := f.open(p, wsReq("ann"), true)
+		f.respond(h, [][2]string{{":status", "101"}}, false)
+		assert.Equal(t, types.ActionContinue, f.deliver(h, requestPart, wsMsgs(400, true)))
+		server := messages.WebSocket{FromClient: true}
+		n, err := server.Feed(f.of(h).reqBody)
+		require.NoError(t, err)
+		assert.Equal(t, 10, n, "the charged prefix reaches the server")
+		code, closed := server.Closed()
+		assert.True(t, closed)
+		assert.Equal(t, uint16(1008), code)
+	})
+	t.Run("a held stream whose later chunks owe too much is reset at once", func(t *testing.T) {
+		f := newFakeHost(t)
+		p := f.start(msgConfig(`{}`))
+		h, _ := f.open(p, grpcReq("ann"), false)
+		f.respond(h, grpcRes, false)
+		assert.Equal(t, actionWatermark, f.deliver(h, requestPart, grpcMsgs(200, 1)), "200 fit in 30s: held")
+		assert.Equal(t, actionWatermark, f.deliver(h, requestPart, grpcMsgs(100, 1)), "300 still fit")
+		assert.Zero(t, f.of(h).closed)
+		assert.Equal(t, actionDrop, f.deliver(h, requestPart, grpcMsgs(100, 1)), "400 never fit")
+		assert.Equal(t, 1, f.of(h).closed)
+		f.tickAfter(p, 10*time.Millisecond)
+		assert.Empty(t, p.msgs.held)
+		assert.Zero(t, f.of(h).resumed[requestPart], "what was held is never let go")
+	})
+	t.Run("a chunk that fits in max_hold is held until it is charged", func(t *testing.T) {
+		f := newFakeHost(t)
+		p := f.start(msgConfig(`{"max_hold":"2s"}`))
+		h, _ := f.open(p, grpcReq("ann"), false)
+		assert.Equal(t, actionWatermark, f.deliver(h, requestPart, grpcMsgs(30, 1)), "10 + 20 in 2s")
+		for range 40 {
+			f.tickAfter(p, 50*time.Millisecond)
+		}
+		assert.Equal(t, 1, f.of(h).resumed[requestPart])
+		assert.Zero(t, f.of(h).closed)
+	})
+}
+
 func TestAGRPCStreamOverItsLimitInEndModeGetsResourceExhausted(t *testing.T) {
 	f := newFakeHost(t)
 	p := f.start(msgConfig(`{"on_limit":"end"}`))
@@ -304,11 +366,12 @@ func TestAClientThatStopsReadingWhileShapedIsResetAfterMaxHold(t *testing.T) {
 	p := f.start(msgConfig(`{"direction":"response","max_hold":"2s"}`))
 	h, _ := f.open(p, grpcReq("ann"), false)
 	f.respond(h, [][2]string{{":status", "200"}}, false)
-	// The server sends far more than the client is allowed: a client that does not read cannot
-	// make the hold shorter, and 100 owed messages need 10 s, past max_hold.
-	assert.Equal(t, actionWatermark, f.deliver(h, responsePart, grpcMsgs(110, 1)))
+	// The server keeps writing ahead of the rate: 15 owed messages, and one more each time one
+	// is charged, so the owed ones never run out (and never exceed what 2 s admit: no early end).
+	assert.Equal(t, actionWatermark, f.deliver(h, responsePart, grpcMsgs(25, 1)))
 	for range 19 {
 		f.tickAfter(p, 100*time.Millisecond)
+		assert.Equal(t, actionWatermark, f.deliver(h, responsePart, grpcMsgs(1, 1)))
 	}
 	assert.Zero(t, f.of(h).closed, "held within max_hold")
 	f.tickAfter(p, 100*time.Millisecond)

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"math"
 	"strconv"
 	"time"
 
@@ -159,4 +160,34 @@ func (v *validator) checkMessageRule(path string, rj *ruleJSON, r *Rule) {
 			}
 		}
 	}
+}
+
+// AdmitsWithin returns an upper bound on the cost that limits, all of which must admit every
+// message, can admit within d from any state: a bucket at most its burst (Capacity) and what it
+// refills in d (Quota × d / Window, rounded up); a window at most its quota in each window d
+// touches (Quota × (⌈d / Window⌉ + 1)). A calendar window claims no bound (math.MaxInt64). A
+// shaped direction owing more than this can never be released within max_hold.
+func AdmitsWithin(limits []LimitSpec, d time.Duration) int64 {
+	most := int64(math.MaxInt64)
+	for i := range limits {
+		most = min(most, admitsWithin(limits[i].Limit, d))
+	}
+	return most
+}
+
+func admitsWithin(l algorithms.Limit, d time.Duration) int64 {
+	if l.Calendar.Unit != 0 || l.Window <= 0 || l.Quota <= 0 {
+		return math.MaxInt64
+	}
+	per := float64(l.Quota)
+	var f float64
+	if l.Kind.TakesBurst() {
+		f = float64(l.Capacity()) + math.Ceil(per*float64(d)/float64(l.Window))
+	} else {
+		f = per * (math.Ceil(float64(d)/float64(l.Window)) + 1)
+	}
+	if f >= math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	return int64(f)
 }

@@ -1,11 +1,14 @@
 package rules
 
 import (
+	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/algorithms"
 )
 
 func messagesConfig(messages string, extra ...string) string {
@@ -66,4 +69,54 @@ func TestAMessagesBlockRejectsEachBadValueNamingItsField(t *testing.T) {
 			assert.Contains(t, errs[0].Msg, tc.msg)
 		})
 	}
+}
+
+func TestAdmitsWithinBoundsWhatEachAlgorithmAdmitsInAHold(t *testing.T) {
+	tb := func(q int64, w time.Duration, burst int64) LimitSpec {
+		return LimitSpec{Limit: algorithms.Limit{Kind: algorithms.TokenBucket, Quota: q, Window: w, Burst: burst}}
+	}
+	win := func(k algorithms.Kind, q int64, w time.Duration) LimitSpec {
+		return LimitSpec{Limit: algorithms.Limit{Kind: k, Quota: q, Window: w}}
+	}
+	for _, tc := range []struct {
+		name   string
+		limits []LimitSpec
+		hold   time.Duration
+		want   int64
+	}{
+		{"a bucket of 10/s admits its burst and 300 more in 30s", []LimitSpec{tb(10, time.Second, 0)}, 30 * time.Second, 310},
+		{"a bucket's burst counts once", []LimitSpec{tb(10, time.Second, 50)}, time.Second, 60},
+		{"a fixed window admits its quota in every window the hold touches", []LimitSpec{win(algorithms.FixedWindow, 100, time.Minute)}, 30 * time.Second, 200},
+		{"a sliding log likewise", []LimitSpec{win(algorithms.SlidingLog, 5, time.Second)}, 2 * time.Second, 15},
+		{"the tightest limit bounds a set", []LimitSpec{tb(1000, time.Second, 0), win(algorithms.SlidingWindow, 20, time.Minute)}, time.Second, 40},
+		{"a calendar window claims no bound", []LimitSpec{{Limit: algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 5, Calendar: algorithms.Calendar{Unit: algorithms.CalendarDay}}}}, time.Second, math.MaxInt64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, AdmitsWithin(tc.limits, tc.hold))
+			for _, l := range tc.limits {
+				if l.Limit.Calendar.Unit == 0 {
+					assert.LessOrEqual(t, greedy(t, l.Limit, tc.hold), admitsWithin(l.Limit, tc.hold), "%v", l.Limit)
+				}
+			}
+		})
+	}
+}
+
+// greedy is what l admits in d to a sender that takes every unit it can at each of 1000 steps.
+func greedy(t *testing.T, l algorithms.Limit, d time.Duration) int64 {
+	t0 := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
+	var st []byte
+	n := int64(0)
+	for i := int64(0); i <= 1000; i++ {
+		now := t0 + int64(d)*i/1000
+		for {
+			next, dec, err := l.Decide(st, now, 1, nil)
+			require.NoError(t, err)
+			if !dec.Allowed {
+				break
+			}
+			st, n = next, n+1
+		}
+	}
+	return n
 }
