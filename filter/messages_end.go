@@ -25,6 +25,8 @@ const closeCode = 1008
 // end ends a stream whose message over the limit is in chunk, the (allowed+1)-th message that
 // starts there, with the framer as it was before the chunk (docs/envoy-host.md §13):
 //   - gRPC whose response has not started: a trailers-only RESOURCE_EXHAUSTED;
+//   - a WebSocket client's message before any response (the upgrade not yet answered): a local
+//     HTTP 429; the upstream request is reset by Envoy, so nothing of the session reaches it;
 //   - a WebSocket server's message: the messages before it, then a close frame 1008 toward the
 //     client in their place, and a reset at the next tick;
 //   - a WebSocket client's message: the messages before it, then a (masked) close frame 1008
@@ -40,6 +42,11 @@ func (m *messageLimiter) end(h *httpContext, p part, chunk []byte, before *msgDi
 		m.metrics.ended.inc(1)
 		e := messages.ResourceExhausted(messageLimitText)
 		reply(m.host, e.HTTPStatus, nil, []byte(e.Message), int32(e.GRPCStatus))
+		return types.ActionPause
+	case ms.proto == protoWSPending && !ms.started:
+		ms.ended = true
+		m.metrics.ended.inc(1)
+		reply(m.host, 429, nil, []byte(messageLimitText), -1)
 		return types.ActionPause
 	case ms.proto == protoWS:
 		return m.closeWS(h, p, chunk[:before.boundary(ms.proto, chunk, allowed)])

@@ -428,6 +428,20 @@ func TestAWebSocketClientOverItsLimitInEndModeGetsTheServersEchoOfACloseFrame100
 	assert.Equal(t, 1, f.of(h).closed, "reset a second after the close frame")
 }
 
+func TestAWebSocketClientOverItsLimitBeforeThe101InEndModeGetsA429(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(msgConfig(`{"on_limit":"end","direction":"request"}`))
+	h, _ := f.open(p, wsReq("ann"), true)
+	assert.Equal(t, types.ActionPause, f.deliver(h, requestPart, wsMsgs(12, true)))
+	r := f.of(h).reply
+	require.NotNil(t, r, "the response has not started: a local reply, not a reset")
+	assert.Equal(t, uint32(429), r.status)
+	assert.Equal(t, int32(-1), r.grpc)
+	assert.Equal(t, messageLimitText, string(r.body))
+	assert.Zero(t, f.of(h).closed)
+	assert.Equal(t, actionDrop, f.deliver(h, requestPart, wsMsgs(1, true)), "nothing more from the client")
+}
+
 func TestAHeldDirectionOfAStreamTheOtherDirectionEndedIsNeverResumed(t *testing.T) {
 	f := newFakeHost(t)
 	p := f.start(msgConfig(`{"on_limit":"end"}`))
