@@ -151,8 +151,10 @@ func (m *messageLimiter) protocol(ml *rules.Messages) uint8 {
 	return protoNone
 }
 
-// isGRPC reports whether a content-type is gRPC as Envoy sees it: application/grpc, or
-// application/grpc+<subtype> (not application/grpc-web), parameters allowed.
+// isGRPC reports whether a content-type is counted as gRPC: application/grpc, or
+// application/grpc+<subtype> (not application/grpc-web), in any case, parameters allowed. That
+// is a little wider than Envoy's case-sensitive check without parameters (docs/envoy-host.md §13):
+// it errs towards counting.
 func isGRPC(ct []byte) bool {
 	const g = "application/grpc"
 	if len(ct) < len(g) || !bytes.EqualFold(ct[:len(g)], []byte(g)) {

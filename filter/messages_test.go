@@ -456,3 +456,22 @@ func TestAHeldDirectionOfAStreamTheOtherDirectionEndedIsNeverResumed(t *testing.
 	assert.Zero(t, f.of(h).resumed[requestPart], "the ended stream's held request is not let go")
 	assert.Empty(t, p.msgs.held)
 }
+
+func TestAGRPCContentTypeIsRecognisedInAnyCaseWithParametersButNotGRPCWeb(t *testing.T) {
+	for _, tc := range []struct {
+		ct   string
+		grpc bool
+	}{
+		{"application/grpc", true},
+		{"application/grpc+proto", true},
+		{"Application/GRPC", true},
+		{"application/grpc;charset=utf-8", true},
+		{"application/grpc-web", false},
+		{"application/grpc-web+proto", false},
+		{"application/grpc ", false},
+		{"application/json", false},
+		{"application/grp", false},
+	} {
+		assert.Equal(t, tc.grpc, isGRPC([]byte(tc.ct)), "%q", tc.ct)
+	}
+}
