@@ -16,7 +16,11 @@ import (
 // lands in a buffer the limiter reuses (abi.GetBody), the framers are values in the stream's
 // context, and the charge goes through the same reused buffers as a request's.
 func TestAWarmStreamChunkAllocatesNothingOnTheGuestHeap(t *testing.T) {
-	for _, tc := range []struct{ name, proto string }{{"a gRPC stream", "grpc"}, {"a WebSocket session", "websocket"}} {
+	for _, tc := range []struct{ name, proto, block string }{
+		{"a gRPC stream", "grpc", `"direction":"both"`},
+		{"a WebSocket session", "websocket", `"direction":"both"`},
+		{"a gRPC stream with its own per_stream bucket", "grpc", `"direction":"both","per_stream":true`},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			callCounters.Lock()
 			cc := callCounters.m["meshlimit"]
@@ -28,7 +32,7 @@ func TestAWarmStreamChunkAllocatesNothingOnTheGuestHeap(t *testing.T) {
 			ctx := experimental.WithFunctionListenerFactory(context.Background(), cc)
 			p, err := envoyhost.NewPlugin(ctx, module(t, "meshlimit"), envoyhost.Config{
 				VMID: "meshlimit", RootID: "meshlimit", Workers: 1, Clock: envoyhost.NewClock(epoch),
-				PluginConfig: []byte(strings.Replace(messageRuleAt("1000000000/s"), `"direction":"request"`, `"direction":"both"`, 1)),
+				PluginConfig: []byte(strings.Replace(messageRuleAt("1000000000/s"), `"direction":"request"`, tc.block, 1)),
 			})
 			require.NoError(t, err)
 			defer p.Close()
