@@ -40,3 +40,19 @@ func TestTakeLocalAllocatesNothingOnceWarm(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { _, _ = l.TakeLocal(tab, &rec, t0, 1) })
 	assert.Zero(t, allocs)
 }
+
+func BenchmarkTakeLocal(b *testing.B) {
+	l := newLimiter(b, newMemStore())
+	tab := newTable(b, 1, tokenBucket(1_000_000, time.Second))
+	recs := make([][]byte, 1000)
+	now := t0
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		now += 1000
+		if _, err := l.TakeLocal(tab, &recs[i%len(recs)], now, 1); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
