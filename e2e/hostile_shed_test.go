@@ -3,7 +3,6 @@ package e2e
 import (
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -36,23 +35,45 @@ type shedSim struct {
 	offered map[string]int
 	shedN   map[string]int
 	caps    []int64
+	addrs   int // honest requests come from this many addresses (192.0.2.1 on); 0: all from 192.0.2.9
+	sent    int // honest requests sent, to rotate their addresses
 }
 
 func newShedSim(t *testing.T, adaptive string, vms int) *shedSim {
+	return newShedSimWith(t, `"adaptive":{`+adaptive+`}`, vms)
+}
+
+// newShedSimWith is newShedSim with the shed object's fields besides class_header.
+func newShedSimWith(t *testing.T, fields string, vms int) *shedSim {
 	cfg := `{"rules":[{"name":"all","limits":[{"rate":"1000000/s"}]}],
-		"shed":{"class_header":"x-priority","adaptive":{` + adaptive + `}}}`
+		"shed":{"class_header":"x-priority",` + fields + `}}`
 	return &shedSim{t: t, p: load(t, module(t, "meshlimit"), cfg, vms), vms: vms, offered: map[string]int{}, shedN: map[string]int{}}
+}
+
+// honestAddr returns the address of the next honest request.
+func (m *shedSim) honestAddr() string {
+	if m.addrs == 0 {
+		return "192.0.2.9"
+	}
+	m.sent++
+	return "192.0.2." + strconv.Itoa(m.sent%m.addrs+1)
 }
 
 // send offers one request of class whose response headers come after latency with status, and
 // whose stream ends length after them; it reports whether the shedder admitted it.
 // The counts are per class for the answers of status 200, per class/status for the others.
 func (m *shedSim) send(class string, latency, length time.Duration, status string) bool {
+	label := class
 	if status != "200" {
-		class += "/" + status
+		label += "/" + status
 	}
-	m.offered[class]++
-	req := classed(strings.TrimSuffix(class, "/"+status))
+	return m.sendFrom(m.honestAddr(), label, class, latency, length, status)
+}
+
+// sendFrom is send from the address ip, counted under label.
+func (m *shedSim) sendFrom(ip, label, class string, latency, length time.Duration, status string) bool {
+	m.offered[label]++
+	req := get("api.example", "/", ip, [2]string{"x-priority", class})
 	details := "via_upstream"
 	if status == "504" { // the router's own answer when the upstream does not answer in time
 		details = "upstream_response_timeout"
@@ -61,14 +82,20 @@ func (m *shedSim) send(class string, latency, length time.Duration, status strin
 	s, ok := openStream(m.t, m.p.VM(m.next%m.vms), req)
 	m.next++
 	if !ok {
-		m.shedN[class]++
+		m.shedN[label]++
 		require.NoError(m.t, s.Close())
 		return false
 	}
+	m.track(s, latency, length, status)
+	return true
+}
+
+// track has the upstream answer the admitted stream s with status after latency, and end it
+// length later.
+func (m *shedSim) track(s *envoyhost.Stream, latency, length time.Duration, status string) {
 	now := m.p.Clock().Now()
 	m.open = append(m.open, &flight{s: s, headers: now.Add(latency), end: now.Add(latency + length), status: status})
 	m.answer()
-	return true
 }
 
 // answer sends the response headers and ends the streams that are due.

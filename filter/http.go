@@ -106,6 +106,9 @@ func (h *httpContext) deny() {
 // request body (bodyStage). A panic is recovered: the body goes on.
 func (h *httpContext) OnHttpRequestBody(size int, eos bool) (act types.Action) {
 	defer h.plugin.panics.recoverContinue("the request body", &act)
+	if eos && h.shed.held {
+		h.plugin.sheds.requestEnded(h)
+	}
 	if act, decided := h.plugin.msgs.body(h, requestPart, size); decided {
 		return act
 	}
@@ -117,6 +120,9 @@ func (h *httpContext) OnHttpRequestBody(size int, eos bool) (act types.Action) {
 // goes on.
 func (h *httpContext) OnHttpRequestTrailers(int) (act types.Action) {
 	defer h.plugin.panics.recoverContinue("the request trailers", &act)
+	if h.shed.held {
+		h.plugin.sheds.requestEnded(h)
+	}
 	if h.plugin.msgs.trailers(h, requestPart) { // they follow the body a hold keeps
 		return types.ActionPause
 	}

@@ -92,6 +92,7 @@ type shedSlot struct {
 	held     bool    //
 	shared   bool    // counted in the record's shared entry (sharedstate.SharedOwner)
 	admitted int64   // when the shedder admitted the stream (unix ns)
+	sent     int64   // when its request ended (unix ns; 0 until then): its latency starts there
 	key      keySlot // the key share slot, if keyed
 	keyed    bool
 }
@@ -289,9 +290,19 @@ func (s *shedder) responded(h *httpContext) {
 	}
 	st, now := &s.list[sl.idx], s.host.now()
 	if st.cfg.Adaptive != nil {
-		st.sampler.Record(&st.local, sl.admitted, now, s.answer())
+		st.sampler.RecordFrom(&st.local, sl.admitted, sl.sent, now, s.answer())
 	}
 	s.release(st, sl, now)
+}
+
+// requestEnded notes when the stream's request ended (its body's last byte, or its trailers):
+// the upstream latency sampled at its response headers starts there, not at admission, so the
+// time a client takes to upload is not the upstream's (shed.Sampler.RecordFrom). Only the first
+// end counts.
+func (s *shedder) requestEnded(h *httpContext) {
+	if sl := &h.shed; sl.held && sl.sent == 0 {
+		sl.sent = s.host.now()
+	}
 }
 
 // answer classifies the current response (see shedState).

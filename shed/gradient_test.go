@@ -356,3 +356,37 @@ func TestAbsurdSummariesNeitherOverflowNorStallTheController(t *testing.T) {
 		{500 * ms, -5, 10 * ms, -5, Hold, 11, 0},               // negative counts are none
 	})
 }
+
+// Issue 20 (review r20, B9): answers that a client makes slow on purpose weigh no more than twice
+// the target each, so with honest answers at the ideal latency they must be more than
+// w/(w + 2 × target) = 10/32 (31%) of an interval's samples (p50, buffer 10%) to move the sample
+// off the honest ones. Weighted by their full latency, 2% of answers after a second held two
+// thirds of the weight and backed the limit off.
+func TestAnswersAfterASecondUnderAThirdOfTheSamplesCannotShrinkTheLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		slow       int // of 100 samples, answered after 1 s; the others at the ideal 10 ms
+		wantAction Action
+	}{
+		{"none of them", 0, Grow},
+		{"2 of 100", 2, Grow},
+		{"10 of 100", 10, Grow},
+		{"25 of 100", 25, Grow},
+		{"40 of 100 (as many as a real queue)", 40, Backoff},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := testGradient()
+			s := probed(t, g)
+			var h Histogram
+			for i := range 100 {
+				lat := 10 * ms
+				if i < tc.slow {
+					lat = time.Second
+				}
+				h.Record(lat)
+			}
+			_, st := g.Update(s, base+int64(300*ms), g.Summarize(&h, 10))
+			assert.Equal(t, tc.wantAction, st.Action)
+		})
+	}
+}

@@ -149,25 +149,36 @@ func (h *Histogram) Quantile(permille int) time.Duration {
 // it adds. Weights are the bucket's midpoint (exact below 8 µs, 1 µs for 0), so it errs, like
 // Quantile, by less than an eighth. It returns 0 for an empty h.
 func (h *Histogram) WeightedQuantile(permille int) time.Duration {
+	return h.CappedQuantile(permille, 1<<62)
+}
+
+// CappedQuantile is WeightedQuantile with no sample weighing more than ceiling (at least 1 µs):
+// a sample slower than the ceiling counts as if it took the ceiling. So a set of samples that are
+// a share f of the count, however slow, holds at most a share a = f·C/(f·C + (1−f)·w) of the
+// weight, with C the ceiling and w the others' mean weight, and moves the result at most to the
+// others' quantile (permille/1000)/(1 − a). Below the ceiling it is WeightedQuantile.
+func (h *Histogram) CappedQuantile(permille int, ceiling time.Duration) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
+	c := uint64(max(toUsInt(ceiling), 1))
+	weight := func(i int) uint64 { return min(bucketWeight[i], c) }
 	total := uint64(0)
-	for i, c := range h.counts {
-		total = satAdd64(total, uint64(c)*bucketWeight[i])
+	for i, n := range h.counts {
+		total = satAdd64(total, uint64(n)*weight(i))
 	}
 	pm := uint64(min(max(permille, 0), 1000))
 	want := max(total/1000*pm+(total%1000*pm+999)/1000, 1)
 	below := uint64(0)
 	i := 0
 	for ; i < histBuckets-1; i++ {
-		w := uint64(h.counts[i]) * bucketWeight[i]
+		w := uint64(h.counts[i]) * weight(i)
 		if below+w >= want {
 			break
 		}
 		below += w
 	}
-	return h.place(i, (want-below+bucketWeight[i]-1)/bucketWeight[i])
+	return h.place(i, (want-below+weight(i)-1)/weight(i))
 }
 
 // bucketWeight is the latency, in µs and at least 1, that stands for each sample of a bucket

@@ -219,3 +219,17 @@ func TestTheWeightedMedianMovesOnlyAsFarAsTheShareOfTimeItIsGiven(t *testing.T) 
 		"a million instant answers hold 1 s of the 40 s: the median barely moves")
 	assert.Equal(t, time.Microsecond, flooded.Quantile(500), "where the median by count is theirs")
 }
+
+func TestACappedQuantileCountsASlowSampleAsTheCeiling(t *testing.T) {
+	var h Histogram
+	for range 50 {
+		h.Record(20 * time.Millisecond)
+	}
+	h.Record(time.Second)
+	h.Record(time.Second)
+	assert.Greater(t, h.WeightedQuantile(500), 500*time.Millisecond, "two slow samples hold most of the weight")
+	assert.InDelta(t, float64(20*time.Millisecond), float64(h.CappedQuantile(500, 44*time.Millisecond)), float64(3*time.Millisecond),
+		"at a ceiling of 44 ms they hold 8% of it")
+	assert.Equal(t, h.WeightedQuantile(900), h.CappedQuantile(900, time.Hour), "below the ceiling it is WeightedQuantile")
+	assert.Zero(t, (&Histogram{}).CappedQuantile(500, time.Second))
+}

@@ -66,7 +66,16 @@ func (g Gradient) Sampler(s *GradientState) Sampler {
 // (Policy.Release) at the same moment: a stream holds its slot until its response headers, or
 // until it ends if none come.
 func (sp Sampler) Record(h *Histogram, admitted, answered int64, answer Answer) bool {
-	latency := time.Duration(max(answered-admitted, 0))
+	return sp.RecordFrom(h, admitted, admitted, answered, answer)
+}
+
+// RecordFrom is Record for a request whose upstream latency starts at sent (unix ns: when its
+// body ended, the last the upstream waited for the client), not at its admission: the latency is
+// answered − max(sent, admitted). The time a client takes to upload its body is the client's, not
+// the upstream's queue, and counted, a client trickling bodies that the upstream then answers at
+// once made every one of them a slow sample (issue 20). The probe's cutoff still reads admitted.
+func (sp Sampler) RecordFrom(h *Histogram, admitted, sent, answered int64, answer Answer) bool {
+	latency := time.Duration(max(answered-max(sent, admitted), 0))
 	switch {
 	case answer == Served && sp.probing && admitted < sp.since:
 		return false

@@ -141,7 +141,7 @@ func (g Gradient) adjust(s GradientState, n int64, sum Summary) (GradientState, 
 	if sum.Count <= 0 || s.ideal == 0 {
 		return s, Step{Action: Hold}
 	}
-	sample := max(toUsInt(sum.Latency), 1)
+	sample := max(toUsInt(g.sampleOf(s.ideal, sum)), 1)
 	var st Step
 	if g.Objective > 0 && sample > g.Objective.Microseconds() {
 		s.limit = s.limit * int64(g.Backoff) / 1000
@@ -167,6 +167,24 @@ func (g Gradient) adjust(s GradientState, n int64, sum Summary) (GradientState, 
 	}
 	return s, st
 }
+
+// sampleOf returns the interval's latency sample at an ideal latency of ideal µs: the
+// Percentile of sum.Samples with no sample weighing more than twice the target
+// (Histogram.CappedQuantile), sum.Latency without a histogram. A sample at twice the target
+// already gives the deepest shrink (a gradient of one half), so the cap takes nothing from an
+// upstream that queues; what it takes is the weight of a few requests that a client makes slow
+// on purpose (a slow endpoint, a trickled body), which weighted by their full latency held most
+// of an interval's weight at 2% of its requests (issue 20).
+func (g Gradient) sampleOf(ideal int64, sum Summary) time.Duration {
+	if sum.Samples == nil || sum.Samples.Count() == 0 {
+		return sum.Latency
+	}
+	return sum.Samples.CappedQuantile(g.Percentile, usDuration(g.sampleCeiling(ideal)))
+}
+
+// sampleCeiling returns the most (µs) one sample weighs in an interval's latency sample at an
+// ideal latency of ideal µs: twice the target.
+func (g Gradient) sampleCeiling(ideal int64) int64 { return 2 * g.target(ideal) }
 
 // target returns the latency (µs) tolerated above an ideal latency of ideal µs.
 func (g Gradient) target(ideal int64) int64 { return ideal + ideal*int64(g.Buffer)/1000 }
