@@ -218,3 +218,35 @@ func TestAKeyAtItsShareIsShedAndGetsItsSlotBackWhenAStreamAnswers(t *testing.T) 
 		f.end(h)
 	}
 }
+
+func TestAnUploadsLatencySampleStartsWhenItsRequestEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		end     func(f *fakeHost, h *httpContext)
+		wantMin time.Duration
+	}{
+		{"a request without a body is timed from its admission", nil, time.Second},
+		{"a body trickled for a second is timed from its last byte", func(f *fakeHost, h *httpContext) { f.requestBody(h, "x", true) }, 0},
+		{"a body ended by trailers is timed from them", func(f *fakeHost, h *httpContext) { f.requestTrailers(h) }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeHost(t)
+			p := f.start(shedConfig(`{"adaptive":{"interval":"100ms"}}`))
+			h, act := f.open(p, fakeReq("/upload"), tc.end == nil)
+			require.Equal(t, types.ActionContinue, act)
+			f.clock += int64(time.Second)
+			if tc.end != nil {
+				f.requestBody(h, "x", false)
+				f.clock += int64(time.Second)
+				tc.end(f, h)
+			}
+			f.clock += int64(5 * time.Millisecond)
+			f.respond(h, [][2]string{{":status", "200"}}, true)
+			local := &p.sheds.list[0].local
+			require.Equal(t, int64(1), local.Count())
+			assert.GreaterOrEqual(t, local.Max(), tc.wantMin)
+			assert.Less(t, local.Max(), tc.wantMin+10*time.Millisecond, "the upload time is not the upstream's")
+			f.end(h)
+		})
+	}
+}
