@@ -49,7 +49,8 @@
 // (Served), and of upstream errors (Refused) slower than the target; no Local answer.
 //
 // On each tick (at most one run per 9/10 of Interval; earlier calls change nothing), with s the
-// interval's latency sample (a Percentile of its histogram, weighted by latency), ideal the
+// interval's latency sample (a Percentile of its histogram, weighted by latency, no sample
+// weighing more than twice the target: Histogram.CappedQuantile), ideal the
 // latency measured by the last probe, and L the limit in thousandths of a request:
 //
 //	s > Objective (if set):   L = L × Backoff/1000

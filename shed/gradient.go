@@ -116,7 +116,10 @@ type Summary struct {
 	// Count is the number of latency samples (Sampler.Record) in the interval.
 	Count int64
 	// Latency is the interval's latency sample: the Gradient's Percentile of the samples,
-	// weighted by their latency (Histogram.WeightedQuantile).
+	// weighted by their latency (Histogram.WeightedQuantile). With Samples, Update outside a
+	// probe takes its own: the same Percentile with no sample weighing more than twice the
+	// target (Histogram.CappedQuantile), so that a few answers a client makes slow cannot hold
+	// most of the weight.
 	Latency time.Duration
 	// InFlight is the most requests holding a slot during the interval (the current count if
 	// the caller keeps no peak): it tells the controller whether the limit is in use at all.

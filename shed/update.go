@@ -52,6 +52,8 @@ func (s *GradientState) Capacity() int64 { return s.capacity }
 //     the first update ProbeTimeout after it began: the ideal latency is then the Percentile,
 //     weighted by latency, of all its samples (kept from the last probe if this one gathered
 //     fewer than ProbeMinSamples), and the limit from before the probe is back;
+//   - the sample is the interval's Percentile, weighted by latency, with no sample weighing
+//     more than twice the target (see Summary.Latency);
 //   - over the Objective: limit × Backoff/1000, at once;
 //   - otherwise, with target = ideal × (1 + Buffer/1000) and gradient = clamp(target/sample,
 //     0.5, 1): a gradient below 1 moves the limit towards gradient × limit; a gradient of 1
