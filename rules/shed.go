@@ -1,11 +1,15 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/meshlimit/meshlimit/internal/fnv"
+	"github.com/meshlimit/meshlimit/internal/siphash"
 	"github.com/meshlimit/meshlimit/shed"
 )
 
@@ -44,6 +48,13 @@ type shedJSON struct {
 	EnforcePercent optInt `json:"enforce_percent"`
 	// Key is the key enforce_percent hashes (the rules' key parts). Default: none.
 	Key []keyPartJSON `json:"key"`
+	// EnforceSecret keys the hash of enforce_percent (16 to 256 bytes), so that a client who
+	// writes the key cannot compute which of its values are in shadow. Default: none (FNV-1a
+	// of the shedder's name and the value, which anyone can compute).
+	EnforceSecret string `json:"enforce_secret"`
+	// EnforceSecretEnv names an environment variable of the VM holding EnforceSecret instead;
+	// it wins when set and not empty.
+	EnforceSecretEnv string `json:"enforce_secret_env"`
 	// KeyShare is the share of the capacity, in thousandths (1 to 1000), that the requests of
 	// one share_key value may hold at once; 1000 (the default) is no cap.
 	KeyShare optInt `json:"key_share"`
@@ -127,6 +138,8 @@ type Shed struct {
 	shareKey    []keyPart // the key key_share counts by (nil: no key share)
 	enforcer    *Rule     // carries the percentage enforcedHash compares with
 	enforceSeed uint64    // FNV-1a of "shed/<name>\x00", as Rule.EnforcedFor starts its hash
+	enforceKey  [2]uint64 // the SipHash key, from enforce_secret
+	keyed       bool      // enforce_secret is set: the hash is SipHash-2-4 under enforceKey
 }
 
 // Matches reports whether the shedder governs req (its match; no match matches all).
@@ -160,7 +173,9 @@ func (s *Shed) Class(req Request, buf []byte) (int, []byte) {
 
 // Enforced reports whether the shedder enforces req (see enforce_percent): always at 100,
 // never at 0, else for a fixed share of its key's values (a missing or conflicting part
-// makes the value ""), the same on every proxy. buf is scratch space, returned for reuse.
+// makes the value ""), the same on every proxy. With enforce_secret the share is picked by
+// SipHash-2-4 under the secret: a client that writes the key cannot tell which of its values are
+// in shadow (without it, anyone can compute them). buf is scratch space, returned for reuse.
 func (s *Shed) Enforced(req Request, buf []byte) (bool, []byte) {
 	switch s.EnforcePercent {
 	case 100:
@@ -178,6 +193,9 @@ func (s *Shed) Enforced(req Request, buf []byte) (bool, []byte) {
 		if buf, st = s.key[i].appendValue(buf, req); st != KeyFound {
 			buf = buf[:n]
 		}
+	}
+	if s.keyed {
+		return s.enforcer.enforcedHash(siphash.Sum64(s.enforceKey[0], s.enforceKey[1], s.enforceSeed, buf)), buf
 	}
 	return s.enforcer.enforcedHash(fnv.AddBytes(s.enforceSeed, buf)), buf
 }
@@ -368,6 +386,30 @@ func (v *validator) shedEnforce(path string, sj *shedJSON, s *Shed) {
 	if s.EnforcePercent > 0 && s.EnforcePercent < 100 && len(sj.Key) == 0 {
 		v.failf(path+".key", "required by enforce_percent %d: the key decides which requests are enforced", s.EnforcePercent)
 	}
+	v.enforceSecret(path, sj, s)
+}
+
+// The bounds of shed.enforce_secret, in bytes (as response.partition_key_secret's).
+const minEnforceSecret, maxEnforceSecret = 16, 256
+
+// enforceSecret compiles enforce_secret and enforce_secret_env into the SipHash key of Enforced.
+func (v *validator) enforceSecret(path string, sj *shedJSON, s *Shed) {
+	secret, field := sj.EnforceSecret, path+".enforce_secret"
+	if sj.EnforceSecretEnv != "" {
+		if e := os.Getenv(sj.EnforceSecretEnv); e != "" {
+			secret, field = e, path+".enforce_secret_env"
+		}
+	}
+	if secret == "" {
+		return
+	}
+	if n := len(secret); n < minEnforceSecret || n > maxEnforceSecret {
+		v.failf(field, "%d bytes: want %d to %d", n, minEnforceSecret, maxEnforceSecret)
+		return
+	}
+	sum := sha256.Sum256([]byte("meshlimit-shed-enforce-v1\x00" + secret))
+	s.enforceKey = [2]uint64{binary.LittleEndian.Uint64(sum[:8]), binary.LittleEndian.Uint64(sum[8:16])}
+	s.keyed = true
 }
 
 // classFrom compiles class_from into s.

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -92,6 +93,36 @@ func TestAShedderEnforcesADeterministicShareOfItsKeys(t *testing.T) {
 	assert.False(t, ok)
 }
 
+// Issue 20 review, E3: with enforce_percent on a key the client writes (x-user), the client could
+// compute which of its values are in shadow (FNV-1a of the shedder's name and the value) and use
+// only those, which are never shed.
+func TestAClientCannotComputeWhichOfItsValuesAreInShadowUnderAnEnforceSecret(t *testing.T) {
+	const base = `"shed":{"capacity":5,"enforce_percent":50,"key":[{"header":"x-user"}]`
+	open := mustParse(t, oneRule+base+`}}`).Shedders[0]
+	keyed := mustParse(t, oneRule+base+`,"enforce_secret":"a secret of the proxies, 32 bytes"}}`).Shedders[0]
+	again := mustParse(t, oneRule+base+`,"enforce_secret":"a secret of the proxies, 32 bytes"}}`).Shedders[0]
+	other := mustParse(t, oneRule+base+`,"enforce_secret":"another secret of the proxies!!!"}}`).Shedders[0]
+	computed, enforced, differ := 0, 0, 0
+	for i := range 1000 {
+		req := &fakeRequest{headers: map[string]string{"x-user": "u" + strconv.Itoa(i)}}
+		if e, _ := open.Enforced(req, nil); e {
+			continue // the client computes these offline and never uses them
+		}
+		computed++
+		e, _ := keyed.Enforced(req, nil)
+		if e {
+			enforced++
+		}
+		e2, _ := again.Enforced(req, nil)
+		require.Equal(t, e, e2, "every proxy with the secret decides a value the same way")
+		if e3, _ := other.Enforced(req, nil); e3 != e {
+			differ++
+		}
+	}
+	assert.InDelta(t, computed/2, enforced, float64(computed)/10, "half the values the client computed as shadow are enforced")
+	assert.InDelta(t, computed/2, differ, float64(computed)/10, "another secret picks another half")
+}
+
 func TestShedderConfigErrorsNameTheirField(t *testing.T) {
 	tests := []struct{ name, doc, path string }{
 		{"shed and shedders exclude each other", `"shed":{"capacity":5},"shedders":[{"name":"a","capacity":5}]`, "shedders"},
@@ -108,6 +139,8 @@ func TestShedderConfigErrorsNameTheirField(t *testing.T) {
 		{"class_from refuses a bad key part", `"shed":{"capacity":5,"class_from":{"key":{"header":"x y"},"classes":{"a":"critical"}}}`, "shed.class_from.key.header"},
 		{"enforce_percent above 100 is refused", `"shed":{"capacity":5,"enforce_percent":101,"key":[{"header":"x-user"}]}`, "shed.enforce_percent"},
 		{"a partial enforce_percent needs a key", `"shed":{"capacity":5,"enforce_percent":50}`, "shed.key"},
+		{"an enforce_secret under 16 bytes is refused", `"shed":{"capacity":5,"enforce_percent":50,"key":[{"header":"x-user"}],"enforce_secret":"short"}`, "shed.enforce_secret"},
+		{"an enforce_secret over 256 bytes is refused", `"shed":{"capacity":5,"enforce_percent":50,"key":[{"header":"x-user"}],"enforce_secret":"` + strings.Repeat("s", 257) + `"}`, "shed.enforce_secret"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
