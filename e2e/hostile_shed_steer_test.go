@@ -57,10 +57,15 @@ func minMax(c []int64) (lo, hi int64) {
 // slowAnswers is an attack from addrs addresses: every 100 ms, a request its endpoint answers
 // with status after a second (a slow endpoint, via_upstream).
 func slowAnswers(addrs int, status string) attacker {
+	return slowAnswersEvery(addrs, status, 100, time.Second)
+}
+
+// slowAnswersEvery is slowAnswers with a request every every milliseconds, answered after latency.
+func slowAnswersEvery(addrs int, status string, every int, latency time.Duration) attacker {
 	return func(m *shedSim, ms int) {
-		if ms%100 == 0 {
-			ip := "198.51.100." + strconv.Itoa(ms/100%addrs+1)
-			m.sendFrom(ip, "attacker", "default", time.Second, 0, status)
+		if ms%every == 0 {
+			ip := "198.51.100." + strconv.Itoa(ms/every%addrs+1)
+			m.sendFrom(ip, "attacker", "default", latency, 0, status)
 		}
 	}
 }
@@ -126,12 +131,25 @@ func TestAClientWhoseOwnRequestsAreAnsweredAfterASecondMovesHonestSheddingByAtMo
 	}
 }
 
-func TestTenAddressesAnsweredSlowlyAreNotHeldBackByKeyShareYetCannotCollapseTheCapacity(t *testing.T) {
+func TestUnderAKeyShareSlowAnswersFromTenAddressesOrManyFromOneCannotCollapseTheCapacity(t *testing.T) {
 	const fields = `"key_share":100,"adaptive":{"interval":"100ms"}`
 	control := runSteer(t, fields, nil)
-	shed := runSteer(t, fields, slowAnswers(10, "200"))
-	t.Logf("honest shed %.2f%% (control %.2f%%)", 100*shed, 100*control)
-	assert.LessOrEqual(t, shed, control+steerBound)
+	for _, tc := range []struct {
+		name   string
+		attack attacker
+	}{
+		{"10 a second after 1 s", slowAnswers(10, "200")},
+		// 150 requests in flight: a slot hog more than a sample, which the key share holds to its
+		// share (from 10 addresses, 10 shares fill a capacity of 20: docs/shedding.md). Passes on
+		// main too: a guard that the weight cap leaves the key share's work alone.
+		{"50 a second after 3 s from one address (10% of the rate)", slowAnswersEvery(1, "200", 20, 3*time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			shed := runSteer(t, fields, tc.attack)
+			t.Logf("honest shed %.2f%% (control %.2f%%)", 100*shed, 100*control)
+			assert.LessOrEqual(t, shed, control+steerBound)
+		})
+	}
 }
 
 func TestAClientThatTricklesItsRequestBodiesCannotMakeThemSlowSamples(t *testing.T) {
