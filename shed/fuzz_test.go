@@ -165,6 +165,10 @@ func FuzzDecode(f *testing.F) {
 			if q, w := h.Quantile(pm), h.WeightedQuantile(pm); q < h.Min() || q > h.Max() || w < h.Min() || w > h.Max() {
 				t.Fatalf("histogram %x: p%d %v or weighted %v outside [%v, %v]", b, pm, q, w, h.Min(), h.Max())
 			}
+			ceiling := time.Duration(h.n%200_000) * time.Microsecond
+			if c := h.CappedQuantile(pm, ceiling); c < h.Min() || c > h.Max() {
+				t.Fatalf("histogram %x: p%d capped at %v is %v, outside [%v, %v]", b, pm, ceiling, c, h.Min(), h.Max())
+			}
 		} else if !errors.Is(err, ErrMalformed) {
 			t.Fatal(err)
 		}
