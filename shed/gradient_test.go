@@ -390,3 +390,38 @@ func TestAnswersAfterASecondUnderAThirdOfTheSamplesCannotShrinkTheLimit(t *testi
 		})
 	}
 }
+
+// The probe's samples weigh at most twice the last target too: a few answers a client makes slow
+// cannot raise the ideal latency (and the target, until the limit grows without bound), and an
+// upstream that really slowed down is still measured, since the cap changes only the weights.
+func TestAFewSlowAnswersInAProbeCannotRaiseTheIdealLatencyButASlowerUpstreamIsMeasured(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		fast      int           // samples at 10 ms
+		slow      int           // samples at slowLat
+		slowLat   time.Duration //
+		wantIdeal time.Duration
+	}{
+		{"3 of 11 answered after a second", 8, 3, time.Second, 10 * ms},
+		{"an upstream now twice as slow", 0, 12, 20 * ms, 20 * ms},
+		{"an upstream now ten times as slow", 0, 12, 100 * ms, 100 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := testGradient()
+			s := runTicks(t, g, probed(t, g), []tick{
+				{10*time.Second + 200*ms, 0, 0, 5, Probe, 2, 0},
+				{10*time.Second + 300*ms, 0, 0, 2, Probe, 2, 0}, // the probe's first interval
+			})
+			var h Histogram
+			for range tc.fast {
+				h.Record(10 * ms)
+			}
+			for range tc.slow {
+				h.Record(tc.slowLat)
+			}
+			s, st := g.Update(s, base+int64(10*time.Second+400*ms), g.Summarize(&h, 2))
+			require.Equal(t, Probed, st.Action)
+			assert.InDelta(t, float64(tc.wantIdeal), float64(usDuration(s.ideal)), float64(tc.wantIdeal)/8)
+		})
+	}
+}

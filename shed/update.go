@@ -50,8 +50,9 @@ func (s *GradientState) Capacity() int64 { return s.capacity }
 //     samples recorded before the workers saw the probe); the later ones add their samples
 //     (sum.Samples) to the probe's histogram. The probe ends when it holds ProbeSamples, or at
 //     the first update ProbeTimeout after it began: the ideal latency is then the Percentile,
-//     weighted by latency, of all its samples (kept from the last probe if this one gathered
-//     fewer than ProbeMinSamples), and the limit from before the probe is back;
+//     weighted by latency (none weighing more than twice the last target, if any), of all its
+//     samples (kept from the last probe if this one gathered fewer than ProbeMinSamples), and
+//     the limit from before the probe is back;
 //   - the sample is the interval's Percentile, weighted by latency, with no sample weighing
 //     more than twice the target (see Summary.Latency);
 //   - over the Objective: limit × Backoff/1000, at once;
@@ -117,7 +118,7 @@ func (g Gradient) probe(s GradientState, prev, n int64, sum Summary) (GradientSt
 	}
 	st := Step{Action: Probed}
 	if s.probe.Count() >= min(g.ProbeMinSamples, g.ProbeSamples) {
-		s.ideal = max(toUsInt(s.probe.WeightedQuantile(g.Percentile)), 1)
+		s.ideal = max(toUsInt(g.probeIdeal(&s.probe, s.ideal)), 1)
 	} else {
 		st.Action = Expired
 	}
@@ -182,6 +183,19 @@ func (g Gradient) sampleOf(ideal int64, sum Summary) time.Duration {
 		return sum.Latency
 	}
 	return sum.Samples.CappedQuantile(g.Percentile, usDuration(g.sampleCeiling(ideal)))
+}
+
+// probeIdeal returns the ideal latency a probe's samples h measure, after a last measurement of
+// last µs (0 for none): their Percentile weighted by latency, with no sample weighing more than
+// twice the last target when there is one. The cap changes only the weights: when every sample is
+// slower (an upstream that slowed down), the result is their Percentile by count, the new
+// latency; what it stops is a few answers that a client makes slow holding most of the weight of
+// a probe's few slots, and so raising the target until the limit grows without bound.
+func (g Gradient) probeIdeal(h *Histogram, last int64) time.Duration {
+	if last == 0 {
+		return h.WeightedQuantile(g.Percentile)
+	}
+	return h.CappedQuantile(g.Percentile, usDuration(g.sampleCeiling(last)))
 }
 
 // sampleCeiling returns the most (µs) one sample weighs in an interval's latency sample at an
