@@ -35,8 +35,9 @@ import (
 // reply; or no response headers). With adaptive capacity, each worker records through the
 // shed.Sampler of the state its last tick read (Served answers; Refused ones slower than the
 // target; during a probe, only Served answers to requests admitted after the probe's first
-// interval) the latency from admission to the response headers in a local shed.Histogram, a
-// memory write. Its timer
+// interval) the latency from the end of the request (its admission, or its body's end or its
+// trailers, if later: requestEnded) to the response headers in a local shed.Histogram, a memory
+// write. Its timer
 // (period: the controller's interval) merges that histogram into the interval's shared one,
 // then runs Gradient.Update on the shared GradientState with the merged histogram and the
 // interval's peak in flight. Update changes nothing for a call within 9/10 of an interval of
