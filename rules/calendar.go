@@ -42,10 +42,10 @@ func (v *validator) calendarLimit(lp string, lj *limitJSON, s *LimitSpec, quota 
 		ok = false
 	}
 	s.Limit.Quota, s.Limit.Calendar.Unit = quota, unit
-	if lj.CalendarOffset != "" {
-		o, err := algorithms.ParseCalendarOffset(lj.CalendarOffset)
-		if err != nil {
-			v.failf(lp+".calendar_offset", "invalid offset %q: want \"Z\" or ±hh:mm (e.g. \"+02:00\", \"-08:00\"), minutes below 60, at most 18:00 either way", lj.CalendarOffset)
+	if lj.CalendarOffset != nil {
+		o, err := algorithms.ParseCalendarOffset(*lj.CalendarOffset)
+		if err != nil || *lj.CalendarOffset == "" {
+			v.failf(lp+".calendar_offset", "invalid offset %q: want \"Z\" or ±hh:mm (e.g. \"+02:00\", \"-08:00\"), minutes below 60, at most 18:00 either way (omit it for UTC)", *lj.CalendarOffset)
 			ok = false
 		}
 		s.Limit.Calendar.Offset = o
@@ -64,9 +64,14 @@ func (v *validator) calendarLimit(lp string, lj *limitJSON, s *LimitSpec, quota 
 	return ok
 }
 
-// checkCalendarOffset refuses a calendar_offset on a limit whose rate is not a calendar one.
+// checkCalendarOffset refuses a calendar_offset, even an empty one, on a limit whose rate is not a
+// calendar one (a rolling rate, or a concurrency limit).
 func (v *validator) checkCalendarOffset(lp string, lj *limitJSON) {
-	if lj.CalendarOffset != "" {
+	switch {
+	case lj.CalendarOffset == nil:
+	case lj.Concurrency.Set:
+		v.failf(lp+".calendar_offset", "a concurrency limit takes no calendar_offset (only a calendar rate, \"<quota>/day\", \"/week\", \"/month\" or \"/year\", does)")
+	default:
 		v.failf(lp+".calendar_offset", "only a calendar rate (\"<quota>/day\", \"/week\", \"/month\" or \"/year\") takes an offset, not %q", lj.Rate)
 	}
 }

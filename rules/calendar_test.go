@@ -79,6 +79,38 @@ func TestABadCalendarLimitIsRefusedAtTheFieldThatIsWrong(t *testing.T) {
 	}
 }
 
+// TestAnOffsetOnAConcurrencyLimitOrAnEmptyOffsetIsRefusedNamingTheField: review 23 found a concurrency
+// limit loaded with calendar_offset "garbage", and "" accepted on every limit; null stays "unset".
+func TestAnOffsetOnAConcurrencyLimitOrAnEmptyOffsetIsRefusedNamingTheField(t *testing.T) {
+	const field = "rules[0].limits[0].calendar_offset"
+	for _, tc := range []struct{ name, limit, msg string }{
+		{"a concurrency limit takes no offset", `{"concurrency":3,"calendar_offset":"garbage"}`, "a concurrency limit takes no calendar_offset"},
+		{"not even a valid one", `{"concurrency":3,"calendar_offset":"+02:00"}`, "a concurrency limit takes no calendar_offset"},
+		{"an empty offset on a rolling rate", `{"rate":"1/d","calendar_offset":""}`, "only a calendar rate"},
+		{"an empty offset on a calendar rate", `{"rate":"1/month","calendar_offset":""}`, "omit it for UTC"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(calendarDoc(tc.limit)))
+			require.Error(t, err)
+			fes := fieldErrors(t, err)
+			require.Len(t, fes, 1, "%v", err)
+			assert.Equal(t, field, fes[0].Path)
+			assert.Contains(t, fes[0].Msg, tc.msg)
+		})
+	}
+	t.Run("a null offset is no offset", func(t *testing.T) {
+		got := mustParse(t, calendarDoc(`{"rate":"1/month","calendar_offset":null}`)).Rules()[0].limits()[0].Limit
+		assert.Equal(t, algorithms.Calendar{Unit: algorithms.CalendarMonth}, got.Calendar)
+	})
+}
+
+// TestAnUnknownRateUnitsErrorListsTheCalendarUnits: the error names every unit a rate takes.
+func TestAnUnknownRateUnitsErrorListsTheCalendarUnits(t *testing.T) {
+	_, err := ParseConfig([]byte(calendarDoc(`{"rate":"10/fortnight"}`)))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "want s, m, h, d, day, week, month, year, or a duration")
+}
+
 func TestAGlobalRuleAndItsOverridesCountCalendarQuotasToo(t *testing.T) {
 	c := mustParse(t, `{"global":{"cluster":"outbound|8081||svc.ns.svc.cluster.local"},"rules":[{"name":"r","scope":"both","key":["client_ip"],
 		"limits":[{"rate":"10/month","calendar_offset":"+02:00"}],"overrides":[{"value":"192.0.2.1","limits":[{"rate":"5/day"}]}]}]}`)

@@ -36,6 +36,7 @@ func (v *validator) concurrencyLimit(lp string, lj *limitJSON, s *LimitSpec) {
 	if lj.Burst.Set {
 		v.failf(lp+".burst", "a concurrency limit takes no burst")
 	}
+	v.checkCalendarOffset(lp, lj)
 	if n := lj.Concurrency.Value; n < 1 || n > maxConcurrency {
 		v.failf(lp+".concurrency", "%d out of range: want 1 to %d", n, maxConcurrency)
 	} else {

@@ -36,7 +36,7 @@ func TestParseConfigReportsShapeAndCompileErrorsInOnePass(t *testing.T) {
 		`log_levl: unknown field (known fields: enforce, global, log_level, max_keys, response, rules, settle_memory, shed, shedders); did you mean "log_level"?`,
 		`response.body_format: unknown format "html" (want text or problem_json)`,
 		`response.status: want an integer, got a string`,
-		`rules[0].limits[0].rate: invalid rate "5/fortnight": unknown unit "fortnight" (want s, m, h, d, or a duration such as "30s")`,
+		`rules[0].limits[0].rate: invalid rate "5/fortnight": unknown unit "fortnight" (want s, m, h, d, day, week, month, year, or a duration such as "30s")`,
 		`rules[0].shadow: want true or false, got a string`,
 		`rules[1].limits[0].algorithm: unknown algorithm "nope" (want token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)`,
 		`rules[1].name: want a string, got a number`,

@@ -180,8 +180,8 @@ type limitJSON struct {
 	// Burst is the bucket capacity of the bucket algorithms. Default: the quota.
 	Burst optInt `json:"burst"`
 	// CalendarOffset is the fixed UTC offset of a calendar rate ("10000/month"), "Z" or ±hh:mm
-	// (calendar.go). Default: UTC.
-	CalendarOffset string `json:"calendar_offset"`
+	// (calendar.go). Default (absent or null): UTC. An empty string is refused.
+	CalendarOffset *string `json:"calendar_offset"`
 }
 
 // costJSON is rules[].cost: an integer constant, or an object reading it from a header.

@@ -91,7 +91,7 @@ func parseRate(s string) (quota int64, window time.Duration, err error) {
 	case w == "s" || w == "m" || w == "h" || w == "d":
 		w = "1" + w
 	case w != "" && (w[0] < '0' || w[0] > '9'):
-		return 0, 0, fmt.Errorf("invalid rate %q: unknown unit %q (want s, m, h, d, or a duration such as \"30s\")", s, w)
+		return 0, 0, fmt.Errorf("invalid rate %q: unknown unit %q (want s, m, h, d, day, week, month, year, or a duration such as \"30s\")", s, w)
 	}
 	window, err = parseDuration(w)
 	if err != nil {

@@ -26,7 +26,7 @@ func TestAFileWithFiveErrorsOfDifferentKindsPrintsAllFiveInOneRun(t *testing.T) 
 	assert.Equal(t, f+":15: pluginConfig of WasmPlugin shop/meshlimit: 5 errors\n"+
 		f+":20: rules[0].limits[0].burst: want an integer, got a string\n"+
 		f+`:21: rules[0].failure_mod: unknown field (known fields: cache_denials, cost, count_on, enforce_percent, failure_mode, fallback, key, lease, limits, match, max_keys, messages, missing_key, name, overflow, overrides, scope, shadow, shadow_header); did you mean "failure_mode"?`+"\n"+
-		f+`:24: rules[1].limits[0].rate: invalid rate "100/fortnight": unknown unit "fortnight" (want s, m, h, d, or a duration such as "30s")`+"\n"+
+		f+`:24: rules[1].limits[0].rate: invalid rate "100/fortnight": unknown unit "fortnight" (want s, m, h, d, day, week, month, year, or a duration such as "30s")`+"\n"+
 		f+":25: rules[1].fallback: only rules with scope global or both have a fallback\n"+
 		f+`:27: rules[2].name: "search-per-ip" is already the name of rules[0]`+"\n", out)
 }
