@@ -316,6 +316,7 @@ func (c *charger) onAnswer(h *httpContext, numHeaders, bodySize int) {
 		return
 	}
 	g.breaker.success()
+	boundAnswer(h.call.items, ds, now)
 	j := 0
 	for i := range h.call.items {
 		it := &h.call.items[i]

@@ -280,6 +280,7 @@ func (g *globalClient) onAnswer(h *httpContext, numHeaders, bodySize int) {
 		return
 	}
 	g.breaker.success()
+	boundAnswer(h.call.items, decisions, now)
 	denied := g.apply(h.call.items, decisions, now)
 	g.settle.reserveGlobal(h, decisions, sent)
 	g.permits.hold(h.id, h.call.items, decisions)

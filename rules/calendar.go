@@ -106,3 +106,24 @@ func (l *LimitSpec) PeriodAt(now int64) time.Duration {
 	start, end := l.Limit.Calendar.Period(now) // the limit is valid: no need for WindowAt's check
 	return time.Duration(end - start)
 }
+
+// LongestWait returns the longest a client of this limit can have to wait at now (unix
+// nanoseconds) for a request the limit can ever admit: for a calendar window, the time until the
+// period that contains now ends (its MaxLength once now is past the period that contains 2^52 µs,
+// where the algorithms' time stops); for another rate limit, Limit.TTL (a bucket's full refill,
+// the window, two windows for the sliding window counter); 0 for a concurrency limit, whose permit
+// comes back when a request ends, not at a time. It bounds what the filter takes from the
+// decision service's answers: t, Retry-After and the over-limit cache. It allocates nothing.
+func (l *LimitSpec) LongestWait(now int64) time.Duration {
+	switch {
+	case l.Concurrency != 0:
+		return 0
+	case l.Limit.Calendar.Unit == 0:
+		return l.Limit.TTL()
+	}
+	_, end := l.Limit.Calendar.Period(now)
+	if end <= now {
+		return l.Limit.Calendar.Unit.MaxLength()
+	}
+	return time.Duration(end - now)
+}

@@ -209,3 +209,26 @@ func BenchmarkQuotaFieldsOfOneLimit(b *testing.B) {
 		})
 	}
 }
+
+// TestALimitsLongestWaitIsItsPeriodsEndOrItsTTL: what bounds the service's answers (LongestWait).
+func TestALimitsLongestWaitIsItsPeriodsEndOrItsTTL(t *testing.T) {
+	monthEnd := time.Date(2026, 1, 31, 23, 59, 0, 0, time.UTC).UnixNano()
+	for _, tc := range []struct {
+		name, limit string
+		now         int64
+		want        time.Duration
+	}{
+		{"a monthly quota a minute before the month ends", `{"rate":"10/month"}`, monthEnd, time.Minute},
+		{"a monthly quota at +02:00, a minute before the month ends there", `{"rate":"10/month","calendar_offset":"+02:00"}`, monthEnd - int64(2*time.Hour), time.Minute},
+		{"a monthly quota past 2^52 µs, where time stops: the longest month", `{"rate":"10/month"}`, time.Date(2113, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(), 31 * 24 * time.Hour},
+		{"a 10/m token bucket: its full refill", `{"rate":"10/m"}`, monthEnd, time.Minute},
+		{"a 10/m bucket of burst 20: two windows", `{"rate":"10/m","burst":20}`, monthEnd, 2 * time.Minute},
+		{"a sliding window counter: two windows", `{"rate":"10/h","algorithm":"sliding_window"}`, monthEnd, 2 * time.Hour},
+		{"a concurrency limit: none", `{"concurrency":3}`, monthEnd, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := mustParse(t, calendarDoc(tc.limit)).Rules()[0].limits()[0]
+			assert.Equal(t, tc.want, spec.LongestWait(tc.now))
+		})
+	}
+}

@@ -91,7 +91,8 @@ func windowSeconds(w time.Duration) int64 { return max(ceilSeconds(w), 1) }
 func retrySeconds(d *algorithms.Decision) int64 { return max(ceilSeconds(d.RetryAfter), 1) }
 
 // effectiveSeconds is the t parameter of an outcome (see Response): its effective window in whole
-// seconds, rounded up, plus jitter.
+// seconds, rounded up and at least 1 (a decision that does not tell its window is not one with
+// none), plus jitter.
 func effectiveSeconds(o *Outcome, jitter int64) int64 {
-	return min(ceilSeconds(o.Limit.Limit.EffectiveWindowOf(o.Decision))+jitter, sfv.MaxInteger)
+	return min(max(ceilSeconds(o.Limit.Limit.EffectiveWindowOf(o.Decision)), 1)+jitter, sfv.MaxInteger)
 }
