@@ -57,3 +57,27 @@ func TestAMonthlyQuotaRenewsOnTheFirstAndItsWIsTheMonthsLength(t *testing.T) {
 	w, r = admitted()
 	assert.Equal(t, [2]int64{28 * day, 1}, [2]int64{w, r}, "February 2026 has 28 days, and a fresh quota")
 }
+
+// TestPastTwoToThe52MicrosecondsTimeStopsAndASpentCalendarQuotaStaysSpent: the algorithms count
+// time in microseconds below 2^52 (2112-09-17T23:53:47Z) so that Lua's doubles compute the same; a
+// later clock is taken as that instant (docs/configuration.md, calendar quotas): a period no
+// longer ends, so a spent quota is not renewed (never open), and t stays at least 1.
+func TestPastTwoToThe52MicrosecondsTimeStopsAndASpentCalendarQuotaStaysSpent(t *testing.T) {
+	f := newFakeHost(t)
+	f.clock = time.Date(2113, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	p := f.start(`{"rules":[{"name":"plan","key":["client_ip"],"limits":[{"rate":"1/month"}]}]}`)
+	h, act := f.open(p, fakeReq("/"), true)
+	require.Equal(t, types.ActionContinue, act, "the first request of the quota")
+	f.respond(h, [][2]string{{":status", "200"}}, true)
+	pol, _ := pairValue(f.of(h).resp, "ratelimit-policy")
+	assert.Equal(t, int64(30*86400), policyParam(t, pol, "w"), "the period of the stopped instant: September 2112")
+	f.end(h)
+	for _, later := range []time.Duration{0, 31 * 24 * time.Hour, 400 * 24 * time.Hour} {
+		f.advance(later)
+		h, act := f.open(p, fakeReq("/"), true)
+		require.Equal(t, types.ActionPause, act, "still denied %v later", later)
+		rl, _ := pairValue(f.of(h).reply.headers, "ratelimit")
+		assert.GreaterOrEqual(t, policyParam(t, rl, "t"), int64(1))
+		f.end(h)
+	}
+}
