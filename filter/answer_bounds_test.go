@@ -122,3 +122,23 @@ func TestADenialWithAHugeRetryAfterIsCachedNoLongerThanTheRuleCanNeed(t *testing
 	s = globalAnswered(t, f, p, `{"allowed":true,"limit":10,"remaining":9,"reset_ms":6000,"retry_after_ms":0,"effective_ms":6000}`)
 	assert.Equal(t, seenAnswer{t: 6}, s, "the service is asked again after the 60 s the rule can need")
 }
+
+// TestAGlobalChargesPenaltyBoxHoldsAHugeRetryAfterNoLongerThanTheRuleCanNeed: a counted rule
+// without a penalty boxes the key for the service's Retry-After; a 366-day one holds it at most the
+// rule's longest wait (3/m: 60 s).
+func TestAGlobalChargesPenaltyBoxHoldsAHugeRetryAfterNoLongerThanTheRuleCanNeed(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)))
+	h, act := f.open(p, user("eve"), true)
+	require.Equal(t, types.ActionContinue, act)
+	require.Equal(t, types.ActionPause, f.respond(h, [][2]string{{":status", "401"}}, true))
+	f.answerCall(f.callOf(h), "200", checkAnswers(`{"allowed":false,"limit":3,"remaining":0,"reset_ms":31622400000,"retry_after_ms":31622400000}`))
+	f.end(h)
+
+	f.advance(59 * time.Second)
+	boxed, act := f.open(p, user("eve"), true)
+	assert.Equal(t, types.ActionPause, act, "boxed 59 s later")
+	f.end(boxed)
+	f.advance(time.Second)
+	assert.Equal(t, types.ActionContinue, attempt(f, p, "eve", "200"), "out of the box after the 60 s the rule can need")
+}
