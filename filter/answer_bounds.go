@@ -35,10 +35,15 @@ func boundDecisions(specs []rules.LimitSpec, ds []wire.Decision, now int64) {
 // its limit at now (rules.LimitSpec.LongestWait), in whole milliseconds rounded up, and gives a
 // calendar window's decision without a usable effective window the one the filter knows: the time
 // until its period ends (a fixed window's effective window is its end, used or not). A retry of -1
-// (never) is kept; a concurrency limit's decision is left as it is.
+// (never) is kept. A concurrency limit has no time to bound: a permit comes back when a request
+// ends, so its denial's retry is never (-1), as the service sends it (rules.ConcurrencyDecision):
+// it is not rendered as a Retry-After nor held in the over-limit cache.
 func boundDecision(spec *rules.LimitSpec, d *wire.Decision, now int64) {
 	w := spec.LongestWait(now)
 	if w <= 0 {
+		if !d.Allowed {
+			d.RetryAfterMs = -1
+		}
 		return
 	}
 	ms := int64((w + time.Millisecond - 1) / time.Millisecond)

@@ -142,3 +142,29 @@ func TestAGlobalChargesPenaltyBoxHoldsAHugeRetryAfterNoLongerThanTheRuleCanNeed(
 	f.advance(time.Second)
 	assert.Equal(t, types.ActionContinue, attempt(f, p, "eve", "200"), "out of the box after the 60 s the rule can need")
 }
+
+// TestAGlobalConcurrencyDenialWithARetryAfterIsNeitherCachedNorRendered: the service denies a
+// concurrency limit with retry_after_ms -1 (a permit comes back when a request ends, not at a
+// time); one that claims 366 days must not make every proxy refuse the key from its cache for that
+// long, nor send the client a Retry-After.
+func TestAGlobalConcurrencyDenialWithARetryAfterIsNeitherCachedNorRendered(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(globalWith(``, globalSlots))
+	h, act := f.open(p, user("u"), true)
+	require.Equal(t, types.ActionPause, act)
+	f.answerCall(f.callOf(h), "200", checkAnswers(`{"allowed":false,"limit":50,"remaining":0,"reset_ms":0,"retry_after_ms":31622400000}`))
+	reply := f.of(h).reply
+	require.NotNil(t, reply, "denied")
+	_, retry := pairValue(reply.headers, "retry-after")
+	assert.False(t, retry, "no Retry-After for a concurrency limit")
+	f.end(h)
+	for _, c := range f.pending() { // the denied permit's release, if any
+		f.answerCall(c, "200", permitAnswer(0))
+	}
+
+	f.advance(time.Second)
+	next, act := f.open(p, user("u"), true)
+	require.Equal(t, types.ActionPause, act)
+	assert.Nil(t, f.of(next).reply, "not denied from the cache")
+	assert.Len(t, f.pending(), 1, "the service is asked again")
+}
