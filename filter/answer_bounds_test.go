@@ -168,3 +168,23 @@ func TestAGlobalConcurrencyDenialWithARetryAfterIsNeitherCachedNorRendered(t *te
 	assert.Nil(t, f.of(next).reply, "not denied from the cache")
 	assert.Len(t, f.pending(), 1, "the service is asked again")
 }
+
+// TestACachedCalendarDenialEndsExactlyWithItsPeriod: the service's Retry-After is whole milliseconds
+// rounded up; a calendar denial cached from it must not outlive the period by that rounding: at the
+// first instant of March the key is asked about again.
+func TestACachedCalendarDenialEndsExactlyWithItsPeriod(t *testing.T) {
+	march := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	f := newFakeHost(t)
+	f.clock = march - int64(59*time.Second+300*time.Millisecond+300*time.Microsecond)
+	p := f.start(globalWith(``, `{"name":"plan","scope":"global","key":[{"header":"x-user"}],"limits":[{"rate":"1/month"}]}`))
+	s := globalAnswered(t, f, p, `{"allowed":false,"limit":1,"remaining":0,"reset_ms":59301,"retry_after_ms":59301,"effective_ms":59301}`)
+	require.Equal(t, seenAnswer{true, 60, "60"}, s)
+
+	f.clock = march - 1
+	h, _ := f.open(p, user("alice"), true)
+	require.NotNil(t, f.of(h).reply, "denied from the cache to the period's last nanosecond")
+	f.end(h)
+	f.clock = march
+	s = globalAnswered(t, f, p, `{"allowed":true,"limit":1,"remaining":0,"reset_ms":2678400000,"retry_after_ms":0,"effective_ms":2678400000}`)
+	assert.Equal(t, seenAnswer{t: 31 * 86400}, s, "March: the service is asked, and admits")
+}

@@ -311,8 +311,8 @@ func (g *globalClient) apply(items []globalItem, decisions []wire.Decision, now 
 					d.delay = max(d.delay, dec.DelayMs*int64(time.Millisecond)) // a global leaky bucket shapes too
 				}
 			}
-			if !dec.Allowed && dec.RetryAfterMs > 0 {
-				g.cache.block(it, k, now+dec.RetryAfterMs*int64(time.Millisecond))
+			if !dec.Allowed && dec.RetryAfterMs > 0 { // bounded to the ns: a calendar denial ends with its period
+				g.cache.block(it, k, min(now+dec.RetryAfterMs*int64(time.Millisecond), now+int64(it.spec[k].LongestWait(now))))
 			}
 		}
 		it.rs.nearLimitWire(decisions[j-len(it.spec):j], it.spec)
