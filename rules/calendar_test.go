@@ -232,3 +232,11 @@ func TestALimitsLongestWaitIsItsPeriodsEndOrItsTTL(t *testing.T) {
 		})
 	}
 }
+
+func TestLongestWaitAllocatesNothing(t *testing.T) {
+	for _, limit := range []string{`{"rate":"10/month","calendar_offset":"+02:00"}`, `{"rate":"10/m","burst":20}`, `{"concurrency":3}`} {
+		spec := mustParse(t, calendarDoc(limit)).Rules()[0].limits()[0]
+		now := time.Date(2026, 1, 31, 23, 59, 0, 0, time.UTC).UnixNano()
+		assert.Zero(t, testing.AllocsPerRun(100, func() { _ = spec.LongestWait(now) }), limit)
+	}
+}
