@@ -19,15 +19,16 @@ func boundAnswer(items []globalItem, ds []wire.Decision, now int64) {
 	j := 0
 	for i := range items {
 		n := len(items[i].spec)
-		boundDecisions(items[i].spec, ds[j:j+n], now)
+		boundDecisions(items[i].spec, ds[j:j+n], items[i].rs.rule.Settle() != nil, now)
 		j += n
 	}
 }
 
-// boundDecisions bounds, in place, the decisions ds of specs (one each): see boundDecision.
-func boundDecisions(specs []rules.LimitSpec, ds []wire.Decision, now int64) {
+// boundDecisions bounds, in place, the decisions ds of specs (one each), limits of a rule that
+// settles or not: see boundDecision.
+func boundDecisions(specs []rules.LimitSpec, ds []wire.Decision, settles bool, now int64) {
 	for k := range ds {
-		boundDecision(&specs[k], &ds[k], now)
+		boundDecision(&specs[k], &ds[k], settles, now)
 	}
 }
 
@@ -38,8 +39,8 @@ func boundDecisions(specs []rules.LimitSpec, ds []wire.Decision, now int64) {
 // (never) is kept. A concurrency limit has no time to bound: a permit comes back when a request
 // ends, so its denial's retry is never (-1), as the service sends it (rules.ConcurrencyDecision):
 // it is not rendered as a Retry-After nor held in the over-limit cache.
-func boundDecision(spec *rules.LimitSpec, d *wire.Decision, now int64) {
-	w := spec.LongestWait(now)
+func boundDecision(spec *rules.LimitSpec, d *wire.Decision, settles bool, now int64) {
+	w := spec.LongestWait(now, settles)
 	if w <= 0 {
 		if !d.Allowed {
 			d.RetryAfterMs = -1

@@ -336,7 +336,7 @@ func (c *charger) answered(it *globalItem, ds []wire.Decision, now int64) {
 		if d.Skipped || (d.Allowed && d.Remaining >= it.cost) {
 			continue
 		}
-		until := now + min(d.RetryAfterMs*int64(time.Millisecond), int64(it.spec[k].LongestWait(now))) // to the ns
+		until := now + min(d.RetryAfterMs*int64(time.Millisecond), int64(it.spec[k].LongestWait(now, it.rs.rule.Settle() != nil))) // to the ns
 		if pen > 0 {
 			until = now + int64(pen)
 		}

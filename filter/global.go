@@ -312,7 +312,7 @@ func (g *globalClient) apply(items []globalItem, decisions []wire.Decision, now 
 				}
 			}
 			if !dec.Allowed && dec.RetryAfterMs > 0 { // bounded to the ns: a calendar denial ends with its period
-				g.cache.block(it, k, min(now+dec.RetryAfterMs*int64(time.Millisecond), now+int64(it.spec[k].LongestWait(now))))
+				g.cache.block(it, k, min(now+dec.RetryAfterMs*int64(time.Millisecond), now+int64(it.spec[k].LongestWait(now, r.Settle() != nil))))
 			}
 		}
 		it.rs.nearLimitWire(decisions[j-len(it.spec):j], it.spec)

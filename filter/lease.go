@@ -133,7 +133,7 @@ func (l *leaser) onAnswer(it *globalItem, numHeaders, bodySize int) {
 		return
 	}
 	g.breaker.success()
-	boundDecisions(it.spec, decisions, now)
+	boundDecisions(it.spec, decisions, it.rs.rule.Settle() != nil, now)
 	var wait int64
 	for _, d := range decisions {
 		switch {

@@ -216,19 +216,23 @@ func TestALimitsLongestWaitIsItsPeriodsEndOrItsTTL(t *testing.T) {
 	for _, tc := range []struct {
 		name, limit string
 		now         int64
+		settles     bool
 		want        time.Duration
 	}{
-		{"a monthly quota a minute before the month ends", `{"rate":"10/month"}`, monthEnd, time.Minute},
-		{"a monthly quota at +02:00, a minute before the month ends there", `{"rate":"10/month","calendar_offset":"+02:00"}`, monthEnd - int64(2*time.Hour), time.Minute},
-		{"a monthly quota past 2^52 µs, where time stops: the longest month", `{"rate":"10/month"}`, time.Date(2113, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(), 31 * 24 * time.Hour},
-		{"a 10/m token bucket: its full refill", `{"rate":"10/m"}`, monthEnd, time.Minute},
-		{"a 10/m bucket of burst 20: two windows", `{"rate":"10/m","burst":20}`, monthEnd, 2 * time.Minute},
-		{"a sliding window counter: two windows", `{"rate":"10/h","algorithm":"sliding_window"}`, monthEnd, 2 * time.Hour},
-		{"a concurrency limit: none", `{"concurrency":3}`, monthEnd, 0},
+		{"a monthly quota a minute before the month ends", `{"rate":"10/month"}`, monthEnd, false, time.Minute},
+		{"a monthly quota at +02:00, a minute before the month ends there", `{"rate":"10/month","calendar_offset":"+02:00"}`, monthEnd - int64(2*time.Hour), false, time.Minute},
+		{"a monthly quota past 2^52 µs, where time stops: the longest month", `{"rate":"10/month"}`, time.Date(2113, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(), false, 31 * 24 * time.Hour},
+		{"a 10/m token bucket: its full refill", `{"rate":"10/m"}`, monthEnd, false, time.Minute},
+		{"a 10/m token bucket of a rule that settles: twice, for a debt of one capacity", `{"rate":"10/m"}`, monthEnd, true, 2 * time.Minute},
+		{"a monthly quota of a rule that settles: still the period's end", `{"rate":"10/month"}`, monthEnd, true, time.Minute},
+		{"a fixed window of a rule that settles: still the window", `{"rate":"10/m","algorithm":"fixed_window"}`, monthEnd, true, time.Minute},
+		{"a 10/m bucket of burst 20: two windows", `{"rate":"10/m","burst":20}`, monthEnd, false, 2 * time.Minute},
+		{"a sliding window counter: two windows", `{"rate":"10/h","algorithm":"sliding_window"}`, monthEnd, false, 2 * time.Hour},
+		{"a concurrency limit: none", `{"concurrency":3}`, monthEnd, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := mustParse(t, calendarDoc(tc.limit)).Rules()[0].limits()[0]
-			assert.Equal(t, tc.want, spec.LongestWait(tc.now))
+			assert.Equal(t, tc.want, spec.LongestWait(tc.now, tc.settles))
 		})
 	}
 }
@@ -237,6 +241,6 @@ func TestLongestWaitAllocatesNothing(t *testing.T) {
 	for _, limit := range []string{`{"rate":"10/month","calendar_offset":"+02:00"}`, `{"rate":"10/m","burst":20}`, `{"concurrency":3}`} {
 		spec := mustParse(t, calendarDoc(limit)).Rules()[0].limits()[0]
 		now := time.Date(2026, 1, 31, 23, 59, 0, 0, time.UTC).UnixNano()
-		assert.Zero(t, testing.AllocsPerRun(100, func() { _ = spec.LongestWait(now) }), limit)
+		assert.Zero(t, testing.AllocsPerRun(100, func() { _ = spec.LongestWait(now, true) }), limit)
 	}
 }
