@@ -36,3 +36,38 @@ func TestARequestDeniedByALaterRuleSpendsNothingOfAnEarlierOne(t *testing.T) {
 		})
 	}
 }
+
+func TestARequestTheShedderDeniesSpendsNothingOfTheLocalRulesBeforeIt(t *testing.T) {
+	for _, tc := range []struct{ name, shed string }{
+		{"over capacity", `{"capacity":1,"classes":[{"name":"all","reserve":0}],"default_class":"all"}`},
+		{"over its key share", `{"capacity":10,"key_share":100,"share_key":[{"header":"x-user"}],"classes":[{"name":"all","reserve":0}],"default_class":"all"}`},
+	} {
+		for _, alg := range []string{"token_bucket", "fixed_window", "sliding_log"} {
+			t.Run(tc.name+"/"+alg, func(t *testing.T) {
+				f := newFakeHost(t)
+				p := f.start(fmt.Sprintf(`{"rules":[{"name":"ra","key":["path"],"limits":[{"rate":"3/m","algorithm":%q}]}],
+					"shed":%s}`, alg, tc.shed))
+				req := func(u string) [][2]string { return fakeReq("/x", [2]string{"x-user", u}) }
+				hold, _ := f.open(p, req("mallory"), true) // ra 1/3; holds the shedder's slot (or its key's)
+				assert.Nil(t, f.of(hold).reply, "the first request is admitted")
+				for i := range 5 {
+					h, _ := f.open(p, req("mallory"), true)
+					if assert.NotNil(t, f.of(h).reply, "request %d is shed", i) {
+						assert.Equal(t, uint32(503), f.of(h).reply.status)
+					}
+					f.end(h)
+				}
+				f.cur = nil
+				f.respond(hold, [][2]string{{":status", "200"}}, true)
+				f.end(hold)
+				for i := range 2 { // ra 3/3: the shed requests spent none of it
+					h, _ := f.open(p, req("alice"), true)
+					assert.Nil(t, f.of(h).reply, "alice's request %d is admitted", i)
+					f.respond(h, [][2]string{{":status", "200"}}, true)
+					f.end(h)
+				}
+				assert.Equal(t, int64(5), f.counter("meshlimit.rule.ra.given_back"))
+			})
+		}
+	}
+}
