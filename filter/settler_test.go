@@ -53,6 +53,12 @@ func TestAReservationSettlesToTheCostTheAnswerSays(t *testing.T) {
 			[][2]string{{"content-type", "text/event-stream"}}, []string{"data: {\"choices\":[]}\n\n", "data: [DONE]\n\n"}, 500, "meshlimit.rule.tokens.settle_kept"},
 		{"the last usage of an event stream settles it", `{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens"}}`, "200",
 			[][2]string{{"content-type", "text/event-stream"}}, []string{"data: {\"usage\":{\"total_tokens\":3}}\n\n", "data: {\"usage\":{\"total_tokens\":7}}\n\n"}, 993, "meshlimit.rule.tokens.settle_refund"},
+		{"a JSON usage of NaN is no usage: charged max, never 0", `{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens"}}`, "200",
+			[][2]string{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":NaN}}`}, 500, "meshlimit.rule.tokens.settle_kept"},
+		{"an event's usage of NaN is no usage: charged max, never 0", `{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens"}}`, "200",
+			[][2]string{{"content-type", "text/event-stream"}}, []string{"data: {\"usage\":{\"total_tokens\":NaN}}\n\n", "data: [DONE]\n\n"}, 500, "meshlimit.rule.tokens.settle_kept"},
+		{"a NaN usage keeps the reservation with on_missing reservation", `{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens","on_missing":"reservation"}}`, "200",
+			[][2]string{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":NaN}}`}, 990, "meshlimit.rule.tokens.settle_kept"},
 		{"the response's bytes settle it", `{"default":10,"max":500,"settle":{"body_bytes":"response"}}`, "200",
 			nil, []string{"12345", "678"}, 992, "meshlimit.rule.tokens.settle_refund"},
 	} {

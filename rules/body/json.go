@@ -188,8 +188,9 @@ func tooDeep(doc []byte) bool {
 
 // nonFinite returns a copy of doc whose NaN, Infinity and -Infinity literals (outside strings:
 // Python's json.loads reads them by default, so a body holding one is a body its upstream reads) are
-// written as numbers of the same length or shorter padded with spaces (NaN as 0, Infinity as a
-// number too large, which reads as the most); nil when doc holds none.
+// written as values of the same length or shorter padded with spaces (NaN as the string "N", which
+// holds no number: a NaN cost is no cost, never 0; Infinity as a number too large, which reads as
+// the most); nil when doc holds none.
 func nonFinite(doc []byte) []byte {
 	var out []byte
 	inString := false
@@ -205,7 +206,7 @@ func nonFinite(doc []byte) []byte {
 		case inString:
 			continue
 		}
-		for _, lit := range [...][2]string{{"NaN", "0  "}, {"Infinity", "1e999   "}, {"-Infinity", "-1e999   "}} {
+		for _, lit := range [...][2]string{{"NaN", `"N"`}, {"Infinity", "1e999   "}, {"-Infinity", "-1e999   "}} {
 			if bytes.HasPrefix(doc[i:], []byte(lit[0])) {
 				if out == nil {
 					out = append([]byte(nil), doc...)

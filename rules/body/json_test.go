@@ -29,6 +29,8 @@ func TestJSONIntFindsTheFieldAndRejectsTheRest(t *testing.T) {
 		{"an echoed member in another case never lowers the field", `{"usage": {"total_tokens": 700}, "Usage": {"total_tokens": null}}`, 700, nil},
 		{"an exponent counts at its value", `{"usage": {"total_tokens": 1.5e3}}`, 1500, nil},
 		{"a string that is no number", `{"usage": {"total_tokens": "x"}}`, 0, ErrNotInteger},
+		{"a NaN is no number, never 0", `{"usage": {"total_tokens": NaN}}`, 0, ErrNotInteger},
+		{"a NaN duplicate never lowers the field", `{"usage": {"total_tokens": 700, "total_tokens": NaN}}`, 700, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
