@@ -112,9 +112,18 @@ func (s *bodyStage) bodyRead(h *httpContext, body []byte, complete bool) types.A
 	}
 	st.buffering = false
 	if s.decideBodies(h, body, complete) {
-		return types.ActionPause // denied: the local reply is on its way
+		return types.ActionPause // denied: the local reply is on its way (the headers' takes given back)
 	}
+	h.taken.reset(0) // admitted: the takes of its headers' rules are spent
 	return types.ActionContinue
+}
+
+// waitsForBody reports whether rules of the stream still wait for the request body to decide (a
+// local rule reading its cost from it, or global items to be sent with it): a denial there gives
+// back what the headers' rules took (giveBack), so the stream keeps their takes until then. A nil
+// st waits for nothing.
+func (st *settling) waitsForBody() bool {
+	return st != nil && (len(st.pend) > 0 || st.global)
 }
 
 // bodyLimit is the most body bytes a rule that waits for the body reads.

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
 // A request denied by a later rule gives back what the earlier rules took (giveback.go).
@@ -70,4 +71,57 @@ func TestARequestTheShedderDeniesSpendsNothingOfTheLocalRulesBeforeIt(t *testing
 			})
 		}
 	}
+}
+
+func TestARequestItsBudgetDeniesAtTheBodyStageSpendsNothingOfTheHeadersRules(t *testing.T) {
+	ra := `{"name":"ra","key":["path"],"limits":[{"rate":"4/m"}]}`
+	rb := `{"name":"rb","key":[{"header":"x-user"}],"limits":[{"rate":"1000/d"}],"cost":` + fromBody + `}`
+	for _, tc := range []struct{ name, rules string }{
+		{"the shared rule first", ra + "," + rb},
+		{"the budget first", rb + "," + ra},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeHost(t)
+			p := f.start(`{"rules":[` + tc.rules + `]}`)
+			send := func(u, body string) bool {
+				h, act := f.open(p, user(u), false)
+				if act == types.ActionContinue { // the headers went on; the body decides
+					f.requestBody(h, body, true)
+				}
+				denied := f.of(h).reply != nil
+				if !denied {
+					f.respond(h, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, false)
+					f.responseBody(h, `{"usage":{"total_tokens":500}}`, true)
+				}
+				f.end(h)
+				return !denied
+			}
+			for i := range 2 {
+				assert.True(t, send("mallory", `{"max_tokens":500}`), "ra %d/4; mallory's budget spent by its usage of 500", i+1)
+			}
+			for i := range 4 {
+				assert.False(t, send("mallory", `{"max_tokens":1}`), "request %d: over mallory's budget, denied at the body stage", i)
+			}
+			assert.True(t, send("alice", `{"max_tokens":1}`), "ra 3/4: mallory's denials spent none of it")
+			assert.True(t, send("bob", `{"max_tokens":1}`), "ra 4/4")
+			assert.False(t, send("carol", `{"max_tokens":1}`), "ra is spent by the three admitted requests alone")
+			assert.Equal(t, int64(4), f.counter("meshlimit.rule.ra.given_back"))
+		})
+	}
+}
+
+func TestARequestTheServiceDeniesInItsBodyCallSpendsNothingOfTheLocalRulesBeforeIt(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(globalWith(``, `{"name":"ra","key":["path"],"limits":[{"rate":"1/m"}]},`+
+		`{"name":"per-user","scope":"global","key":[{"header":"x-user"}],"limits":[{"rate":"10/m"}]},`+
+		`{"name":"tokens","scope":"global","key":[{"header":"x-user"}],"limits":[{"rate":"1000/d"}],"cost":`+fromBody+`}`))
+	h, act := f.open(p, user("mallory"), false)
+	assert.Equal(t, types.ActionPause, act, "the first call, with the headers")
+	f.answerCall(f.callOf(h), "200", checkAnswer(true, 9, 0))
+	f.requestBody(h, `{"max_tokens": 40}`, true)
+	f.answerCall(f.callOf(h), "200", checkAnswer(false, 0, 60000))
+	assert.NotNil(t, f.of(h).reply, "the second call, with the body, denies")
+	f.end(h)
+	assert.Equal(t, int64(1), f.counter("meshlimit.rule.ra.given_back"))
+	assert.Equal(t, int64(1), left(t, f, p, "ra", "/"), "ra's unit is whole again")
 }

@@ -55,8 +55,10 @@ func (h *httpContext) requestHeaders(eos bool) types.Action {
 		p.settle.giveBack(h, now) // a shed request spends nothing of the local rules before it
 		return types.ActionPause
 	}
+	if len(d.globals) > 0 || h.settle.waitsForBody() {
+		d.taken.keep(h) // the service or the body stage may still deny: the takes wait in the stream
+	}
 	if len(d.globals) > 0 {
-		d.taken.keep(h)            // the service may still deny: the takes wait for its answer in the stream
 		if p.body.deferGlobal(h) { // the call waits for the request body
 			return types.ActionContinue
 		}
@@ -75,7 +77,9 @@ func (h *httpContext) finish(denied, paused bool, now int64) types.Action {
 		h.deny()
 		return types.ActionPause
 	}
-	h.taken.reset(0) // admitted: its takes are spent
+	if !h.settle.waitsForBody() {
+		h.taken.reset(0) // admitted: its takes are spent
+	}
 	if st := h.settle; st != nil && st.global {
 		p.body.keepForBody(h) // the headers' decision; the body's items are still to come
 	}
