@@ -140,6 +140,7 @@ type settling struct {
 	held      int    // what the copy counts in the VM's settle memory (settler.hold)
 	cut       bool   // the response body passed maxBody, or the VM's settle memory
 	events    body.SSE
+	dropsSeen int // events.Dropped when the last event was read (onEvent)
 	// bodyItems are the request's global items that wait for the body (body.go).
 	bodyItems []globalItem
 	keys      []byte // the bytes of the keys of the reservations reserve made
@@ -297,6 +298,9 @@ func (s *settler) endStream(h *httpContext) {
 				}
 			}
 		}
+	}
+	if st.sse {
+		st.afterDrops() // an event dropped after the last one read: what the stream used is unknown
 	}
 	if st.sse && !st.respEnded {
 		st.partialEvents()
@@ -479,14 +483,33 @@ func (s *settler) upstreamWorked() bool {
 const minSSEPiece = 4 << 10
 
 // onEvent reads the JSON fields of the reservations from one SSE event's data: the last event
-// that carries a field settles it.
+// that carries a field settles it, unless an event dropped after it (over max_body) may have
+// carried a later one (afterDrops).
 func (st *settling) onEvent(data []byte) {
+	st.afterDrops()
 	for i := range st.res {
 		r := &st.res[i]
 		if s := r.rs.rule.Settle(); s.Source == rules.SettleResponseJSON {
 			if n, err := body.JSONInt(data, s.Path); err == nil {
 				r.value, r.found = r.rs.rule.SettledValue(n), true
 			}
+		}
+	}
+}
+
+// afterDrops forgets the usage read so far when an event was dropped since (longer than
+// max_body): that event may have carried the stream's last usage, which then settles it, so what
+// the stream used is unknown and it is charged per on_missing, unless a later event carries a
+// usage. Without this, a client asking for a long answer (whose final event carries the whole
+// output and its usage) would pay an early, smaller usage.
+func (st *settling) afterDrops() {
+	if st.events.Dropped == st.dropsSeen {
+		return
+	}
+	st.dropsSeen = st.events.Dropped
+	for i := range st.res {
+		if r := &st.res[i]; r.rs.rule.Settle().Source == rules.SettleResponseJSON {
+			r.value, r.found = 0, false
 		}
 	}
 }

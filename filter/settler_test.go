@@ -26,6 +26,12 @@ func settleRule(cost string) string {
 	return `{"rules":[{"name":"tokens","key":[{"header":"x-user"}],"limits":[{"rate":"1000/d"}],"cost":` + cost + `}]}`
 }
 
+// sseSmall settles from the events of at most 64 bytes; bigEvent is one past that, with a usage.
+const (
+	sseSmall = `{"default":10,"max":500,"max_body":64,"settle":{"response_json":"usage.total_tokens"}}`
+	bigEvent = "data: {\"output\":\"" + "0123456789012345678901234567890123456789012345678901234567890123" + "\",\"usage\":{\"total_tokens\":300}}\n\n"
+)
+
 const fromHeader = `{"default":10,"max":500,"settle":{"response_header":"x-cost"}}`
 
 func TestAReservationSettlesToTheCostTheAnswerSays(t *testing.T) {
@@ -59,6 +65,12 @@ func TestAReservationSettlesToTheCostTheAnswerSays(t *testing.T) {
 			[][2]string{{"content-type", "text/event-stream"}}, []string{"data: {\"usage\":{\"total_tokens\":NaN}}\n\n", "data: [DONE]\n\n"}, 500, "meshlimit.rule.tokens.settle_kept"},
 		{"a NaN usage keeps the reservation with on_missing reservation", `{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens","on_missing":"reservation"}}`, "200",
 			[][2]string{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":NaN}}`}, 990, "meshlimit.rule.tokens.settle_kept"},
+		{"an event over max_body after an early usage makes the usage unknown: charged max", sseSmall, "200",
+			[][2]string{{"content-type", "text/event-stream"}}, []string{"data: {\"usage\":{\"total_tokens\":3}}\n\n", bigEvent, "data: [DONE]\n\n"}, 500, "meshlimit.rule.tokens.settle_kept"},
+		{"an event over max_body ending the stream makes the usage unknown: charged max", sseSmall, "200",
+			[][2]string{{"content-type", "text/event-stream"}}, []string{"data: {\"usage\":{\"total_tokens\":3}}\n\n", bigEvent}, 500, "meshlimit.rule.tokens.settle_kept"},
+		{"a usage after an event over max_body settles it", sseSmall, "200",
+			[][2]string{{"content-type", "text/event-stream"}}, []string{"data: {\"usage\":{\"total_tokens\":3}}\n\n", bigEvent, "data: {\"usage\":{\"total_tokens\":7}}\n\n"}, 993, "meshlimit.rule.tokens.settle_refund"},
 		{"the response's bytes settle it", `{"default":10,"max":500,"settle":{"body_bytes":"response"}}`, "200",
 			nil, []string{"12345", "678"}, 992, "meshlimit.rule.tokens.settle_refund"},
 	} {
