@@ -139,6 +139,7 @@ type settling struct {
 	body      []byte // the response body copied so far, at most maxBody
 	held      int    // what the copy counts in the VM's settle memory (settler.hold)
 	cut       bool   // the response body passed maxBody, or the VM's settle memory
+	refused   bool   // the copy was refused for want of settle memory: charged max (UnreadCost)
 	events    body.SSE
 	dropsSeen int // events.Dropped when the last event was read (onEvent)
 	// bodyItems are the request's global items that wait for the body (body.go).
@@ -346,7 +347,11 @@ func (s *settler) settleOne(st *settling, r *reservation, now int64) {
 	}
 	if !r.found { // charged per on_missing: the rule's max by default, never the client's choice
 		m.kept.inc(1)
-		if delta := r.rs.rule.MissingCost(r.reserved) - r.reserved; delta > 0 {
+		cost := r.rs.rule.MissingCost(r.reserved)
+		if st.refused && set.Source == rules.SettleResponseJSON {
+			cost = r.rs.rule.UnreadCost(r.reserved) // not read for want of memory: on_missing does not apply
+		}
+		if delta := cost - r.reserved; delta > 0 {
 			m.overrun.inc(uint64(delta))
 			s.adjust(r, delta, now)
 		}
@@ -439,6 +444,7 @@ func (s *settler) hold(st *settling, size int) bool {
 	if s.held+size > s.cfg.SettleMemory {
 		s.copyRefused.inc(1)
 		s.drop(st)
+		st.refused = true
 		return false
 	}
 	s.held += size

@@ -324,3 +324,23 @@ func TestEnvoysOwn504AfterTheUpstreamWorkedKeepsTheReservationWhateverOnError(t 
 		})
 	}
 }
+
+func TestAStreamRefusedACopyForWantOfSettleMemoryIsChargedMaxWhateverOnMissingSays(t *testing.T) {
+	for _, onMissing := range []string{"max", "reservation"} {
+		t.Run(onMissing, func(t *testing.T) {
+			f := newFakeHost(t)
+			p := f.start(`{"settle_memory":65536,"rules":[{"name":"tokens","key":[{"header":"x-user"}],"limits":[{"rate":"1000/d"}],
+				"cost":{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens","on_missing":"` + onMissing + `"}}}]}`)
+			hold, _ := f.open(p, user("mallory"), true) // a slow reader: its event stream holds max_body, all of settle_memory
+			f.respond(hold, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
+			f.responseBody(hold, "data: {}\n\n", false)
+			h, _ := f.open(p, user("alice"), true)
+			f.respond(h, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
+			f.responseBody(h, "data: {\"usage\":{\"total_tokens\":300}}\n\n", true)
+			f.end(h)
+			assert.Equal(t, int64(1), f.counter("meshlimit.settle_copy_refused"))
+			assert.Equal(t, int64(500), left(t, f, p, "tokens", "alice"), "its usage unread: charged max, not its reservation of 10")
+			f.end(hold)
+		})
+	}
+}

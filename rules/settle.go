@@ -278,6 +278,13 @@ func (r *Rule) MissingCost(reserved int64) int64 {
 	return max(r.cost.max, reserved)
 }
 
+// UnreadCost is what a reservation of reserved units settles to when its answer went unread for
+// want of memory (the VM's settle_memory, or its key's share of it, was full): the rule's max,
+// never less than the reservation, whatever on_missing says. on_missing is for answers that carry
+// no usage; an answer that was not read may carry any, so a full settle memory never makes usage
+// unbounded.
+func (r *Rule) UnreadCost(reserved int64) int64 { return max(r.cost.max, reserved) }
+
 // jsonPath compiles a dotted path of object member names.
 func (v *validator) jsonPath(path, s string) []string {
 	segs := strings.Split(s, ".")
