@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"hash/maphash"
 	"strconv"
 	"strings"
 
@@ -60,7 +61,17 @@ type settler struct {
 	// copyRefused. Many slow readers never take the VM's memory, whatever max_body says.
 	held        int
 	copyRefused counter
+	// keyHeld is what the streams of each key hold of it (memKey: a rule's key value), at most
+	// keyShare each, so that one client's slow readers cannot take the memory the others settle
+	// with. Created on first use, with seed.
+	keyHeld map[uint64]int
+	seed    maphash.Seed
 }
+
+// settleKeyShares is how many keys' shares settle_memory holds: a key's streams hold at most
+// 1/settleKeyShares of it (or one stream's max_body, when that is more), so an attacker needs
+// settleKeyShares keys, each admitted by the rule and paying its reservations, to fill it.
+const settleKeyShares = 16
 
 // settleMetrics are the counters of a settling rule, defined on first use.
 type settleMetrics struct {
@@ -140,6 +151,7 @@ type settling struct {
 	held      int    // what the copy counts in the VM's settle memory (settler.hold)
 	cut       bool   // the response body passed maxBody, or the VM's settle memory
 	refused   bool   // the copy was refused for want of settle memory: charged max (UnreadCost)
+	memKey    uint64 // the key its copy counts against (keyHeld), set by its first hold
 	events    body.SSE
 	dropsSeen int // events.Dropped when the last event was read (onEvent)
 	// bodyItems are the request's global items that wait for the body (body.go).
@@ -441,7 +453,13 @@ func (s *settler) hold(st *settling, size int) bool {
 		}
 		size = st.maxBody
 	}
-	if s.held+size > s.cfg.SettleMemory {
+	if s.keyHeld == nil {
+		s.keyHeld, s.seed = map[uint64]int{}, maphash.MakeSeed()
+	}
+	if st.held == 0 {
+		st.memKey = s.memKey(st)
+	}
+	if s.held+size > s.cfg.SettleMemory || st.memKey != 0 && s.keyHeld[st.memKey]+size > s.keyShare(st) {
 		s.copyRefused.inc(1)
 		s.drop(st)
 		st.refused = true
@@ -449,7 +467,35 @@ func (s *settler) hold(st *settling, size int) bool {
 	}
 	s.held += size
 	st.held += size
+	if st.memKey != 0 {
+		s.keyHeld[st.memKey] += size
+	}
 	return true
+}
+
+// keyShare is the most the streams of one key hold at once: 1/settleKeyShares of settle_memory,
+// or st's max_body when that is more (a key always has room for one stream's copy).
+func (s *settler) keyShare(st *settling) int {
+	return max(s.cfg.SettleMemory/settleKeyShares, st.maxBody)
+}
+
+// memKey returns the key a stream's copy counts against: a hash of the name and key value of its
+// first reservation that settles from a JSON field, 0 when that rule has no key (its clients are
+// not told apart: only settle_memory bounds them).
+func (s *settler) memKey(st *settling) uint64 {
+	for i := range st.res {
+		r := &st.res[i]
+		if r.rs.rule.Settle().Source != rules.SettleResponseJSON || r.key == "" {
+			continue
+		}
+		var h maphash.Hash
+		h.SetSeed(s.seed)
+		h.WriteString(r.rs.rule.Name)
+		h.WriteByte(0)
+		h.WriteString(r.key)
+		return h.Sum64() | 1 // never 0
+	}
+	return 0
 }
 
 // drop stops a stream's copy: it settles as cut short, and what it held is given back.
@@ -461,6 +507,13 @@ func (s *settler) drop(st *settling) {
 // release gives back what a stream held for its copy (it ended, or stopped copying).
 func (s *settler) release(st *settling) {
 	s.held = max(s.held-st.held, 0) // a stream of an earlier configuration may release into this one
+	if st.memKey != 0 && st.held > 0 {
+		if n := s.keyHeld[st.memKey] - st.held; n > 0 {
+			s.keyHeld[st.memKey] = n
+		} else {
+			delete(s.keyHeld, st.memKey)
+		}
+	}
 	st.held = 0
 }
 

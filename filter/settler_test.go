@@ -344,3 +344,35 @@ func TestAStreamRefusedACopyForWantOfSettleMemoryIsChargedMaxWhateverOnMissingSa
 		})
 	}
 }
+
+func TestAClientsSlowReadersTakeOnlyItsKeysShareOfSettleMemory(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(`{"settle_memory":1048576,"rules":[{"name":"tokens","key":[{"header":"x-user"}],"limits":[{"rate":"100000/d"}],
+		"cost":{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens"}}}]}`)
+	var held []*httpContext
+	for range 20 { // one key's share is 1/16 of 1 MiB: one event stream of max_body (65536)
+		h, _ := f.open(p, user("mallory"), true)
+		f.respond(h, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
+		f.responseBody(h, "data: {}\n\n", false)
+		held = append(held, h)
+	}
+	assert.Equal(t, int64(19), f.counter("meshlimit.settle_copy_refused"), "mallory's streams past its key's share")
+	for _, u := range []string{"alice", "bob"} {
+		h, _ := f.open(p, user(u), true)
+		f.respond(h, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
+		f.responseBody(h, "data: {\"usage\":{\"total_tokens\":300}}\n\n", true)
+		f.end(h)
+		assert.Equal(t, int64(100000-300), left(t, f, p, "tokens", u), "%s's settlement is exact", u)
+	}
+	assert.Equal(t, int64(19), f.counter("meshlimit.settle_copy_refused"), "no honest stream refused")
+	for _, h := range held {
+		f.responseBody(h, "data: {\"usage\":{\"total_tokens\":1}}\n\n", true)
+		f.end(h)
+	}
+	assert.Equal(t, int64(100000-1-19*500), left(t, f, p, "tokens", "mallory"), "its one copied stream settles to 1, the 19 refused to max")
+	h, _ := f.open(p, user("mallory"), true) // its share came back
+	f.respond(h, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
+	f.responseBody(h, "data: {\"usage\":{\"total_tokens\":2}}\n\n", true)
+	f.end(h)
+	assert.Equal(t, int64(19), f.counter("meshlimit.settle_copy_refused"))
+}
