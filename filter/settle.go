@@ -66,6 +66,9 @@ type settler struct {
 	// with. Created on first use, with seed.
 	keyHeld map[uint64]int
 	seed    maphash.Seed
+	// holders are the streams that hold a copy (settling.holder is the index + 1): when
+	// settle_memory is full, a newcomer's copy evicts those of the key holding the most (evict).
+	holders []*settling
 }
 
 // settleKeyShares is how many keys' shares settle_memory holds: a key's streams hold at most
@@ -152,6 +155,7 @@ type settling struct {
 	cut       bool   // the response body passed maxBody, or the VM's settle memory
 	refused   bool   // the copy was refused for want of settle memory: charged max (UnreadCost)
 	memKey    uint64 // the key its copy counts against (keyHeld), set by its first hold
+	holder    int    // its index in settler.holders + 1 while it holds a copy, else 0
 	events    body.SSE
 	dropsSeen int // events.Dropped when the last event was read (onEvent)
 	// bodyItems are the request's global items that wait for the body (body.go).
@@ -315,6 +319,9 @@ func (s *settler) endStream(h *httpContext) {
 	if st.sse {
 		st.afterDrops() // an event dropped after the last one read: what the stream used is unknown
 	}
+	if st.refused {
+		st.forgetUsage() // its copy was evicted: an early event's usage does not settle it
+	}
 	if st.sse && !st.respEnded {
 		st.partialEvents()
 	}
@@ -459,16 +466,47 @@ func (s *settler) hold(st *settling, size int) bool {
 	if st.held == 0 {
 		st.memKey = s.memKey(st)
 	}
-	if s.held+size > s.cfg.SettleMemory || st.memKey != 0 && s.keyHeld[st.memKey]+size > s.keyShare(st) {
-		s.copyRefused.inc(1)
-		s.drop(st)
-		st.refused = true
+	if st.memKey != 0 && s.keyHeld[st.memKey]+size > s.keyShare(st) || !s.evict(st, size) {
+		s.refuse(st)
 		return false
+	}
+	if st.holder == 0 {
+		s.holders = append(s.holders, st)
+		st.holder = len(s.holders)
 	}
 	s.held += size
 	st.held += size
 	if st.memKey != 0 {
 		s.keyHeld[st.memKey] += size
+	}
+	return true
+}
+
+// refuse stops a stream's copy for want of settle memory: it settles charged max (UnreadCost).
+func (s *settler) refuse(st *settling) {
+	s.copyRefused.inc(1)
+	s.drop(st)
+	st.refused = true
+}
+
+// evict makes room for size more bytes of st's copy in a full settle memory by refusing the
+// copies of the key that holds the most, while that key holds more than st's would: many keys
+// that fill the memory together lose their copies to a newcomer, which keeps its own (the key
+// shares are max-min fair). It reports whether the bytes fit. Its scan of the holders runs only
+// when the memory is full.
+func (s *settler) evict(st *settling, size int) bool {
+	for s.held+size > s.cfg.SettleMemory {
+		mine := s.keyHeld[st.memKey] + size
+		var v *settling
+		for _, h := range s.holders {
+			if h != st && h.memKey != 0 && (v == nil || s.keyHeld[h.memKey] > s.keyHeld[v.memKey]) {
+				v = h
+			}
+		}
+		if v == nil || st.memKey == 0 || s.keyHeld[v.memKey] <= mine {
+			return false
+		}
+		s.refuse(v)
 	}
 	return true
 }
@@ -514,6 +552,15 @@ func (s *settler) release(st *settling) {
 			delete(s.keyHeld, st.memKey)
 		}
 	}
+	if i := st.holder - 1; i >= 0 && i < len(s.holders) && s.holders[i] == st {
+		last := len(s.holders) - 1
+		s.holders[i], s.holders[last] = s.holders[last], nil
+		s.holders = s.holders[:last]
+		if i < last {
+			s.holders[i].holder = i + 1
+		}
+	}
+	st.holder = 0
 	st.held = 0
 }
 
@@ -566,6 +613,11 @@ func (st *settling) afterDrops() {
 		return
 	}
 	st.dropsSeen = st.events.Dropped
+	st.forgetUsage()
+}
+
+// forgetUsage forgets the usage read so far of the reservations settling from a JSON field.
+func (st *settling) forgetUsage() {
 	for i := range st.res {
 		if r := &st.res[i]; r.rs.rule.Settle().Source == rules.SettleResponseJSON {
 			r.value, r.found = 0, false

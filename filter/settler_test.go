@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -375,4 +376,35 @@ func TestAClientsSlowReadersTakeOnlyItsKeysShareOfSettleMemory(t *testing.T) {
 	f.responseBody(h, "data: {\"usage\":{\"total_tokens\":2}}\n\n", true)
 	f.end(h)
 	assert.Equal(t, int64(19), f.counter("meshlimit.settle_copy_refused"))
+}
+
+func TestASlowReaderOfManyKeysLosesItsCopiesToANewcomersWhenSettleMemoryIsFull(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(`{"settle_memory":4194304,"rules":[{"name":"tokens","key":[{"header":"x-user"}],"limits":[{"rate":"100000/d"}],
+		"cost":{"default":10,"max":500,"settle":{"response_json":"usage.total_tokens"}}}]}`)
+	var held []*httpContext
+	for i := range 80 { // 20 keys of 4 streams: 64 copies of max_body (65536) fill 4 MiB
+		h, _ := f.open(p, user("mallory"+strconv.Itoa(i%20)), true)
+		f.respond(h, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
+		f.responseBody(h, "data: {\"usage\":{\"total_tokens\":1}}\n\n", false)
+		held = append(held, h)
+	}
+	assert.Equal(t, int64(16), f.counter("meshlimit.settle_copy_refused"), "the memory holds 64 of the 80")
+	for _, u := range []string{"alice", "bob"} {
+		h, _ := f.open(p, user(u), true)
+		f.respond(h, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
+		f.responseBody(h, "data: {\"usage\":{\"total_tokens\":300}}\n\n", true)
+		f.end(h)
+		assert.Equal(t, int64(100000-300), left(t, f, p, "tokens", u), "%s's settlement is exact: a key holding more lost a copy", u)
+	}
+	assert.Equal(t, int64(17), f.counter("meshlimit.settle_copy_refused"), "one of mallory's copies evicted for alice; bob's fit when alice's ended")
+	for _, h := range held {
+		f.responseBody(h, "data: [DONE]\n\n", true)
+		f.end(h)
+	}
+	charged := int64(0)
+	for k := range 20 {
+		charged += 100000 - left(t, f, p, "tokens", "mallory"+strconv.Itoa(k))
+	}
+	assert.Equal(t, int64(63*1+17*500), charged, "its 63 copied streams settle to their usage, the 17 refused or evicted to max")
 }
