@@ -85,3 +85,13 @@ func (s *settler) giveBackFrom(t *takenScratch, now int64) {
 	}
 	t.list, t.keys = t.list[:0], t.keys[:0]
 }
+
+// spendNothing undoes what the rules decided for a request the shedder denied (its 503 is sent),
+// as deny does for a rule's denial: its reservations are refunded (else, answered by no response,
+// each would settle to its rule's max), its rules' takes given back and its charges dropped.
+func (h *httpContext) spendNothing(now int64) {
+	p := h.plugin
+	p.settle.refund(h)
+	p.settle.giveBack(h, now)
+	p.charges.drop(h)
+}

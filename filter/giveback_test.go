@@ -125,3 +125,18 @@ func TestARequestTheServiceDeniesInItsBodyCallSpendsNothingOfTheLocalRulesBefore
 	assert.Equal(t, int64(1), f.counter("meshlimit.rule.ra.given_back"))
 	assert.Equal(t, int64(1), left(t, f, p, "ra", "/"), "ra's unit is whole again")
 }
+
+func TestARequestTheShedderDeniesRefundsItsReservationWhateverOnErrorSays(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(`{"rules":[{"name":"tokens","key":[{"header":"x-user"}],"limits":[{"rate":"1000/d"}],
+		"cost":{"default":10,"max":500,"settle":{"response_header":"x-cost","on_error":"keep"}}}],
+		"shed":{"capacity":1,"classes":[{"name":"all","reserve":0}],"default_class":"all"}}`)
+	hold, _ := f.open(p, user("u"), true) // reserves 10, holds the shedder's one slot
+	h, _ := f.open(p, user("u"), true)
+	if assert.NotNil(t, f.of(h).reply, "shed") {
+		assert.Equal(t, uint32(503), f.of(h).reply.status)
+	}
+	f.end(h)
+	assert.Equal(t, int64(990), left(t, f, p, "tokens", "u"), "the shed request's reservation is refunded")
+	f.end(hold)
+}

@@ -52,7 +52,7 @@ func (h *httpContext) requestHeaders(eos bool) types.Action {
 	p.charges.keep(h)
 	p.msgs.keep(h)
 	if p.sheds.admit(h, now) {
-		p.settle.giveBack(h, now) // a shed request spends nothing of the local rules before it
+		h.spendNothing(now) // a shed request spends nothing of the rules before it
 		return types.ActionPause
 	}
 	if len(d.globals) > 0 || h.settle.waitsForBody() {
