@@ -13,8 +13,8 @@
 //	-timeout            MESHLIMIT_TIMEOUT            store deadline per check (default 10ms: at most
 //	                                                 half the filter's global.timeout, 20ms by default)
 //	-max-conns          MESHLIMIT_MAX_CONNS          connections held at once on -listen and -grpc-listen
-//	                                                 together (default 1024); at the cap the quietest
-//	                                                 idle one is closed for the new one
+//	                                                 together (default 1024); at the cap a quiet one
+//	                                                 (no completed request or RPC first) is closed for the new one
 //	-idle-timeout       MESHLIMIT_IDLE_TIMEOUT       how long a keep-alive connection may idle (default 30s)
 //	-max-keys           MESHLIMIT_MAX_KEYS           in-memory store key bound, also of the keys decided in
 //	                                                 memory while Redis is full (default 1048576)
@@ -131,7 +131,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound (also of the new keys decided in memory while Redis is full), a positive `int`")
 	f.bool(&o.allowClientTime, "allow-client-time", false, "accept now_us in checks (tests only)")
 	f.bool(&o.requireSecret, "require-secret", false, "refuse to start without MESHLIMIT_SECRET (the shipped manifests set it)")
-	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once on -listen and -grpc-listen together, a positive `int`; at the cap the quietest idle one is closed for the new one")
+	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once on -listen and -grpc-listen together, a positive `int`; at the cap a quiet one (no completed request or RPC first) is closed for the new one")
 	f.duration(&o.idleTimeout, "idle-timeout", 30*time.Second, 1, forever, "how long a keep-alive connection may idle, a positive `duration`")
 	f.string(&o.rls.config, "ratelimit-config", "", "directory of envoyproxy/ratelimit YAML files (enables POST /json)")
 	f.string(&o.rls.grpcListen, "grpc-listen", "", "address of the gRPC RateLimitService (needs -ratelimit-config)")
@@ -215,6 +215,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, hk 
 		o.maxConns = n
 	}
 	conns := service.NewConnBudget(o.maxConns) // one budget for both listeners
+	metrics.WatchConns(conns, log)
 	front, err := startRLS(ctx, o.rls, store, o.timeout, metrics, conns, log)
 	if err != nil {
 		return err

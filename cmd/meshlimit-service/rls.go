@@ -79,7 +79,7 @@ func startRLS(ctx context.Context, o rlsOptions, store service.Store, timeout ti
 	}
 	ln := conns.LimitQuiet(tcp)
 	hl := rls.NewHealth(store, timeout)
-	g := rls.NewGRPCServer(s, rls.GRPCOptions{Reflection: o.reflection, Health: hl})
+	g := rls.NewGRPCServer(s, rls.GRPCOptions{Reflection: o.reflection, Health: hl, Conns: conns})
 	f.drain = hl.Drain
 	f.grpcAddr = ln.Addr().String()
 	f.serve = func() error { return g.Serve(ln) }

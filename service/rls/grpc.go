@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/tap"
+
+	"github.com/meshlimit/meshlimit/service"
 )
 
 // GRPCOptions configures NewGRPCServer. Every bound has a default that a replica of 256 Mi
@@ -43,6 +45,9 @@ type GRPCOptions struct {
 	// Health answers grpc.health.v1 (nil: NewHealth of the Server's store and timeout); its
 	// Drain makes the server NOT_SERVING on shutdown.
 	Health *Health
+	// Conns, when the server serves a listener of this budget (ConnBudget.LimitQuiet), is
+	// told each RPC's start and end, so that the budget judges a connection by its RPCs.
+	Conns *service.ConnBudget
 }
 
 // The defaults of GRPCOptions.
@@ -72,7 +77,7 @@ func NewGRPCServer(s *Server, o GRPCOptions) *grpc.Server {
 // their write buffers: both cut the work per call at high rates.
 func serverOptions(o GRPCOptions) []grpc.ServerOption {
 	o = o.withDefaults()
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.SharedWriteBuffer(true),
 		// A larger message is refused (RESOURCE_EXHAUSTED) from its length prefix, undecoded.
@@ -87,6 +92,10 @@ func serverOptions(o GRPCOptions) []grpc.ServerOption {
 		// server would answer GOAWAY "too_many_pings"; more often is a GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
+	if o.Conns != nil {
+		opts = append(opts, grpc.StatsHandler(connWork{o.Conns}))
+	}
+	return opts
 }
 
 // withDefaults fills the options left zero.
