@@ -268,7 +268,8 @@ func openStore(o options, log *slog.Logger) (service.Store, error) {
 	}
 	// While Redis is full, it decides the keys it holds; new keys are decided in this replica's
 	// memory, bounded by -max-keys, instead of falling to their rules' failure_mode.
-	return &service.FullFallback{Store: s, Local: memstore.New(memstore.Config{MaxKeys: o.maxKeys})}, nil
+	return &service.FullFallback{Store: s, MaxKeys: o.maxKeys,
+		Local: memstore.New(memstore.Config{MaxKeys: service.LocalMaxKeys(o.maxKeys)})}, nil
 }
 
 // serve serves srv on ln, and the gRPC front, until ctx ends or one of them fails; when ctx
