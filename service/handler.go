@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"crypto/subtle"
 	"errors"
 	"log/slog"
@@ -245,10 +244,8 @@ func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, http.StatusServiceUnavailable, "draining: the service is shutting down")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), max(h.timeout, time.Second))
-	defer cancel()
-	if err := h.store.Ping(ctx); err != nil {
-		if onlyFull(err) {
+	if ready, full, err := StoreReady(r.Context(), h.store, h.timeout); err != nil {
+		if ready && full {
 			// Every replica shares a full store: leaving the Service would turn every replica's
 			// exact decisions of existing keys into the proxies' failure_mode.
 			if onceASecond(&h.lastReady) {

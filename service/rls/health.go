@@ -13,8 +13,8 @@ import (
 )
 
 // Health answers the gRPC health checking protocol (grpc.health.v1) for the empty service and
-// envoy.service.ratelimit.v3.RateLimitService as /readyz answers: SERVING while the store
-// answers a ping, NOT_SERVING while it does not (an Envoy that health-checks the cluster over
+// envoy.service.ratelimit.v3.RateLimitService as /readyz answers (service.StoreReady): SERVING
+// while the store answers a ping or is only full, NOT_SERVING while it does not (an Envoy that health-checks the cluster over
 // gRPC then sends to the other replicas, not to one that can only answer errors) and from
 // Drain on. Check pings the store each time, bounded by the timeout; Watch and List report the
 // status of the last Check, or of Drain.
@@ -44,9 +44,7 @@ func (h *Health) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*
 	if h.draining.Load() {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	} else {
-		pctx, cancel := context.WithTimeout(ctx, h.timeout)
-		defer cancel()
-		if h.store.Ping(pctx) != nil {
+		if ready, _, _ := service.StoreReady(ctx, h.store, h.timeout); !ready {
 			st = healthpb.HealthCheckResponse_NOT_SERVING
 		}
 	}
