@@ -137,7 +137,7 @@ func (a *admin) request(w http.ResponseWriter, r *http.Request) (*wire.Request, 
 		adminError(w, http.StatusForbidden, "the admin API is disabled: the service has no admin token")
 		return nil, false
 	}
-	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got := bearerToken(r.Header.Get("Authorization"))
 	if subtle.ConstantTimeCompare([]byte(got), a.token) != 1 {
 		adminError(w, http.StatusUnauthorized, "Authorization: missing or wrong bearer token")
 		return nil, false

@@ -206,7 +206,7 @@ func (h *Handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 // metricsAuthorized reports whether r carries the metrics token as a bearer token (or none is
 // configured); otherwise it answers 401.
 func (h *Handler) metricsAuthorized(w http.ResponseWriter, r *http.Request) bool {
-	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got := bearerToken(r.Header.Get("Authorization"))
 	if h.metricsTk == nil || subtle.ConstantTimeCompare([]byte(got), h.metricsTk) == 1 {
 		return true
 	}

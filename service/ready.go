@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -20,4 +21,14 @@ func StoreReady(ctx context.Context, store Store, timeout time.Duration) (ready,
 		return true, true, err
 	}
 	return false, false, err
+}
+
+// bearerToken returns the token of an "Authorization: Bearer <token>" value, the scheme
+// matched case-insensitively (RFC 9110, section 11.1), or "" for another scheme.
+func bearerToken(v string) string {
+	const scheme = "bearer "
+	if len(v) < len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
+		return ""
+	}
+	return v[len(scheme):]
 }

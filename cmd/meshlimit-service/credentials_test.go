@@ -94,6 +94,14 @@ func TestCredentialsThatWouldLeaveTheServiceOpenAreRefusedAtStart(t *testing.T) 
 			"MESHLIMIT_ADMIN_TOKEN: must differ from MESHLIMIT_SECRET"},
 		{"-require-secret without a secret", nil, []string{"-require-secret"}, "MESHLIMIT_SECRET: empty, and -require-secret is set"},
 		{"MESHLIMIT_REQUIRE_SECRET without a secret", map[string]string{"MESHLIMIT_REQUIRE_SECRET": "true"}, nil, "MESHLIMIT_SECRET: empty, and -require-secret is set"},
+		// Review r21 F6: these four started.
+		{"a metrics token that is the secret", map[string]string{"MESHLIMIT_SECRET": "s", "MESHLIMIT_METRICS_TOKEN": "s"}, nil,
+			"MESHLIMIT_METRICS_TOKEN: must differ from MESHLIMIT_SECRET"},
+		{"a blank secret with -require-secret", map[string]string{"MESHLIMIT_SECRET": " "}, []string{"-require-secret"}, "MESHLIMIT_SECRET: only whitespace"},
+		{"an admin token that is the secret and a space", map[string]string{"MESHLIMIT_SECRET": "abc", "MESHLIMIT_ADMIN_TOKEN": "abc "}, nil,
+			"MESHLIMIT_ADMIN_TOKEN: must differ from MESHLIMIT_SECRET"},
+		{"an admin token that is the secret and a newline", map[string]string{"MESHLIMIT_SECRET": "abc", "MESHLIMIT_ADMIN_TOKEN": "abc\n"}, nil,
+			"MESHLIMIT_ADMIN_TOKEN: must differ from MESHLIMIT_SECRET"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr strings.Builder

@@ -85,6 +85,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -159,15 +160,26 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	return o, checkCredentials(o)
 }
 
-// checkCredentials refuses credentials that would leave the service open: no secret with
-// -require-secret, an admin token that is the proxies' secret (every proxy carries it, in its
+// checkCredentials refuses credentials that would leave the service open: a credential of
+// only whitespace, no secret with -require-secret, an admin or metrics token that is the
+// proxies' secret, whitespace aside (every proxy carries it, in its
 // plugin configuration and Envoy's config dump).
 func checkCredentials(o options) error {
+	for _, c := range []struct{ name, v string }{
+		{"MESHLIMIT_SECRET", o.secret}, {"MESHLIMIT_ADMIN_TOKEN", o.adminToken}, {"MESHLIMIT_METRICS_TOKEN", o.metricsToken},
+	} {
+		if c.v != "" && strings.TrimSpace(c.v) == "" {
+			return usageError{fmt.Errorf("%s: only whitespace: set a real credential, or leave it empty", c.name)}
+		}
+	}
+	same := func(a, b string) bool { return a != "" && strings.TrimSpace(a) == strings.TrimSpace(b) }
 	switch {
 	case o.requireSecret && o.secret == "":
 		return usageError{errors.New("MESHLIMIT_SECRET: empty, and -require-secret is set: set the secret the proxies send")}
-	case o.adminToken != "" && o.adminToken == o.secret:
-		return usageError{errors.New("MESHLIMIT_ADMIN_TOKEN: must differ from MESHLIMIT_SECRET, which every proxy carries")}
+	case same(o.adminToken, o.secret):
+		return usageError{errors.New("MESHLIMIT_ADMIN_TOKEN: must differ from MESHLIMIT_SECRET (by more than whitespace), which every proxy carries")}
+	case same(o.metricsToken, o.secret):
+		return usageError{errors.New("MESHLIMIT_METRICS_TOKEN: must differ from MESHLIMIT_SECRET (by more than whitespace), which every proxy carries")}
 	}
 	return nil
 }

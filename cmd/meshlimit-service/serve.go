@@ -106,6 +106,9 @@ func fitToDescriptors(want int) int {
 	return min(want, max(int(r.Cur)-spareDescriptors, 1))
 }
 
+// maxHeaderBytes bounds a request's line and headers, as service/API.md says: 16 KiB.
+const maxHeaderBytes = 16 << 10
+
 // newServer returns the HTTP server of h on ln. A check is a small request answered in
 // milliseconds, so every timeout is short: a client that sends its headers slowly or keeps a
 // connection idle holds it for seconds, not minutes, and ln closes the quietest idle
@@ -117,7 +120,7 @@ func newServer(h http.Handler, ln *service.ConnLimiter, idle time.Duration, log 
 		ReadTimeout:       5 * time.Second,
 		WriteTimeout:      5 * time.Second,
 		IdleTimeout:       idle,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    maxHeaderBytes - 4096, // net/http reads 4096 bytes past it
 		ConnState:         ln.ConnState,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
