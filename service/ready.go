@@ -6,13 +6,18 @@ import (
 	"time"
 )
 
-// StoreReady pings store, bounded by timeout (at least 1 s), and says whether a replica on it
+// StoreReady pings store, bounded by timeout (the service's -timeout: a ping that reconnects
+// to Redis makes every decision wait for that reconnect, so it must not outlast a decision's
+// deadline), and says whether a replica on it
 // is ready to serve, for every readiness answer of the service (/readyz, gRPC health) to agree:
 // ready when the ping succeeds, and when its only failure is ErrStoreFull (full says so): a
 // full store is shared by every replica and still decides the keys it holds, so no replica
 // leaves the Service for it. err is the ping's failure, nil when it succeeded.
 func StoreReady(ctx context.Context, store Store, timeout time.Duration) (ready, full bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, max(timeout, time.Second))
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err = store.Ping(ctx); err == nil {
 		return true, false, nil

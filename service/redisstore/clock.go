@@ -12,6 +12,14 @@ import (
 // Redis clock (a drift of 100 ppm between two syncs is 0.1 ms).
 const clockSyncEvery = time.Second
 
+// clockSyncTimeout bounds a background re-sync, the reconnect it may start included. rueidis
+// makes every call that needs a connection wait, whatever its own deadline, for the one
+// reconnect in flight, which is bounded by the context of the call that started it: a re-sync
+// bounded by a second made every decision on a frozen Redis take a second instead of its
+// -timeout (review r21 F3). A TIME round trip takes well under it; a re-sync that misses it
+// keeps the last offset.
+const clockSyncTimeout = 10 * time.Millisecond
+
 // clock estimates Redis TIME from the local clock: the local time plus the offset seen
 // by the best recent TIME round trip (the one with the shortest round trip, whose midpoint
 // is closest to the instant Redis read its clock). Its error is at most half that round
@@ -66,7 +74,7 @@ func (s *Store) keepClockSynced(done <-chan struct{}) {
 		case <-done:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), clockSyncEvery)
+			ctx, cancel := context.WithTimeout(context.Background(), clockSyncTimeout)
 			_ = s.syncClock(ctx)
 			cancel()
 		}

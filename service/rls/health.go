@@ -28,9 +28,10 @@ type Health struct {
 // healthServices are the services Health reports on.
 var healthServices = []string{"", pb.RateLimitService_ServiceDesc.ServiceName}
 
-// NewHealth returns the Health of store, whose pings are bounded by timeout (at least 1s).
+// NewHealth returns the Health of store, whose pings are bounded by timeout (the service's
+// -timeout, as /readyz's: service.StoreReady).
 func NewHealth(store service.Store, timeout time.Duration) *Health {
-	h := &Health{Server: health.NewServer(), store: store, timeout: max(timeout, time.Second)}
+	h := &Health{Server: health.NewServer(), store: store, timeout: timeout}
 	h.set(healthpb.HealthCheckResponse_SERVING)
 	return h
 }

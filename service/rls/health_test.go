@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/service"
 )
 
@@ -49,5 +51,30 @@ func TestGRPCHealthAndReadyzAgreeOnAFullAHealthyAndADeadStore(t *testing.T) {
 			assert.Equal(t, tc.ready, resp.GetStatus() == healthpb.HealthCheckResponse_SERVING, "gRPC health: %v", resp.GetStatus())
 			assert.Equal(t, tc.ready, w.Code == http.StatusOK, "/readyz: %d %s", w.Code, w.Body.String())
 		})
+	}
+}
+
+// Review r21 F3: with Redis frozen (SIGSTOP), the gRPC health Check did not answer within 1 s
+// (an Envoy health check with a 1 s timeout saw a timeout, not NOT_SERVING). It now answers
+// NOT_SERVING within its own bound, the service's timeout (10 ms here). Wall time, generous:
+// 20 times the bound; the checks are a clock re-sync apart so that re-syncs meet the frozen Redis.
+func TestTheHealthCheckOfAFrozenRedisAnswersNotServingWithinItsBound(t *testing.T) {
+	rs := redistest.Start(t)
+	store := redisStore(t, rs.Addr())
+	const timeout = 10 * time.Millisecond
+	h := NewHealth(store, timeout)
+	resp, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
+	rs.Signal(syscall.SIGSTOP)
+	t.Cleanup(func() { rs.Signal(syscall.SIGCONT) })
+	for i := range 4 {
+		time.Sleep(700 * time.Millisecond)
+		t0 := time.Now()
+		resp, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		took := time.Since(t0)
+		require.NoError(t, err)
+		assert.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, resp.GetStatus(), "check %d", i)
+		assert.Less(t, took, 20*timeout, "check %d", i)
 	}
 }
