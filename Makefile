@@ -74,7 +74,7 @@ test-e2e: need-redis need-node wasm $(GOTESTSUM) ## the compiled module on inter
 # The packages whose tests start redis-server, but e2e (the Redis half of the lead's proof run).
 REDIS_PKGS := ./internal/redistest/ ./service/... ./cmd/meshlimit-admin/ ./cmd/meshlimit-service/
 
-test-redis: need-redis $(GOTESTSUM) ## the packages whose tests start redis-server (but e2e), with -race; TESTFLAGS=-count=2 to repeat
+test-redis: need-redis wasm $(GOTESTSUM) ## the packages whose tests start redis-server (but e2e), with -race; TESTFLAGS=-count=2 to repeat
 	@mkdir -p $(TESTOUT)
 	$(GOTESTSUM) --format pkgname-and-test-fails --jsonfile $(TESTOUT)/redis.json -- -race $(TESTFLAGS) -timeout=$(UNIT_TIMEOUT) $(REDIS_PKGS)
 
