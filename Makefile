@@ -192,11 +192,11 @@ vet: ## go vet, natively, for the wasm build, and in envoy/
 	$(WASMENV) $(GO) vet -tags tinygo -gcflags=$(SDK)=-complete=false ./abi/ ./cmd/filter/ ./cmd/passthrough/ ./filter/
 
 # -go pins the floor: tidy fails instead of raising it when a dependency wants a newer Go.
-tidy: ## go mod tidy in both modules, keeping the go directive at 1.24.0
-	$(GO) mod tidy -go=1.24.0
-	cd envoy && $(GO) mod tidy -go=1.24.0
+tidy: ## go mod tidy in both modules, keeping the go directive at 1.26.0
+	$(GO) mod tidy -go=1.26.0
+	cd envoy && $(GO) mod tidy -go=1.26.0
 
-# staticcheck and deadcode need Go 1.26 (this module's floor is 1.24.0): installed at a pinned version
+# staticcheck and deadcode are installed at a pinned version
 # into build/bin instead of as tools in go.mod (which would raise the go directive). staticcheck runs natively only: with the filter's
 # wasip1 flags it cannot type-check the SDK's bodyless host calls.
 STATICCHECK_VERSION := v0.8.2
@@ -222,8 +222,8 @@ check: vet staticcheck deadcode ## gofmt, vet, staticcheck, deadcode, and go mod
 	@cp go.mod $(BUILD)/go.mod.bak 2>/dev/null || { mkdir -p $(BUILD); cp go.mod $(BUILD)/go.mod.bak; }
 	@cp go.sum $(BUILD)/go.sum.bak
 	@cp envoy/go.mod $(BUILD)/envoy.go.mod.bak && cp envoy/go.sum $(BUILD)/envoy.go.sum.bak
-	$(GO) mod tidy -go=1.24.0
-	cd envoy && $(GO) mod tidy -go=1.24.0
+	$(GO) mod tidy -go=1.26.0
+	cd envoy && $(GO) mod tidy -go=1.26.0
 	@cmp -s go.mod $(BUILD)/go.mod.bak && cmp -s go.sum $(BUILD)/go.sum.bak || { echo "go mod tidy changed go.mod/go.sum"; git --no-pager diff -- go.mod go.sum; exit 1; }
 	@cmp -s envoy/go.mod $(BUILD)/envoy.go.mod.bak && cmp -s envoy/go.sum $(BUILD)/envoy.go.sum.bak || { echo "go mod tidy changed envoy/go.mod/go.sum"; git --no-pager diff -- envoy/go.mod envoy/go.sum; exit 1; }
 

@@ -6,6 +6,7 @@
 package otlptest
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"io"
@@ -47,6 +48,7 @@ type Receiver struct {
 	mu      sync.Mutex
 	spans   []Span
 	arrived chan struct{} // closed and replaced on every export
+	answer  int           // StartHTTPAnswering: bytes of junk each export is answered with
 }
 
 // waitLimit bounds WaitSpans: far beyond any export on a loaded machine, it only turns a hang
@@ -71,6 +73,16 @@ func StartHTTP(t testing.TB) *Receiver {
 	srv := &http.Server{Handler: http.HandlerFunc(r.serveHTTP), ReadHeaderTimeout: time.Minute}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
+	return r
+}
+
+// StartHTTPAnswering starts a receiver of OTLP over HTTP, like StartHTTP, that answers every
+// export with n bytes of junk instead of an ExportTraceServiceResponse: a collector (or anything
+// on the path of a plaintext endpoint) that tries to make the exporter buffer a huge answer.
+func StartHTTPAnswering(t testing.TB, n int) *Receiver {
+	t.Helper()
+	r := StartHTTP(t)
+	r.answer = n
 	return r
 }
 
@@ -105,9 +117,28 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.add(&msg)
-	out, _ := proto.Marshal(&collectorpb.ExportTraceServiceResponse{})
 	w.Header().Set("Content-Type", "application/x-protobuf")
+	if r.answer > 0 {
+		writeJunk(w, junk, r.answer)
+		return
+	}
+	out, _ := proto.Marshal(&collectorpb.ExportTraceServiceResponse{})
 	_, _ = w.Write(out)
+}
+
+// junk is what writeJunk writes: 0xff is not a valid protobuf message. It is allocated once, so
+// that a test measuring what the exporter allocates does not count the receiver's writes.
+var junk = bytes.Repeat([]byte{0xff}, 1<<20)
+
+// writeJunk writes n bytes of piece over and over, stopping when the client goes away.
+func writeJunk(w io.Writer, piece []byte, n int) {
+	for n > 0 {
+		m := min(n, len(piece))
+		if _, err := w.Write(piece[:m]); err != nil {
+			return
+		}
+		n -= m
+	}
 }
 
 func (r *Receiver) add(req *collectorpb.ExportTraceServiceRequest) {

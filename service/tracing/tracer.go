@@ -68,9 +68,15 @@ func newTracer(p *sdktrace.TracerProvider) *Tracer {
 	}
 }
 
+// MaxAnswerBytes bounds what the OTLP/HTTP exporter reads of a collector's answer to an export
+// (an ExportTraceServiceResponse: a few bytes, or a partial-success message): a longer answer
+// fails the export (GHSA-w8rr-5gcm-pp58). The SDK's default is 4 MiB.
+const MaxAnswerBytes = 64 << 10
+
 func newExporter(ctx context.Context, s settings) (sdktrace.SpanExporter, error) {
 	if s.http {
-		return otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.endpoint.String()))
+		return otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.endpoint.String()),
+			otlptracehttp.WithMaxResponseSize(MaxAnswerBytes))
 	}
 	return otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.endpoint.String()))
 }
