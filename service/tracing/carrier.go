@@ -2,6 +2,9 @@ package tracing
 
 import (
 	"net/http"
+	"strings"
+
+	"go.opentelemetry.io/otel/propagation"
 
 	"google.golang.org/grpc/metadata"
 )
@@ -54,4 +57,15 @@ func (c mdCarrier) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// b3Denies reports whether c's B3 headers say "not sampled" (`b3: 0`, `x-b3-sampled: 0` or
+// `false`). The B3 propagator drops such a deny when it comes without ids, and the sampler then
+// sees no parent: start checks it itself.
+func b3Denies(c propagation.TextMapCarrier) bool {
+	if c.Get("b3") == "0" {
+		return true
+	}
+	v := c.Get("x-b3-sampled")
+	return v == "0" || strings.EqualFold(v, "false")
 }

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 )
@@ -74,7 +75,7 @@ func (t *Tracer) StartHTTP(ctx context.Context, f Front, h http.Header) (context
 	if t == nil {
 		return ctx, Span{}
 	}
-	return t.start(t.prop.Extract(ctx, headerCarrier(h)), f)
+	return t.start(ctx, headerCarrier(h), f)
 }
 
 // StartGRPC starts the span of a gRPC decision, as a child of the trace context the call's
@@ -84,10 +85,16 @@ func (t *Tracer) StartGRPC(ctx context.Context) (context.Context, Span) {
 		return ctx, Span{}
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	return t.start(t.prop.Extract(ctx, mdCarrier(md)), FrontGRPC)
+	return t.start(ctx, mdCarrier(md), FrontGRPC)
 }
 
-func (t *Tracer) start(ctx context.Context, f Front) (context.Context, Span) {
+// start extracts the trace context of c into ctx and starts the span of front f on it; a request
+// whose B3 headers deny sampling without ids gets none when the sampler follows the caller.
+func (t *Tracer) start(ctx context.Context, c propagation.TextMapCarrier, f Front) (context.Context, Span) {
+	ctx = t.prop.Extract(ctx, c)
+	if t.followsParent && !trace.SpanContextFromContext(ctx).IsValid() && b3Denies(c) {
+		return ctx, Span{}
+	}
 	ctx, s := t.tracer.Start(ctx, spanNames[f], trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String(AttrFront, frontNames[f])))
 	if !s.IsRecording() {

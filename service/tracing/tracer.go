@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"go.opentelemetry.io/contrib/propagators/b3"
 	"go.opentelemetry.io/otel/attribute"
@@ -23,6 +24,9 @@ type Tracer struct {
 	provider *sdktrace.TracerProvider
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
+	// followsParent is true for the parentbased samplers: a request its caller did not sample,
+	// B3's deny without ids included (b3deny), then gets no span.
+	followsParent bool
 }
 
 // New returns the Tracer of c, or nil when c is not Enabled. It returns an error, naming the
@@ -55,7 +59,9 @@ func New(ctx context.Context, c Config) (*Tracer, error) {
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sampler(s)),
 	)
-	return newTracer(p), nil
+	t := newTracer(p)
+	t.followsParent = strings.HasPrefix(s.sampler, "parentbased_")
+	return t, nil
 }
 
 // newTracer returns the Tracer over p.
