@@ -151,8 +151,13 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	if err := o.redis.check(); err != nil {
 		return o, err
 	}
-	if o.trace = o.trace.FromEnv(getenv); o.trace.Validate() != nil {
-		return o, o.trace.Validate()
+	// The variables first: a bad one the flags left to them is named as the variable.
+	o.trace = o.trace.FromEnv(getenv)
+	if err := tracing.CheckEnv(o.trace, getenv); err != nil {
+		return o, err
+	}
+	if err := o.trace.Validate(); err != nil {
+		return o, err
 	}
 	o.secret = getenv("MESHLIMIT_SECRET")
 	o.adminToken = getenv("MESHLIMIT_ADMIN_TOKEN")

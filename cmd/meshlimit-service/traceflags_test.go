@@ -136,3 +136,18 @@ func TestABadTracingSettingIsAnErrorNamingItsFlag(t *testing.T) {
 		assert.Contains(t, err.Error(), tc.want)
 	}
 }
+
+// The SDK ignores a bad value of the variables it reads itself; the binary refuses it at start,
+// naming the variable.
+func TestABadOTELVariableStopsTheBinaryWithAnErrorNamingTheVariable(t *testing.T) {
+	for variable, value := range map[string]string{
+		"OTEL_EXPORTER_OTLP_TIMEOUT": "abc", "OTEL_EXPORTER_OTLP_HEADERS": "garbage", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent",
+		"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd", "OTEL_EXPORTER_OTLP_INSECURE": "maybe", "OTEL_BSP_MAX_QUEUE_SIZE": "abc",
+		"OTEL_SDK_DISABLED": "yes", "OTEL_TRACES_SAMPLER": "often",
+	} {
+		env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", variable: value}
+		_, err := parseOptions(nil, func(k string) string { return env[k] })
+		require.Error(t, err, variable)
+		assert.Contains(t, err.Error(), variable)
+	}
+}
