@@ -227,6 +227,9 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, hk 
 	o.rls.tracer = tracer
 
 	metrics := service.NewMetrics()
+	if tracer != nil {
+		metrics.CountTraceExportFailures(tracer.ExportFailures)
+	}
 	if n := fitToDescriptors(o.maxConns); n < o.maxConns {
 		log.Warn("-max-conns lowered to fit the descriptor limit (ulimit -n)", "max_conns", n, "asked", o.maxConns)
 		o.maxConns = n

@@ -27,6 +27,7 @@ func startTracing(ctx context.Context, c tracing.Config, log *slog.Logger) (*tra
 	if err != nil || t == nil {
 		return nil, func() {}, err
 	}
+	t.LogErrors(log)
 	log.Info("tracing", "otlp_endpoint", c.Endpoint, "protocol", c.Protocol, "sampler", c.Sampler, "sampler_arg", c.SamplerArg)
 	return t, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,11 +1,15 @@
 package tracing_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/internal/otlptest"
 	"github.com/meshlimit/meshlimit/service/tracing"
@@ -36,4 +40,22 @@ func TestACollectorThatAnswersAHugeBodyCannotMakeTheServiceAllocateIt(t *testing
 	t.Logf("one export answered with %d MiB: %d KiB allocated, flush error %v", hugeAnswer>>20, allocated>>10, err)
 	assert.Len(t, recv.Spans(), 1, "the span reached the collector")
 	assert.Less(t, allocated, uint64(answerBound), "the exporter buffered the collector's answer")
+}
+
+// An export that fails is counted (meshlimit_trace_export_failures_total) and logged on the
+// service's logger, as JSON, instead of the SDK's unstructured log line.
+func TestAFailedExportIsCountedAndLoggedAsJSON(t *testing.T) {
+	recv := otlptest.StartHTTPAnswering(t, tracing.MaxAnswerBytes+1)
+	tr := newTracer(t, tracing.Config{Endpoint: recv.Endpoint, Protocol: tracing.ProtocolHTTP})
+	var buf bytes.Buffer
+	tr.LogErrors(slog.New(slog.NewJSONHandler(&buf, nil)))
+	_, sp := tr.StartHTTP(context.Background(), tracing.FrontCheck, header())
+	sp.End(tracing.Decision{Outcome: tracing.OutcomeAllowed, HTTPStatus: 200})
+	require.Error(t, tr.Flush(context.Background()))
+
+	assert.Equal(t, uint64(1), tr.ExportFailures())
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec), buf.String())
+	assert.Contains(t, rec["err"], "response body too large")
+	assert.Equal(t, float64(1), rec["errors"])
 }

@@ -3,9 +3,12 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/contrib/propagators/b3"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -27,6 +30,7 @@ type Tracer struct {
 	// followsParent is true for the parentbased samplers: a request its caller did not sample,
 	// B3's deny without ids included (b3deny), then gets no span.
 	followsParent bool
+	errs          *errorLog
 }
 
 // New returns the Tracer of c, or nil when c is not Enabled. It returns an error, naming the
@@ -61,7 +65,27 @@ func New(ctx context.Context, c Config) (*Tracer, error) {
 	)
 	t := newTracer(p)
 	t.followsParent = strings.HasPrefix(s.sampler, "parentbased_")
+	t.errs = newErrorLog(slog.Default(), ErrorLogEvery, time.Now)
+	// The SDK reports export failures to a process-wide handler: the last Tracer made gets them.
+	otel.SetErrorHandler(t.errs)
 	return t, nil
+}
+
+// LogErrors sends the OpenTelemetry errors (exports that failed) to log, one line per
+// ErrorLogEvery at most; before it, they go to slog.Default().
+func (t *Tracer) LogErrors(log *slog.Logger) {
+	if t != nil {
+		t.errs.setLogger(log)
+	}
+}
+
+// ExportFailures returns the number of OpenTelemetry errors so far (exports that failed): the
+// meshlimit_trace_export_failures_total counter. It is 0 for a nil Tracer.
+func (t *Tracer) ExportFailures() uint64 {
+	if t == nil {
+		return 0
+	}
+	return t.errs.total.Load()
 }
 
 // newTracer returns the Tracer over p.
@@ -103,12 +127,17 @@ func sampler(s settings) sdktrace.Sampler {
 	return sdktrace.ParentBased(sdktrace.AlwaysSample())
 }
 
-// Flush exports the spans ended so far, waiting until ctx ends at most.
+// Flush exports the spans ended so far, waiting until ctx ends at most. A failed export is
+// counted and logged as the batcher's are, and returned.
 func (t *Tracer) Flush(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	return t.provider.ForceFlush(ctx)
+	err := t.provider.ForceFlush(ctx)
+	if err != nil {
+		t.errs.Handle(err)
+	}
+	return err
 }
 
 // Shutdown exports the spans ended so far and stops the exporter, waiting until ctx ends at
