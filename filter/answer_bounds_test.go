@@ -24,7 +24,7 @@ func globalAnswered(t *testing.T, f *fakeHost, p *pluginContext, decision string
 	require.Equal(t, types.ActionPause, act, "paused for the service")
 	f.answerCall(f.callTo("/v1/check"), "200", checkAnswers(decision))
 	var s seenAnswer
-	headers := f.of(h).resp
+	var headers [][2]string
 	if reply := f.of(h).reply; reply != nil {
 		s.denied, headers = true, reply.headers
 	} else {
