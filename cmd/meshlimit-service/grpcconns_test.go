@@ -22,20 +22,10 @@ import (
 // openPreface opens n connections to addr that send the HTTP/2 preface and empty settings,
 // then stay open, silent.
 func openPreface(t *testing.T, addr string, n int) []net.Conn {
-	conns := make([]net.Conn, 0, n)
-	t.Cleanup(func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	for range n {
-		c, err := net.Dial("tcp", addr)
-		require.NoError(t, err)
-		conns = append(conns, c)
+	return dialFlood(t, addr, n, func(c net.Conn) {
 		_, _ = c.Write([]byte(http2.ClientPreface))
 		_ = http2.NewFramer(c, c).WriteSettings()
-	}
-	return conns
+	})
 }
 
 // stillOpenDraining counts the connections the server has not closed, reading what it sent

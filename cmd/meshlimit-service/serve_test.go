@@ -93,8 +93,9 @@ func startService(t *testing.T, args ...string) string {
 	return addr
 }
 
-// openIdle opens n connections that each get /healthz once and then stay open, idle.
-func openIdle(t *testing.T, addr string, n int) []net.Conn {
+// dialFlood opens n connections to addr, closed when the test ends, and has each do first
+// (write a request, a preface) before the next is opened.
+func dialFlood(t *testing.T, addr string, n int, first func(c net.Conn)) []net.Conn {
 	conns := make([]net.Conn, 0, n)
 	t.Cleanup(func() {
 		for _, c := range conns {
@@ -105,15 +106,22 @@ func openIdle(t *testing.T, addr string, n int) []net.Conn {
 		c, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
 		conns = append(conns, c)
-		_, err = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: s\r\n\r\n")
+		first(c)
+	}
+	return conns
+}
+
+// openIdle opens n connections that each get /healthz once and then stay open, idle.
+func openIdle(t *testing.T, addr string, n int) []net.Conn {
+	return dialFlood(t, addr, n, func(c net.Conn) {
+		_, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: s\r\n\r\n")
 		require.NoError(t, err)
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil { // closed to make room for a later one: that is the point
-			continue
+			return
 		}
 		resp.Body.Close()
-	}
-	return conns
+	})
 }
 
 // stillOpen counts the connections the server has not closed.
