@@ -166,8 +166,9 @@ bench-buffering: wasm ## memory bound of buffering: linear memory per open strea
 	$(GO) test -run='^$$' -bench='^BenchmarkBufferingMemory$$' -benchtime=3x -count=3 ./e2e/ | tee $(BUILD)/bench-buffering.txt
 	@awk -v bench='^BenchmarkBufferingMemory' -v units='bytes' -f scripts/bench-medians.awk $(BUILD)/bench-buffering.txt
 
-coldstart-v8: need-node wasm ## Envoy's start sequence on V8, phase by phase (a fresh node process)
-	node $(V8FLAGS) e2e/v8host/main.js coldstart $(BUILD)/meshlimit.wasm 2
+COLDRUNS ?= 5
+coldstart-v8: need-node wasm ## Envoy's start sequence on V8, phase by phase: wall and CPU medians of COLDRUNS fresh node processes, alternated with the pass-through
+	node $(V8FLAGS) e2e/v8host/main.js coldruns $(COLDRUNS) $(BUILD)/passthrough.wasm $(BUILD)/meshlimit.wasm
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@set -e; for pkg in $$($(GO) list ./...); do \

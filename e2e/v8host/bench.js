@@ -85,14 +85,18 @@ function lifecycle(wasm, rounds, batch) {
 }
 
 // coldStart loads one plugin and times each phase of Envoy's start sequence, then the first two
-// requests on worker 0. Times are milliseconds since the previous mark.
+// requests on worker 0. Times are milliseconds since the previous mark: wall time (ms) and the
+// process's CPU time (cpu_ms), which a busy machine inflates less.
 function coldStart(wasmPath, config, workers) {
   const marks = [];
   let last = process.hrtime.bigint();
+  let lastCpu = cpuNs();
   const mark = (what) => {
     const now = process.hrtime.bigint();
-    marks.push({ phase: what, ms: Number(now - last) / 1e6 });
+    const cpu = cpuNs();
+    marks.push({ phase: what, ms: Number(now - last) / 1e6, cpu_ms: (cpu - lastCpu) / 1e6 });
     last = now;
+    lastCpu = cpu;
   };
   const bytes = fs.readFileSync(wasmPath);
   mark('read the file');
@@ -108,10 +112,36 @@ function coldStart(wasmPath, config, workers) {
   roundTrip(p.vms[0], benchRequest, upstream);
   mark('second request on worker 0');
   const total = marks.reduce((n, m) => n + m.ms, 0);
-  return { marks, total_ms: total, failed: p.vms.filter((vm) => vm.failed).length };
+  const totalCpu = marks.reduce((n, m) => n + m.cpu_ms, 0);
+  return { marks, total_ms: total, total_cpu_ms: totalCpu, failed: p.vms.filter((vm) => vm.failed).length };
 }
 
-module.exports = { lifecycle, coldStart, cases };
+// coldRuns runs coldStart in runs fresh node processes per module, alternating the modules run by
+// run (so that a change in the machine's load falls on all of them), and returns per module the
+// median of each phase's wall and CPU time. A phase's medians do not add up to the median total.
+function coldRuns(wasmPaths, runs, workers) {
+  const { execFileSync } = require('child_process');
+  const per = wasmPaths.map(() => []);
+  for (let r = 0; r < runs; r++) {
+    wasmPaths.forEach((w, i) => {
+      const out = execFileSync(process.execPath, [...process.execArgv, process.argv[1], 'coldstart-json', w, String(workers)]);
+      per[i].push(JSON.parse(out));
+    });
+  }
+  const median = (xs) => xs.slice().sort((a, b) => a - b)[xs.length >> 1];
+  return wasmPaths.map((w, i) => ({
+    module: w,
+    bytes: fs.statSync(w).size,
+    failed: Math.max(...per[i].map((x) => x.failed)),
+    marks: per[i][0].marks.map((m, j) => ({
+      phase: m.phase, ms: median(per[i].map((x) => x.marks[j].ms)), cpu_ms: median(per[i].map((x) => x.marks[j].cpu_ms)),
+    })),
+    total_ms: median(per[i].map((x) => x.total_ms)),
+    total_cpu_ms: median(per[i].map((x) => x.total_cpu_ms)),
+  }));
+}
+
+module.exports = { lifecycle, coldStart, coldRuns, cases };
 
 // profile samples the CPU while one case runs n warm requests and returns the functions with the most
 // self time (guest functions by their Go names, host functions by file and line), in percent.

@@ -6,15 +6,25 @@
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js bench build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js chunks build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldstart build/meshlimit.wasm [workers]
+//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldruns RUNS build/passthrough.wasm build/meshlimit.wasm
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js profile build/passthrough.wasm build/meshlimit.wasm CASE [n] [top]
 //
-// scenarios and bench print JSON on stdout; coldstart and profile (self time of the top functions
+// scenarios and bench print JSON on stdout; coldstart, coldruns (medians of fresh processes) and profile (self time of the top functions
 // while one case runs warm) print tables.
 const { run } = require('./scenario');
-const { lifecycle, coldStart, profile } = require('./bench');
+const { lifecycle, coldStart, coldRuns, profile } = require('./bench');
 const { chunks } = require('./chunks');
 
 const envoyFlags = ['--no-liftoff', '--wasm-max-mem-pages=16384'];
+
+// The cold start's configuration: one per-IP rule.
+const coldConfig = '{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"100/s"}]}]}';
+
+function printColdStart(r) {
+  console.log('  wall ms    cpu ms  phase');
+  for (const m of r.marks) console.log(`${m.ms.toFixed(1).padStart(9)} ${m.cpu_ms.toFixed(1).padStart(9)}  ${m.phase}`);
+  console.log(`${r.total_ms.toFixed(1).padStart(9)} ${r.total_cpu_ms.toFixed(1).padStart(9)}  total, bytes to second response (${r.failed} failed VMs)`);
+}
 
 function main(argv) {
   const missing = envoyFlags.filter((f) => !process.execArgv.includes(f));
@@ -44,10 +54,18 @@ function main(argv) {
       return;
     }
     case 'coldstart': {
-      const config = '{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"100/s"}]}]}';
-      const r = coldStart(args[0], config, Number(args[1] || 2));
-      for (const m of r.marks) console.log(`${m.ms.toFixed(1).padStart(9)} ms  ${m.phase}`);
-      console.log(`${r.total_ms.toFixed(1).padStart(9)} ms  total, bytes to second response (${r.failed} failed VMs)`);
+      printColdStart(coldStart(args[0], coldConfig, Number(args[1] || 2)));
+      return;
+    }
+    case 'coldstart-json': { // one run of coldstart for coldruns
+      process.stdout.write(JSON.stringify(coldStart(args[0], coldConfig, Number(args[1] || 2))) + '\n');
+      return;
+    }
+    case 'coldruns': {
+      for (const r of coldRuns(args.slice(1), Number(args[0]), 2)) {
+        console.log(`== ${r.module} (${r.bytes} bytes), medians of ${args[0]} fresh processes, alternated`);
+        printColdStart(r);
+      }
       return;
     }
     case 'profile': {
@@ -56,7 +74,7 @@ function main(argv) {
       return;
     }
   }
-  throw new Error('usage: main.js scenarios|bench|coldstart ...');
+  throw new Error('usage: main.js scenarios|bench|chunks|coldstart|coldruns|profile ...');
 }
 
 try {
