@@ -6,6 +6,7 @@
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js bench build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js chunks build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldstart build/meshlimit.wasm [workers]
+//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js instr CASES.json build/callgrind.node   (scripts/bench-instructions.js)
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js profile build/passthrough.wasm build/meshlimit.wasm CASE [n] [top]
 //
 // scenarios and bench print JSON on stdout; coldstart and profile (self time of the top functions
@@ -13,6 +14,7 @@
 const { run } = require('./scenario');
 const { lifecycle, coldStart, profile } = require('./bench');
 const { chunks } = require('./chunks');
+const { instr } = require('./instr');
 
 const envoyFlags = ['--no-liftoff', '--wasm-max-mem-pages=16384'];
 
@@ -50,13 +52,17 @@ function main(argv) {
       console.log(`${r.total_ms.toFixed(1).padStart(9)} ms  total, bytes to second response (${r.failed} failed VMs)`);
       return;
     }
+    case 'instr': {
+      process.stdout.write(instr(args[0], args[1]).join('\n') + '\n');
+      return;
+    }
     case 'profile': {
       const rows = profile({ passthrough: args[0], meshlimit: args[1] }, args[2], Number(args[3] || 200000), Number(args[4] || 25));
       for (const r of rows) console.log(`${r.pct.toFixed(1).padStart(5)}%  ${r.fn}`);
       return;
     }
   }
-  throw new Error('usage: main.js scenarios|bench|coldstart ...');
+  throw new Error('usage: main.js scenarios|bench|chunks|coldstart|instr|profile ...');
 }
 
 try {
