@@ -143,12 +143,13 @@ $(BUILD)/bin/wazero: go.mod
 demo: wasm ## the main job on an embedded default: a burst through the filter on internal/envoyhost
 	$(GO) run ./cmd/demo
 
-bench: wasm ## benchmarks (medians over BENCHCOUNT runs; feed the output to benchstat)
+bench: wasm ## benchmarks (medians over BENCHCOUNT runs; feed the output to benchstat), then bench-instructions
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./... | tee $(BUILD)/bench.txt
 	node e2e/v8host/table.js $(BUILD)/bench.txt
+	@$(MAKE) --no-print-directory bench-instructions
 
 # The V8 host (e2e/v8host) runs the module on Node's V8, the engine Envoy uses, with Envoy's V8 flags.
-.PHONY: need-node test-v8 bench-lifecycle bench-buffering coldstart-v8
+.PHONY: need-node test-v8 bench-lifecycle bench-buffering coldstart-v8 bench-instructions
 V8FLAGS := --no-liftoff --wasm-max-mem-pages=16384
 
 # The shared scenarios run the module on V8 (the engine Envoy and Istio use) under node.
@@ -165,6 +166,19 @@ bench-lifecycle: need-node wasm ## the request lifecycle on wazero and on V8, si
 bench-buffering: wasm ## memory bound of buffering: linear memory per open stream holding max_body (JSON, SSE, request) vs a rule reading no body
 	$(GO) test -run='^$$' -bench='^BenchmarkBufferingMemory$$' -benchtime=3x -count=3 ./e2e/ | tee $(BUILD)/bench-buffering.txt
 	@awk -v bench='^BenchmarkBufferingMemory' -v units='bytes' -f scripts/bench-medians.awk $(BUILD)/bench-buffering.txt
+
+# Instructions per request on both engines by callgrind (scripts/bench-instructions.js, method in
+# docs/performance.md): the same on a busy machine. AGAINST=other.wasm adds its figures as "before".
+bench-instructions: need-node wasm $(BUILD)/callgrind.node ## instructions per request (callgrind) on wazero and V8: the lifecycle, rules and limits tables in markdown; AGAINST=build/meshlimit-before.wasm for before/after in one run
+	@sh scripts/need valgrind:valgrind
+	$(GO) test -c -o $(BUILD)/e2e.test ./e2e/
+	node scripts/bench-instructions.js $(if $(AGAINST),--against $(AGAINST)) $(INSTRFLAGS) | tee $(BUILD)/bench-instructions.md
+
+# The addon through which e2e/v8host/instr.js sends callgrind's client requests.
+$(BUILD)/callgrind.node: scripts/callgrind-node.c
+	@mkdir -p $(BUILD)
+	@sh scripts/need valgrind:valgrind gcc:gcc
+	gcc -O2 -shared -fPIC -DNODE_GYP_MODULE_NAME=callgrind -I/usr/include/node -o $@ scripts/callgrind-node.c
 
 COLDRUNS ?= 5
 coldstart-v8: need-node wasm ## Envoy's start sequence on V8, phase by phase: wall and CPU medians of COLDRUNS fresh node processes, alternated with the pass-through

@@ -7,6 +7,7 @@
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js chunks build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldstart build/meshlimit.wasm [workers]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldruns RUNS build/passthrough.wasm build/meshlimit.wasm
+//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js instr CASES.json build/callgrind.node   (scripts/bench-instructions.js)
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js profile build/passthrough.wasm build/meshlimit.wasm CASE [n] [top]
 //
 // scenarios and bench print JSON on stdout; coldstart, coldruns (medians of fresh processes) and profile (self time of the top functions
@@ -14,6 +15,7 @@
 const { run } = require('./scenario');
 const { lifecycle, coldStart, coldRuns, profile } = require('./bench');
 const { chunks } = require('./chunks');
+const { instr } = require('./instr');
 
 const envoyFlags = ['--no-liftoff', '--wasm-max-mem-pages=16384'];
 
@@ -68,13 +70,17 @@ function main(argv) {
       }
       return;
     }
+    case 'instr': {
+      process.stdout.write(instr(args[0], args[1]).join('\n') + '\n');
+      return;
+    }
     case 'profile': {
       const rows = profile({ passthrough: args[0], meshlimit: args[1] }, args[2], Number(args[3] || 200000), Number(args[4] || 25));
       for (const r of rows) console.log(`${r.pct.toFixed(1).padStart(5)}%  ${r.fn}`);
       return;
     }
   }
-  throw new Error('usage: main.js scenarios|bench|chunks|coldstart|coldruns|profile ...');
+  throw new Error('usage: main.js scenarios|bench|chunks|coldstart|coldruns|instr|profile ...');
 }
 
 try {
