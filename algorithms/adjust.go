@@ -7,6 +7,12 @@ import "fmt"
 // what the reservation took and was not used; an over-run (delta > 0) is charged even when it does
 // not fit, so the key may end in debt and its next requests wait until the debt is repaid.
 
+// MaxDebt is the most debt a settled over-run leaves a bucket in, in capacities below empty: the
+// whole over-run is carried until it is repaid, up to MaxDebt refill times (τ each, a Window when
+// the capacity is the quota). A debt past it is the only part of an over-run that is forgiven,
+// which only over-runs adding up to more than MaxDebt capacities at once can reach.
+const MaxDebt = 64
+
 // Settles reports whether Adjust supports limits of kind k: the two buckets and the fixed window.
 // The sliding log and the sliding window counter keep no state a refund could be applied to
 // exactly, so a configuration that settles costs must not use them.
@@ -20,9 +26,10 @@ func (k Kind) Settles() bool { return k.bucket() || k == FixedWindow }
 // full, a window count not below 0). A fixed window refunds only when reservedAt lies in the current
 // window (for a calendar window, the current period): the window that held the reservation is gone,
 // and refunding into its successor would admit more than the limit. A positive delta is charged
-// unconditionally, up to a debt of one Capacity: a bucket's TAT may reach now + 2τ (the key waits up
-// to one extra refill time), a window's count may reach 2×Quota (a TAT never passes 2^52 µs +
-// MaxWindow, the latest a state holds, which matters only at the end of representable time). A
+// unconditionally: a bucket carries it whole, up to a debt of MaxDebt capacities (its TAT may reach
+// now + (MaxDebt+1)×τ: the key waits up to MaxDebt extra refill times; a TAT never passes 2^52 µs +
+// MaxWindow, the latest a state holds, which matters only at the end of representable time); a
+// window's count may reach 2×Quota, and the window's end forgets it. A
 // delta of 0, or any delta on an empty state that would only refund, leaves the state as it is.
 //
 // err is non-nil for an invalid Limit, a kind that does not settle (see Kind.Settles), or malformed
@@ -56,14 +63,7 @@ func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []b
 	}
 	switch {
 	case delta > 0:
-		ceiling := g.add(now, g.add(g.tau, g.tau)) // a debt of one Capacity at most
-		if last := (rat{maxTimeUs + maxWindowUs, 0}); last.less(ceiling) {
-			ceiling = last // the latest TAT a state holds (near the end of time)
-		}
-		tat = g.add(tat, g.times(min(delta, 2*g.c))) // the ceiling below is the real bound
-		if ceiling.less(tat) {
-			tat = ceiling
-		}
+		tat = g.charge(tat, now, delta)
 	case delta < 0:
 		back := g.times(min(-delta, g.c))
 		if tat = g.sub(tat, back); tat.less(now) {
@@ -94,4 +94,23 @@ func (l Limit) adjustFixed(state []byte, n, reservedAt, delta int64, dst []byte)
 	dst = append(dst[:0], header(FixedWindow))
 	dst = appendField(dst, s)
 	return appendField(dst, k), nil
+}
+
+// charge returns tat after an over-run of delta > 0 units at now (tat >= now): tat + delta×t, at
+// most now + (MaxDebt+1)×τ and the latest TAT a state holds. delta is split into whole capacities
+// (each τ) and a rest below one, so that no product passes what times handles.
+func (g *gcraParams) charge(tat, now rat, delta int64) rat {
+	ceiling := g.add(now, g.timesTau(MaxDebt+1))
+	if last := (rat{maxTimeUs + maxWindowUs, 0}); last.less(ceiling) {
+		ceiling = last
+	}
+	if whole := delta / g.c; whole > MaxDebt+1 { // past the ceiling from any tat >= now
+		tat = ceiling
+	} else {
+		tat = g.add(g.add(tat, g.timesTau(whole)), g.times(delta%g.c))
+	}
+	if ceiling.less(tat) {
+		tat = ceiling
+	}
+	return tat
 }

@@ -66,15 +66,15 @@ func TestAnOverRunPutsTheKeyInDebtAndItsNextRequestWaits(t *testing.T) {
 	assert.True(t, d.Allowed)
 }
 
-func TestAnOverRunIsCappedAtOneCapacityOfDebt(t *testing.T) {
+func TestAnOverRunIsCappedAtMaxDebtCapacitiesOfDebt(t *testing.T) {
 	t0 := int64(1_700_000_000_000_000_000)
 	l := Limit{Kind: TokenBucket, Quota: 10, Window: 10 * time.Second}
 	state, _, err := l.Decide(nil, t0, 10, nil)
 	require.NoError(t, err)
 	state, err = l.Adjust(state, t0, t0, 1_000_000, nil)
 	require.NoError(t, err)
-	assert.False(t, l.IdleAt(state, t0+int64(19*time.Second)))
-	assert.True(t, l.IdleAt(state, t0+int64(20*time.Second)), "two refill times at most")
+	assert.False(t, l.IdleAt(state, t0+int64((MaxDebt+1)*10*time.Second-time.Second)))
+	assert.True(t, l.IdleAt(state, t0+int64((MaxDebt+1)*10*time.Second)), "MaxDebt+1 refill times at most")
 
 	f := Limit{Kind: FixedWindow, Quota: 10, Window: time.Minute}
 	w0 := int64(1_700_000_040_000_000_000) // a window start
@@ -134,11 +134,11 @@ func TestAnOverRunAtTheEndOfTimeLeavesAReadableState(t *testing.T) {
 	assert.False(t, d.Allowed, "the debt is kept")
 }
 
-// TestAnOverRunPastTheReservationPutsTheKeyInDebtByWhatItUsedUpToOneCapacity: issue 20, finding 3's
+// TestAnOverRunPastTheReservationIsCarriedWholeAsDebtUpToMaxDebtCapacities: issue 20, finding 3's
 // last case. A 100/m bucket reserves 10; the answer says usage u. The key then owes u−100 units
-// (at most one capacity): its next request waits (u−100+1)×0.6 s, until a unit more than the debt
-// has refilled.
-func TestAnOverRunPastTheReservationPutsTheKeyInDebtByWhatItUsedUpToOneCapacity(t *testing.T) {
+// (up to MaxDebt capacities): its next request waits (u−100+1)×0.6 s, until a unit more than the
+// debt has refilled. Before, a debt stopped at one capacity (60.6 s for 200 and 1000 alike).
+func TestAnOverRunPastTheReservationIsCarriedWholeAsDebtUpToMaxDebtCapacities(t *testing.T) {
 	t0 := int64(1_700_000_000_000_000_000)
 	l := Limit{Kind: TokenBucket, Quota: 100, Window: time.Minute}
 	for _, tt := range []struct {
@@ -148,7 +148,10 @@ func TestAnOverRunPastTheReservationPutsTheKeyInDebtByWhatItUsedUpToOneCapacity(
 		{110, 6600 * time.Millisecond},
 		{150, 30600 * time.Millisecond},
 		{200, 60600 * time.Millisecond},
-		{1000, 60600 * time.Millisecond}, // a debt of one capacity at most
+		{1000, 540600 * time.Millisecond},            // 900 owed: 9 minutes
+		{6500, 3840600 * time.Millisecond},           // 6400 owed: MaxDebt capacities, 64 minutes
+		{1_000_000, 3840600 * time.Millisecond},      // a debt of MaxDebt capacities at most
+		{MaxQuota * 100, 3840600 * time.Millisecond}, // an over-run past any product is capped too
 	} {
 		state, _, err := l.Decide(nil, t0, 10, nil)
 		require.NoError(t, err)
@@ -160,43 +163,61 @@ func TestAnOverRunPastTheReservationPutsTheKeyInDebtByWhatItUsedUpToOneCapacity(
 	}
 }
 
-// TestAClientThatUnderReservesEveryRequestSustainsAtMostTheStatedBound: the over-run of each
-// request is charged up to one capacity of debt below empty. Retrying every second for an hour
-// against 100/m (6,000 units an hour), reserving r and using u each time:
-//   - a bucket carries the whole debt while u−r <= capacity: at most the limit plus two capacities
-//     (the first burst and the last debt); past that it sustains u×quota/(r+capacity) a window;
-//   - a fixed window forgets its count at the window's end: at most twice the quota a window.
-func TestAClientThatUnderReservesEveryRequestSustainsAtMostTheStatedBound(t *testing.T) {
+// TestRequestsInFlightTogetherThatOverRunSustainAtMostTheLimit: issue 20, finding 3. Each second for
+// an hour against 100/m (6,000 units an hour), a client sends n requests together, each reserving r,
+// and they settle to u after all were decided. A bucket carries every over-run whole (up to MaxDebt
+// capacities of debt), so the client uses at most the limit plus the first burst and what its last
+// requests used: quota×T/W + C + n×u, whatever n, r and u (as long as no n×u passes
+// (MaxDebt+1)×C). Before, debt stopped at one capacity and the rest was forgiven (10 requests
+// together reserving 10 and using 640 used 40,960 an hour). A fixed window forgets its count at
+// the window's end: n requests together use up to n×u a window (61 windows start in the hour).
+func TestRequestsInFlightTogetherThatOverRunSustainAtMostTheLimit(t *testing.T) {
 	t0 := int64(1_700_000_000_000_000_000)
 	bucket := Limit{Kind: TokenBucket, Quota: 100, Window: time.Minute}
 	fixed := Limit{Kind: FixedWindow, Quota: 100, Window: time.Minute}
 	for _, tt := range []struct {
-		name          string
-		l             Limit
-		reserve, used int64
-		bound         int64
+		name             string
+		l                Limit
+		n, reserve, used int64
+		bound            int64
 	}{
-		{"a bucket whose over-runs fit one capacity carries them all", bucket, 10, 110, 6000 + 2*100},
-		{"a bucket whose over-runs pass one capacity", bucket, 10, 150, 150*6000/110 + 2*100},
-		{"a fixed window", fixed, 10, 150, 60 * 2 * 100},
+		{"one request at a time that over-runs within a capacity", bucket, 1, 10, 110, 6000 + 100 + 110},
+		{"one request at a time that over-runs past a capacity", bucket, 1, 10, 150, 6000 + 100 + 150},
+		{"ten requests together that each over-run past a capacity", bucket, 10, 10, 150, 6000 + 100 + 10*150},
+		{"ten requests together whose over-runs add up to 63 capacities", bucket, 10, 10, 640, 6000 + 100 + 10*640},
+		{"a fixed window forgets at its end what ten requests together over-ran", fixed, 10, 10, 150, 61 * 10 * 150},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var state []byte
-			used := int64(0)
-			for s := range 3600 {
-				now := t0 + int64(s)*int64(time.Second)
-				next, d, err := tt.l.Decide(state, now, tt.reserve, nil)
-				require.NoError(t, err)
-				state = next
-				if !d.Allowed {
-					continue
-				}
-				state, err = tt.l.Adjust(state, now, now, tt.used-tt.reserve, nil)
-				require.NoError(t, err)
-				used += tt.used
-			}
+			used := sustained(t, tt.l, t0, tt.n, tt.reserve, tt.used)
 			assert.LessOrEqual(t, used, tt.bound)
 			t.Logf("%s: %d units used in an hour of 6000 (bound %d)", tt.name, used, tt.bound)
 		})
 	}
+}
+
+// sustained returns what a client uses in an hour against l that sends, each second, n requests
+// together (all decided before any settles), each reserving reserve and settling to used.
+func sustained(t *testing.T, l Limit, t0, n, reserve, used int64) int64 {
+	t.Helper()
+	var state []byte
+	total := int64(0)
+	for s := range 3600 {
+		now := t0 + int64(s)*int64(time.Second)
+		admitted := int64(0)
+		for range n {
+			next, d, err := l.Decide(state, now, reserve, nil)
+			require.NoError(t, err)
+			state = next
+			if d.Allowed {
+				admitted++
+			}
+		}
+		for range admitted {
+			next, err := l.Adjust(state, now, now, used-reserve, nil)
+			require.NoError(t, err)
+			state = next
+			total += used
+		}
+	}
+	return total
 }

@@ -43,6 +43,12 @@ func (g *gcraParams) times(c int64) rat {
 	return rat{c*g.t.i + q, r}
 }
 
+// timesTau returns k×τ for 0 <= k <= MaxDebt+1 (k×τ.i < 2^52, k×τ.f < 2^47).
+func (g *gcraParams) timesTau(k int64) rat {
+	f := g.tau.f * k
+	return rat{g.tau.i*k + f/g.q, f % g.q}
+}
+
 func (g *gcraParams) add(a, b rat) rat {
 	s := rat{a.i + b.i, a.f + b.f}
 	if s.f >= g.q {

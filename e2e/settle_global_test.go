@@ -405,12 +405,12 @@ func TestAGlobalClientThatSendsMaxTokensTwiceReservesTheHigher(t *testing.T) {
 	assert.Zero(t, counter(p, "meshlimit.rule.tokens.bad_body"))
 }
 
-// TestGlobalClientsThatReserveOneTokenAndUseTenThousandPutTheKeyIntoADebtOfAtMostOneCapacity:
-// two requests in flight reserve 1 each and use 10,000: each over-run is charged (capped by the
-// rule's max, 4000, and by one capacity per settle), and the service keeps the key's debt within
-// one capacity (1000 of 1000/h): 85 minutes later 416 are back, 91 minutes later 516, which a debt
-// of 2 × 3999 would put hours away.
-func TestGlobalClientsThatReserveOneTokenAndUseTenThousandPutTheKeyIntoADebtOfAtMostOneCapacity(t *testing.T) {
+// TestGlobalClientsThatReserveOneTokenAndUseTenThousandOweAllTheyWereCharged: two requests in
+// flight reserve 1 each and use 10,000: each over-run is charged (capped by the rule's max, 4000),
+// and the service carries the whole debt (7,000 of 1000/h, below 64 capacities): 500 are back only
+// once 7,500 have refilled, 7 h 30 min later (before, the debt stopped at one capacity and 516 were
+// back 91 minutes later).
+func TestGlobalClientsThatReserveOneTokenAndUseTenThousandOweAllTheyWereCharged(t *testing.T) {
 	clock := envoyhost.NewClock(epoch)
 	svc := startService(t, clock)
 	cfg := strings.Replace(globalBodyBudget("global", ""), "1000/d", "1000/h", 1) // the clock runs every tick: keep the wait short
@@ -425,12 +425,15 @@ func TestGlobalClientsThatReserveOneTokenAndUseTenThousandPutTheKeyIntoADebtOfAt
 	eventually(t, "both settles applied", func() bool { return svc.calls.Load() == 4 })
 	_, ok = postJSON(t, p.VM(0), "mallory", maxTokens(1))
 	assert.False(t, ok, "the key is in debt")
-	clock.Advance(85 * time.Minute)
+	clock.Advance(91 * time.Minute)
 	_, ok = postJSON(t, p.VM(0), "mallory", maxTokens(500))
-	assert.False(t, ok, "a debt of one capacity: 85 minutes later 416 are back")
+	assert.False(t, ok, "the debt is not forgiven past one capacity: 91 minutes later 500 are not back")
+	clock.Advance(7*time.Hour + 25*time.Minute - 91*time.Minute)
+	_, ok = postJSON(t, p.VM(0), "mallory", maxTokens(500))
+	assert.False(t, ok, "7,000 owed: 7 h 25 min later 500 are not back")
 	clock.Advance(6 * time.Minute)
 	s, ok := postJSON(t, p.VM(0), "mallory", maxTokens(500))
-	require.True(t, ok, "a debt of one capacity: 91 minutes later 516 are back")
+	require.True(t, ok, "7,000 owed: 7 h 31 min later 516 are back")
 	settleAnswer(t, s, 200, "application/json", usageOf(500))
 }
 

@@ -112,7 +112,8 @@ func (l *LimitSpec) PeriodAt(now int64) time.Duration {
 // period that contains now ends (its MaxLength once now is past the period that contains 2^52 µs,
 // where the algorithms' time stops); for another rate limit, Limit.TTL (a bucket's full refill,
 // the window, two windows for the sliding window counter), and for a bucket of a rule that
-// settles twice that (an over-run may leave a debt of one capacity: algorithms.Limit.Adjust); 0 for
+// settles algorithms.MaxDebt+1 times that (an over-run may leave a debt of MaxDebt capacities:
+// algorithms.Limit.Adjust); 0 for
 // a concurrency limit, whose permit comes back when a request ends, not at a time. It bounds what
 // the filter takes from the decision service's answers: t, Retry-After and the over-limit cache.
 // It allocates nothing.
@@ -121,7 +122,7 @@ func (l *LimitSpec) LongestWait(now int64, settles bool) time.Duration {
 	case l.Concurrency != 0:
 		return 0
 	case l.Limit.Calendar.Unit == 0 && settles && l.Limit.Kind.TakesBurst():
-		return 2 * l.Limit.TTL()
+		return (algorithms.MaxDebt + 1) * l.Limit.TTL()
 	case l.Limit.Calendar.Unit == 0:
 		return l.Limit.TTL()
 	}

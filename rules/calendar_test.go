@@ -223,7 +223,7 @@ func TestALimitsLongestWaitIsItsPeriodsEndOrItsTTL(t *testing.T) {
 		{"a monthly quota at +02:00, a minute before the month ends there", `{"rate":"10/month","calendar_offset":"+02:00"}`, monthEnd - int64(2*time.Hour), false, time.Minute},
 		{"a monthly quota past 2^52 µs, where time stops: the longest month", `{"rate":"10/month"}`, time.Date(2113, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(), false, 31 * 24 * time.Hour},
 		{"a 10/m token bucket: its full refill", `{"rate":"10/m"}`, monthEnd, false, time.Minute},
-		{"a 10/m token bucket of a rule that settles: twice, for a debt of one capacity", `{"rate":"10/m"}`, monthEnd, true, 2 * time.Minute},
+		{"a 10/m token bucket of a rule that settles: 65 refills, for a debt of 64 capacities", `{"rate":"10/m"}`, monthEnd, true, 65 * time.Minute},
 		{"a monthly quota of a rule that settles: still the period's end", `{"rate":"10/month"}`, monthEnd, true, time.Minute},
 		{"a fixed window of a rule that settles: still the window", `{"rate":"10/m","algorithm":"fixed_window"}`, monthEnd, true, time.Minute},
 		{"a 10/m bucket of burst 20: two windows", `{"rate":"10/m","burst":20}`, monthEnd, false, 2 * time.Minute},

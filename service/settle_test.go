@@ -38,10 +38,10 @@ func TestASettleRefundsAndChargesThroughTheCheckEndpoint(t *testing.T) {
 		a := check(8)
 		require.True(t, a.Allowed, "the refund made room")
 		assert.Equal(t, int64(0), a.Decisions[0].Remaining)
-		settle(15) // it used 23: capped at one capacity of debt
+		settle(15) // it used 23: the whole over-run is owed (algorithms.MaxDebt capacities at most)
 		a = check(1)
 		require.False(t, a.Allowed)
-		assert.Equal(t, int64(11000), a.Decisions[0].RetryAfterMs, "a full bucket of debt: 20 s to repay, then 1 s for the unit, less the 10 s of burst")
+		assert.Equal(t, int64(16000), a.Decisions[0].RetryAfterMs, "a debt of 15: 25 s to repay, then 1 s for the unit, less the 10 s of burst")
 	})
 }
 

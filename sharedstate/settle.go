@@ -19,7 +19,8 @@ func NewSettler(u *Updater) *Settler { return &Settler{c: NewCursor(u)} }
 
 // Adjust settles a reservation that Take admitted for key at reservedAt: it applies delta cost units
 // to every limit of t without a decision (algorithms.Limit.Adjust: a negative delta refunds, a positive
-// one is charged even past the limit, up to one Capacity of debt). placement is the Outcome.Placement of
+// one is charged even past the limit: a bucket carries it whole, up to algorithms.MaxDebt capacities
+// of debt). placement is the Outcome.Placement of
 // that Take: a reservation taken from the overflow state is settled there. A refund for a key that no
 // longer owns a record (its state went idle and was evicted) has nothing left to refund and writes
 // nothing; a charge for such a key claims a record as Take would, or is dropped when there is no room

@@ -161,10 +161,10 @@ func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 	if err != nil {
 		return err
 	}
-	// A debt lasts at most one capacity past the TTL (algorithms.Limit.Adjust); the sweep also
-	// asks IdleAt, which reads the debt from the state.
+	// A debt lasts at most algorithms.MaxDebt capacities past the TTL (algorithms.Limit.Adjust);
+	// the sweep also asks IdleAt, which reads the debt from the state.
 	e.limit, e.state = req.Limit, next
-	e.expires = max(e.expires, ns+2*int64(req.Limit.TTL()))
+	e.expires = max(e.expires, ns+(algorithms.MaxDebt+1)*int64(req.Limit.TTL()))
 	return nil
 }
 

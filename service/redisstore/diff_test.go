@@ -126,6 +126,9 @@ func randomTrace(r *rand.Rand, l algorithms.Limit, n int) []traceStep {
 		steps[i] = traceStep{nowUs: now, cost: cost}
 		if l.Kind.Settles() && r.IntN(100) < 15 {
 			steps[i].delta = 1 + r.Int64N(2*c)
+			if r.IntN(4) == 0 { // past one capacity, up to past the debt's ceiling
+				steps[i].delta = 1 + r.Int64N(80*c)
+			}
 			if r.IntN(2) == 0 {
 				steps[i].delta = -steps[i].delta
 			}

@@ -238,10 +238,10 @@ func testSettles(t *testing.T, s service.Store) {
 	d := decide(8)
 	require.True(t, d.Allowed, "the refund made room")
 	assert.Zero(t, d.Remaining)
-	settle(15) // it used 23: capped at one capacity of debt
+	settle(15) // it used 23: the whole over-run is owed (algorithms.MaxDebt capacities at most)
 	d = decide(1)
 	require.False(t, d.Allowed)
-	assert.Equal(t, 11*time.Second, d.RetryAfter, "a full bucket of debt: 20 s to repay, then 1 s for the unit, less the 10 s of burst")
+	assert.Equal(t, 16*time.Second, d.RetryAfter, "a debt of 15: 25 s to repay, then 1 s for the unit, less the 10 s of burst")
 
 	for _, k := range []algorithms.Kind{algorithms.SlidingLog, algorithms.SlidingWindow} {
 		err := s.Settle(ctx, service.SettleRequest{Key: "k", Limit: algorithms.Limit{Kind: k, Quota: 10, Window: time.Second}, Delta: -1})

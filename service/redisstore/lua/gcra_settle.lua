@@ -1,16 +1,34 @@
 -- gcra_settle.lua: a settle of the token bucket or the leaky bucket (algorithms.Limit.Adjust),
 -- preceded by `local LEAKY = <bool>`, lib.lua and gcra_state.lua. ARGV[4] is the signed delta.
--- An over-run is charged even when it does not fit, up to a debt of one capacity below empty
--- whatever was left (the TAT at most now + 2τ); a refund never makes the bucket fuller than full. The state is written as
+-- An over-run is charged whole even when it does not fit, up to a debt of MAX_DEBT capacities below
+-- empty whatever was left (the TAT at most now + (MAX_DEBT+1)τ, algorithms.MaxDebt); a refund never
+-- makes the bucket fuller than full. The state is written as
 -- Adjust writes it (a refund to a key without state writes a full bucket). Returns 1.
+
+local MAX_DEBT = 64
+
+-- times_tau returns k×τ for 0 <= k <= MAX_DEBT+1 (exact: k×τ.i < 2^52, k×τ.f < 2^47).
+local function times_tau(k)
+  local q, r = muldivmod(k, tauf, Q)
+  return taui * k + q, r
+end
 
 local delta = cost
 if delta > 0 then
-  local ci, cf = times(math.min(delta, 2 * C)) -- the ceiling below is the real bound
-  ti, tf = add(ti, tf, ci, cf)
-  local di, df = add(taui, tauf, taui, tauf)
-  local mi, mf = add(now, 0, di, df) -- the ceiling: a debt of one capacity
+  local di, df = times_tau(MAX_DEBT + 1)
+  local mi, mf = add(now, 0, di, df) -- the ceiling: a debt of MAX_DEBT capacities
   if less(MAX_TIME + MAX_WINDOW, 0, mi, mf) then mi, mf = MAX_TIME + MAX_WINDOW, 0 end
+  local whole = floor(delta / C)
+  local rest = delta - whole * C
+  if rest < 0 then whole, rest = whole - 1, rest + C elseif rest >= C then whole, rest = whole + 1, rest - C end
+  if whole > MAX_DEBT + 1 then -- past the ceiling from any TAT >= now
+    ti, tf = mi, mf
+  else
+    local wi, wf = times_tau(whole)
+    ti, tf = add(ti, tf, wi, wf)
+    local ri, rf = times(rest)
+    ti, tf = add(ti, tf, ri, rf)
+  end
   if less(mi, mf, ti, tf) then ti, tf = mi, mf end
 elseif delta < 0 then
   local bi, bf = times(math.min(-delta, C))
