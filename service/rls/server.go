@@ -59,8 +59,10 @@ type Server struct {
 }
 
 type scratch struct {
-	plans []plan
-	key   []byte
+	plans   []plan
+	key     []byte
+	counts  []service.CountRequest // a batch of window counts (countAll)
+	results []service.CountResult
 }
 
 // NewServer returns a Server for cfg.
@@ -177,9 +179,6 @@ func staticStatus(p *plan) *pb.RateLimitResponse_DescriptorStatus {
 // decideKey counts a planLimit descriptor under its counter key and returns its status.
 func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Time) (*pb.RateLimitResponse_DescriptorStatus, error) {
 	l := p.limit
-	var over bool
-	var remaining int64
-	var reset time.Duration
 	if l.Algorithm == 0 {
 		start := time.Now()
 		count, r, err := s.cfg.Store.CountWindow(ctx, service.CountRequest{Key: key, Window: l.Unit.Duration(), Hits: p.hits, Now: now})
@@ -187,8 +186,12 @@ func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Ti
 		if err != nil {
 			return nil, err
 		}
-		over, remaining, reset = count > int64(l.RequestsPerUnit), max(int64(l.RequestsPerUnit)-count, 0), r
-	} else if p.hits > 0 {
+		return s.countedStatus(p, service.CountResult{Count: count, Reset: r}, now), nil
+	}
+	var over bool
+	var remaining int64
+	var reset time.Duration
+	if p.hits > 0 {
 		limit := algorithms.Limit{Kind: l.Algorithm, Quota: int64(l.RequestsPerUnit), Window: l.Unit.Duration()}
 		start := time.Now()
 		d, err := s.cfg.Store.Decide(ctx, service.Request{Key: key, Now: now, Cost: p.hits, Limit: limit})
@@ -199,6 +202,19 @@ func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Ti
 		over, remaining, reset = !d.Allowed, d.Remaining, d.Reset
 		p.window = limit.EffectiveWindowOf(d)
 	}
+	return s.status(p, over, remaining, reset, now), nil
+}
+
+// countedStatus is the status of a fixed-window descriptor whose counter answered c.
+func (s *Server) countedStatus(p *plan, c service.CountResult, now time.Time) *pb.RateLimitResponse_DescriptorStatus {
+	limit := int64(p.limit.RequestsPerUnit)
+	return s.status(p, c.Count > limit, max(limit-c.Count, 0), c.Reset, now)
+}
+
+// status is the status of a planLimit descriptor decided over (or not) with remaining and
+// reset (0: to the end of its unit's window); it records over in p.
+func (s *Server) status(p *plan, over bool, remaining int64, reset time.Duration, now time.Time) *pb.RateLimitResponse_DescriptorStatus {
+	l := p.limit
 	if reset <= 0 {
 		reset = untilWindowEnd(l.Unit, s.clock(now))
 	}
@@ -215,7 +231,7 @@ func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Ti
 			st.Code = pb.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	return st, nil
+	return st
 }
 
 // overallCode is OVER_LIMIT when a descriptor not in quota mode is over its limit, or when
