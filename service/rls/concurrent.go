@@ -20,6 +20,7 @@ import (
 // order.
 func (s *Server) decideAll(ctx context.Context, req *pb.RateLimitRequest, plans []plan, now time.Time, sc *scratch) ([]*pb.RateLimitResponse_DescriptorStatus, error) {
 	sts := make([]*pb.RateLimitResponse_DescriptorStatus, len(plans))
+	ans := make([]answer, len(plans))
 	counted, counts := 0, true
 	for i := range plans {
 		if plans[i].kind == planLimit {
@@ -29,7 +30,7 @@ func (s *Server) decideAll(ctx context.Context, req *pb.RateLimitRequest, plans 
 	}
 	if counted <= 1 {
 		for i := range plans {
-			st, err := s.decideOne(ctx, req, i, &plans[i], now, sc)
+			st, err := s.decideOne(ctx, req, i, &plans[i], now, sc, &ans[i])
 			if err != nil {
 				return nil, err
 			}
@@ -38,7 +39,7 @@ func (s *Server) decideAll(ctx context.Context, req *pb.RateLimitRequest, plans 
 		return sts, nil
 	}
 	if bc, ok := s.cfg.Store.(service.BatchCounter); ok && counts {
-		if err := s.countAll(ctx, bc, req, plans, now, sc, sts); err != nil {
+		if err := s.countAll(ctx, bc, req, plans, now, sc, sts, ans); err != nil {
 			return nil, err
 		}
 		return sts, nil
@@ -48,7 +49,7 @@ func (s *Server) decideAll(ctx context.Context, req *pb.RateLimitRequest, plans 
 		if plans[i].kind == planLimit {
 			keys[i] = string(appendKey(sc.key[:0], req.GetDomain(), req, i, plans[i].limit.Unit, plans[i].rule.Shared))
 		} else {
-			sts[i] = staticStatus(&plans[i])
+			sts[i] = ans[i].static(&plans[i])
 		}
 	}
 	errs := make([]error, len(plans))
@@ -58,7 +59,7 @@ func (s *Server) decideAll(ctx context.Context, req *pb.RateLimitRequest, plans 
 		go func() {
 			defer wg.Done()
 			for _, i := range group {
-				sts[i], errs[i] = s.decideKey(ctx, keys[i], &plans[i], now)
+				sts[i], errs[i] = s.decideKey(ctx, keys[i], &plans[i], now, &ans[i])
 			}
 		}()
 	}
@@ -94,13 +95,14 @@ func counterGroups(plans []plan, keys []string) [][]int {
 const maxScratchCounts = 64
 
 // countAll decides plans, whose counted descriptors are all window counts, with one call of
-// bc (in request order, so a shared counter is charged in request order), into sts.
-func (s *Server) countAll(ctx context.Context, bc service.BatchCounter, req *pb.RateLimitRequest, plans []plan, now time.Time, sc *scratch, sts []*pb.RateLimitResponse_DescriptorStatus) error {
+// bc (in request order, so a shared counter is charged in request order), into sts (their
+// rooms in ans).
+func (s *Server) countAll(ctx context.Context, bc service.BatchCounter, req *pb.RateLimitRequest, plans []plan, now time.Time, sc *scratch, sts []*pb.RateLimitResponse_DescriptorStatus, ans []answer) error {
 	counts := sc.counts[:0]
 	for i := range plans {
 		p := &plans[i]
 		if p.kind != planLimit {
-			sts[i] = staticStatus(p)
+			sts[i] = ans[i].static(p)
 			continue
 		}
 		sc.key = appendKey(sc.key[:0], req.GetDomain(), req, i, p.limit.Unit, p.rule.Shared)
@@ -114,7 +116,7 @@ func (s *Server) countAll(ctx context.Context, bc service.BatchCounter, req *pb.
 		j := 0
 		for i := range plans {
 			if plans[i].kind == planLimit {
-				sts[i] = s.countedStatus(&plans[i], results[j], now)
+				sts[i] = s.countedStatus(&plans[i], results[j], now, &ans[i])
 				j++
 			}
 		}

@@ -97,6 +97,11 @@ func TestGRPCLoadFigures(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 
+	// The same server behind a Gate of MESHLIMIT_BENCH_GATE (16) store calls in flight.
+	gated, err := NewServer(Config{Store: service.NewGate(store, benchEnv("MESHLIMIT_BENCH_GATE", 16)), Rules: func() *rlsconfig.Config { return rules },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+
 	reqs, reqs16 := benchRequests(1), benchRequests(16)
 	bodies := make([][]byte, len(reqs))
 	for i, r := range reqs {
@@ -121,7 +126,8 @@ func TestGRPCLoadFigures(t *testing.T) {
 	phases := []phase{
 		{name: "grpc-floor", addr: serveGRPC(t, floorServer{})}, {name: "grpc-rls+redis", addr: serveGRPC(t, srv)},
 		{name: "grpc-rls+script", addr: serveGRPC(t, scripted)},
-		{name: "grpc-rls16+redis", addr: serveGRPC(t, srv), many: true}, {name: "grpc-rls16+goroutines", addr: serveGRPC(t, unbatched), many: true},
+		{name: "grpc-rls+gate", addr: serveGRPC(t, gated)},
+		{name: "grpc-rls16+redis", addr: serveGRPC(t, srv), many: true}, {name: "grpc-rls16+gate", addr: serveGRPC(t, gated), many: true}, {name: "grpc-rls16+goroutines", addr: serveGRPC(t, unbatched), many: true},
 		{name: "http-floor", addr: serveHTTP(t, floorHTTP), http: true}, {name: "json-rls+redis", addr: serveHTTP(t, jsonMux), http: true},
 		{name: "json-rls+script", addr: serveHTTP(t, scriptedJSON), http: true},
 	}
@@ -165,7 +171,8 @@ func TestGRPCLoadFigures(t *testing.T) {
 		t.Logf("median %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms", p.name, m.rps, msOf(m.p50), msOf(m.p99))
 	}
 	for _, pair := range [][2]string{{"grpc-rls+redis", "grpc-floor"}, {"grpc-rls+script", "grpc-floor"}, {"json-rls+redis", "http-floor"}, {"json-rls+script", "http-floor"},
-		{"grpc-rls16+redis", "grpc-rls+redis"}, {"grpc-rls16+goroutines", "grpc-rls+redis"}} {
+		{"grpc-rls+gate", "grpc-floor"}, {"grpc-rls16+redis", "grpc-rls+redis"}, {"grpc-rls16+goroutines", "grpc-rls+redis"},
+		{"grpc-rls16+gate", "grpc-rls+gate"}} {
 		if len(results[pair[0]]) == 0 || len(results[pair[1]]) == 0 {
 			continue
 		}
