@@ -93,6 +93,8 @@ func TestACallWhoseDeadlinePassesInTheGatesQueueNeverReachesTheStore(t *testing.
 	<-done
 	assert.Equal(t, int64(1), h.all.Load(), "only the first call reached the store")
 	assert.Equal(t, int64(2), g.Stats().Overloaded)
+	_, metrics := serve(newTestHandler(t, service.Config{Store: g}), "GET", "/metrics", "")
+	assert.Contains(t, metrics, "meshlimit_store_overloaded_total 2\n")
 }
 
 func TestABatchThroughAGateTakesOneSlotAndCountsInOrder(t *testing.T) {
