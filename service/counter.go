@@ -46,3 +46,48 @@ func (r CountRequest) Validate() error {
 	}
 	return Request{Key: r.Key, Limit: r.Limit(), Cost: 1}.Validate()
 }
+
+// CountResult is the answer to one CountRequest: the count after the call and the time left
+// until its window ends, as CountWindow returns them.
+type CountResult struct {
+	Count int64
+	Reset time.Duration
+}
+
+// BatchCounter is a WindowCounter that also counts many requests in one call: the Redis store
+// sends them in one pipelined round trip, whatever their number.
+type BatchCounter interface {
+	WindowCounter
+	// CountWindows counts reqs as calls of CountWindow one after the other, in order, would
+	// (a counter named twice is charged twice, the second call seeing the first's count), and
+	// writes their results to out, which must be as long as reqs. An invalid request fails the
+	// whole batch before anything is counted. On any other error no result is returned, and
+	// each counter is left as one of its calls would leave it on an error: unchanged or
+	// charged; a batch is not atomic as a whole (neither is a request's set of CountWindow
+	// calls).
+	CountWindows(ctx context.Context, reqs []CountRequest, out []CountResult) error
+}
+
+// CountWindows counts reqs with c into out: in one call when c is a BatchCounter, else by
+// calls of CountWindow one after the other, stopping at the first error.
+func CountWindows(ctx context.Context, c WindowCounter, reqs []CountRequest, out []CountResult) error {
+	if len(out) != len(reqs) {
+		return errors.New("service: CountWindows: out and reqs differ in length")
+	}
+	if b, ok := c.(BatchCounter); ok {
+		return b.CountWindows(ctx, reqs, out)
+	}
+	for _, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+	}
+	for i, r := range reqs {
+		n, reset, err := c.CountWindow(ctx, r)
+		if err != nil {
+			return err
+		}
+		out[i] = CountResult{Count: n, Reset: reset}
+	}
+	return nil
+}

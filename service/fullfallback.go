@@ -130,3 +130,9 @@ func (f *FullFallback) Stats() Stats {
 func (f *FullFallback) Close() error {
 	return errors.Join(f.Store.Close(), f.Local.Close())
 }
+
+// CountWindows implements BatchCounter with the Store's batch (one round trip on Redis): a
+// window counter never falls back to Local (a full Redis refuses its INCRBY as any write).
+func (f *FullFallback) CountWindows(ctx context.Context, reqs []CountRequest, out []CountResult) error {
+	return CountWindows(ctx, f.Store, reqs, out)
+}

@@ -74,6 +74,9 @@ type Stats struct {
 	// FullFallbacks is the number of decisions a FullFallback made in its local store while
 	// the store was full (meshlimit_store_full_fallbacks_total, shown once there is one).
 	FullFallbacks int64
+	// Overloaded is the number of decision calls a Gate refused, their deadline passed while
+	// they waited for a slot (0 without a Gate).
+	Overloaded int64
 }
 
 // ErrStoreFull is wrapped by the errors of a store that refuses writes for lack of memory:

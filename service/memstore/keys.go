@@ -63,6 +63,20 @@ func (s *Store) CountWindow(ctx context.Context, r service.CountRequest) (int64,
 	return algorithms.MaxQuota - d.Remaining, d.Reset, nil
 }
 
+// CountWindows implements service.BatchCounter: the memory store has no round trip to save,
+// so it counts reqs one after the other.
+func (s *Store) CountWindows(ctx context.Context, reqs []service.CountRequest, out []service.CountResult) error {
+	return service.CountWindows(ctx, countOnly{s}, reqs, out)
+}
+
+// countOnly is the store as a plain WindowCounter (not a BatchCounter), for
+// service.CountWindows's loop.
+type countOnly struct{ s *Store }
+
+func (c countOnly) CountWindow(ctx context.Context, r service.CountRequest) (int64, time.Duration, error) {
+	return c.s.CountWindow(ctx, r)
+}
+
 // peek returns the count and the time to the window's end of req's counter without changing
 // it: it decides a charge of 1 on a copy of the state and keeps nothing.
 func (s *Store) peek(ctx context.Context, req service.Request) (int64, time.Duration, error) {

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -32,12 +33,8 @@ func (s *Store) CountWindow(ctx context.Context, req service.CountRequest) (int6
 	if now.IsZero() {
 		now = s.clock.now()
 	}
-	hits := min(req.Hits, algorithms.MaxQuota)
-	us := clampUs(now)
-	w := int64(req.Window / time.Microsecond)
-	start := us - us%w
-	left := time.Duration(start+w-us) * time.Microsecond
-	key := s.windowKey(req.Key, start)
+	w := s.window(req, now)
+	key, hits, left := w.key, w.hits, w.left
 	if hits == 0 {
 		n, err := s.client.Do(ctx, s.client.B().Get().Key(key).Build()).AsInt64()
 		if rueidis.IsRedisNil(err) || err == nil && n <= 0 {
@@ -73,4 +70,138 @@ func (s *Store) CountWindow(ctx context.Context, req service.CountRequest) (int6
 // same Cluster slot as every other state of key).
 func (s *Store) windowKey(key string, startUs int64) string {
 	return s.keyAt("count", startUs, key)
+}
+
+// CountWindows implements service.BatchCounter: every request's commands (those of
+// CountWindow) go out in one DoMulti, so a batch costs one pipelined round trip per Redis node
+// whatever its size; requests without their own Now share one reading of the clock. Redis runs
+// one connection's commands in order, so a counter named twice is charged in request order.
+// The rare charges that pass MaxQuota are then undone and replayed one by one (redoOver), so
+// that the batch counts as its calls one after the other would.
+func (s *Store) CountWindows(ctx context.Context, reqs []service.CountRequest, out []service.CountResult) error {
+	if len(out) != len(reqs) {
+		return errors.New("redisstore: CountWindows: out and reqs differ in length")
+	}
+	for _, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+	}
+	var clockNow time.Time
+	b := batch{windows: make([]counterWindow, len(reqs)), cmds: make(rueidis.Commands, 0, 2*len(reqs))}
+	for i, r := range reqs {
+		now := r.Now
+		if now.IsZero() {
+			if clockNow.IsZero() {
+				clockNow = s.clock.now()
+			}
+			now = clockNow
+		}
+		w := s.window(r, now)
+		b.windows[i] = w
+		if w.hits == 0 {
+			b.cmds = append(b.cmds, s.client.B().Get().Key(w.key).Build())
+			continue
+		}
+		b.cmds = append(b.cmds, s.client.B().Incrby().Key(w.key).Increment(w.hits).Build(),
+			s.client.B().Pexpire().Key(w.key).Milliseconds(pexpireMs(w.left+counterGrace)).Nx().Build())
+	}
+	over, err := s.readBatch(s.client.DoMulti(ctx, b.cmds...), b.windows, out)
+	if err != nil || !over {
+		return err
+	}
+	return s.redoOver(ctx, reqs, b.windows, out)
+}
+
+// batch is the commands of a CountWindows call and the window of each request.
+type batch struct {
+	windows []counterWindow
+	cmds    rueidis.Commands
+}
+
+// counterWindow is where one count request counts: its window's key, the time left in the
+// window, the hits to charge (at most MaxQuota) and the window's start (µs).
+type counterWindow struct {
+	key   string
+	left  time.Duration
+	hits  int64
+	start int64
+}
+
+// window returns the counterWindow of r at now.
+func (s *Store) window(r service.CountRequest, now time.Time) counterWindow {
+	us := clampUs(now)
+	w := int64(r.Window / time.Microsecond)
+	start := us - us%w
+	return counterWindow{key: s.windowKey(r.Key, start), left: time.Duration(start+w-us) * time.Microsecond,
+		hits: min(r.Hits, algorithms.MaxQuota), start: start}
+}
+
+// readBatch reads the replies of a batch into out, and reports whether a charge passed
+// MaxQuota (its out is then not final).
+func (s *Store) readBatch(res []rueidis.RedisResult, windows []counterWindow, out []service.CountResult) (bool, error) {
+	over, j := false, 0
+	for i, w := range windows {
+		if w.hits == 0 {
+			n, err := res[j].AsInt64()
+			j++
+			switch {
+			case rueidis.IsRedisNil(err) || err == nil && n <= 0:
+				out[i] = service.CountResult{}
+			case err != nil:
+				return false, s.redisErr(err)
+			default:
+				out[i] = service.CountResult{Count: min(n, algorithms.MaxQuota), Reset: w.left}
+			}
+			continue
+		}
+		n, err := res[j].AsInt64()
+		if err == nil {
+			err = res[j+1].Error()
+		}
+		j += 2
+		if err != nil {
+			return false, s.redisErr(err)
+		}
+		out[i] = service.CountResult{Count: n, Reset: w.left}
+		over = over || n > algorithms.MaxQuota
+	}
+	return over, nil
+}
+
+// redoOver makes a batch in which some charge passed MaxQuota count as its calls one after the
+// other would: on every counter with such a charge, the batch's charges from the first one
+// past MaxQuota on are undone in one DECRBY, and those requests are replayed in order by
+// CountWindow (each undoing a charge that passes MaxQuota), in the same window.
+func (s *Store) redoOver(ctx context.Context, reqs []service.CountRequest, windows []counterWindow, out []service.CountResult) error {
+	first := map[string]int{} // window key → index of its first charge past MaxQuota
+	for i, w := range windows {
+		if _, ok := first[w.key]; !ok && w.hits > 0 && out[i].Count > algorithms.MaxQuota {
+			first[w.key] = i
+		}
+	}
+	undo := map[string]int64{}
+	for i, w := range windows {
+		if f, ok := first[w.key]; ok && i >= f {
+			undo[w.key] += w.hits
+		}
+	}
+	for key, hits := range undo {
+		if err := s.client.Do(ctx, s.client.B().Decrby().Key(key).Decrement(hits).Build()).Error(); err != nil {
+			return s.redisErr(err)
+		}
+	}
+	for i, w := range windows {
+		if f, ok := first[w.key]; !ok || i < f {
+			continue
+		}
+		r := reqs[i]
+		r.Now = time.UnixMicro(w.start + int64(r.Window/time.Microsecond) - int64(w.left/time.Microsecond))
+		n, reset, err := s.CountWindow(ctx, r)
+		if err != nil {
+			return err
+		}
+		out[i] = service.CountResult{Count: n, Reset: reset}
+	}
+	return nil
 }

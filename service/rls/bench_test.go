@@ -8,8 +8,10 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/memstore"
+	"github.com/meshlimit/meshlimit/service/redisstore"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
 )
 
@@ -67,5 +69,46 @@ func BenchmarkDynamicMetadata(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkDecideOnRedis measures one ShouldRateLimit on a real redis-server, without gRPC,
+// one call at a time, with 1 and 16 descriptors (each its own counter): the counts in one batch
+// (one round trip), and with the store's batch hidden (a goroutine and a round trip per
+// counter, as before the batch). ns/op is latency; the CPU figure is
+// `go test -bench DecideOnRedis -cpuprofile` or the load test's.
+func BenchmarkDecideOnRedis(b *testing.B) {
+	rs := redistest.Start(b)
+	store, err := redisstore.New(redisstore.Config{Addrs: []string{rs.Addr()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	rules, err := rlsconfig.Load([]rlsconfig.File{{Name: "bench.yaml", Data: []byte(
+		"domain: bench\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n")}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1, 16} {
+		reqs := benchRequests(n)
+		for _, batched := range []bool{true, false} {
+			var st service.Store = store
+			if !batched {
+				st = struct{ service.Store }{store}
+			}
+			b.Run(fmt.Sprintf("descriptors=%d/batch=%v", n, batched), func(b *testing.B) {
+				s, err := NewServer(Config{Store: st, Timeout: time.Second, Rules: func() *rlsconfig.Config { return rules }})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					if _, err := s.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -90,11 +90,19 @@ func TestGRPCLoadFigures(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 
-	reqs := make([]*pb.RateLimitRequest, 10000)
-	for i := range reqs {
-		reqs[i] = &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlext.RateLimitDescriptor{
-			{Entries: []*rlext.RateLimitDescriptor_Entry{{Key: "remote_address", Value: fmt.Sprintf("10.0.%d.%d", i/256, i%256)}}}}}
-	}
+	// The same server with 16 descriptors per request, its counts in one batch (one round
+	// trip), and with the store's batch hidden: a goroutine and a round trip per counter, as
+	// before the batch.
+	unbatched, err := NewServer(Config{Store: struct{ service.Store }{store}, Rules: func() *rlsconfig.Config { return rules },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+
+	// The same server behind a Gate of MESHLIMIT_BENCH_GATE (16) store calls in flight.
+	gated, err := NewServer(Config{Store: service.NewGate(store, benchEnv("MESHLIMIT_BENCH_GATE", 16)), Rules: func() *rlsconfig.Config { return rules },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+
+	reqs, reqs16 := benchRequests(1), benchRequests(16)
 	bodies := make([][]byte, len(reqs))
 	for i, r := range reqs {
 		bodies[i], err = protojson.Marshal(r)
@@ -109,28 +117,31 @@ func TestGRPCLoadFigures(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"overallCode":"OK","statuses":[{"code":"OK"}]}`))
 	})
-	phases := []struct {
+	type phase struct {
 		name string
 		addr string
 		http bool
-	}{
+		many bool // 16 descriptors per request
+	}
+	phases := []phase{
 		{name: "grpc-floor", addr: serveGRPC(t, floorServer{})}, {name: "grpc-rls+redis", addr: serveGRPC(t, srv)},
 		{name: "grpc-rls+script", addr: serveGRPC(t, scripted)},
+		{name: "grpc-rls+gate", addr: serveGRPC(t, gated)},
+		{name: "grpc-rls16+redis", addr: serveGRPC(t, srv), many: true}, {name: "grpc-rls16+gate", addr: serveGRPC(t, gated), many: true}, {name: "grpc-rls16+goroutines", addr: serveGRPC(t, unbatched), many: true},
 		{name: "http-floor", addr: serveHTTP(t, floorHTTP), http: true}, {name: "json-rls+redis", addr: serveHTTP(t, jsonMux), http: true},
 		{name: "json-rls+script", addr: serveHTTP(t, scriptedJSON), http: true},
 	}
 	if only := os.Getenv("MESHLIMIT_BENCH_ONLY"); only != "" { // e.g. "grpc-rls+redis" for a profile
-		phases = slices.DeleteFunc(phases, func(p struct {
-			name string
-			addr string
-			http bool
-		}) bool {
+		phases = slices.DeleteFunc(phases, func(p phase) bool {
 			return !slices.Contains(strings.Split(only, ","), p.name)
 		})
 	}
 	load := func(i int, d time.Duration) (grpcResult, error) {
 		if phases[i].http {
 			return jsonLoad(phases[i].addr, inflight, d, bodies)
+		}
+		if phases[i].many {
+			return grpcLoad(phases[i].addr, nconns, inflight, d, reqs16)
 		}
 		return grpcLoad(phases[i].addr, nconns, inflight, d, reqs)
 	}
@@ -159,7 +170,9 @@ func TestGRPCLoadFigures(t *testing.T) {
 		m := medianGRPC(results[p.name])
 		t.Logf("median %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms", p.name, m.rps, msOf(m.p50), msOf(m.p99))
 	}
-	for _, pair := range [][2]string{{"grpc-rls+redis", "grpc-floor"}, {"grpc-rls+script", "grpc-floor"}, {"json-rls+redis", "http-floor"}, {"json-rls+script", "http-floor"}} {
+	for _, pair := range [][2]string{{"grpc-rls+redis", "grpc-floor"}, {"grpc-rls+script", "grpc-floor"}, {"json-rls+redis", "http-floor"}, {"json-rls+script", "http-floor"},
+		{"grpc-rls+gate", "grpc-floor"}, {"grpc-rls16+redis", "grpc-rls+redis"}, {"grpc-rls16+goroutines", "grpc-rls+redis"},
+		{"grpc-rls16+gate", "grpc-rls+gate"}} {
 		if len(results[pair[0]]) == 0 || len(results[pair[1]]) == 0 {
 			continue
 		}
@@ -180,6 +193,21 @@ func TestGRPCLoadFigures(t *testing.T) {
 	if os.Getenv("MESHLIMIT_BENCH_NO_REDIS_BENCHMARK") != "1" {
 		redisBenchmark(t, rs, inflight, d)
 	}
+}
+
+// benchRequests returns 10,000 requests of n descriptors each, every descriptor its own
+// client address (so its own counter).
+func benchRequests(n int) []*pb.RateLimitRequest {
+	reqs := make([]*pb.RateLimitRequest, 10000)
+	for i := range reqs {
+		ds := make([]*rlext.RateLimitDescriptor, n)
+		for j := range ds {
+			a := i*n + j
+			ds[j] = &rlext.RateLimitDescriptor{Entries: []*rlext.RateLimitDescriptor_Entry{{Key: "remote_address", Value: fmt.Sprintf("10.%d.%d.%d", a>>16, a>>8&255, a&255)}}}
+		}
+		reqs[i] = &pb.RateLimitRequest{Domain: "bench", Descriptors: ds}
+	}
+	return reqs
 }
 
 // scriptedCounter is a Store whose window counters are kept by the fixed-window script: a

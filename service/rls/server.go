@@ -59,8 +59,10 @@ type Server struct {
 }
 
 type scratch struct {
-	plans []plan
-	key   []byte
+	plans   []plan
+	key     []byte
+	counts  []service.CountRequest // a batch of window counts (countAll)
+	results []service.CountResult
 }
 
 // NewServer returns a Server for cfg.
@@ -157,29 +159,35 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, traced bo
 	return resp, nil
 }
 
-// decideOne decides descriptor i of req by its plan p.
-func (s *Server) decideOne(ctx context.Context, req *pb.RateLimitRequest, i int, p *plan, now time.Time, sc *scratch) (*pb.RateLimitResponse_DescriptorStatus, error) {
+// decideOne decides descriptor i of req by its plan p, its status in a.
+func (s *Server) decideOne(ctx context.Context, req *pb.RateLimitRequest, i int, p *plan, now time.Time, sc *scratch, a *answer) (*pb.RateLimitResponse_DescriptorStatus, error) {
 	if p.kind != planLimit {
-		return staticStatus(p), nil
+		return a.static(p), nil
 	}
 	sc.key = appendKey(sc.key[:0], req.GetDomain(), req, i, p.limit.Unit, p.rule.Shared)
-	return s.decideKey(ctx, string(sc.key), p, now)
+	return s.decideKey(ctx, string(sc.key), p, now, a)
 }
 
-// staticStatus is the status of a plan that counts nothing.
-func staticStatus(p *plan) *pb.RateLimitResponse_DescriptorStatus {
+// answer is the room of one descriptor's status: a request's are allocated together, one
+// allocation for all of them (the answer is the gRPC response's, never reused).
+type answer struct {
+	st    pb.RateLimitResponse_DescriptorStatus
+	limit pb.RateLimitResponse_RateLimit
+	reset durationpb.Duration
+}
+
+// static is, in a, the status of a plan that counts nothing.
+func (a *answer) static(p *plan) *pb.RateLimitResponse_DescriptorStatus {
+	a.st.Code = pb.RateLimitResponse_OK
 	if p.kind == planUnlimited {
-		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		a.st.LimitRemaining = math.MaxUint32
 	}
-	return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+	return &a.st
 }
 
 // decideKey counts a planLimit descriptor under its counter key and returns its status.
-func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Time) (*pb.RateLimitResponse_DescriptorStatus, error) {
+func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Time, a *answer) (*pb.RateLimitResponse_DescriptorStatus, error) {
 	l := p.limit
-	var over bool
-	var remaining int64
-	var reset time.Duration
 	if l.Algorithm == 0 {
 		start := time.Now()
 		count, r, err := s.cfg.Store.CountWindow(ctx, service.CountRequest{Key: key, Window: l.Unit.Duration(), Hits: p.hits, Now: now})
@@ -187,8 +195,12 @@ func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Ti
 		if err != nil {
 			return nil, err
 		}
-		over, remaining, reset = count > int64(l.RequestsPerUnit), max(int64(l.RequestsPerUnit)-count, 0), r
-	} else if p.hits > 0 {
+		return s.countedStatus(p, service.CountResult{Count: count, Reset: r}, now, a), nil
+	}
+	var over bool
+	var remaining int64
+	var reset time.Duration
+	if p.hits > 0 {
 		limit := algorithms.Limit{Kind: l.Algorithm, Quota: int64(l.RequestsPerUnit), Window: l.Unit.Duration()}
 		start := time.Now()
 		d, err := s.cfg.Store.Decide(ctx, service.Request{Key: key, Now: now, Cost: p.hits, Limit: limit})
@@ -199,15 +211,28 @@ func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Ti
 		over, remaining, reset = !d.Allowed, d.Remaining, d.Reset
 		p.window = limit.EffectiveWindowOf(d)
 	}
+	return s.status(p, over, remaining, reset, now, a), nil
+}
+
+// countedStatus is, in a, the status of a fixed-window descriptor whose counter answered c.
+func (s *Server) countedStatus(p *plan, c service.CountResult, now time.Time, a *answer) *pb.RateLimitResponse_DescriptorStatus {
+	limit := int64(p.limit.RequestsPerUnit)
+	return s.status(p, c.Count > limit, max(limit-c.Count, 0), c.Reset, now, a)
+}
+
+// status is, in a, the status of a planLimit descriptor decided over (or not) with remaining
+// and reset (0: to the end of its unit's window); it records over in p.
+func (s *Server) status(p *plan, over bool, remaining int64, reset time.Duration, now time.Time, a *answer) *pb.RateLimitResponse_DescriptorStatus {
+	l := p.limit
 	if reset <= 0 {
 		reset = untilWindowEnd(l.Unit, s.clock(now))
 	}
-	st := &pb.RateLimitResponse_DescriptorStatus{
-		Code:               pb.RateLimitResponse_OK,
-		CurrentLimit:       &pb.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: protoUnit(l.Unit)},
-		LimitRemaining:     uint32(min(remaining, math.MaxUint32)),
-		DurationUntilReset: durationpb.New((reset + time.Second - 1).Truncate(time.Second)),
-	}
+	a.limit.Name, a.limit.RequestsPerUnit, a.limit.Unit = l.Name, l.RequestsPerUnit, protoUnit(l.Unit)
+	reset = (reset + time.Second - 1).Truncate(time.Second)
+	a.reset.Seconds, a.reset.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+	st := &a.st
+	st.Code, st.CurrentLimit, st.DurationUntilReset = pb.RateLimitResponse_OK, &a.limit, &a.reset
+	st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
 	p.over = over
 	if over {
 		st.LimitRemaining = 0
@@ -215,7 +240,7 @@ func (s *Server) decideKey(ctx context.Context, key string, p *plan, now time.Ti
 			st.Code = pb.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	return st, nil
+	return st
 }
 
 // overallCode is OVER_LIMIT when a descriptor not in quota mode is over its limit, or when
