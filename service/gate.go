@@ -80,6 +80,6 @@ func (g *Gate) CountWindows(ctx context.Context, reqs []CountRequest, out []Coun
 // Stats implements Store: the Store's, with the calls the Gate refused.
 func (g *Gate) Stats() Stats {
 	st := g.Store.Stats()
-	st.Overloaded = g.shed.Load()
+	st.Overloaded, st.Gated = g.shed.Load(), true
 	return st
 }

@@ -252,15 +252,16 @@ func (m *Metrics) request(front, code int, start time.Time) {
 // writeTo writes every metric in the Prometheus text exposition format (version 0.0.4), with
 // the store's figures: st.Keys, when >= 0, as the meshlimit_memory_keys gauge; st.Evicted, when
 // >= 0, as the meshlimit_store_evicted_keys_total counter; st.FullFallbacks, when > 0, as the
-// meshlimit_store_full_fallbacks_total counter; st.Overloaded, when > 0, as the
-// meshlimit_store_overloaded_total counter.
+// meshlimit_store_full_fallbacks_total counter; st.Overloaded, when a Gate is in front
+// of the store (st.Gated) or > 0, as the meshlimit_store_overloaded_total counter.
 func (m *Metrics) writeTo(w io.Writer, st Stats) error {
 	m.init()
 	keys, evicted, fallbacks, overloaded := st.Keys, st.Evicted, st.FullFallbacks, st.Overloaded
 	gs := prometheus.Gatherers{m.reg}
-	if keys >= 0 || evicted >= 0 || fallbacks > 0 || overloaded > 0 {
+	gated := st.Gated || overloaded > 0
+	if keys >= 0 || evicted >= 0 || fallbacks > 0 || gated {
 		store := prometheus.NewRegistry()
-		if overloaded > 0 {
+		if gated {
 			store.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "meshlimit_store_overloaded_total",
 				Help: "Decision calls refused before the store: their deadline passed while they waited for one of the calls in flight (-store-max-inflight) to end.",

@@ -77,6 +77,9 @@ type Stats struct {
 	// Overloaded is the number of decision calls a Gate refused, their deadline passed while
 	// they waited for a slot (0 without a Gate).
 	Overloaded int64
+	// Gated says a Gate stands in front of the store: meshlimit_store_overloaded_total is
+	// then exported from the start, at 0 until a call is refused.
+	Gated bool
 }
 
 // ErrStoreFull is wrapped by the errors of a store that refuses writes for lack of memory:
