@@ -7,10 +7,12 @@ import "fmt"
 // what the reservation took and was not used; an over-run (delta > 0) is charged even when it does
 // not fit, so the key may end in debt and its next requests wait until the debt is repaid.
 
-// MaxDebt is the most debt a settled over-run leaves a bucket in, in capacities below empty: the
-// whole over-run is carried until it is repaid, up to MaxDebt refill times (τ each, a Window when
-// the capacity is the quota). A debt past it is the only part of an over-run that is forgiven,
-// which only over-runs adding up to more than MaxDebt capacities at once can reach.
+// MaxDebt is the most debt a settled over-run leaves a key in, in capacities below empty: the
+// whole over-run is carried until it is repaid, up to MaxDebt refill times for a bucket (τ each, a
+// Window when the capacity is the quota) and MaxDebt windows (calendar periods) for a fixed window,
+// which carries what was counted past its quota into the windows after it. A debt past it is the
+// only part of an over-run that is forgiven, which only over-runs adding up to more than MaxDebt
+// capacities at once can reach.
 const MaxDebt = 64
 
 // Settles reports whether Adjust supports limits of kind k: the two buckets and the fixed window.
@@ -29,8 +31,9 @@ func (k Kind) Settles() bool { return k.bucket() || k == FixedWindow }
 // unconditionally: a bucket carries it whole, up to a debt of MaxDebt capacities (its TAT may reach
 // now + (MaxDebt+1)×τ: the key waits up to MaxDebt extra refill times; a TAT never passes 2^52 µs +
 // MaxWindow, the latest a state holds, which matters only at the end of representable time); a
-// window's count may reach 2×Quota, and the window's end forgets it. A
-// delta of 0, or any delta on an empty state that would only refund, leaves the state as it is.
+// fixed window's count may reach (MaxDebt+1)×Quota, and what passes the quota is carried into the
+// following windows, each paying a quota (positionFixed): the key waits up to MaxDebt windows more
+// than the current one. A delta of 0, or any delta on an empty state that would only refund, leaves the state as it is.
 //
 // err is non-nil for an invalid Limit, a kind that does not settle (see Kind.Settles), or malformed
 // state bytes (wrapping ErrMalformedState); then next is nil.
@@ -87,7 +90,8 @@ func (l Limit) adjustFixed(state []byte, n, reservedAt, delta int64, dst []byte)
 	s, end, k := l.positionFixed(s, k, n)
 	switch {
 	case delta > 0:
-		k = min(k+min(delta, 2*q), 2*q, MaxQuota)
+		ceiling := (MaxDebt + 1) * q
+		k = min(k+min(delta, ceiling), ceiling)
 	case delta < 0 && s <= reservedAt && reservedAt < end:
 		k = max(k+max(delta, -q), 0)
 	}

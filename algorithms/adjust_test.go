@@ -84,7 +84,9 @@ func TestAnOverRunIsCappedAtMaxDebtCapacitiesOfDebt(t *testing.T) {
 	require.NoError(t, err)
 	_, count, err := decodeFixed(fs)
 	require.NoError(t, err)
-	assert.Equal(t, int64(20), count)
+	assert.Equal(t, int64((MaxDebt+1)*10), count, "a full window and MaxDebt quotas of debt")
+	assert.False(t, f.IdleAt(fs, w0+int64((MaxDebt+1)*time.Minute-time.Second)))
+	assert.True(t, f.IdleAt(fs, w0+int64((MaxDebt+1)*time.Minute)), "MaxDebt+1 windows at most")
 }
 
 func TestAFixedWindowRefundsNothingIntoTheWindowAfterTheReservation(t *testing.T) {
@@ -169,8 +171,10 @@ func TestAnOverRunPastTheReservationIsCarriedWholeAsDebtUpToMaxDebtCapacities(t 
 // capacities of debt), so the client uses at most the limit plus the first burst and what its last
 // requests used: quota×T/W + C + n×u, whatever n, r and u (as long as no n×u passes
 // (MaxDebt+1)×C). Before, debt stopped at one capacity and the rest was forgiven (10 requests
-// together reserving 10 and using 640 used 40,960 an hour). A fixed window forgets its count at
-// the window's end: n requests together use up to n×u a window (61 windows start in the hour).
+// together reserving 10 and using 640 used 40,960 an hour). A fixed window carries what it counted
+// past its quota into the next windows, so the same bound holds with C the quota (before, it
+// forgot its count at the window's end: n requests together used up to n×u a window, 91,500 an
+// hour for 10 × 150).
 func TestRequestsInFlightTogetherThatOverRunSustainAtMostTheLimit(t *testing.T) {
 	t0 := int64(1_700_000_000_000_000_000)
 	bucket := Limit{Kind: TokenBucket, Quota: 100, Window: time.Minute}
@@ -185,7 +189,8 @@ func TestRequestsInFlightTogetherThatOverRunSustainAtMostTheLimit(t *testing.T) 
 		{"one request at a time that over-runs past a capacity", bucket, 1, 10, 150, 6000 + 100 + 150},
 		{"ten requests together that each over-run past a capacity", bucket, 10, 10, 150, 6000 + 100 + 10*150},
 		{"ten requests together whose over-runs add up to 63 capacities", bucket, 10, 10, 640, 6000 + 100 + 10*640},
-		{"a fixed window forgets at its end what ten requests together over-ran", fixed, 10, 10, 150, 61 * 10 * 150},
+		{"a fixed window carries what ten requests together over-ran past a quota", fixed, 10, 10, 150, 6000 + 100 + 10*150},
+		{"a fixed window carries over-runs of ten requests together adding up to 63 quotas", fixed, 10, 10, 640, 6000 + 100 + 10*640},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			used := sustained(t, tt.l, t0, tt.n, tt.reserve, tt.used)

@@ -145,6 +145,41 @@ func (c Calendar) periodUs(n int64) (start, end int64) {
 	return first*usPerDay - o, next*usPerDay - o
 }
 
+// indexUs returns the number of the period of c that contains n µs (0 <= n <= 2^52 + MaxDebt+1
+// periods), consecutive periods having consecutive numbers: the local civil day, the week counted
+// from Monday 1969-12-29, year×12 + month − 1, the year.
+func (c Calendar) indexUs(n int64) int64 {
+	day := floorDiv(n+int64(c.Offset/time.Microsecond), usPerDay)
+	switch c.Unit {
+	case CalendarDay:
+		return day
+	case CalendarWeek:
+		return (day + 3) / 7 // day >= −1
+	case CalendarMonth:
+		y, m, _ := civilFromDays(day)
+		return y*12 + m - 1
+	}
+	y, _, _ := civilFromDays(day)
+	return y
+}
+
+// startUs returns the start in µs of the period numbered i (indexUs), a period that starts at or
+// after the unix epoch's.
+func (c Calendar) startUs(i int64) int64 {
+	var first int64
+	switch c.Unit {
+	case CalendarDay:
+		first = i
+	case CalendarWeek:
+		first = i*7 - 3
+	case CalendarMonth:
+		first = daysFromCivil(i/12, i%12+1, 1)
+	default:
+		first = daysFromCivil(i, 1, 1)
+	}
+	return first*usPerDay - int64(c.Offset/time.Microsecond)
+}
+
 // floorDiv returns floor(a / b) for b > 0.
 func floorDiv(a, b int64) int64 {
 	q := a / b

@@ -148,8 +148,14 @@ func TestACalendarWindowSettlesWithinItsPeriodOnly(t *testing.T) {
 	require.NoError(t, err)
 	_, count, err := decodeFixed(state)
 	require.NoError(t, err)
-	assert.Equal(t, int64(20), count, "an over-run is capped at one quota of debt")
-	_, d, err := l.Decide(state, rfc(t, "2026-03-01T05:00:00Z")*nsPerUs, 10, nil)
+	assert.Equal(t, int64((MaxDebt+1)*10), count, "an over-run is carried up to MaxDebt quotas of debt")
+	march := rfc(t, "2026-03-01T05:00:00Z") * nsPerUs
+	_, d, err := l.Decide(state, march, 10, nil)
 	require.NoError(t, err)
-	assert.True(t, d.Allowed, "the debt ends with February")
+	assert.False(t, d.Allowed, "the debt is carried into March")
+	july2031 := rfc(t, "2031-07-01T05:00:00Z") * nsPerUs // February 2026 and 65 months
+	assert.Equal(t, time.Duration(july2031-march), d.RetryAfter, "the debt is paid a quota a month")
+	_, d, err = l.Decide(state, july2031, 10, nil)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "the debt ends with June 2031")
 }

@@ -103,15 +103,22 @@
 //
 // Windows are [s, s+W) with s a multiple of W since the unix epoch (or calendar periods: below).
 //
+//	k        = min(k, (MaxDebt+1)×Q)
 //	cur      = n − n % W
-//	if cur > s then s, k = cur, 0              (new window)
+//	if cur > s then m = (cur − s) // W;  s, k = cur, max(k − min(m, MaxDebt+1)×Q, 0)
+//	                                            (a later window: what passed Q is carried)
 //	elseif n < s then n' = s                    (clock stepped back: stay in the stored window)
 //	allowed  = c <= Q − k                       then k = k + c
-//	Remaining = max(Q − k, 0);  Reset = s + W − n if k > 0, else 0
-//	RetryAfter = s + W − n;  EffectiveWindow = s + W − n
+//	after(j) = s + j×W                          (the start of the j-th window after s's)
+//	Remaining = max(Q − k, 0);  Reset = after((k + Q − 1) // Q) − n if k > 0, else 0
+//	RetryAfter = after((k + c − 1) // Q) − n;  EffectiveWindow = after(max(k, Q) // Q) − n
 //
-// State (17 bytes): 0x13, s µs, k. TTL = W. At most Q per aligned window, hence at most 2Q in
-// any span of length W (Q at the end of one window and Q at the start of the next).
+// Without debt (k <= Q) every j above is 1: the window's end. A count past Q is left only by
+// Adjust (a settled over-run, at most (MaxDebt+1)×Q) and paid a quota per window: the key waits
+// for the window in which the carried count leaves room for the request. State (17 bytes): 0x13,
+// s µs, k. TTL = W (MaxDebt+1 windows for a state in debt). At most Q is admitted per aligned
+// window, hence at most 2Q in any span of length W (Q at the end of one window and Q at the
+// start of the next).
 //
 // # Calendar windows
 //
@@ -135,10 +142,15 @@
 // (s, k) is placed at n by the period [cs, ce) of n, with cs raised to 0 (only the period that
 // contains the epoch can begin before it):
 //
-//	s < cs             a later period:            s, k = cs, 0
+//	s < cs             a later period:            s = cs, k = max(k − min(m, MaxDebt+1)×Q, 0)
+//	                                              with m = index(n) − index(s)
 //	cs <= s < ce       this period:               s = cs
 //	s >= ce            the clock stepped back:    s, e = the period of s (k kept)
-//	then as for the fixed window: allowed = c <= Q − k, RetryAfter = e − n, Reset = e − n if k > 0
+//	then as for the fixed window, with after(j) = start(index(s) + j)
+//
+// where index numbers the periods consecutively (the day; (day + 3) // 7; y×12 + m − 1; y) and
+// start(i) is the start of period i (i×D − o; (7i − 3)×D − o; days_from_civil(i // 12,
+// i % 12 + 1, 1)×D − o; days_from_civil(i, 1, 1)×D − o).
 //
 // So the boundary instant belongs to the new period, and Reset and RetryAfter are the real time
 // to the period's end: a 28- to 31-day month, a 365- or 366-day year, and always 24-hour days (a

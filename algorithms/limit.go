@@ -206,8 +206,9 @@ func (l Limit) Capacity() int64 {
 // (Capacity×Window/Quota, rounded up to a microsecond) for the buckets, Window for the fixed
 // window and the sliding log, and 2×Window for the sliding window counter. For a calendar
 // window it is the unit's longest period (CalendarUnit.MaxLength: 24 hours, 7, 31 or 366
-// days), which a state written at any instant of a period outlives. TTL returns 0 for an
-// invalid Limit.
+// days), which a state written at any instant of a period outlives. A state that Adjust left in
+// debt outlives TTL: by up to MaxDebt+1 times it from the settle (see Adjust). TTL returns 0 for
+// an invalid Limit.
 func (l Limit) TTL() time.Duration {
 	if l.Validate() != nil {
 		return 0
@@ -312,7 +313,8 @@ func (l Limit) Decide(state []byte, now int64, cost int64, dst []byte) (next []b
 // later than now; forgetting it is harmless.) IdleAt reports true for an empty or malformed
 // state (nothing in the latter can be trusted) and false for an invalid Limit. After
 // Decide(…, now, …) returns next and d, IdleAt(next, t) holds for every t >= now + d.Reset,
-// and so for every t >= max(now, latest now seen) + TTL().
+// and so for every t >= max(now, latest now seen) + TTL() (MaxDebt+1 times TTL for a state that
+// Adjust left in debt).
 func (l Limit) IdleAt(state []byte, now int64) bool {
 	if l.Validate() != nil {
 		return false

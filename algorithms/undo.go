@@ -11,7 +11,8 @@ import (
 // kind, because it removes a known admission rather than settling an estimate:
 //   - a bucket's TAT moves back by the cost's emission time, never before now;
 //   - a fixed window's count drops by the cost when takenAt lies in the current window (period):
-//     once that window is gone, so is what the admission counted;
+//     once that window is gone, so is what the admission counted (an admission leaves the count
+//     within the quota, so none of it is in a debt carried on);
 //   - a sliding window counter's count of the window holding takenAt (the current or the previous
 //     one) drops by the cost: the estimate is then what it would be had the request not come;
 //   - a sliding log drops the cost oldest entries at or after takenAt, which are the admission's

@@ -25,6 +25,10 @@ func roll(s, n, w int64) (start, clamped, shift int64) {
 
 const fixedSize = 1 + 8 + 8
 
+// maxCount is the largest count a fixed-window state holds: a window full and MaxDebt more quotas of
+// debt (MaxDebt+1 quotas, at most 6.5e13 < 2^46), which Adjust may leave.
+const maxCount = (MaxDebt + 1) * MaxQuota
+
 // decodeFixed decodes a non-empty fixed-window state: header, window start µs, count.
 func decodeFixed(b []byte) (start, count int64, err error) {
 	if err = checkHeader(b, FixedWindow, len(b) == fixedSize, "17"); err != nil {
@@ -33,40 +37,59 @@ func decodeFixed(b []byte) (start, count int64, err error) {
 	if start, err = field(b, 1, maxTimeUs, "window start", FixedWindow); err != nil {
 		return 0, 0, err
 	}
-	if count, err = field(b, 9, MaxQuota, "count", FixedWindow); err != nil {
+	if count, err = field(b, 9, maxCount, "count", FixedWindow); err != nil {
 		return 0, 0, err
 	}
 	return start, count, nil
 }
 
 // positionFixed places a fixed-window state (window start s, count k; s = n, k = 0 when fresh) at
-// now n µs. It returns the window the decision falls in, [start, end), and the count in it: 0 when
-// that is a later window than s's. A clock that steps back stays in the stored window. A rolling
-// window realigns s down to a multiple of Window (roll); a calendar window places s in its
-// period: s before the period of n means a later period, s at or past that period's end means the
-// clock stepped back, and the stored period (the one that contains s) is kept. The period that
-// contains the unix epoch may begin before it: its start is stored as 0, which it contains.
+// now n µs. It returns the window the decision falls in, [start, end), and the count in it: what
+// was counted past the quota in s's window is carried into the windows after it, a quota paid per
+// window, so m windows later the count is max(k − m×Quota, 0) (0 from MaxDebt+1 windows on: k is
+// at most MaxDebt+1 quotas). A clock that steps back stays in the stored window. A rolling
+// window realigns s down to a multiple of Window; a calendar window places s in its period: s
+// before the period of n means a later period, s at or past that period's end means the clock
+// stepped back, and the stored period (the one that contains s) is kept. The period that contains
+// the unix epoch may begin before it: its start is stored as 0, which it contains.
 func (l Limit) positionFixed(s, k, n int64) (start, end, count int64) {
+	k = min(k, (MaxDebt+1)*l.Quota)
 	if l.Calendar.Unit == 0 {
 		w := l.windowUs()
-		s, _, shift := roll(s, n, w)
-		if shift > 0 {
-			k = 0
+		s -= s % w
+		if cur := n - n%w; cur > s {
+			return cur, cur + w, l.carry(k, (cur-s)/w)
 		}
 		return s, s + w, k
 	}
 	cs, ce := l.Calendar.periodUs(n)
 	cs = max(cs, 0)
-	switch {
-	case s < cs:
-		return cs, ce, 0
-	case s < ce:
+	if s < ce {
+		if s < cs {
+			k = l.carry(k, l.Calendar.indexUs(n)-l.Calendar.indexUs(s))
+		}
 		return cs, ce, k
 	}
 	start, end = l.Calendar.periodUs(s) // s >= ce > 0: this start is positive
 	return start, end, k
 }
 
+// carry returns what is left of count k (at most MaxDebt+1 quotas) m >= 1 windows later.
+func (l Limit) carry(k, m int64) int64 { return max(k-min(m, MaxDebt+1)*l.Quota, 0) }
+
+// windowAfter returns the start (µs) of the m-th window after the one that starts at s (m >= 1, at
+// most MaxDebt+1): s + m×Window, or the start of the m-th calendar period after s's.
+func (l Limit) windowAfter(s, m int64) int64 {
+	if l.Calendar.Unit == 0 {
+		return s + m*l.windowUs()
+	}
+	return l.Calendar.startUs(l.Calendar.indexUs(s) + m)
+}
+
+// decideFixed admits cost when it fits what the window has left. A count k past the quota is a
+// debt: a request of cost c waits for the window in which the carried count leaves room for it,
+// the floor((k+c−1)/Quota)-th after this one (the next when k is within the quota), and the
+// quota is full again ceil(k/Quota) windows on.
 func (l Limit) decideFixed(state []byte, n, cost int64, dst []byte) ([]byte, Decision, error) {
 	q := l.Quota
 	s, k := n, int64(0)
@@ -76,7 +99,7 @@ func (l Limit) decideFixed(state []byte, n, cost int64, dst []byte) ([]byte, Dec
 			return nil, Decision{}, err
 		}
 	}
-	s, end, k := l.positionFixed(s, k, n)
+	s, _, k = l.positionFixed(s, k, n)
 	d := Decision{Limit: q}
 	switch {
 	case cost > q:
@@ -85,13 +108,14 @@ func (l Limit) decideFixed(state []byte, n, cost int64, dst []byte) ([]byte, Dec
 		d.Allowed = true
 		k += cost
 	default:
-		d.RetryAfter = time.Duration(usToDuration(end - n))
+		d.RetryAfter = time.Duration(usToDuration(l.windowAfter(s, (k+cost-1)/q) - n))
 	}
 	d.Remaining = max(q-k, 0)
 	if k > 0 {
-		d.Reset = time.Duration(usToDuration(end - n))
+		d.Reset = time.Duration(usToDuration(l.windowAfter(s, (k+q-1)/q) - n))
 	}
-	d.EffectiveWindow = time.Duration(usToDuration(end - n)) // every unit is back at the window's end
+	// Once Remaining is spent the count is max(k, q): a unit is back when it has been paid down.
+	d.EffectiveWindow = time.Duration(usToDuration(l.windowAfter(s, max(k, q)/q) - n))
 	dst = append(dst[:0], header(FixedWindow))
 	dst = appendField(dst, s)
 	dst = appendField(dst, k)
