@@ -76,23 +76,54 @@ func luaCalendarPeriod(unit, o, n float64) (float64, float64) {
 	return first*dayUs - o, next*dayUs - o
 }
 
-func luaCalendarPosition(unit, o, s, k, n float64) (float64, float64, float64) {
+func luaCalendarIndex(unit, o, n float64) float64 {
+	day := luaFloorDiv(n+o, 86400000000)
+	switch unit {
+	case 1:
+		return day
+	case 2:
+		return luaFloorDiv(day+3, 7)
+	}
+	y, m, _ := luaCivilFromDays(day)
+	if unit == 3 {
+		return y*12 + m - 1
+	}
+	return y
+}
+
+func luaCalendarStart(unit, o, i float64) float64 {
+	var first float64
+	switch unit {
+	case 1:
+		first = i
+	case 2:
+		first = i*7 - 3
+	case 3:
+		first = luaDaysFromCivil(luaFloorDiv(i, 12), luaMod(i, 12)+1, 1)
+	default:
+		first = luaDaysFromCivil(i, 1, 1)
+	}
+	return first*86400000000 - o
+}
+
+func luaCalendarPosition(unit, o, s, n float64) (float64, float64, float64) {
 	cs, ce := luaCalendarPeriod(unit, o, n)
 	if cs < 0 {
 		cs = 0
 	}
 	if s < cs {
-		return cs, ce, 0
+		return cs, ce, luaCalendarIndex(unit, o, n) - luaCalendarIndex(unit, o, s)
 	}
 	if s < ce {
-		return cs, ce, k
+		return cs, ce, 0
 	}
 	ps, pe := luaCalendarPeriod(unit, o, s)
-	return ps, pe, k
+	return ps, pe, 0
 }
 
 // calendarCases returns the instants the Lua tests run for c: the edges of every period (every
-// 7th for days), random instants, and states (s, k) before, in and after the period of each.
+// 7th for days), random instants, and states {s, j, n}: a stored start s before, in and after the
+// period of n, and j in [1, MaxDebt+1], the period after the placed one whose start is asked.
 func calendarCases(c Calendar, r *rand.Rand) (nows []int64, states [][3]int64) {
 	every := 1
 	if c.Unit == CalendarDay {
@@ -109,7 +140,7 @@ func calendarCases(c Calendar, r *rand.Rand) (nows []int64, states [][3]int64) {
 		start, end := c.periodUs(n)
 		for _, s := range []int64{max(start-1, 0), max(start, 0), n, end - 1, end, end + r.Int64N(400*usPerDay)} {
 			if s <= maxTimeUs {
-				states = append(states, [3]int64{min(s, maxTimeUs), 1 + r.Int64N(MaxQuota), n})
+				states = append(states, [3]int64{min(s, maxTimeUs), 1 + r.Int64N(MaxDebt+1), n})
 			}
 		}
 	}
@@ -135,11 +166,13 @@ func TestCalendarLuaInDoubles(t *testing.T) {
 				}
 			}
 			for _, st := range states {
-				s, e, k := l.positionFixed(st[0], st[1], st[2])
-				ls, le, lk := luaCalendarPosition(float64(u), ou, float64(st[0]), float64(st[1]), float64(st[2]))
-				if ls != float64(s) || le != float64(e) || lk != float64(k) {
-					t.Fatalf("%v: state (%d, %d) at %d µs: Lua in doubles (%.0f, %.0f, %.0f), Go (%d, %d, %d)",
-						c, st[0], st[1], st[2], ls, le, lk, s, e, k)
+				s, e, m := l.placeFixed(st[0], st[2])
+				a := l.windowAfter(s, st[1])
+				ls, le, lm := luaCalendarPosition(float64(u), ou, float64(st[0]), float64(st[2]))
+				la := luaCalendarStart(float64(u), ou, luaCalendarIndex(float64(u), ou, ls)+float64(st[1]))
+				if ls != float64(s) || le != float64(e) || lm != float64(m) || la != float64(a) {
+					t.Fatalf("%v: start %d at %d µs, period %d after: Lua in doubles (%.0f, %.0f, %.0f, %.0f), Go (%d, %d, %d, %d)",
+						c, st[0], st[2], st[1], ls, le, lm, la, s, e, m, a)
 				}
 			}
 		}

@@ -29,8 +29,9 @@ return table.concat(out, ' ')
 	luaPositionDriver = `
 local unit, o, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {}
 for i = 3, #ARGV, 3 do
-  local s, e, k = calendar_position(unit, o, tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))
-  out[#out + 1] = string.format('%.0f %.0f %.0f', s, e, k)
+  local s, e, m = calendar_position(unit, o, tonumber(ARGV[i]), tonumber(ARGV[i + 2]))
+  local a = calendar_start(unit, o, calendar_index(unit, o, s) + tonumber(ARGV[i + 1]))
+  out[#out + 1] = string.format('%.0f %.0f %.0f %.0f', s, e, m, a)
 end
 return table.concat(out, ' ')
 `
@@ -101,12 +102,13 @@ func TestCalendarLuaOnRedis(t *testing.T) {
 				args = append(args, st[:]...)
 			}
 			got = evalCalendar(t, srv, lua, luaPositionDriver, args)
-			require.Len(t, got, 3*len(states), "%v", c)
+			require.Len(t, got, 4*len(states), "%v", c)
 			for i, st := range states {
-				s, e, k := l.positionFixed(st[0], st[1], st[2])
-				if got[3*i] != s || got[3*i+1] != e || got[3*i+2] != k {
-					t.Fatalf("%v: state (%d, %d) at %d µs: Lua on Redis (%d, %d, %d), Go (%d, %d, %d)",
-						c, st[0], st[1], st[2], got[3*i], got[3*i+1], got[3*i+2], s, e, k)
+				s, e, m := l.placeFixed(st[0], st[2])
+				a := l.windowAfter(s, st[1])
+				if g := got[4*i:]; g[0] != s || g[1] != e || g[2] != m || g[3] != a {
+					t.Fatalf("%v: start %d at %d µs, period %d after: Lua on Redis %v, Go (%d, %d, %d, %d)",
+						c, st[0], st[2], st[1], g[:4], s, e, m, a)
 				}
 			}
 		}

@@ -44,34 +44,45 @@ func decodeFixed(b []byte) (start, count int64, err error) {
 }
 
 // positionFixed places a fixed-window state (window start s, count k; s = n, k = 0 when fresh) at
-// now n µs. It returns the window the decision falls in, [start, end), and the count in it: what
-// was counted past the quota in s's window is carried into the windows after it, a quota paid per
-// window, so m windows later the count is max(k − m×Quota, 0) (0 from MaxDebt+1 windows on: k is
-// at most MaxDebt+1 quotas). A clock that steps back stays in the stored window. A rolling
-// window realigns s down to a multiple of Window; a calendar window places s in its period: s
-// before the period of n means a later period, s at or past that period's end means the clock
-// stepped back, and the stored period (the one that contains s) is kept. The period that contains
-// the unix epoch may begin before it: its start is stored as 0, which it contains.
+// now n µs (placeFixed). It returns the window the decision falls in, [start, end), and the count
+// in it: what was counted past the quota in s's window is carried into the windows after it, a
+// quota paid per window, so m windows later the count is max(k − m×Quota, 0) (0 from MaxDebt+1
+// windows on: k is at most MaxDebt+1 quotas).
 func (l Limit) positionFixed(s, k, n int64) (start, end, count int64) {
 	k = min(k, (MaxDebt+1)*l.Quota)
+	start, end, m := l.placeFixed(s, n)
+	if m > 0 {
+		k = l.carry(k, m)
+	}
+	return start, end, k
+}
+
+// placeFixed returns the window [start, end) that a decision at now n µs falls in, for a stored
+// window start s, and m, the number of windows from s's to it (0 when it is s's). A clock that
+// steps back stays in the stored window. A rolling window realigns s down to a multiple of Window;
+// a calendar window places s in its period: s before the period of n means a later period, s at or
+// past that period's end means the clock stepped back, and the stored period (the one that contains
+// s) is kept. The period that contains the unix epoch may begin before it: its start is stored as 0,
+// which it contains.
+func (l Limit) placeFixed(s, n int64) (start, end, m int64) {
 	if l.Calendar.Unit == 0 {
 		w := l.windowUs()
 		s -= s % w
 		if cur := n - n%w; cur > s {
-			return cur, cur + w, l.carry(k, (cur-s)/w)
+			return cur, cur + w, (cur - s) / w
 		}
-		return s, s + w, k
+		return s, s + w, 0
 	}
 	cs, ce := l.Calendar.periodUs(n)
 	cs = max(cs, 0)
-	if s < ce {
-		if s < cs {
-			k = l.carry(k, l.Calendar.indexUs(n)-l.Calendar.indexUs(s))
-		}
-		return cs, ce, k
+	switch {
+	case s < cs:
+		return cs, ce, l.Calendar.indexUs(n) - l.Calendar.indexUs(s)
+	case s < ce:
+		return cs, ce, 0
 	}
 	start, end = l.Calendar.periodUs(s) // s >= ce > 0: this start is positive
-	return start, end, k
+	return start, end, 0
 }
 
 // carry returns what is left of count k (at most MaxDebt+1 quotas) m >= 1 windows later.

@@ -111,24 +111,26 @@ func (l *LimitSpec) PeriodAt(now int64) time.Duration {
 // nanoseconds) for a request the limit can ever admit: for a calendar window, the time until the
 // period that contains now ends (its MaxLength once now is past the period that contains 2^52 µs,
 // where the algorithms' time stops); for another rate limit, Limit.TTL (a bucket's full refill,
-// the window, two windows for the sliding window counter), and for a bucket of a rule that
-// settles algorithms.MaxDebt+1 times that (an over-run may leave a debt of MaxDebt capacities:
-// algorithms.Limit.Adjust); 0 for
-// a concurrency limit, whose permit comes back when a request ends, not at a time. It bounds what
-// the filter takes from the decision service's answers: t, Retry-After and the over-limit cache.
-// It allocates nothing.
+// the window, two windows for the sliding window counter). A limit of a rule that settles may be
+// in debt by algorithms.MaxDebt capacities (algorithms.Limit.Adjust): a bucket or a fixed window
+// then waits up to MaxDebt+1 times its TTL, a calendar window MaxDebt longest periods more. It is
+// 0 for a concurrency limit, whose permit comes back when a request ends, not at a time. It bounds
+// what the filter takes from the decision service's answers: t, Retry-After and the over-limit
+// cache. It allocates nothing.
 func (l *LimitSpec) LongestWait(now int64, settles bool) time.Duration {
+	debt := time.Duration(0)
+	if settles && l.Limit.Kind.Settles() {
+		debt = algorithms.MaxDebt * l.Limit.TTL() // a calendar's TTL is its longest period
+	}
 	switch {
 	case l.Concurrency != 0:
 		return 0
-	case l.Limit.Calendar.Unit == 0 && settles && l.Limit.Kind.TakesBurst():
-		return (algorithms.MaxDebt + 1) * l.Limit.TTL()
 	case l.Limit.Calendar.Unit == 0:
-		return l.Limit.TTL()
+		return l.Limit.TTL() + debt
 	}
 	_, end := l.Limit.Calendar.Period(now)
 	if end <= now {
-		return l.Limit.Calendar.Unit.MaxLength()
+		return l.Limit.Calendar.Unit.MaxLength() + debt
 	}
-	return time.Duration(end - now)
+	return time.Duration(end-now) + debt
 }

@@ -41,7 +41,7 @@ func edgeUs(t *testing.T, s string) int64 {
 
 // calendarTrace returns n steps of l around edge (µs): steps of up to two hours either way of it
 // (and clock steps back), period-long jumps, costs up to twice the quota and settles of
-// reservations up to two days old.
+// reservations up to two days old, some over-running by up to 80 quotas (a debt of many periods).
 func calendarTrace(r *rand.Rand, l algorithms.Limit, edge int64, n int) []traceStep {
 	const hour = int64(time.Hour / time.Microsecond)
 	now := edge - r.Int64N(2*hour) - int64(l.Calendar.Offset/time.Microsecond)
@@ -66,6 +66,9 @@ func calendarTrace(r *rand.Rand, l algorithms.Limit, edge int64, n int) []traceS
 		steps[i] = traceStep{nowUs: now, cost: cost}
 		if r.IntN(100) < 15 {
 			steps[i].delta = 1 + r.Int64N(2*l.Quota)
+			if r.IntN(4) == 0 { // a debt of many periods, up to past its ceiling
+				steps[i].delta = 1 + r.Int64N(80*l.Quota)
+			}
 			if r.IntN(2) == 0 {
 				steps[i].delta = -steps[i].delta
 			}

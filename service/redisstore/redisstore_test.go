@@ -71,6 +71,34 @@ func TestRedisTTL(t *testing.T) {
 	})
 }
 
+// A fixed window in debt keeps its key until the debt is paid: the settle and the decisions that
+// find the debt set a PEXPIRE past the window (a key that expired would forgive the debt).
+func TestAFixedWindowInDebtKeepsItsKeyUntilTheDebtIsPaid(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	s := newStore(t, rs.Addr())
+	ctx := context.Background()
+	l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 10, Window: time.Minute}
+	req := service.Request{Key: "debt", Limit: l, Cost: 10}
+	pttl := func() time.Duration {
+		t.Helper()
+		v, err := rs.Do("PTTL", s.stateKey(l.Kind, req.Key))
+		require.NoError(t, err)
+		ms, _ := strconv.ParseInt(v, 10, 64)
+		return time.Duration(ms) * time.Millisecond
+	}
+	_, err := s.Decide(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, s.Settle(ctx, service.SettleRequest{Key: req.Key, Limit: l, Delta: 300}))
+	assert.Greater(t, pttl(), 3*time.Minute, "a count of 310 is paid in the fourth window from now")
+	req.Cost = 1
+	d, err := s.Decide(ctx, req)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed)
+	assert.Greater(t, d.RetryAfter, 3*time.Minute)
+	assert.Greater(t, pttl(), 3*time.Minute, "a denial in debt keeps the key as long")
+}
+
 // After SCRIPT FLUSH, EVALSHA answers NOSCRIPT and the store reloads the script.
 func TestRedisReloadsFlushedScripts(t *testing.T) {
 	t.Parallel()

@@ -85,7 +85,7 @@ func script(kind algorithms.Kind) (string, error) {
 	case algorithms.LeakyBucket:
 		return composeScript("local LEAKY = true\n", "lib.lua", "gcra_state.lua", "gcra.lua")
 	case algorithms.FixedWindow:
-		return composeScript("", "lib.lua", "calendar.lua", "fixed_window.lua")
+		return composeScript("", "lib.lua", "calendar.lua", "fixed_window_state.lua", "fixed_window.lua")
 	case algorithms.SlidingLog, algorithms.SlidingWindow:
 		return composeScript("", "lib.lua", kind.String()+".lua")
 	}
@@ -114,7 +114,7 @@ func settleScript(kind algorithms.Kind) (string, error) {
 	case algorithms.LeakyBucket:
 		return composeScript("local LEAKY = true\n", "lib.lua", "gcra_state.lua", "gcra_settle.lua")
 	case algorithms.FixedWindow:
-		return composeScript("", "lib.lua", "calendar.lua", "fixed_window_settle.lua")
+		return composeScript("", "lib.lua", "calendar.lua", "fixed_window_state.lua", "fixed_window_settle.lua")
 	}
 	return "", fmt.Errorf("redisstore: %v does not settle a cost", kind)
 }

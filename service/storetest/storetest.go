@@ -244,6 +244,23 @@ func testSettles(t *testing.T, s service.Store) {
 	require.False(t, d.Allowed)
 	assert.Equal(t, 16*time.Second, d.RetryAfter, "a debt of 15: 25 s to repay, then 1 s for the unit, less the 10 s of burst")
 
+	// A fixed window carries its over-run into the next windows, a quota paid per window.
+	f := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 10, Window: 10 * time.Second}
+	at := func(dt time.Duration, cost int64) algorithms.Decision {
+		t.Helper()
+		d, err := s.Decide(ctx, service.Request{Key: "settled window", Limit: f, Cost: cost, Now: t0.Add(dt)})
+		require.NoError(t, err)
+		return d
+	}
+	require.True(t, at(0, 8).Allowed, "the reservation")
+	require.NoError(t, s.Settle(ctx, service.SettleRequest{Key: "settled window", Limit: f, Delta: 15, Now: t0}))
+	d = at(10*time.Second, 1)
+	assert.False(t, d.Allowed, "the next window starts with the 13 carried")
+	assert.Equal(t, 10*time.Second, d.RetryAfter, "the window after it starts with 3")
+	d = at(20*time.Second, 1)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, int64(6), d.Remaining)
+
 	for _, k := range []algorithms.Kind{algorithms.SlidingLog, algorithms.SlidingWindow} {
 		err := s.Settle(ctx, service.SettleRequest{Key: "k", Limit: algorithms.Limit{Kind: k, Quota: 10, Window: time.Second}, Delta: -1})
 		assert.ErrorContains(t, err, "does not settle", "%v", k)

@@ -1,6 +1,6 @@
 -- calendar.lua: the calendar windows of package algorithms in Lua 5.1 (Redis scripts), a
 -- transcription, operation for operation, of Calendar.periodUs and its civil-date helpers
--- (algorithms/calendar.go) and of Limit.positionFixed for a calendar limit (algorithms/window.go).
+-- (algorithms/calendar.go) of Limit.placeFixed for a calendar limit (algorithms/window.go) and of Calendar.indexUs and startUs.
 -- algorithms/doc.go ("Calendar windows") gives the formulas and why every value is exact.
 --
 -- Contract (the caller validates, as algorithms.Limit.Validate does):
@@ -9,18 +9,20 @@
 --           (64800000000)
 --   n, s    µs since the unix epoch, integers in [0, 2^52] (n is lib.lua's clamped now; s a
 --           stored window start, as field(…, MAX_TIME) reads it)
---   k       the stored count, an integer in [0, 10^12]
 --
 -- calendar_period(unit, o, n) returns start, end: the period that contains n, [start, end) in
 -- µs. end - start is the period's real length (24 h, 7 d, 28 to 31 d, 365 or 366 d). start is
 -- negative only for the period that contains the epoch, when it began before it.
 --
--- calendar_position(unit, o, s, k, n) places a stored state (window start s, count k; s = n,
--- k = 0 when the key is new) at now n and returns start, end, count: the period to decide in
--- (start >= 0, the value to store as s), its end, and its count (0 when it is a later period
--- than s's). With them a fixed-window decision is the usual one: allowed when cost <= Q - count,
--- retry_after = end - n, reset = end - n when the count is positive; PEXPIRE is
--- algorithms.Limit.TTL (the unit's longest period), or end - n rounded up to a millisecond.
+-- calendar_position(unit, o, s, n) places a stored window start s (s = n when the key is new) at
+-- now n and returns start, end, m: the period to decide in (start >= 0, the value to store as s),
+-- its end, and the number of periods from s's to it (0 when it is s's, or the clock stepped back),
+-- by which the fixed-window scripts pay the count's debt (algorithms.Limit.placeFixed).
+--
+-- calendar_index(unit, o, n) returns the number of the period that contains n (n <= 2^52 and 65
+-- periods), consecutive periods having consecutive numbers, and calendar_start(unit, o, i) the
+-- start of period number i (Calendar.indexUs and Calendar.startUs): a window in debt waits for
+-- calendar_start(unit, o, calendar_index(unit, o, s) + j), the j-th period after s's.
 --
 -- Every value is an integer below 2^53 in magnitude, so doubles hold it exactly; every division
 -- is floored and exact (see doc.go). TestCalendarLuaInDoubles runs this text's transcription in
@@ -85,11 +87,34 @@ local function calendar_period(unit, o, n)
   return first * DAY_US - o, nxt * DAY_US - o
 end
 
-local function calendar_position(unit, o, s, k, n)
+local function calendar_index(unit, o, n)
+  local day = floor((n + o) / DAY_US)
+  if unit == 1 then return day end
+  if unit == 2 then return floor((day + 3) / 7) end
+  local y, m = civil_from_days(day)
+  if unit == 3 then return y * 12 + m - 1 end
+  return y
+end
+
+local function calendar_start(unit, o, i)
+  local first
+  if unit == 1 then
+    first = i
+  elseif unit == 2 then
+    first = i * 7 - 3
+  elseif unit == 3 then
+    first = days_from_civil(floor(i / 12), i % 12 + 1, 1)
+  else
+    first = days_from_civil(i, 1, 1)
+  end
+  return first * DAY_US - o
+end
+
+local function calendar_position(unit, o, s, n)
   local cs, ce = calendar_period(unit, o, n)
   if cs < 0 then cs = 0 end
-  if s < cs then return cs, ce, 0 end
-  if s < ce then return cs, ce, k end
+  if s < cs then return cs, ce, calendar_index(unit, o, n) - calendar_index(unit, o, s) end
+  if s < ce then return cs, ce, 0 end
   local ps, pe = calendar_period(unit, o, s)
-  return ps, pe, k
+  return ps, pe, 0
 end

@@ -1,23 +1,6 @@
--- fixed_window.lua, preceded by lib.lua and calendar.lua. State: hash {s, k}, the window start
--- (µs, a multiple of W, or a calendar period's start) and the cost counted in it. ARGV[8] is the
--- calendar unit (0: none, W is the window) and ARGV[9] its UTC offset in µs.
-
-local CAL, OFF = tonumber(ARGV[8]) or 0, tonumber(ARGV[9]) or 0
-
-local s, k = now, 0
-local st = redis.call('HMGET', key, 's', 'k')
-local ss, sk = field(st[1], MAX_TIME), field(st[2], MAX_QUOTA)
-if ss ~= nil and sk ~= nil then s, k = ss, sk end
-
-local e
-if CAL > 0 then
-  s, e, k = calendar_position(CAL, OFF, s, k, now)
-else
-  s = s - s % W -- realign: the window may have changed
-  local cur = now - now % W
-  if cur > s then s, k = cur, 0 end -- a later window (a clock step back stays in s)
-  e = s + W
-end
+-- fixed_window.lua, preceded by lib.lua, calendar.lua and fixed_window_state.lua: a decision. A
+-- count past Q is a debt: a request of cost c waits for the window in which the carried count leaves
+-- room for it, the floor((k+c-1)/Q)-th after this one (the next when k is within Q).
 
 local allowed, retry = 0, 0
 if cost > Q then
@@ -26,12 +9,12 @@ elseif cost <= Q - k then
   allowed = 1
   k = k + cost
 else
-  retry = e - now
+  retry = after(quotas(k + cost - 1)) - now
 end
 local remaining = math.max(Q - k, 0)
-local reset = 0
-if k > 0 then reset = e - now end
+local reset = reset_us()
+local effective = after(quotas(math.max(k, Q))) - now -- once remaining is spent, one unit back
 
 redis.call('HSET', key, 's', str(s), 'k', str(k))
-redis.call('PEXPIRE', key, ttl)
-return {allowed, remaining, reset, retry, 0, e - now} -- every unit is back at the window's end
+redis.call('PEXPIRE', key, expiry(reset))
+return {allowed, remaining, reset, retry, 0, effective}

@@ -42,11 +42,3 @@ if si ~= nil and sf ~= nil then
   if not less(si, sf, now, 0) then ti, tf = si, sf end
 end
 
--- expiry returns the PEXPIRE of a state whose TAT is reset µs away: the TTL, or longer while
--- a settled over-run keeps the key in debt (forgetting the state would forgive the debt).
-local function expiry(reset)
-  local ms = floor((reset + 999) / 1000)
-  if ms > tonumber(ttl) then return str(ms) end
-  return ttl
-end
-

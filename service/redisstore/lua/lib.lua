@@ -87,3 +87,10 @@ elseif now > MAX_TIME then
   now = MAX_TIME
 end
 
+-- expiry returns the PEXPIRE of a state that is fresh again reset µs from now: the TTL, or longer
+-- while a settled over-run keeps the key in debt (forgetting the state would forgive the debt).
+local function expiry(reset)
+  local ms = floor((reset + 999) / 1000)
+  if ms > tonumber(ttl) then return str(ms) end
+  return ttl
+end
