@@ -115,12 +115,36 @@ func TestRequestsSentTogetherWithLongPromptsOvershootTheBudgetByNoMoreThanTheirE
 // uses at most the limit plus the first burst and its last 10 requests: 6,000 + 100 + 1,500 =
 // 7,600 tokens in the hour. Before, debt stopped at one capacity and the rest was forgiven.
 func TestRequestsInFlightTogetherThatOverRunSustainAtMostTheLimitOnTheModule(t *testing.T) {
-	const workers, together, reserve, used = 4, 12, 10, 150
+	const used = 150
+	first, total := overRunsTogetherOnTheModule(t, `{"rate": "100/m"}`, used)
+	assert.Equal(t, 10, first, "the first 10 reservations fit the bucket together, under CAS across workers")
+	assert.LessOrEqual(t, total, 6000+100+10*used, "at most the limit, the first burst and the last 10 requests")
+	t.Logf("10 requests together each 30 s, reserving 10 and using %d: %d tokens in an hour of 6,000", used, total)
+}
+
+// TestRequestsInFlightTogetherThatOverRunAFixedWindowSustainAtMostTheLimitOnTheModule: the same
+// client against a 100/m fixed window. The window carries what it counted past its quota into the
+// next windows (a quota paid per window, up to 64 quotas of debt), so the same bound holds: 6,000
+// + 100 + 1,500 = 7,600 tokens in the hour. Before, each window's end forgot its over-run and the
+// client used 10 × 150 a window (90,000 in the hour).
+func TestRequestsInFlightTogetherThatOverRunAFixedWindowSustainAtMostTheLimitOnTheModule(t *testing.T) {
+	const used = 150
+	first, total := overRunsTogetherOnTheModule(t, `{"rate": "100/m", "algorithm": "fixed_window"}`, used)
+	assert.Equal(t, 10, first, "the first 10 reservations fit the window together, under CAS across workers")
+	assert.LessOrEqual(t, total, 6000+100+10*used, "at most the limit, the first window and the last 10 requests")
+	t.Logf("fixed window, 10 requests together each 30 s, reserving 10 and using %d: %d tokens in an hour of 6,000", used, total)
+}
+
+// overRunsTogetherOnTheModule runs, through four workers against limit, a client that sends 12
+// requests together every 30 s for an hour, each reserving 10 (max_tokens) and using used. It
+// returns how many of the first round were admitted and the tokens all admitted requests used.
+func overRunsTogetherOnTheModule(t *testing.T, limit string, used int) (first, total int) {
+	t.Helper()
+	const workers, together, reserve = 4, 12, 10
 	clock := envoyhost.NewClock(epoch)
-	p := load(t, module(t, "meshlimit"), `{"rules": [{"name": "tokens", "key": [{"header": "x-user"}], "limits": [{"rate": "100/m"}],
+	p := load(t, module(t, "meshlimit"), `{"rules": [{"name": "tokens", "key": [{"header": "x-user"}], "limits": [`+limit+`],
 		"cost": {"request_json": "max_tokens", "default": 10, "max": 1000, "max_body": 256,
 		"settle": {"response_json": "usage.total_tokens"}}}]}`, workers, func(c *envoyhost.Config) { c.Clock = clock })
-	total, first := 0, 0
 	for round := range 120 {
 		open := openReserving(t, p.VMs(), "mallory", together, reserve)
 		if round == 0 {
@@ -132,7 +156,5 @@ func TestRequestsInFlightTogetherThatOverRunSustainAtMostTheLimitOnTheModule(t *
 		total += len(open) * used
 		clock.Advance(30 * time.Second)
 	}
-	assert.Equal(t, 10, first, "the first 10 reservations fit the bucket together, under CAS across workers")
-	assert.LessOrEqual(t, total, 6000+100+10*used, "at most the limit, the first burst and the last 10 requests")
-	t.Logf("10 requests together each 30 s, reserving %d and using %d: %d tokens in an hour of 6,000", reserve, used, total)
+	return first, total
 }
