@@ -13,7 +13,7 @@ import (
 // Reserve, then settle (rules/settle.go). A settling rule is decided like any other, with its
 // reservation as the cost: the requests in flight together are admitted only while their
 // reservations fit, so they overshoot a limit by at most what they use beyond their reservations,
-// and that over-run is charged when they settle (the key goes into debt, which a bucket carries
+// and that over-run is charged when they settle (the key goes into debt, which a bucket or a fixed window carries
 // whole up to algorithms.MaxDebt capacities, and waits). When the stream ends, each reservation is settled from what the answer said:
 //
 //   - the cost read (a response header, the body bytes, a JSON field of the response body, or of the

@@ -19,7 +19,7 @@ func NewSettler(u *Updater) *Settler { return &Settler{c: NewCursor(u)} }
 
 // Adjust settles a reservation that Take admitted for key at reservedAt: it applies delta cost units
 // to every limit of t without a decision (algorithms.Limit.Adjust: a negative delta refunds, a positive
-// one is charged even past the limit: a bucket carries it whole, up to algorithms.MaxDebt capacities
+// one is charged even past the limit: a bucket or a fixed window carries it whole, up to algorithms.MaxDebt capacities
 // of debt). placement is the Outcome.Placement of
 // that Take: a reservation taken from the overflow state is settled there. A refund for a key that no
 // longer owns a record (its state went idle and was evicted) has nothing left to refund and writes

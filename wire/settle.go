@@ -16,7 +16,7 @@ import (
 //
 // An entry names the counter as its descriptor did (key, algorithm, quota, window_ms, burst).
 // delta < 0 refunds -delta units of the reservation, delta > 0 charges an over-run even when it
-// does not fit (the key may go into debt, which a bucket carries whole up to 64 capacities, and wait); age_ms (optional,
+// does not fit (the key may go into debt, which a bucket or a fixed window carries whole up to 64 capacities, and wait); age_ms (optional,
 // default 0) is how long ago the reservation was decided, so that a fixed window refunds only
 // into the window that held it. Only the algorithms that settle take part (token_bucket,
 // leaky_bucket, fixed_window; see algorithms.Kind.Settles). The answer to a request with a
