@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,4 +159,34 @@ func overRunsTogetherOnTheModule(t *testing.T, limit string, used int) (first, t
 		clock.Advance(30 * time.Second)
 	}
 	return first, total
+}
+
+// TestAKeysOverRunInTheSharedOverflowLocksNewcomersOutForAWindowNot64: a client fills a 100-key
+// table with minted users and over-runs its reservation from the overflow state, which every
+// newcomer shares (issue 20 review, attack 10). Before, the overflow carried that over-run as 64
+// capacities of debt and 400 such requests held every newcomer out for 64 minutes; an over-run
+// settled into the overflow is now charged up to one capacity, so newcomers get the overflow's
+// quota again two windows later, as a client spending the overflow's quota itself would allow.
+func TestAKeysOverRunInTheSharedOverflowLocksNewcomersOutForAWindowNot64(t *testing.T) {
+	const maxKeys = 100
+	p := load(t, module(t, "meshlimit"), fmt.Sprintf(`{"rules": [{"name": "tokens", "key": [{"header": "x-user"}],
+		"max_keys": %d, "limits": [{"rate": "100/m"}],
+		"cost": {"request_json": "max_tokens", "default": 10, "max": 16000, "max_body": 256,
+			"settle": {"response_json": "usage.total_tokens"}}}]}`, maxKeys), 2)
+	for i := range 4 * maxKeys {
+		if s, ok := postJSON(t, p.VM(i%2), "minted-"+strconv.Itoa(i), maxTokens(10)); ok {
+			settleAnswer(t, s, 200, "application/json", usageOf(16000))
+		}
+	}
+	require.Positive(t, counter(p, "meshlimit.rule.tokens.overflow"), "the minted users filled the table")
+	p.Clock().Advance(10 * time.Minute)
+	admitted := 0
+	for i := range 100 {
+		if s, ok := postJSON(t, p.VM(i%2), "new-"+strconv.Itoa(i), maxTokens(10)); ok {
+			admitted++
+			settleAnswer(t, s, 200, "application/json", usageOf(10))
+		}
+	}
+	assert.GreaterOrEqual(t, admitted, 10, "the overflow's quota (100/m at 10 each) is the newcomers' again")
+	t.Logf("10 minutes after 400 minted over-runs of 16,000: %d of 100 newcomers admitted (0 before)", admitted)
 }

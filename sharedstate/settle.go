@@ -39,7 +39,7 @@ func (s *Settler) Undo(t *Table, key []byte, placement Placement, now, takenAt, 
 
 func (s *Settler) edit(t *Table, key []byte, placement Placement, now, at, delta int64, undo bool) (Result, error) {
 	e := &s.e
-	e.limits, e.now, e.at, e.delta, e.undo = t.limits, now, at, delta, undo
+	e.limits, e.now, e.at, e.delta, e.undo, e.shared = t.limits, now, at, delta, undo, placement == Overflow
 	if cap(e.states) < len(t.limits) {
 		e.states = make([][]byte, len(t.limits))
 	}
@@ -57,6 +57,7 @@ type adjustEditor struct {
 	limits         []algorithms.Limit
 	now, at, delta int64
 	undo           bool // Undo (algorithms.Limit.Undo of -delta) rather than Adjust
+	shared         bool // the overflow state: an over-run is charged up to one capacity (overRun)
 	states         [][]byte
 	scratch        []byte
 }
@@ -83,7 +84,7 @@ func (e *adjustEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 		if e.undo {
 			next, err = lim.Undo(st, e.now, e.at, -e.delta, e.scratch[:0])
 		} else {
-			next, err = lim.Adjust(st, e.now, e.at, e.delta, e.scratch[:0])
+			next, err = lim.Adjust(st, e.now, e.at, e.overRun(lim.Capacity()), e.scratch[:0])
 		}
 		if err != nil {
 			return dst, false, fmt.Errorf("sharedstate: limit %d: %w", i, err)
@@ -93,4 +94,16 @@ func (e *adjustEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 		dst = append(dst, next...)
 	}
 	return dst, true, nil
+}
+
+// overRun is the delta a limit of the given capacity is adjusted by. The overflow state is every
+// slotless key's together, so an over-run settled there is charged up to one capacity: a key that
+// mints its way into the overflow cannot leave every newcomer in debt for algorithms.MaxDebt
+// windows with one request (it must spend the overflow's quota each window, as it could by taking
+// it), while a key with its own record carries its whole over-run.
+func (e *adjustEditor) overRun(capacity int64) int64 {
+	if e.shared && e.delta > capacity {
+		return capacity
+	}
+	return e.delta
 }

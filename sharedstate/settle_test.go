@@ -99,3 +99,52 @@ func TestUndoGivesBackATakeOfASlidingLogAndLeavesOtherTakesCounted(t *testing.T)
 	require.NoError(t, err)
 	assert.False(t, out.Allowed, "the other take is still counted")
 }
+
+// The overflow state is shared by every key that found no slot: a key's over-run settled there
+// is carried up to one capacity per settle, so that one minted key cannot hold every newcomer in
+// debt for 64 windows (issue 20 review, attack 10), while a key with its own record keeps the
+// whole over-run.
+func TestAnOverRunSettledIntoTheSharedOverflowLeavesAtMostOneCapacityOfDebt(t *testing.T) {
+	const window = time.Minute
+	l := newLimiter(t, newMemStore())
+	s := newSettler(t, l)
+	tab := newTable(t, 1, tokenBucket(100, window))
+	_, err := l.Take(tab, []byte("owner"), t0, 1)
+	require.NoError(t, err)
+	var attacker string
+	var out Outcome
+	for _, k := range []string{"x", "y", "z", "w", "v", "u"} {
+		if out, err = l.Take(tab, []byte(k), t0, 10); err == nil && out.Placement == Overflow {
+			attacker = k
+			break
+		}
+	}
+	require.NotEmpty(t, attacker, "no key went to the overflow state")
+	_, err = s.Adjust(tab, []byte(attacker), out.Placement, t0, t0, 15990)
+	require.NoError(t, err)
+
+	admittedAfter := func(after time.Duration) bool {
+		for _, k := range []string{"n1", "n2", "n3", "n4", "n5", "n6"} {
+			o, err := l.Take(tab, []byte(k), t0+int64(after), 1)
+			require.NoError(t, err)
+			if o.Placement == Overflow {
+				return o.Allowed
+			}
+		}
+		t.Fatal("no newcomer went to the overflow state")
+		return false
+	}
+	assert.False(t, admittedAfter(time.Second), "the over-run is charged to the overflow")
+	assert.True(t, admittedAfter(2*window+time.Second), "newcomers are admitted again within two windows, not 64")
+
+	// A key with its own record carries its whole over-run.
+	own := newTable(t, 16, tokenBucket(100, window))
+	o, err := l.Take(own, []byte("owner"), t0, 10)
+	require.NoError(t, err)
+	require.NotEqual(t, Overflow, o.Placement)
+	_, err = s.Adjust(own, []byte("owner"), o.Placement, t0, t0, 15990)
+	require.NoError(t, err)
+	o, err = l.Take(own, []byte("owner"), t0+int64(10*window), 1)
+	require.NoError(t, err)
+	assert.False(t, o.Allowed, "a key's own debt is carried whole")
+}
