@@ -15,10 +15,11 @@ type decision struct {
 	req      hostRequest
 	key      []byte
 	outcomes []rules.Outcome
-	delay    int64        // the longest shaping delay (ns) an enforced leaky-bucket limit asked for
-	globals  []globalItem // the global rules that apply to the request
-	deciding int          // the index of the rule being decided, or -1: whose failure_mode a panic applies
-	denier   *ruleState   // the enforced rule that denied the request, or nil
+	delay    int64           // the longest shaping delay (ns) an enforced leaky-bucket limit asked for
+	globals  []globalItem    // the global rules that apply to the request
+	deciding int             // the index of the rule being decided, or -1: whose failure_mode a panic applies
+	selected rules.Selection // the rules the request may match (rules.Config.Select)
+	denier   *ruleState      // the enforced rule that denied the request, or nil
 
 	acquired []heldPermit  // the permits taken for the request (permits)
 	settle   settleScratch // its reservations (settler)
@@ -69,6 +70,21 @@ func (d *decision) count(rs *ruleState, allowed, enforced bool) (denied bool) {
 		}
 	}
 	return false
+}
+
+// decideRules decides the rules the request may match, in order, up to the first that denies it,
+// and reports whether one did. The others (rules.Config.Select) cannot match it: they cost nothing.
+func (p *pluginContext) decideRules(now int64) (denied bool) {
+	d := &p.d
+	p.cfg.Select(&d.req, &d.selected)
+	for i := d.selected.Next(0); i >= 0; i = d.selected.Next(i + 1) {
+		d.deciding = i
+		if denied = p.decide(&p.rules[i], now); denied {
+			break
+		}
+	}
+	d.deciding = -1
+	return denied
 }
 
 // decide applies one rule to the current request and reports whether it denies it (enforced): it

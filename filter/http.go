@@ -35,14 +35,7 @@ func (h *httpContext) requestHeaders(eos bool) types.Action {
 	now := p.host.now()
 	d.taken.reset(now)
 	defer d.taken.reset(0) // the takes are given back only by a denial in this callback
-	denied := false
-	for i := range p.rules {
-		d.deciding = i
-		if denied = p.decide(&p.rules[i], now); denied {
-			break
-		}
-	}
-	d.deciding = -1
+	denied := p.decideRules(now)
 	p.settle.adopt(h, denied, now)
 	if denied {
 		p.permits.releaseAcquired(now)

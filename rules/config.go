@@ -29,6 +29,7 @@ type Config struct {
 	SettleMemory int
 
 	rules   []*Rule
+	index   index // the rules by what they match on (Select)
 	summary string
 }
 
@@ -318,6 +319,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	if err := v.err(); err != nil {
 		return nil, err
 	}
+	c.index = newIndex(c.rules)
 	return c, nil
 }
 
