@@ -23,10 +23,10 @@ type gcraParams struct {
 	c    int64 // Capacity
 	t    rat   // emission interval Window/Quota
 	tau  rat   // Capacity × t, the tolerance
-	// narrow is set by Limit.Prepare when every product times and tokens form fits in 64 bits,
-	// so that they need no 128-bit arithmetic (a software loop on wasm). A Limit's own methods
-	// leave it false: they are the reference the prepared form is tested against.
-	narrow bool
+	// prepared is set by Limit.Prepare: times and tokens then divide with mulAddDiv, in 64-bit
+	// arithmetic, instead of mulDivMod's 128-bit one (a software loop on wasm). A Limit's own
+	// methods leave it false: they are the reference the prepared form is tested against.
+	prepared bool
 }
 
 // gcra returns the constants of l, a bucket with a valid Quota and Window. ok is false if τ
@@ -43,9 +43,9 @@ func (l Limit) gcra() (g gcraParams, ok bool) {
 
 // times returns c×t. It requires c×t.i <= 2×maxWindowUs (true for c <= 2×Capacity).
 func (g *gcraParams) times(c int64) rat {
-	if g.narrow && c <= g.c+1 { // c×t.f < (Capacity+1)×Quota fits
-		f := c * g.t.f
-		return rat{c*g.t.i + f/g.q, f % g.q}
+	if g.prepared && c <= g.c+1 { // the quotient is below c
+		q, r := mulAddDiv(c, g.t.f, 0, g.q)
+		return rat{c*g.t.i + q, r}
 	}
 	q, r := mulDivMod(c, g.t.f, g.q) // c×Tr/Q < c: exact in doubles
 	return rat{c*g.t.i + q, r}
@@ -76,8 +76,9 @@ func (g *gcraParams) sub(a, b rat) rat {
 // tokens returns floor(s/t), the whole cost units that fit in the non-negative span s
 // (s.i <= maxWindowUs): floor((s.i×Q + s.f)/W).
 func (g *gcraParams) tokens(s rat) int64 {
-	if g.narrow && s.i <= g.tau.i { // s.i×Q + s.f < (τ.i+1)×Q fits
-		return (s.i*g.q + s.f) / g.w
+	if g.prepared && s.i <= g.tau.i { // the quotient is at most Capacity
+		q, _ := mulAddDiv(s.i, g.q, s.f, g.w)
+		return q
 	}
 	q, r := mulDivMod(s.i, g.q, g.w)
 	return q + (r+s.f)/g.w

@@ -1,17 +1,14 @@
 package algorithms
 
-import (
-	"errors"
-	"math"
-)
+import "errors"
 
 // Prepared is a valid Limit with what its decisions need computed once (Limit.Prepare): a
 // configuration prepares its limits when it is loaded, and every request then decides on the
 // prepared form. Its methods return exactly what the Limit's methods of the same name return, for
-// every input; they only skip the work that depends on the limit alone: validating it, and for
-// the buckets the emission interval and tolerance (128-bit arithmetic), and, whenever every
-// product fits in 64 bits (a Capacity × Quota below 2^63, true of any limit a client is likely to
-// configure), the 128-bit multiplications and divisions of a decision too.
+// every input; they only skip the work that depends on the limit alone (validating it, and for
+// the buckets the emission interval and tolerance), and a bucket's decision divides in 64-bit
+// arithmetic (a float64 estimate corrected by the exact remainder) where the Limit's divides a
+// 128-bit product, a software loop on wasm.
 //
 // A Prepared is a plain value, safe for concurrent use. The zero Prepared is not valid: its
 // methods report errUnprepared (IdleAt reports false, as for an invalid Limit).
@@ -29,9 +26,7 @@ func (l Limit) Prepare() (Prepared, error) {
 	if err != nil {
 		return Prepared{}, err
 	}
-	if l.Kind.bucket() {
-		g.narrow = g.c < math.MaxInt64/g.q && g.tau.i < math.MaxInt64/g.q
-	}
+	g.prepared = true
 	return Prepared{l: l, g: g}, nil
 }
 

@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -115,14 +116,14 @@ func compareOnce(t *testing.T, r *rand.Rand, l Limit, p *Prepared, state []byte,
 // decisions and errors through the Limit and through its Prepared form.
 func TestAPreparedLimitDecidesExactlyAsItsLimitOverRandomInputs(t *testing.T) {
 	r := rand.New(rand.NewPCG(22, 1))
-	narrow := 0
+	wide := 0 // buckets whose products do not fit in 64 bits
 	const limits = 3000
 	for range limits {
 		l := randomLimit(r)
 		p, err := l.Prepare()
 		require.NoError(t, err)
-		if p.g.narrow {
-			narrow++
+		if hi, _ := bits.Mul64(uint64(p.g.tau.i+1), uint64(l.Quota)); l.Kind.bucket() && hi > 0 {
+			wide++
 		}
 		var state []byte
 		now := base + r.Int64N(int64(MaxWindow))
@@ -143,8 +144,7 @@ func TestAPreparedLimitDecidesExactlyAsItsLimitOverRandomInputs(t *testing.T) {
 			state = compareOnce(t, r, l, &p, state, now)
 		}
 	}
-	assert.Greater(t, narrow, limits/4, "the random limits exercise the 64-bit arithmetic")
-	assert.Less(t, narrow, limits*9/10, "and the 128-bit one")
+	assert.Greater(t, wide, limits/50, "the random limits include buckets whose products need more than 64 bits")
 }
 
 // garbage returns state with a random byte changed, truncated, or random bytes of a state's size.
@@ -162,6 +162,32 @@ func garbage(r *rand.Rand, state []byte) []byte {
 		}
 	}
 	return b
+}
+
+// TestMulAddDivDividesAsMulDivModDoes checks the 64-bit division against the 128-bit one over the
+// range the buckets use, edges included: x, z, d up to MaxWindow in µs, y up to MaxQuota.
+func TestMulAddDivDividesAsMulDivModDoes(t *testing.T) {
+	r := rand.New(rand.NewPCG(22, 2))
+	edge := func(hi int64) int64 {
+		switch r.IntN(4) {
+		case 0:
+			return hi
+		case 1:
+			return 1 + r.Int64N(3)
+		}
+		return logUniform(r, 1, hi)
+	}
+	for range 200_000 {
+		x, y, d := edge(maxWindowUs), edge(MaxQuota), edge(maxWindowUs)
+		z := r.Int64N(d)
+		if hi, lo := bits.Mul64(uint64(x), uint64(y)); hi >= uint64(d)>>10 || lo > lo+uint64(z) {
+			continue // a quotient of 2^54 or more: outside what the buckets divide
+		}
+		wq, wr := mulDivMod(x, y, d)
+		wq, wr = wq+(wr+z)/d, (wr+z)%d
+		q, rem := mulAddDiv(x, y, z, d)
+		require.Equal(t, [2]int64{wq, wr}, [2]int64{q, rem}, "(%d×%d+%d)/%d", x, y, z, d)
+	}
 }
 
 // FuzzPreparedMatchesLimit is the random test's property on fuzzer-chosen limits and traces.
