@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"encoding/binary"
 	"time"
 )
 
@@ -99,6 +100,16 @@ const bucketSize = 1 + 8 + 8
 // decode decodes a non-empty bucket state: header, TAT µs, TAT fraction (numerator over
 // Quota). A fraction >= Quota, left by a limit with a larger Quota, rounds the TAT up.
 func (g *gcraParams) decode(b []byte, k Kind) (rat, error) {
+	if len(b) == bucketSize && b[0] == header(k) { // a well-formed state: no call on the way
+		i, f := binary.BigEndian.Uint64(b[1:]), binary.BigEndian.Uint64(b[9:])
+		switch {
+		case i > uint64(maxTimeUs+maxWindowUs) || f > uint64(MaxQuota-1): // out of range: the checks below say how
+		case int64(f) >= g.q:
+			return rat{int64(i) + 1, 0}, nil
+		default:
+			return rat{int64(i), int64(f)}, nil
+		}
+	}
 	if err := checkHeader(b, k, len(b) == bucketSize, "17"); err != nil {
 		return rat{}, err
 	}
@@ -116,7 +127,7 @@ func (g *gcraParams) decode(b []byte, k Kind) (rat, error) {
 	return rat{i, f}, nil
 }
 
-func (l Limit) decideBucket(g *gcraParams, state []byte, n, cost int64, dst []byte) ([]byte, Decision, error) {
+func (l *Limit) decideBucket(g *gcraParams, state []byte, n, cost int64, dst []byte) ([]byte, Decision, error) {
 	now := rat{n, 0}
 	tat := now
 	if len(state) > 0 {

@@ -35,6 +35,9 @@ func (p *Prepared) Limit() Limit { return p.l }
 
 // Decide is Limit.Decide.
 func (p *Prepared) Decide(state []byte, now int64, cost int64, dst []byte) (next []byte, d Decision, err error) {
+	if p.l.Kind.bucket() && cost >= 1 { // what decide would call, one call sooner
+		return p.l.decideBucket(&p.g, state, quantize(now), cost, dst)
+	}
 	if p.l.Kind == 0 {
 		return nil, Decision{}, errUnprepared
 	}
