@@ -30,9 +30,6 @@ func (l Limit) Prepare() (Prepared, error) {
 	return Prepared{l: l, g: g}, nil
 }
 
-// Limit returns the limit p was prepared from.
-func (p *Prepared) Limit() Limit { return p.l }
-
 // Decide is Limit.Decide.
 func (p *Prepared) Decide(state []byte, now int64, cost int64, dst []byte) (next []byte, d Decision, err error) {
 	if p.l.Kind.bucket() && cost >= 1 { // what decide would call, one call sooner
