@@ -42,10 +42,15 @@ func (l Limit) Adjust(state []byte, now, reservedAt, delta int64, dst []byte) (n
 	if err != nil {
 		return nil, err
 	}
+	return l.adjust(&g, state, now, reservedAt, delta, dst)
+}
+
+// adjust is Adjust for a valid l whose bucket constants are g.
+func (l Limit) adjust(g *gcraParams, state []byte, now, reservedAt, delta int64, dst []byte) (next []byte, err error) {
 	n := quantize(now)
 	switch l.Kind {
 	case TokenBucket, LeakyBucket:
-		return l.adjustBucket(&g, state, n, delta, dst)
+		return l.adjustBucket(g, state, n, delta, dst)
 	case FixedWindow:
 		return l.adjustFixed(state, n, quantize(reservedAt), delta, dst)
 	}

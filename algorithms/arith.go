@@ -45,5 +45,25 @@ func mulDivMod(x, y, z int64) (q, r int64) {
 	return int64(uq), int64(ur)
 }
 
+// mulAddDiv returns floor((x*y+z)/d) and (x*y+z) mod d in 64-bit arithmetic, for a product that
+// may not fit in 64 bits: a float64 estimate of the quotient, corrected by the remainder, which is
+// exact modulo 2^64.
+//
+// It requires 0 <= x, y, z < 2^53, 1 <= d < 2^53 and a quotient below 2^50: the estimate is then
+// off by at most 1 (three roundings of relative error 2^-53 each, and the truncation), so the true
+// remainder is within (-2d, 2d) and its value modulo 2^64 is the value itself. Every caller in this
+// package has x, z, d < 2^46, y <= MaxQuota and a quotient at most Capacity + 1.
+func mulAddDiv(x, y, z, d int64) (q, r int64) {
+	q = int64((float64(x)*float64(y) + float64(z)) / float64(d))
+	r = int64(uint64(x)*uint64(y) + uint64(z) - uint64(q)*uint64(d))
+	for r < 0 {
+		q, r = q-1, r+d
+	}
+	for r >= d {
+		q, r = q+1, r-d
+	}
+	return q, r
+}
+
 // usToDuration converts a non-negative microsecond count (< 2^53) to a time.Duration in ns.
 func usToDuration(us int64) int64 { return us * nsPerUs }

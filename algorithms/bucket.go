@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"encoding/binary"
 	"time"
 )
 
@@ -23,6 +24,10 @@ type gcraParams struct {
 	c    int64 // Capacity
 	t    rat   // emission interval Window/Quota
 	tau  rat   // Capacity × t, the tolerance
+	// prepared is set by Limit.Prepare: times and tokens then divide with mulAddDiv, in 64-bit
+	// arithmetic, instead of mulDivMod's 128-bit one (a software loop on wasm). A Limit's own
+	// methods leave it false: they are the reference the prepared form is tested against.
+	prepared bool
 }
 
 // gcra returns the constants of l, a bucket with a valid Quota and Window. ok is false if τ
@@ -39,6 +44,10 @@ func (l Limit) gcra() (g gcraParams, ok bool) {
 
 // times returns c×t. It requires c×t.i <= 2×maxWindowUs (true for c <= 2×Capacity).
 func (g *gcraParams) times(c int64) rat {
+	if g.prepared && c <= g.c+1 { // the quotient is below c
+		q, r := mulAddDiv(c, g.t.f, 0, g.q)
+		return rat{c*g.t.i + q, r}
+	}
 	q, r := mulDivMod(c, g.t.f, g.q) // c×Tr/Q < c: exact in doubles
 	return rat{c*g.t.i + q, r}
 }
@@ -68,6 +77,10 @@ func (g *gcraParams) sub(a, b rat) rat {
 // tokens returns floor(s/t), the whole cost units that fit in the non-negative span s
 // (s.i <= maxWindowUs): floor((s.i×Q + s.f)/W).
 func (g *gcraParams) tokens(s rat) int64 {
+	if g.prepared && s.i <= g.tau.i { // the quotient is at most Capacity
+		q, _ := mulAddDiv(s.i, g.q, s.f, g.w)
+		return q
+	}
 	q, r := mulDivMod(s.i, g.q, g.w)
 	return q + (r+s.f)/g.w
 }
@@ -87,6 +100,16 @@ const bucketSize = 1 + 8 + 8
 // decode decodes a non-empty bucket state: header, TAT µs, TAT fraction (numerator over
 // Quota). A fraction >= Quota, left by a limit with a larger Quota, rounds the TAT up.
 func (g *gcraParams) decode(b []byte, k Kind) (rat, error) {
+	if len(b) == bucketSize && b[0] == header(k) { // a well-formed state: no call on the way
+		i, f := binary.BigEndian.Uint64(b[1:]), binary.BigEndian.Uint64(b[9:])
+		switch {
+		case i > uint64(maxTimeUs+maxWindowUs) || f > uint64(MaxQuota-1): // out of range: the checks below say how
+		case int64(f) >= g.q:
+			return rat{int64(i) + 1, 0}, nil
+		default:
+			return rat{int64(i), int64(f)}, nil
+		}
+	}
 	if err := checkHeader(b, k, len(b) == bucketSize, "17"); err != nil {
 		return rat{}, err
 	}
@@ -104,7 +127,7 @@ func (g *gcraParams) decode(b []byte, k Kind) (rat, error) {
 	return rat{i, f}, nil
 }
 
-func (l Limit) decideBucket(g *gcraParams, state []byte, n, cost int64, dst []byte) ([]byte, Decision, error) {
+func (l *Limit) decideBucket(g *gcraParams, state []byte, n, cost int64, dst []byte) ([]byte, Decision, error) {
 	now := rat{n, 0}
 	tat := now
 	if len(state) > 0 {
@@ -141,8 +164,7 @@ func (l Limit) decideBucket(g *gcraParams, state []byte, n, cost int64, dst []by
 	return dst, d, nil
 }
 
-func (l Limit) idleBucket(state []byte, n int64) bool {
-	g, _ := l.gcra()
+func (l Limit) idleBucket(g *gcraParams, state []byte, n int64) bool {
 	tat, err := g.decode(state, l.Kind)
 	return err != nil || !(rat{n, 0}).less(tat)
 }

@@ -41,7 +41,11 @@
 //
 // Products that could exceed 2^53 go through one helper, muldivmod(x, y, z) = (floor(x×y/z),
 // x×y mod z). Every call has x, y, z < 2^45 and a quotient < 2^45. In Go it uses 128-bit
-// math/bits; in Lua it is long multiplication in base 128, whose intermediates stay below
+// math/bits for a Limit's methods; a Prepared limit (Limit.Prepare, what the filter decides on)
+// gets the same quotient and remainder from mulAddDiv, a float64 estimate corrected by the exact
+// remainder modulo 2^64, which needs no 128-bit arithmetic (a software loop on wasm):
+// TestAPreparedLimitDecidesExactlyAsItsLimitOverRandomInputs checks that both decide alike. In Lua
+// it is long multiplication in base 128, whose intermediates stay below
 // 2^45×128 + 2^45×127 = 2^53 − 2^45. math.floor(t / z) is exact for such t (a correctly
 // rounded t/z can only reach the next integer when t >= 2^53 − 1), and so is every other
 // floor division below. TestMulDivModInDoubles runs this transcription in float64:

@@ -291,13 +291,18 @@ func (l Limit) Decide(state []byte, now int64, cost int64, dst []byte) (next []b
 	if err != nil {
 		return nil, Decision{}, err
 	}
+	return l.decide(&g, state, now, cost, dst)
+}
+
+// decide is Decide for a valid l whose bucket constants are g.
+func (l Limit) decide(g *gcraParams, state []byte, now int64, cost int64, dst []byte) (next []byte, d Decision, err error) {
 	if cost < 1 {
 		return nil, Decision{}, fmt.Errorf("algorithms: cost must be >= 1, got %d", cost)
 	}
 	n := quantize(now)
 	switch l.Kind {
 	case TokenBucket, LeakyBucket:
-		return l.decideBucket(&g, state, n, cost, dst)
+		return l.decideBucket(g, state, n, cost, dst)
 	case FixedWindow:
 		return l.decideFixed(state, n, cost, dst)
 	case SlidingLog:
@@ -316,16 +321,22 @@ func (l Limit) Decide(state []byte, now int64, cost int64, dst []byte) (next []b
 // and so for every t >= max(now, latest now seen) + TTL() (MaxDebt+1 times TTL for a state that
 // Adjust left in debt).
 func (l Limit) IdleAt(state []byte, now int64) bool {
-	if l.Validate() != nil {
+	g, err := l.check()
+	if err != nil {
 		return false
 	}
+	return l.idleAt(&g, state, now)
+}
+
+// idleAt is IdleAt for a valid l whose bucket constants are g.
+func (l Limit) idleAt(g *gcraParams, state []byte, now int64) bool {
 	if len(state) == 0 {
 		return true
 	}
 	n := quantize(now)
 	switch l.Kind {
 	case TokenBucket, LeakyBucket:
-		return l.idleBucket(state, n)
+		return l.idleBucket(g, state, n)
 	case FixedWindow:
 		return l.idleFixed(state, n)
 	case SlidingLog:

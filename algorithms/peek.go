@@ -18,12 +18,18 @@ func (l Limit) Peek(state []byte, now int64) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
+	return l.peek(&g, state, now)
+}
+
+// peek is Peek for a valid l whose bucket constants are g.
+func (l Limit) peek(g *gcraParams, state []byte, now int64) (Decision, error) {
 	n := quantize(now)
+	var err error
 	var d Decision
 	var buf [slidingSize]byte // the largest fixed-size encoding; the decide functions write into it
 	switch l.Kind {
 	case TokenBucket, LeakyBucket:
-		_, d, err = l.decideBucket(&g, state, n, 0, buf[:0])
+		_, d, err = l.decideBucket(g, state, n, 0, buf[:0])
 	case FixedWindow:
 		_, d, err = l.decideFixed(state, n, 0, buf[:0])
 	case SlidingWindow:

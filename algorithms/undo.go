@@ -28,6 +28,11 @@ func (l Limit) Undo(state []byte, now, takenAt, cost int64, dst []byte) (next []
 	if err != nil {
 		return nil, err
 	}
+	return l.undo(&g, state, now, takenAt, cost, dst)
+}
+
+// undo is Undo for a valid l whose bucket constants are g.
+func (l Limit) undo(g *gcraParams, state []byte, now, takenAt, cost int64, dst []byte) (next []byte, err error) {
 	if cost < 1 {
 		return nil, fmt.Errorf("algorithms: undo cost must be >= 1, got %d", cost)
 	}
@@ -37,7 +42,7 @@ func (l Limit) Undo(state []byte, now, takenAt, cost int64, dst []byte) (next []
 	n, at := quantize(now), quantize(takenAt)
 	switch l.Kind {
 	case TokenBucket, LeakyBucket:
-		return l.adjustBucket(&g, state, n, -cost, dst)
+		return l.adjustBucket(g, state, n, -cost, dst)
 	case FixedWindow:
 		return l.adjustFixed(state, n, at, -cost, dst)
 	case SlidingLog:

@@ -142,11 +142,27 @@ func TestOneBucketPerClientIPStaysWithinMaxKeys(t *testing.T) {
 }
 
 func TestEightWorkerVMsOnOneKeyAdmitExactlyTheCapacity(t *testing.T) {
-	const workers, perWorker, capacity = 8, 40, 100
+	const capacity = 100
+	admitExactlyOnEightVMs(t, `[{"rate":"`+strconv.Itoa(capacity)+`/h"}]`, capacity)
+}
+
+// TestEightWorkerVMsOnOneKeyWithEightLimitsAdmitExactlyTheTightest: a rule's eight limits of three
+// kinds live in one record, read and written with one get and one CAS; under lost races on eight
+// VMs the request admitted is the one every limit admits, exactly the tightest one's capacity.
+func TestEightWorkerVMsOnOneKeyWithEightLimitsAdmitExactlyTheTightest(t *testing.T) {
+	admitExactlyOnEightVMs(t, `[{"rate":"150/h"},{"rate":"1000/d"},{"rate":"120/h","algorithm":"fixed_window"},`+
+		`{"rate":"130/h","algorithm":"sliding_window"},{"rate":"100/d","burst":90},{"rate":"500/h","burst":200},`+
+		`{"rate":"140/h","algorithm":"fixed_window"},{"rate":"1000000000000/d"}]`, 90)
+}
+
+// admitExactlyOnEightVMs sends 320 requests for one key from eight VMs that yield on every
+// shared-data call, the clock frozen, and checks that exactly capacity are admitted.
+func admitExactlyOnEightVMs(t *testing.T, limits string, capacity int) {
+	const workers, perWorker = 8, 40
 	proc := envoyhost.NewProcess()
 	proc.YieldOnSharedData() // worker threads run in parallel in Envoy; make lost CAS races common here too
-	p := load(t, module(t, "meshlimit"), `{"rules":[{"name":"hot","key":[{"constant":"all"}],"limits":[{"rate":"`+
-		strconv.Itoa(capacity)+`/h"}]}]}`, workers, func(c *envoyhost.Config) { c.Process = proc })
+	p := load(t, module(t, "meshlimit"), `{"rules":[{"name":"hot","key":[{"constant":"all"}],"limits":`+limits+`}]}`,
+		workers, func(c *envoyhost.Config) { c.Process = proc })
 	var admitted, denied atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers { // the clock stays frozen: nothing refills

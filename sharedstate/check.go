@@ -20,12 +20,12 @@ func (l *Limiter) Check(t *Table, key []byte, now, cost int64) (Outcome, error) 
 		out.Placement = Owned
 	}
 	out.Allowed = true
-	for i, lim := range t.limits {
+	for i := range t.limits {
 		var st []byte
 		if !fresh {
 			st = l.ed.states[i]
 		}
-		next, d, err := lim.Decide(st, now, cost, l.ed.scratch[:0])
+		next, d, err := t.limits[i].Decide(st, now, cost, l.ed.scratch[:0])
 		if err != nil {
 			return Outcome{}, fmt.Errorf("sharedstate: limit %d: %w", i, err)
 		}

@@ -54,7 +54,7 @@ func (s *Settler) edit(t *Table, key []byte, placement Placement, now, at, delta
 
 // adjustEditor is the Editor of one Adjust.
 type adjustEditor struct {
-	limits         []algorithms.Limit
+	limits         []algorithms.Prepared
 	now, at, delta int64
 	undo           bool // Undo (algorithms.Limit.Undo of -delta) rather than Adjust
 	shared         bool // the overflow state: an over-run is charged up to one capacity (overRun)
@@ -74,7 +74,8 @@ func (e *adjustEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 		return dst, false, nil
 	}
 	dst = append(dst, byte(len(e.limits)))
-	for i, lim := range e.limits {
+	for i := range e.limits {
+		lim := &e.limits[i]
 		var st []byte
 		if !fresh {
 			st = e.states[i]

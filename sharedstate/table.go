@@ -28,8 +28,8 @@ import (
 // state. Size Slots to at least twice the number of keys active at once within one window.
 type Table struct {
 	records     *Records
-	limits      []algorithms.Limit
-	overflow    []algorithms.Limit
+	limits      []algorithms.Prepared // prepared once: a decision only adds and compares
+	overflow    []algorithms.Prepared
 	overflowKey string
 }
 
@@ -42,30 +42,34 @@ func NewTable(prefix string, slots int, limits, overflow []algorithms.Limit) (*T
 	if err != nil {
 		return nil, err
 	}
-	if err := validLimits("limit", limits); err != nil {
+	t := &Table{records: records}
+	if t.limits, err = prepareLimits("limit", limits); err != nil {
 		return nil, err
 	}
 	if overflow == nil {
-		overflow = limits
-	} else if err := validLimits("overflow limit", overflow); err != nil {
+		overflow, t.overflow = limits, t.limits
+	} else if t.overflow, err = prepareLimits("overflow limit", overflow); err != nil {
 		return nil, err
 	}
-	t := &Table{records: records, limits: append([]algorithms.Limit(nil), limits...), overflow: append([]algorithms.Limit(nil), overflow...)}
 	// The overflow state's key names its limits, so that changed overflow limits start fresh.
 	t.overflowKey = records.OverflowKey() + "/" + strconv.FormatUint(fnv.AddBytes(fnv.Offset64, fmt.Appendf(nil, "%v", overflow)), 36)
 	return t, nil
 }
 
-func validLimits(what string, limits []algorithms.Limit) error {
+// prepareLimits validates and prepares a table's limits (see algorithms.Prepared).
+func prepareLimits(what string, limits []algorithms.Limit) ([]algorithms.Prepared, error) {
 	if len(limits) == 0 || len(limits) > 255 {
-		return fmt.Errorf("sharedstate: a table needs 1 to 255 %ss, got %d", what, len(limits))
+		return nil, fmt.Errorf("sharedstate: a table needs 1 to 255 %ss, got %d", what, len(limits))
 	}
+	ps := make([]algorithms.Prepared, len(limits))
 	for i, l := range limits {
-		if err := l.Validate(); err != nil {
-			return fmt.Errorf("sharedstate: %s %d: %w", what, i, err)
+		p, err := l.Prepare()
+		if err != nil {
+			return nil, fmt.Errorf("sharedstate: %s %d: %w", what, i, err)
 		}
+		ps[i] = p
 	}
-	return nil
+	return ps, nil
 }
 
 // Outcome is the result of Limiter.Take.
@@ -120,7 +124,7 @@ func (l *Limiter) Take(t *Table, key []byte, now, cost int64) (Outcome, error) {
 
 // limitEditor is the Editor of one Take: it decides the request against a record's states.
 type limitEditor struct {
-	limits    []algorithms.Limit
+	limits    []algorithms.Prepared
 	now, cost int64
 	allowed   bool
 	err       error
@@ -129,7 +133,7 @@ type limitEditor struct {
 	scratch   []byte
 }
 
-func (e *limitEditor) reset(limits []algorithms.Limit, now, cost int64) {
+func (e *limitEditor) reset(limits []algorithms.Prepared, now, cost int64) {
 	e.limits, e.now, e.cost, e.allowed, e.err = limits, now, cost, false, nil
 	if cap(e.decisions) < len(limits) {
 		e.decisions = make([]algorithms.Decision, len(limits))
@@ -152,12 +156,12 @@ func (e *limitEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 	fresh := !parseStates(cur, e.states)
 	dst = append(dst, byte(len(e.limits)))
 	e.allowed = true
-	for i, lim := range e.limits {
+	for i := range e.limits {
 		var st []byte
 		if !fresh {
 			st = e.states[i]
 		}
-		next, d, err := lim.Decide(st, e.now, e.cost, e.scratch[:0])
+		next, d, err := e.limits[i].Decide(st, e.now, e.cost, e.scratch[:0])
 		if err != nil {
 			e.err = fmt.Errorf("sharedstate: limit %d: %w", i, err)
 			e.allowed = false
@@ -172,7 +176,7 @@ func (e *limitEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 	if !e.allowed {
 		// Nothing was consumed: a limit that would have admitted the request reports its state as it
 		// is (remaining and reset without this request), not the decision that charged it.
-		for i, lim := range e.limits {
+		for i := range e.limits {
 			if !e.decisions[i].Allowed {
 				continue
 			}
@@ -180,7 +184,7 @@ func (e *limitEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 			if !fresh {
 				st = e.states[i]
 			}
-			d, err := lim.Peek(st, e.now)
+			d, err := e.limits[i].Peek(st, e.now)
 			if err != nil {
 				e.err = fmt.Errorf("sharedstate: limit %d: %w", i, err)
 				return dst, false, nil
@@ -216,12 +220,12 @@ func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), le
 
 // vacant reports whether a record's payload holds only idle states of limits at now (or cannot be
 // read): such a record is as good as fresh, so another key may take its slot. states is scratch.
-func vacant(payload []byte, limits []algorithms.Limit, states [][]byte, now int64) bool {
+func vacant(payload []byte, limits []algorithms.Prepared, states [][]byte, now int64) bool {
 	if !parseStates(payload, states) {
 		return true
 	}
-	for i, l := range limits {
-		if !l.IdleAt(states[i], now) {
+	for i := range limits {
+		if !limits[i].IdleAt(states[i], now) {
 			return false
 		}
 	}

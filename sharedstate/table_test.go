@@ -345,6 +345,31 @@ func BenchmarkTake(b *testing.B) {
 	}
 }
 
+// BenchmarkTakeLimits measures one key's Take against a rule of 1, 4 or 8 token-bucket limits that all
+// admit (the e2e instruction bench's "limits" table: a billion and more per second, minute, hour, day).
+func BenchmarkTakeLimits(b *testing.B) {
+	windows := []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour}
+	for _, n := range []int{1, 4, 8} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			var limits []algorithms.Limit
+			for i := range n {
+				limits = append(limits, tokenBucket(1_000_000_000+int64(i), windows[i%len(windows)]))
+			}
+			l := newLimiter(b, &aliasStore{m: map[string]*memEntry{}})
+			tab := newTable(b, 4096, limits...)
+			key := []byte("203.0.113.77")
+			now := t0
+			b.ReportAllocs()
+			for b.Loop() {
+				now += 1000
+				if out, err := l.Take(tab, key, now, 1); err != nil || !out.Allowed {
+					b.Fatal(err, out.Allowed)
+				}
+			}
+		})
+	}
+}
+
 func ExampleLimiter_Take() {
 	store := newMemStore() // in the filter: the proxy's shared data, through its host port
 	u, _ := NewUpdater(store, "meshlimit/example/sentinel", 0)
