@@ -68,7 +68,7 @@ type OwnedShare struct {
 // Empty reports whether the owner holds nothing in the shared entry.
 func (s *OwnedShare) Empty() bool { return s.Counts == [shed.MaxClasses]int64{} }
 
-func sharedID(gen int64) uint64     { return SharedOwner - uint64(gen&1) }
+func sharedID(gen int64) uint64    { return SharedOwner - uint64(gen&1) }
 func sharedExpiry(gen int64) int64 { return (gen + 2) * sharedGen }
 func isShared(owner uint64) bool   { return owner >= SharedOwner-1 }
 
