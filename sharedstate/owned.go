@@ -70,7 +70,6 @@ func (s *OwnedShare) Empty() bool { return s.Counts == [shed.MaxClasses]int64{} 
 
 func sharedID(gen int64) uint64    { return SharedOwner - uint64(gen&1) }
 func sharedExpiry(gen int64) int64 { return (gen + 2) * sharedGen }
-func isShared(owner uint64) bool   { return owner >= SharedOwner-1 }
 
 const ownedHeader = 5
 
