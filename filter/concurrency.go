@@ -20,8 +20,9 @@ import (
 // keys without room (one pool of N permits for all of them). Every worker VM admits against
 // the sum of the live entries, with compare-and-swap, so the total in flight never exceeds N
 // however the workers interleave, and however many they are: a VM that finds no entry of its
-// own in a record (it has sharedstate's 63 others) counts its permit in the record's shared entry
-// (heldPermit.shared), never admitting uncounted. Each VM also counts, per key, the permits its own streams
+// own in a record (it has sharedstate's 62 others) counts its permit in the record's shared entry
+// (heldPermit.shared), never admitting uncounted, and keeps what it holds there per record
+// (permits.shares, sharedstate.OwnedShare), so that a dead plugin's part expires. Each VM also counts, per key, the permits its own streams
 // hold; its timer rewrites its entries with those counts every permitRenew, which renews
 // their lease and repairs a release that could not be written (CAS contention). What a dead
 // or replaced VM held is reclaimed the owned lease after its last renewal at most, and counted in
