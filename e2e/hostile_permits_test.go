@@ -130,3 +130,26 @@ func TestPermitsADeadPluginHeldInTheSharedEntryAreReclaimed(t *testing.T) {
 	assert.Equal(t, 0, holdOnEveryVM(t, b.VMs()[:100], 1, func() *envoyhost.Request { return tenant("acme") }),
 		"renewed for 5 minutes, B's 200 permits, in its entries and in the shared entry, are all still counted")
 }
+
+func TestShedSlotsADeadPluginHeldInTheSharedEntryAreReclaimed(t *testing.T) {
+	cfg := `{"rules":[{"name":"all","limits":[{"rate":"1000000/s"}]}],
+		"shed":{"capacity":200,"classes":[{"name":"only"}],"default_class":"only"}}`
+	proc := envoyhost.NewProcess()
+	clock := envoyhost.NewClock(epoch)
+	opt := func(c *envoyhost.Config) { c.Process = proc; c.Clock = clock }
+	a := load(t, module(t, "meshlimit"), cfg, 100, opt)
+	require.Equal(t, 100, holdOnEveryVM(t, a.VMs()[:100], 1, func() *envoyhost.Request { return classed("only") }))
+	b := load(t, module(t, "meshlimit"), cfg, 100, opt)
+	require.Equal(t, 100, holdOnEveryVM(t, b.VMs()[:100], 1, func() *envoyhost.Request { return classed("only") }))
+	require.NoError(t, a.Close())
+	for range 20 {
+		clock.Advance(time.Second)
+	}
+	assert.Equal(t, 100, holdOnEveryVM(t, b.VMs()[:100], 2, func() *envoyhost.Request { return classed("only") }),
+		"every slot of the dead plugin is reclaimed, those in the shared entry too")
+	for range 300 {
+		clock.Advance(time.Second)
+	}
+	assert.Equal(t, 0, holdOnEveryVM(t, b.VMs()[:100], 1, func() *envoyhost.Request { return classed("only") }),
+		"renewed for 5 minutes, B's 200 slots are all still counted")
+}
