@@ -153,3 +153,26 @@ func TestShedSlotsADeadPluginHeldInTheSharedEntryAreReclaimed(t *testing.T) {
 	assert.Equal(t, 0, holdOnEveryVM(t, b.VMs()[:100], 1, func() *envoyhost.Request { return classed("only") }),
 		"renewed for 5 minutes, B's 200 slots are all still counted")
 }
+
+func TestKeyShareSlotsADeadPluginHeldInTheSharedEntryAreReclaimed(t *testing.T) {
+	cfg := `{"rules":[{"name":"all","limits":[{"rate":"1000000/s"}]}],
+		"shed":{"capacity":1000,"key_share":200}}`
+	proc := envoyhost.NewProcess()
+	clock := envoyhost.NewClock(epoch)
+	opt := func(c *envoyhost.Config) { c.Process = proc; c.Clock = clock }
+	one := func() *envoyhost.Request { return get("api.example", "/upload", "198.51.100.66") } // one address: 200 slots
+	a := load(t, module(t, "meshlimit"), cfg, 100, opt)
+	require.Equal(t, 100, holdOnEveryVM(t, a.VMs()[:100], 1, one))
+	b := load(t, module(t, "meshlimit"), cfg, 100, opt)
+	require.Equal(t, 100, holdOnEveryVM(t, b.VMs()[:100], 1, one))
+	require.NoError(t, a.Close())
+	for range 20 {
+		clock.Advance(time.Second)
+	}
+	assert.Equal(t, 100, holdOnEveryVM(t, b.VMs()[:100], 2, one),
+		"every key share slot of the dead plugin is reclaimed, those in the shared entry too")
+	for range 300 {
+		clock.Advance(time.Second)
+	}
+	assert.Equal(t, 0, holdOnEveryVM(t, b.VMs()[:100], 1, one), "renewed for 5 minutes, B's 200 slots are all still counted")
+}
