@@ -103,3 +103,76 @@ func TestRenewalsKeepCountingEveryPermitOfTheKeysThatShareTheOverflowPool(t *tes
 	admitted += mintedTenants(t, p, 40, 40)
 	assert.LessOrEqual(t, admitted, 13, "the pool's permits are still counted after a renewal")
 }
+
+// Review 20, finding 7: a plugin's workers past the record's own entries count in its shared
+// entry; the plugin that replaces it joins the shared entry and keeps using it. What the dead
+// plugin held there expires with its generation, as its own entries do with their lease.
+func TestPermitsADeadPluginHeldInTheSharedEntryAreReclaimed(t *testing.T) {
+	proc := envoyhost.NewProcess()
+	clock := envoyhost.NewClock(epoch)
+	opt := func(c *envoyhost.Config) { c.Process = proc; c.Clock = clock }
+	a := load(t, module(t, "meshlimit"), concConfig("200"), 100, opt)
+	require.Equal(t, 100, holdOnEveryVM(t, a.VMs()[:100], 1, func() *envoyhost.Request { return tenant("acme") }))
+	b := load(t, module(t, "meshlimit"), concConfig("200"), 100, opt) // a reconfiguration
+	require.Equal(t, 100, holdOnEveryVM(t, b.VMs()[:100], 1, func() *envoyhost.Request { return tenant("acme") }),
+		"A's 62 entries of their own and its shared requests leave B only the shared entry")
+	require.NoError(t, a.Close()) // A's workers die holding their 100 permits
+	for range 20 {
+		clock.Advance(time.Second) // B's ticks renew its permits; A's lapse
+	}
+	assert.Equal(t, 100, holdOnEveryVM(t, b.VMs()[:100], 2, func() *envoyhost.Request { return tenant("acme") }),
+		"every permit of the dead plugin is reclaimed, those in the shared entry too")
+	assert.Equal(t, 0, holdOnEveryVM(t, b.VMs()[:100], 1, func() *envoyhost.Request { return tenant("acme") }),
+		"B holds the limit of 200: not one more")
+	for range 300 {
+		clock.Advance(time.Second)
+	}
+	assert.Equal(t, 0, holdOnEveryVM(t, b.VMs()[:100], 1, func() *envoyhost.Request { return tenant("acme") }),
+		"renewed for 5 minutes, B's 200 permits, in its entries and in the shared entry, are all still counted")
+}
+
+func TestShedSlotsADeadPluginHeldInTheSharedEntryAreReclaimed(t *testing.T) {
+	cfg := `{"rules":[{"name":"all","limits":[{"rate":"1000000/s"}]}],
+		"shed":{"capacity":200,"classes":[{"name":"only"}],"default_class":"only"}}`
+	proc := envoyhost.NewProcess()
+	clock := envoyhost.NewClock(epoch)
+	opt := func(c *envoyhost.Config) { c.Process = proc; c.Clock = clock }
+	a := load(t, module(t, "meshlimit"), cfg, 100, opt)
+	require.Equal(t, 100, holdOnEveryVM(t, a.VMs()[:100], 1, func() *envoyhost.Request { return classed("only") }))
+	b := load(t, module(t, "meshlimit"), cfg, 100, opt)
+	require.Equal(t, 100, holdOnEveryVM(t, b.VMs()[:100], 1, func() *envoyhost.Request { return classed("only") }))
+	require.NoError(t, a.Close())
+	for range 20 {
+		clock.Advance(time.Second)
+	}
+	assert.Equal(t, 100, holdOnEveryVM(t, b.VMs()[:100], 2, func() *envoyhost.Request { return classed("only") }),
+		"every slot of the dead plugin is reclaimed, those in the shared entry too")
+	for range 300 {
+		clock.Advance(time.Second)
+	}
+	assert.Equal(t, 0, holdOnEveryVM(t, b.VMs()[:100], 1, func() *envoyhost.Request { return classed("only") }),
+		"renewed for 5 minutes, B's 200 slots are all still counted")
+}
+
+func TestKeyShareSlotsADeadPluginHeldInTheSharedEntryAreReclaimed(t *testing.T) {
+	cfg := `{"rules":[{"name":"all","limits":[{"rate":"1000000/s"}]}],
+		"shed":{"capacity":1000,"key_share":200}}`
+	proc := envoyhost.NewProcess()
+	clock := envoyhost.NewClock(epoch)
+	opt := func(c *envoyhost.Config) { c.Process = proc; c.Clock = clock }
+	one := func() *envoyhost.Request { return get("api.example", "/upload", "198.51.100.66") } // one address: 200 slots
+	a := load(t, module(t, "meshlimit"), cfg, 100, opt)
+	require.Equal(t, 100, holdOnEveryVM(t, a.VMs()[:100], 1, one))
+	b := load(t, module(t, "meshlimit"), cfg, 100, opt)
+	require.Equal(t, 100, holdOnEveryVM(t, b.VMs()[:100], 1, one))
+	require.NoError(t, a.Close())
+	for range 20 {
+		clock.Advance(time.Second)
+	}
+	assert.Equal(t, 100, holdOnEveryVM(t, b.VMs()[:100], 2, one),
+		"every key share slot of the dead plugin is reclaimed, those in the shared entry too")
+	for range 300 {
+		clock.Advance(time.Second)
+	}
+	assert.Equal(t, 0, holdOnEveryVM(t, b.VMs()[:100], 1, one), "renewed for 5 minutes, B's 200 slots are all still counted")
+}

@@ -20,8 +20,9 @@ import (
 // keys without room (one pool of N permits for all of them). Every worker VM admits against
 // the sum of the live entries, with compare-and-swap, so the total in flight never exceeds N
 // however the workers interleave, and however many they are: a VM that finds no entry of its
-// own in a record (it has sharedstate's 63 others) counts its permit in the record's shared entry
-// (heldPermit.shared), never admitting uncounted. Each VM also counts, per key, the permits its own streams
+// own in a record (it has sharedstate's 62 others) counts its permit in the record's shared entry
+// (heldPermit.shared), never admitting uncounted, and keeps what it holds there per record
+// (permits.shares, sharedstate.OwnedShare), so that a dead plugin's part expires. Each VM also counts, per key, the permits its own streams
 // hold; its timer rewrites its entries with those counts every permitRenew, which renews
 // their lease and repairs a release that could not be written (CAS contention). What a dead
 // or replaced VM held is reclaimed the owned lease after its last renewal at most, and counted in
@@ -70,8 +71,9 @@ type permits struct {
 	*env
 	owner     uint64
 	rules     []ruleState
-	held      map[permitKey]int64 // the permits this plugin's streams hold, per key
-	pools     map[permitKey]int64 // renew's scratch: the permits held in each overflow pool, all keys together
+	held      map[permitKey]int64                  // the permits this plugin's streams hold, per key
+	shares    map[permitKey]sharedstate.OwnedShare // per record (shareKey), what this plugin holds in its shared entry
+	pools     map[permitKey]int64                  // renew's scratch: the permits held in each overflow pool, all keys together
 	lastRenew int64
 	ed        sharedstate.OwnedEditor
 	key       []byte // a key being released or renewed (not the decision's: deny still reads that)
@@ -91,15 +93,60 @@ func (c *permits) any() bool {
 // update applies e to key's owned record in rec, or to the overflow record when the key finds no
 // room, there with the limit of overflow (the pool of the keys without room), and returns the limit
 // that decided.
-func (c *permits) update(rec *sharedstate.Records, key []byte, e *sharedstate.OwnedEditor, spec, overflow *rules.LimitSpec) (sharedstate.Result, *rules.LimitSpec, error) {
+// The editor's Share is this plugin's share of the record's shared entry (sk's, then the
+// overflow record's).
+func (c *permits) update(rec *sharedstate.Records, key []byte, sk permitKey, e *sharedstate.OwnedEditor, spec, overflow *rules.LimitSpec) (sharedstate.Result, *rules.LimitSpec, error) {
+	e.Share = c.share(sk, key)
+	e.NewShare = e.Share
 	res, err := c.records.Update(rec, key, e)
 	if err == nil && res.Placement == sharedstate.NoRoom {
 		if overflow != nil {
 			spec, e.Limit = overflow, overflow.Concurrency
 		}
+		sk.overflow = true
+		e.Share = c.share(sk, nil)
+		e.NewShare = e.Share
 		res, err = c.records.UpdateShared(rec.OverflowKey(), e)
 	}
 	return res, spec, err
+}
+
+// shareKey names the record of h in shares: its rule, its key (none in the overflow record, which
+// counts every key without room) and its set.
+func shareKey(h heldPermit) permitKey {
+	if h.overflow {
+		h.key = ""
+	}
+	h.shared = true
+	return h
+}
+
+// share returns what this plugin holds in the shared entry of sk's record (of key, unless sk is the
+// overflow record's). It looks up nothing (allocates nothing) while the plugin holds nothing in any
+// shared entry, the rule with up to 62 workers.
+func (c *permits) share(sk permitKey, key []byte) sharedstate.OwnedShare {
+	if len(c.shares) == 0 {
+		return sharedstate.OwnedShare{}
+	}
+	sk.shared = true
+	if sk.overflow {
+		return c.shares[sk]
+	}
+	sk.key = string(key)
+	return c.shares[sk]
+}
+
+// keepShare records s, what this plugin now holds in the shared entry of h's record.
+func (c *permits) keepShare(h heldPermit, s sharedstate.OwnedShare) {
+	sk := shareKey(h)
+	if s.Empty() {
+		delete(c.shares, sk)
+		return
+	}
+	if c.shares == nil {
+		c.shares = map[permitKey]sharedstate.OwnedShare{}
+	}
+	c.shares[sk] = s
 }
 
 // acquire decides a request against the rule's concurrency limit and reports whether it is denied
@@ -133,7 +180,7 @@ func (c *permits) acquireOwned(rs *ruleState, rec *sharedstate.Records, spec, ov
 	d, r := &c.d, rs.rule
 	e := &c.ed
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Limit, e.Policy, e.Force = sharedstate.OwnedAcquire, 1, 0, c.owner, now, spec.Concurrency, nil, !enforced
-	res, spec, err := c.update(rec, key, e, spec, overflow)
+	res, spec, err := c.update(rec, key, heldPermit{rule: r.Index, fallback: fallback}, e, spec, overflow)
 	if err := c.updated(rs, res.Attempts, err); err != nil {
 		return rs.failed(enforced), h, false
 	}
@@ -147,6 +194,9 @@ func (c *permits) acquireOwned(rs *ruleState, rec *sharedstate.Records, spec, ov
 			c.held = map[permitKey]int64{}
 		}
 		c.held[h]++
+		if e.Shared {
+			c.keepShare(h, e.NewShare)
+		}
 	}
 	d.count(rs, e.Allowed, enforced)
 	if enforced {
@@ -186,12 +236,22 @@ func (c *permits) write(h heldPermit, op sharedstate.OwnedOp, count int64, now i
 	}
 	e := &c.ed
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Counts[0], e.Shared = op, 1, 0, c.owner, now, count, h.shared
+	if h.shared {
+		e.Share = c.shares[shareKey(h)]
+		if op == sharedstate.OwnedRenew { // what the streams hold: the truth, whatever a failed write left
+			e.Share.Counts[0] = count
+		}
+		e.NewShare = e.Share
+	}
 	var err error
 	if h.overflow {
 		_, err = c.records.UpdateShared(rec.OverflowKey(), e)
 	} else {
 		c.key = append(c.key[:0], h.key...)
 		_, err = c.records.Update(rec, c.key, e)
+	}
+	if h.shared {
+		c.keepShare(h, sharedAfter(e, err))
 	}
 	if err != nil {
 		if errors.Is(err, sharedstate.ErrContention) {
@@ -202,6 +262,20 @@ func (c *permits) write(h heldPermit, op sharedstate.OwnedOp, count int64, now i
 	if e.Reclaimed > 0 {
 		rs.metrics.permitsReclaimed.inc(uint64(e.Reclaimed))
 	}
+}
+
+// sharedAfter is the share of e's owner after its release or renewal: the written one, or, when the
+// write failed, the owner's own count (a release no longer held), which the next move repairs in
+// the record (the generation left behind expires with what it still counts).
+func sharedAfter(e *sharedstate.OwnedEditor, err error) sharedstate.OwnedShare {
+	if err == nil {
+		return e.NewShare
+	}
+	s := e.Share
+	if e.Op == sharedstate.OwnedRelease {
+		s.Counts[e.Class] = max(s.Counts[e.Class]-1, 0)
+	}
+	return s
 }
 
 // renew, on a tick, rewrites this plugin's entries with the counts its streams hold (renewing their

@@ -66,7 +66,7 @@ type shedState struct {
 	held     [shed.MaxClasses]int64 // slots this plugin's streams hold
 	local    shed.Histogram
 	sampler  shed.Sampler           // which answers the interval records (Gradient.Sampler of the last state)
-	shared   [shed.MaxClasses]int64 // slots this plugin's streams hold in the record's shared entry
+	share    sharedstate.OwnedShare // slots this plugin's streams hold in the record's shared entry
 	ed       sharedstate.OwnedEditor
 	gradEd   sharedstate.GradientEditor
 	histEd   sharedstate.HistogramEditor
@@ -221,6 +221,7 @@ func (s *shedder) admitOne(st *shedState, now int64) (class int, shedIt bool) {
 	e := &st.ed
 	k := cfg.Policy.Classes()
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Policy, e.Capacity, e.Force = sharedstate.OwnedAcquire, k, c, s.owner, now, &cfg.Policy, st.capacity, shadow
+	e.Share, e.NewShare = st.share, st.share
 	_, err := s.records.UpdateShared(st.stateKey, e)
 	if err != nil {
 		if !errors.Is(err, sharedstate.ErrContention) {
@@ -248,7 +249,7 @@ func (s *shedder) admitOne(st *shedState, now int64) (class int, shedIt bool) {
 		return -1, !shadow
 	}
 	if e.Shared {
-		st.shared[c]++
+		st.share = e.NewShare
 	} else {
 		st.held[c]++
 	}
@@ -344,9 +345,7 @@ func (s *shedder) endStream(h *httpContext) {
 func (s *shedder) release(st *shedState, sl *shedSlot, now int64) {
 	sl.held = false
 	class := sl.class
-	if sl.shared {
-		st.shared[class] = max(st.shared[class]-1, 0)
-	} else {
+	if !sl.shared {
 		st.held[class] = max(st.held[class]-1, 0)
 	}
 	if sl.keyed {
@@ -355,7 +354,12 @@ func (s *shedder) release(st *shedState, sl *shedSlot, now int64) {
 	}
 	e := &st.ed
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Shared = sharedstate.OwnedRelease, st.cfg.Policy.Classes(), class, s.owner, now, sl.shared
-	if _, err := s.records.UpdateShared(st.stateKey, e); err == nil && e.Reclaimed > 0 {
+	e.Share, e.NewShare = st.share, st.share
+	_, err := s.records.UpdateShared(st.stateKey, e)
+	if sl.shared {
+		st.share = sharedAfter(e, err)
+	}
+	if err == nil && e.Reclaimed > 0 {
 		st.metrics.reclaimed.inc(uint64(e.Reclaimed))
 	}
 }
@@ -384,9 +388,11 @@ func (s *shedder) renew(st *shedState, now int64) {
 		st.keys.renew(s.records, s.owner, now)
 	}
 	e := &st.ed
-	if st.shared != [shed.MaxClasses]int64{} { // renew the shared entry's lease (its counts are not ours)
-		e.Op, e.Classes, e.Owner, e.Now, e.Counts, e.Shared = sharedstate.OwnedRenew, st.cfg.Policy.Classes(), s.owner, now, st.shared, true
-		_, _ = s.records.UpdateShared(st.stateKey, e)
+	if !st.share.Empty() { // keep this plugin's slots in the shared entry live (moved to its current generation)
+		e.Op, e.Classes, e.Owner, e.Now, e.Shared = sharedstate.OwnedRenew, st.cfg.Policy.Classes(), s.owner, now, true
+		e.Share, e.NewShare = st.share, st.share
+		_, err := s.records.UpdateShared(st.stateKey, e)
+		st.share = sharedAfter(e, err)
 	}
 	e.Op, e.Classes, e.Owner, e.Now, e.Counts, e.Shared = sharedstate.OwnedRenew, st.cfg.Policy.Classes(), s.owner, now, st.held, false
 	if _, err := s.records.UpdateShared(st.stateKey, e); err == nil {

@@ -20,8 +20,9 @@ type keySlot struct {
 
 // keyEntry is what this plugin's streams hold of one key: counts by place (keySlot.place).
 type keyEntry struct {
-	name string
-	n    [4]int64
+	name  string
+	n     [4]int64
+	share sharedstate.OwnedShare // what n[1] counts, in the key record's shared entry
 }
 
 func (ks keySlot) place() int {
@@ -38,8 +39,9 @@ func (ks keySlot) place() int {
 // keyShare is what a plugin keeps for one shedder's key share.
 type keyShare struct {
 	recs  *sharedstate.Records
-	held  map[string]*keyEntry // the slots this plugin's streams hold, per key
-	pools [2]int64             // renew's scratch: the slots held in the overflow record (own entry, shared entry)
+	held  map[string]*keyEntry   // the slots this plugin's streams hold, per key
+	pools [2]int64               // renew's scratch: the slots held in the overflow record (own entry, shared entry)
+	pool  sharedstate.OwnedShare // the slots held in the overflow record's shared entry
 	ed    sharedstate.OwnedEditor
 	key   []byte
 }
@@ -50,15 +52,21 @@ type keyShare struct {
 func (k *keyShare) acquire(cur *sharedstate.Cursor, key []byte, owner uint64, now, limit int64, force bool) (ks keySlot, allowed, taken, ok bool) {
 	e := &k.ed
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Limit, e.Policy, e.Force = sharedstate.OwnedAcquire, 1, 0, owner, now, limit, nil, force
+	ent := k.held[string(key)]
+	e.Share = sharedstate.OwnedShare{}
+	if ent != nil {
+		e.Share = ent.share
+	}
+	e.NewShare = e.Share
 	res, err := cur.Update(k.recs, key, e)
 	if err == nil && res.Placement == sharedstate.NoRoom {
+		e.Share, e.NewShare = k.pool, k.pool
 		res, err = cur.UpdateShared(k.recs.OverflowKey(), e)
 	}
 	if err != nil {
 		return ks, false, false, false
 	}
 	if e.Admitted {
-		ent := k.held[string(key)]
 		if ent == nil {
 			if k.held == nil {
 				k.held = map[string]*keyEntry{}
@@ -68,6 +76,9 @@ func (k *keyShare) acquire(cur *sharedstate.Cursor, key []byte, owner uint64, no
 		}
 		ks = keySlot{key: ent.name, overflow: res.Placement == sharedstate.Overflow, shared: e.Shared}
 		ent.n[ks.place()]++
+		if sh := k.share(ks); sh != nil && ks.shared {
+			*sh = e.NewShare
+		}
 	}
 	return ks, e.Allowed, e.Admitted, true
 }
@@ -108,10 +119,35 @@ func (k *keyShare) renew(cur *sharedstate.Cursor, owner uint64, now int64) {
 func (k *keyShare) write(cur *sharedstate.Cursor, ks keySlot, op sharedstate.OwnedOp, count int64, owner uint64, now int64) {
 	e := &k.ed
 	e.Op, e.Classes, e.Class, e.Owner, e.Now, e.Counts[0], e.Shared = op, 1, 0, owner, now, count, ks.shared
-	if ks.overflow {
-		_, _ = cur.UpdateShared(k.recs.OverflowKey(), e)
-		return
+	sh := k.share(ks)
+	e.Share = sharedstate.OwnedShare{} // a key no longer held: nothing of this plugin's to release
+	if ks.shared && sh != nil {
+		e.Share = *sh
+		if op == sharedstate.OwnedRenew { // what the streams hold: the truth, whatever a failed write left
+			e.Share.Counts[0] = count
+		}
 	}
-	k.key = append(k.key[:0], ks.key...)
-	_, _ = cur.Update(k.recs, k.key, e)
+	e.NewShare = e.Share
+	var err error
+	if ks.overflow {
+		_, err = cur.UpdateShared(k.recs.OverflowKey(), e)
+	} else {
+		k.key = append(k.key[:0], ks.key...)
+		_, err = cur.Update(k.recs, k.key, e)
+	}
+	if ks.shared && sh != nil {
+		*sh = sharedAfter(e, err)
+	}
+}
+
+// share returns what this plugin holds in the shared entry of ks's record (nil for a key it no
+// longer holds).
+func (k *keyShare) share(ks keySlot) *sharedstate.OwnedShare {
+	if ks.overflow {
+		return &k.pool
+	}
+	if ent := k.held[ks.key]; ent != nil {
+		return &ent.share
+	}
+	return nil
 }

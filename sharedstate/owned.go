@@ -29,22 +29,47 @@ import (
 // (the filter: every 2 s), so a slow tick does not drop a live owner.
 const ownedLease = int64(10e9)
 
-// maxOwners bounds the entries of a record: maxOwners−1 owners of their own, and the shared
-// entry. The worker threads of one proxy (and the plugin instances being replaced) that hold
-// something for one key at the same time may be more (Envoy runs a worker per hardware
-// thread): the owners that find no entry of their own count their requests in the shared one.
+// maxOwners bounds the entries of a record: maxOwners−2 owners of their own, and the two
+// generations of the shared entry. The worker threads of one proxy (and the plugin instances
+// being replaced) that hold something for one key at the same time may be more (Envoy runs a
+// worker per hardware thread): the owners that find no entry of their own count their requests
+// in the shared one.
 const maxOwners = 64
 
-// SharedOwner is the owner id of the shared entry: the one entry that the owners without an
-// entry of their own (the record holds maxOwners−1 others) count their requests in, so that an
-// acquire is always counted, whatever the number of workers. No plugin draws it as its id.
+// SharedOwner is the owner id of the shared entry: where the owners without an entry of their
+// own (the record holds maxOwners−2 others) count their requests, so that an acquire is always
+// counted, whatever the number of workers. No plugin draws it as its id (nor SharedOwner−1).
 //
-// The shared entry's counts belong to no one owner: an owner releases its own requests from it
-// (Shared set), and each owner that holds requests in it renews its lease without writing its
-// counts. It is reclaimed, whole, when no owner renewed it for a lease; the requests of an
-// owner that died while others still renew it stay counted until then (the limit errs on the
-// side of denying, never of admitting uncounted).
+// The shared entry is attributed by generation: time is cut into generations of sharedGen, and
+// the shared entry is one sub-entry per generation, the current one and the one before (owner
+// id SharedOwner−gen%2, expiry (gen+2)·sharedGen, so that the generic expiry drops a
+// generation two after its own). Each owner keeps an OwnedShare per record: how many requests
+// it holds in the shared entry and in which generation. Every write of an owner's shared
+// requests (an acquire, a release, a renewal) first moves them all to the current generation,
+// so an owner that writes at least once a generation (the filter renews every 2 s) keeps its
+// requests live, and the requests of an owner that died (its VM, or its whole plugin) expire
+// with their generation, within 2·sharedGen = ownedLease of its last write, whoever else keeps
+// using the shared entry. Every move is a CAS of the whole record: the shared counts are
+// exact, never admitting uncounted.
 const SharedOwner = ^uint64(0)
+
+// sharedGen is the length of a generation of the shared entry: half a lease.
+const sharedGen = ownedLease / 2
+
+// OwnedShare is what one owner holds in the shared entry of one record: its counts per class
+// and the generation they are counted in. The owner keeps it (zero: nothing) and passes it to
+// every shared acquire, release and renewal (OwnedEditor.Share); the editor returns the new
+// one (OwnedEditor.NewShare), to keep when the write succeeded.
+type OwnedShare struct {
+	Gen    int64
+	Counts [shed.MaxClasses]int64
+}
+
+// Empty reports whether the owner holds nothing in the shared entry.
+func (s *OwnedShare) Empty() bool { return s.Counts == [shed.MaxClasses]int64{} }
+
+func sharedID(gen int64) uint64    { return SharedOwner - uint64(gen&1) }
+func sharedExpiry(gen int64) int64 { return (gen + 2) * sharedGen }
 
 const ownedHeader = 5
 
@@ -132,20 +157,65 @@ func (r *ownedRecord) state() shed.State {
 }
 
 // find returns owner's entry, creating an empty one (expiring at now+ownedLease) if create;
-// -1 when it has none (or no room: the last entry is kept for the SharedOwner).
+// -1 when it has none (or no room: the last two entries are kept for the shared entry).
 func (r *ownedRecord) find(owner uint64, now int64, create bool) int {
 	for i := range r.n {
 		if r.owner[i] == owner {
 			return i
 		}
 	}
-	if !create || r.n >= maxOwners-1 && owner != SharedOwner || r.n == maxOwners {
+	if !create || r.n >= maxOwners-2 {
 		return -1
 	}
 	i := r.n
 	r.owner[i], r.expiry[i], r.counts[i] = owner, now+ownedLease, [shed.MaxClasses]uint32{}
 	r.n++
 	return i
+}
+
+// generation returns the shared entry's sub-entry of gen, creating an empty one if create (when
+// the record has room: -1 otherwise).
+func (r *ownedRecord) generation(gen int64, create bool) int {
+	id, exp := sharedID(gen), sharedExpiry(gen)
+	for i := range r.n {
+		if r.owner[i] == id && r.expiry[i] == exp {
+			return i
+		}
+	}
+	if !create || r.n == maxOwners {
+		return -1
+	}
+	i := r.n
+	r.owner[i], r.expiry[i], r.counts[i] = id, exp, [shed.MaxClasses]uint32{}
+	r.n++
+	return i
+}
+
+// share moves the owner's shared requests s to the generation of now and returns its index (-1:
+// the record has no room for it, and nothing moved) and the share as moved. Requests whose
+// generation expired are counted again (the owner still holds them).
+func (r *ownedRecord) share(s OwnedShare, now int64) (int, OwnedShare) {
+	gen := now / sharedGen
+	if s.Empty() {
+		return r.generation(gen, true), OwnedShare{Gen: gen}
+	}
+	from := r.generation(s.Gen, false)
+	if from >= 0 && s.Gen == gen {
+		return from, s
+	}
+	to := r.generation(gen, true)
+	if to < 0 {
+		return -1, s
+	}
+	for c := range r.k {
+		n := uint32(min(max(s.Counts[c], 0), 1<<32-1))
+		if from >= 0 {
+			r.counts[from][c] -= min(n, r.counts[from][c])
+		}
+		r.counts[to][c] = min(r.counts[to][c], 1<<32-1-n) + n
+	}
+	s.Gen = gen
+	return to, s
 }
 
 // OwnedOp is an operation of an OwnedEditor.
@@ -182,9 +252,14 @@ type OwnedEditor struct {
 	Counts   [shed.MaxClasses]int64 // OwnedRenew: the owner's own counts
 	// Shared is an output of an acquire: the request was counted in the shared entry (the
 	// record had no entry left for Owner), and the owner must release it with Shared set. It
-	// is an input of a release (the request is one of the shared entry's) and of a renewal (the
-	// owner holds requests in the shared entry: its lease is renewed, its counts untouched).
+	// is an input of a release (the request is one of the shared entry's) and of a renewal (of
+	// the owner's requests in the shared entry, Share; Counts is then unused).
 	Shared bool
+	// Share is an input of every acquire, and of the releases and renewals with Shared: what
+	// the owner holds in this record's shared entry. NewShare is the output: the share as the
+	// written round left it (unchanged when the request did not go to the shared entry), for
+	// the owner to keep when the write succeeded.
+	Share, NewShare OwnedShare
 
 	Allowed   bool  // output of an acquire: the decision
 	Admitted  bool  // output of an acquire: the request was counted (and must be released)
@@ -219,7 +294,7 @@ func (e *OwnedEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 	r := &e.rec
 	r.decode(cur, e.Classes)
 	e.Reclaimed = r.expire(e.Now)
-	e.Allowed, e.Admitted = false, false
+	e.Allowed, e.Admitted, e.NewShare = false, false, e.Share
 	st := r.state()
 	e.Total = st.Total()
 	changed := e.Reclaimed > 0
@@ -229,27 +304,32 @@ func (e *OwnedEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 		e.Shared = false
 		if e.Allowed || e.Force {
 			i := r.find(e.Owner, e.Now, true)
-			if i < 0 {
-				i, e.Shared = r.find(SharedOwner, e.Now, true), true
+			if i >= 0 {
+				r.expiry[i] = e.Now + ownedLease
+			} else {
+				i, e.NewShare = r.share(e.Share, e.Now)
+				e.Shared = true
+				e.NewShare.Counts[e.Class]++
 			}
 			if i < 0 { // maxOwners others, as an older build could leave: deny, never admit uncounted
-				e.Allowed, e.Shared = false, false
+				e.Allowed, e.Shared, e.NewShare = false, false, e.Share
 				break
 			}
 			r.counts[i][e.Class]++
-			r.expiry[i] = e.Now + ownedLease
 			r.peak = max(r.peak, uint32(min(e.Total+1, 1<<32-1)))
 			e.Admitted, changed = true, true
 		}
 	case OwnedRelease:
-		if i := r.find(e.owner(), e.Now, false); i >= 0 && r.counts[i][e.Class] > 0 {
+		if e.Shared {
+			changed = e.releaseShared() || changed
+		} else if i := r.find(e.Owner, e.Now, false); i >= 0 && r.counts[i][e.Class] > 0 {
 			r.counts[i][e.Class]--
 			changed = true
 		}
 	case OwnedRenew:
 		if e.Shared {
-			if i := r.find(SharedOwner, e.Now, false); i >= 0 && e.countsTotal() > 0 {
-				r.expiry[i] = e.Now + ownedLease
+			if !e.Share.Empty() {
+				_, e.NewShare = r.share(e.Share, e.Now)
 				changed = true
 			}
 			break
@@ -276,12 +356,22 @@ func (e *OwnedEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 	return r.append(dst), true, nil
 }
 
-// owner is the entry a release writes: Owner's, or the shared entry's.
-func (e *OwnedEditor) owner() uint64 {
-	if e.Shared {
-		return SharedOwner
+// releaseShared ends one of the owner's requests of Class in the shared entry, moving the rest
+// of its share to the current generation, and reports whether the record changed.
+func (e *OwnedEditor) releaseShared() bool {
+	if e.Share.Counts[e.Class] <= 0 {
+		return false // nothing of the owner's (a repaired count): the generation's expiry settles it
 	}
-	return e.Owner
+	i, s := e.rec.share(e.Share, e.Now)
+	if i < 0 {
+		return false
+	}
+	s.Counts[e.Class]--
+	if e.rec.counts[i][e.Class] > 0 {
+		e.rec.counts[i][e.Class]--
+	}
+	e.NewShare = s
+	return true
 }
 
 func (e *OwnedEditor) countsTotal() (n int64) {

@@ -117,10 +117,10 @@ func TestOwnersBeyondTheRecordsEntriesAreCountedInTheSharedEntryAndNeverAdmitted
 			shared++
 		}
 	}
-	assert.Equal(t, 70-(maxOwners-1), shared, "the owners without an entry of their own share one")
+	assert.Equal(t, 70-(maxOwners-2), shared, "the owners without an entry of their own share one")
 	var r ownedRecord
 	r.decode(p, 1)
-	assert.Equal(t, maxOwners, r.n)
+	assert.Equal(t, maxOwners-1, r.n, "62 owners and the shared entry's current generation")
 	assert.Equal(t, int64(70), total(&r))
 
 	e := acquire(1, 0, 1000) // an owner with an entry keeps using it
@@ -145,28 +145,90 @@ func TestARecordFullOfOwnersWithoutASharedEntryDeniesANewOwner(t *testing.T) {
 	assert.True(t, e.Admitted, "an owner with an entry keeps using it")
 }
 
-func TestASharedRequestIsReleasedFromTheSharedEntryAndItsLeaseRenewedByItsHolders(t *testing.T) {
-	var p []byte
-	for i := range maxOwners - 1 {
-		p = apply(t, acquire(uint64(i+1), 0, 1000), p)
-	}
-	for _, owner := range []uint64{500, 501} {
-		e := acquire(owner, 0, 1000)
+// fillOwners has owners 1..maxOwners−2 take one request each at now: every entry of an owner's own
+// is taken, and the next owners count in the shared entry.
+func fillOwners(t *testing.T, p []byte, now int64) []byte {
+	for i := range maxOwners - 2 {
+		e := acquire(uint64(i+1), now, 1000)
 		p = apply(t, e, p)
-		require.True(t, e.Shared)
+		require.False(t, e.Shared)
 	}
-	renew := &OwnedEditor{Op: OwnedRenew, Classes: 1, Owner: 500, Now: 8e9, Shared: true}
-	renew.Counts[0] = 1
-	p = apply(t, renew, p) // the owners of their own entries stop renewing: they lapse at 10 s
-	release := &OwnedEditor{Op: OwnedRelease, Classes: 1, Owner: 501, Now: 9e9, Shared: true}
-	p = apply(t, release, p)
-	e := acquire(600, 12e9, 1000)
+	return p
+}
+
+// sharedOp runs op for owner's requests in the shared entry with its share *s, kept as the
+// written round left it.
+func sharedOp(t *testing.T, p []byte, op OwnedOp, owner uint64, now int64, s *OwnedShare) ([]byte, *OwnedEditor) {
+	e := &OwnedEditor{Op: op, Classes: 1, Owner: owner, Now: now, Limit: 1000, Shared: op != OwnedAcquire, Share: *s}
 	p = apply(t, e, p)
-	assert.Equal(t, int64(1), e.Total, "owner 500's request is still counted, owner 501's was released")
-	assert.Equal(t, int64(maxOwners-1), e.Reclaimed)
-	e = acquire(600, 19e9, 1000)
+	if op != OwnedAcquire || e.Shared {
+		*s = e.NewShare
+	}
+	return p, e
+}
+
+func TestASharedRequestIsReleasedFromTheSharedEntryAndKeptLiveByItsOwnersWrites(t *testing.T) {
+	p := fillOwners(t, nil, 0)
+	var s500, s501 OwnedShare
+	p, e := sharedOp(t, p, OwnedAcquire, 500, 0, &s500)
+	require.True(t, e.Shared)
+	p, e = sharedOp(t, p, OwnedAcquire, 501, 0, &s501)
+	require.True(t, e.Shared)
+	assert.Equal(t, int64(1), s501.Counts[0], "the owner's share counts its request")
+	for now := int64(2e9); now <= 20e9; now += 2e9 { // owner 500 renews; the others stop
+		p, _ = sharedOp(t, p, OwnedRenew, 500, now, &s500)
+	}
+	e = acquire(600, 20e9, 1000)
+	p = apply(t, e, p)
+	assert.Equal(t, int64(1), e.Total, "owner 500's request is still counted, owner 501's expired with its generation")
+	p, _ = sharedOp(t, p, OwnedRelease, 500, 21e9, &s500)
+	assert.True(t, s500.Empty())
+	e = acquire(600, 21e9, 1000)
 	_ = apply(t, e, p)
-	assert.Equal(t, int64(1), e.Reclaimed, "unrenewed for a lease, the shared entry is reclaimed whole")
+	assert.Equal(t, int64(1), e.Total, "only owner 600's own request is left")
+}
+
+func TestADeadOwnersSharedRequestsExpireWhileOthersKeepUsingTheSharedEntry(t *testing.T) {
+	p := fillOwners(t, nil, 0)
+	var dead, live OwnedShare
+	for range 3 {
+		p, _ = sharedOp(t, p, OwnedAcquire, 500, 1e9, &dead)
+	}
+	p, _ = sharedOp(t, p, OwnedAcquire, 501, 1e9, &live)
+	reclaimed := int64(0)
+	now := int64(1e9)
+	for ; now <= 11e9; now += 1e9 { // the live owner writes every second: acquires, releases, renewals
+		var e *OwnedEditor
+		p, e = sharedOp(t, p, OwnedAcquire, 501, now, &live)
+		require.True(t, e.Admitted)
+		reclaimed += e.Reclaimed
+		if e.Shared {
+			p, e = sharedOp(t, p, OwnedRelease, 501, now, &live)
+		} else { // the owners of their own entries expired: there is room again
+			e = &OwnedEditor{Op: OwnedRelease, Classes: 1, Owner: 501, Now: now}
+			p = apply(t, e, p)
+		}
+		reclaimed += e.Reclaimed
+		p, e = sharedOp(t, p, OwnedRenew, 501, now, &live)
+		reclaimed += e.Reclaimed
+	}
+	assert.Equal(t, int64(maxOwners-2+3), reclaimed, "the owners of their own entries and the dead owner's 3 shared requests")
+	var r ownedRecord
+	r.decode(p, 1)
+	r.expire(now)
+	assert.Equal(t, int64(1), total(&r), "only the live owner's request is counted")
+	assert.Equal(t, int64(1), live.Counts[0])
+}
+
+func TestASharedRequestWhoseGenerationExpiredIsCountedAgainByItsOwner(t *testing.T) {
+	p := fillOwners(t, nil, 0)
+	var s OwnedShare
+	p, _ = sharedOp(t, p, OwnedAcquire, 500, 0, &s)
+	p, _ = sharedOp(t, p, OwnedRenew, 500, 30e9, &s) // a tick late by far more than a lease
+	var r ownedRecord
+	r.decode(p, 1)
+	r.expire(30e9)
+	assert.Equal(t, int64(1), total(&r), "the owner still holds it: its renewal counts it again")
 }
 
 func TestAMalformedOrForeignPayloadReadsAsEmpty(t *testing.T) {
@@ -246,6 +308,7 @@ func FuzzOwnedRecordNeverExceedsTheLimit(f *testing.F) {
 		}
 		lim := int64(limit%120) + 1
 		held := map[uint64][]bool{} // per owner, whether each of its requests is in the shared entry
+		shares := map[uint64]OwnedShare{}
 		var p []byte
 		now := int64(0)
 		for i, op := range ops {
@@ -263,11 +326,13 @@ func FuzzOwnedRecordNeverExceedsTheLimit(f *testing.F) {
 				now += ownedLease / 4
 				continue
 			}
+			e.Share = shares[owner]
 			next, write, err := e.Edit(nil, p)
 			require.NoError(t, err)
 			if write {
 				p = next
 			}
+			shares[owner] = e.NewShare
 			if e.Op == OwnedAcquire && e.Admitted {
 				held[owner] = append(held[owner], e.Shared)
 			}
