@@ -14,8 +14,9 @@
 // (entering and leaving the loop) cancels. wazero's dumps count every thread (one P, no
 // collector); V8's count the main thread only (--collect-atstart=no --separate-threads=yes, the
 // addon collects on its own thread) of a node that runs V8's compiler and collector on that thread
-// (--single-threaded), after a full collection before each loop (--expose-gc). --runs N runs each
-// engine's process N times and prints the median, and each case's spread over the runs.
+// (--single-threaded). --runs N runs each
+// engine's process N times (side by side) and prints the median, and each case's spread over the
+// runs.
 // Instruction counts do not depend on the machine's load; CPU time is `make bench-lifecycle`.
 const fs = require('fs');
 const path = require('path');
@@ -26,7 +27,7 @@ const build = path.join(root, 'build');
 const out = path.join(build, 'instr');
 
 function parseArgs(argv) {
-  const o = { against: '', n1: 200, n2: 1200, warm: WARM, runs: 1, only: '', engines: 'wazero,v8' };
+  const o = { against: '', n1: 500, n2: 2500, warm: WARM, runs: 1, only: '', engines: 'wazero,v8' };
   const strings = ['against', 'only', 'engines'];
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i].replace(/^--/, '');
@@ -186,28 +187,33 @@ function table(first, rows, res, o) {
 }
 
 // engineCmds are the two processes: [valgrind flags, command, args, cwd, env, thread suffix of the
-// dump read].
-function engineCmds(cases) {
+// dumps read]; a V8 process writes its dumps to out/<tag>.out.K-TT.
+function engineCmds(cases, tag) {
   // GOGC=off: the Go collector of the test host (not Envoy's) stays out of the counts; no
   // asynchronous preemption signals (callgrind asserts on them); one P, fewer threads.
   const wazero = [['--smc-check=all-non-file'], path.join(build, 'e2e.test'),
     ['-test.run', '^$', '-test.bench', '^BenchmarkInstructionsWazero$', '-test.benchtime', '1x', '-instr.cases', cases],
     path.join(root, 'e2e'), { GOGC: 'off', GODEBUG: 'asyncpreemptoff=1', GOMAXPROCS: '1', ENVOYHOST_CACHE_DIR: path.join(build, 'wazero-cache') }, ''];
-  // Envoy's V8 flags, then V8's compiler and collector on the main thread and gc() (instr.js). V8
+  // Envoy's V8 flags, then V8's compiler and collector on the main thread (instr.js). V8
   // patches the code it generated: --smc-check=all. Only the main thread collects, in its own dump.
   const v8 = [['--smc-check=all', '--collect-atstart=no', '--separate-threads=yes'], 'node',
-    ['--no-liftoff', '--wasm-max-mem-pages=16384', '--single-threaded', '--expose-gc', path.join(root, 'e2e', 'v8host', 'main.js'), 'instr', cases, path.join(build, 'callgrind.node'), path.join(out, 'v8.out')],
+    ['--no-liftoff', '--wasm-max-mem-pages=16384', '--single-threaded', path.join(root, 'e2e', 'v8host', 'main.js'), 'instr', cases, path.join(build, 'callgrind.node'), path.join(out, `${tag}.out`)],
     root, {}, '-01'];
   return { wazero, v8 };
 }
 
-// measure runs one engine's process runs times under callgrind and returns, per case, the median
-// per-request count, the spread over the runs ((max - min) / median) and the last status.
-async function measure(engine, cmd, spec, runs) {
-  const [vgFlags, bin, args, cwd, env, thread] = cmd;
+// measure runs one engine's process runs times under callgrind, side by side, and returns, per
+// case, the median per-request count, the spread over the runs ((max - min) / median) and the last
+// status.
+async function measure(engine, cases, spec, runs) {
+  const [, bin, args, cwd, env] = engineCmds(cases, engine)[engine];
   native(engine, bin, args, cwd, env);
-  const all = [];
-  for (let r = 0; r < runs; r++) all.push(perRequest(engine, await run(engine, vgFlags, bin, args, cwd, env), spec, thread));
+  const one = async (r) => {
+    const tag = `${engine}${r}`;
+    const [vgFlags, , argv, , , thread] = engineCmds(cases, tag)[engine];
+    return perRequest(tag, await run(tag, vgFlags, bin, argv, cwd, env), spec, thread);
+  };
+  const all = await Promise.all(Array.from({ length: runs }, (_, r) => one(r)));
   const res = {};
   for (const name of Object.keys(all[0])) {
     const irs = all.map((a) => a[name].ir).sort((a, b) => a - b);
@@ -240,9 +246,8 @@ async function main() {
   const spec = caseFile(o);
   const cases = path.join(out, 'cases.json');
   fs.writeFileSync(cases, JSON.stringify(spec, null, 1));
-  const cmds = engineCmds(cases);
   const names = { wazero: 'wazero', v8: 'V8' };
-  const figures = await Promise.all(o.engines.map((e) => measure(e, cmds[e], spec, o.runs)));
+  const figures = await Promise.all(o.engines.map((e) => measure(e, cases, spec, o.runs)));
   const res = { wazero: {}, V8: {} };
   o.engines.forEach((e, i) => (res[names[e]] = figures[i]));
   fs.writeFileSync(path.join(out, 'results.json'), JSON.stringify({ n1: o.n1, n2: o.n2, warm: o.warm, runs: o.runs, against: o.against, res }, null, 1));

@@ -1,9 +1,8 @@
 'use strict';
 // The instruction-count benchmark (scripts/bench-instructions.js) on V8. For every case of the case
 // file: load its module with its configuration, warm it up, then run n1 and n2 requests. Each loop
-// runs after a full collection (every loop starts from an empty young generation) between the
-// addon's start() and stop() (build/callgrind.node, scripts/callgrind-node.c: zero the counters and
-// collect on this thread only, then dump). Under valgrind --tool=callgrind --collect-atstart=no
+// runs between the addon's start() and stop() (build/callgrind.node, scripts/callgrind-node.c:
+// zero the counters and collect on this thread only, then dump). Under valgrind --tool=callgrind --collect-atstart=no
 // --separate-threads=yes each loop is one dump of the main thread holding the instructions of that
 // loop only: the JS host and the guest, and V8's compiler and collector, which --single-threaded
 // keeps on this thread. (Ir(n2) - Ir(n1)) / (n2 - n1) is one warm request.
@@ -15,16 +14,17 @@
 // the order of the dumps; the last two of a case are n1 and n2), the protocol of the wazero side
 // (e2e/instructions_bench_test.go).
 //
-//   node --no-liftoff --wasm-max-mem-pages=16384 --single-threaded --expose-gc e2e/v8host/main.js instr CASES.json ADDON [DUMPS]
+//   node --no-liftoff --wasm-max-mem-pages=16384 --single-threaded e2e/v8host/main.js instr CASES.json ADDON [DUMPS]
 const fs = require('fs');
 const { Plugin } = require('./plugin');
 const { roundTrip } = require('./stream');
 const { LogLevel } = require('./abi');
 
 // countFlags are the flags instr needs beside Envoy's: V8's compiler and collector on the measured
-// thread (no background task whose work would land in a loop it does not belong to, or in none),
-// and gc() to start every loop from the same heap.
-const countFlags = ['--single-threaded', '--expose-gc'];
+// thread (no background task whose work would land in a loop it does not belong to, or in none).
+// No forced collection between loops: a full collection makes V8 optimise the JS host's functions
+// again in every other loop (17k instructions a request more on the floor, loop after loop).
+const countFlags = ['--single-threaded'];
 
 // loop sends req n times through vm with resp as the upstream's answer and returns the status of
 // the last local reply (0: forwarded upstream).
@@ -41,7 +41,6 @@ function counter(cg, dumps) {
   return {
     // run runs one loop between start() and stop() and returns its status.
     run(vm, req, resp, n) {
-      global.gc();
       cg.start();
       const status = loop(vm, req, resp, n);
       cg.stop();
