@@ -3,14 +3,20 @@
 // V8, counted by valgrind --tool=callgrind, printed as markdown tables (`make bench-instructions`).
 //
 //   node scripts/bench-instructions.js [--against OTHER.wasm] [--n1 N] [--n2 N] [--warm N]
+//     [--runs N] [--only CASE,CASE] [--engines wazero,v8]
 //
 // It writes the cases to build/instr/cases.json (the same file drives both engines) and runs, side
 // by side, the e2e test binary's BenchmarkInstructionsWazero and e2e/v8host/main.js instr under
 // callgrind. Each engine's process loads every case, warms it up, then runs a loop of n1 and one of
-// n2 requests, each between callgrind's ZERO_STATS and DUMP_STATS client requests (Go:
+// n2 requests, each between callgrind client requests that zero the counters and dump them (Go:
 // internal/callgrind; Node: the addon scripts/callgrind-node.c). A dump holds the instructions of
-// its loop only, on every thread, and (Ir(n2) - Ir(n1)) / (n2 - n1) is one warm request: what the
-// two loops share (entering and leaving, a collection or a compilation that both see) cancels.
+// its loop only, and (Ir(n2) - Ir(n1)) / (n2 - n1) is one warm request: what the two loops share
+// (entering and leaving the loop) cancels. wazero's dumps count every thread (one P, no
+// collector); V8's count the main thread only (--collect-atstart=no --separate-threads=yes, the
+// addon collects on its own thread) of a node that runs V8's compiler and collector on that thread
+// (--single-threaded). --runs N runs each
+// engine's process N times (side by side) and prints the median, and each case's spread over the
+// runs.
 // Instruction counts do not depend on the machine's load; CPU time is `make bench-lifecycle`.
 const fs = require('fs');
 const path = require('path');
@@ -21,15 +27,30 @@ const build = path.join(root, 'build');
 const out = path.join(build, 'instr');
 
 function parseArgs(argv) {
-  const o = { against: '', n1: 200, n2: 1200, warm: 1000 };
+  const o = { against: '', n1: 500, n2: 2500, warm: WARM, runs: 1, only: '', engines: 'wazero,v8' };
+  const strings = ['against', 'only', 'engines'];
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i].replace(/^--/, '');
-    if (!(k in o) || argv[i + 1] === undefined) throw new Error(`usage: bench-instructions.js [--against OTHER.wasm] [--n1 N] [--n2 N] [--warm N] (bad ${argv[i]})`);
-    o[k] = k === 'against' ? argv[i + 1] : Number(argv[i + 1]);
+    if (!(k in o) || argv[i + 1] === undefined) {
+      throw new Error(`usage: bench-instructions.js [--against OTHER.wasm] [--n1 N] [--n2 N] [--warm N] [--runs N] [--only CASE,CASE] [--engines wazero,v8] (bad ${argv[i]})`);
+    }
+    o[k] = strings.includes(k) ? argv[i + 1] : Number(argv[i + 1]);
   }
   if (!(o.n2 > o.n1 && o.n1 > 0)) throw new Error('need 0 < n1 < n2');
+  if (!(o.runs >= 1)) throw new Error('need runs >= 1');
+  o.only = o.only ? o.only.split(',') : [];
+  o.engines = o.engines.split(',');
+  if (!o.engines.length || o.engines.some((e) => !['wazero', 'v8'].includes(e))) throw new Error(`engines: wazero and/or v8, not ${o.engines}`);
   return o;
 }
+
+// WARM is the default warm-up: requests per case before the measured loops. V8 optimises the JS
+// host's functions on the main thread as they get hot, so on V8 the warm-up goes on by loops of
+// n2 - n1 requests until two in a row cost the same within STABLE (e2e/v8host/instr.js), up to
+// MAXWARM requests (docs/performance.md, "Instruction counts").
+const WARM = 2000;
+const STABLE = 0.005;
+const MAXWARM = 30000;
 
 const ok = { headers: [[':status', '200'], ['content-type', 'text/plain']], body: 'ok' };
 const big = '1000000000';
@@ -75,6 +96,7 @@ function caseFile(o) {
   if (o.against) mods.unshift(['before/', path.resolve(o.against)]);
   const cases = [];
   for (const c of [...lifecycle, ...scaling]) {
+    if (o.only.length && !o.only.includes(c.name)) continue;
     if (c.module === 'passthrough') {
       cases.push({ name: c.name, module: path.join(build, 'passthrough.wasm'), config: c.config, response: c.response || ok });
       continue;
@@ -83,7 +105,7 @@ function caseFile(o) {
   }
   return {
     request: { headers: [[':method', 'GET'], [':path', '/api/items?page=2'], [':authority', 'bench.example'], [':scheme', 'http'], ['user-agent', 'bench']], source: '203.0.113.77:40000' },
-    warm: o.warm, n1: o.n1, n2: o.n2, cases,
+    warm: o.warm, n1: o.n1, n2: o.n2, stable: STABLE, maxWarm: Math.max(MAXWARM, o.warm), cases,
   };
 }
 
@@ -94,7 +116,8 @@ function native(engine, cmd, args, cwd, env) {
   if (r.status !== 0) throw new Error(`${engine}: ${cmd} ${args.join(' ')} exited ${r.status}:\n${r.stdout}\n${r.stderr}`);
 }
 
-// run runs cmd under callgrind with its dumps in out/<engine>.out.K and resolves to its stdout.
+// run runs cmd under callgrind with its dumps in out/<engine>.out.K (with --separate-threads=yes,
+// out/<engine>.out.K-TT per thread) and resolves to its stdout.
 function run(engine, valgrindFlags, cmd, args, cwd, env) {
   for (const f of fs.readdirSync(out)) if (f.startsWith(`${engine}.out`)) fs.unlinkSync(path.join(out, f));
   const argv = ['--tool=callgrind', ...valgrindFlags, `--callgrind-out-file=${path.join(out, engine + '.out')}`, cmd, ...args];
@@ -112,22 +135,26 @@ function run(engine, valgrindFlags, cmd, args, cwd, env) {
   });
 }
 
-// perRequest reads the dumps in the order of the "instr CASE N STATUS" lines: per case, the warm-up,
-// n1 and n2 loops; it returns case → {ir, status}.
-function perRequest(engine, stdout, spec) {
-  const lines = stdout.split('\n').filter((l) => l.startsWith('instr '));
-  if (lines.length !== 3 * spec.cases.length) throw new Error(`${engine}: ${lines.length} loops for ${spec.cases.length} cases:\n${stdout}`);
+// perRequest reads the dumps in the order of the "instr CASE N STATUS" lines (line k is dump k+1):
+// per case, the warm-up loops, then n1 and n2; it returns case → {ir, status, warm}, warm the
+// warm-up requests the case ran.
+function perRequest(engine, stdout, spec, thread) {
+  const lines = stdout.split('\n').filter((l) => l.startsWith('instr ')).map((l) => l.split(' '));
   const dump = (k) => {
-    const m = /^summary: (\d+)$/m.exec(fs.readFileSync(path.join(out, `${engine}.out.${k}`), 'utf8'));
+    const m = /^summary: (\d+)$/m.exec(fs.readFileSync(path.join(out, `${engine}.out.${k}${thread}`), 'utf8'));
     if (!m) throw new Error(`${engine}: no summary in dump ${k}`);
     return Number(m[1]);
   };
   const res = {};
-  spec.cases.forEach((c, i) => {
-    const ir1 = dump(3 * i + 2);
-    const ir2 = dump(3 * i + 3);
-    res[c.name] = { ir: (ir2 - ir1) / (spec.n2 - spec.n1), status: Number(lines[3 * i + 2].split(' ')[3]) };
-  });
+  for (const c of spec.cases) {
+    const ks = lines.map((l, k) => (l[1] === c.name ? k : -1)).filter((k) => k >= 0);
+    const [k1, k2] = ks.slice(-2);
+    if (ks.length < 3 || Number(lines[k1][2]) !== spec.n1 || Number(lines[k2][2]) !== spec.n2) {
+      throw new Error(`${engine}: case ${c.name} has no warm-up, n1 and n2 loops:\n${stdout}`);
+    }
+    const warm = ks.slice(0, -2).reduce((sum, k) => sum + Number(lines[k][2]), 0);
+    res[c.name] = { ir: (dump(k2 + 1) - dump(k1 + 1)) / (spec.n2 - spec.n1), status: Number(lines[k2][3]), warm };
+  }
   return res;
 }
 
@@ -135,14 +162,16 @@ const k = (v) => (v === undefined ? '-' : `${(v / 1000).toFixed(1)}k`);
 const x = (v, base) => (v === undefined || !base ? '-' : `${(v / base).toFixed(2)}×`);
 
 // table prints one markdown table: per row, per engine, per module (before, after), the count and
-// its ratio to the row's base case.
+// its ratio to the row's base case; only the engines and cases measured (--engines, --only).
 function table(first, rows, res, o) {
-  const engines = ['wazero', 'V8'];
+  const engines = ['wazero', 'V8'].filter((e) => Object.keys(res[e]).length);
+  const measured = (c) => engines.some((e) => Object.keys(res[e]).some((n) => n === c.name || n.endsWith('/' + c.name)));
+  if (!rows.cases.some(measured)) return;
   const mods = o.against ? [['before/', 'before'], ['', 'after']] : [['', '']];
   const head = [first];
   for (const e of engines) for (const [, label] of mods) head.push(`${e} instr/req${label ? ` (${label})` : ''}`, `× ${rows.baseName}`);
   const lines = [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`];
-  for (const c of rows.cases) {
+  for (const c of rows.cases.filter(measured)) {
     const cells = [c.title + (c.status && !c.title.includes(String(c.status)) ? ` (${c.status})` : '')];
     for (const e of engines) {
       for (const [prefix] of mods) {
@@ -157,34 +186,89 @@ function table(first, rows, res, o) {
   console.log(lines.join('\n') + '\n');
 }
 
+// engineCmds are the two processes: [valgrind flags, command, args, cwd, env, thread suffix of the
+// dumps read]; a V8 process writes its dumps to out/<tag>.out.K-TT.
+function engineCmds(cases, tag) {
+  // GOGC=off: the Go collector of the test host (not Envoy's) stays out of the counts; no
+  // asynchronous preemption signals (callgrind asserts on them); one P, fewer threads.
+  const wazero = [['--smc-check=all-non-file'], path.join(build, 'e2e.test'),
+    ['-test.run', '^$', '-test.bench', '^BenchmarkInstructionsWazero$', '-test.benchtime', '1x', '-instr.cases', cases],
+    path.join(root, 'e2e'), { GOGC: 'off', GODEBUG: 'asyncpreemptoff=1', GOMAXPROCS: '1', ENVOYHOST_CACHE_DIR: path.join(build, 'wazero-cache') }, ''];
+  // Envoy's V8 flags, then V8's compiler and collector on the main thread (instr.js). V8
+  // patches the code it generated: --smc-check=all. Only the main thread collects, in its own dump.
+  const v8 = [['--smc-check=all', '--collect-atstart=no', '--separate-threads=yes'], 'node',
+    ['--no-liftoff', '--wasm-max-mem-pages=16384', '--single-threaded', path.join(root, 'e2e', 'v8host', 'main.js'), 'instr', cases, path.join(build, 'callgrind.node'), path.join(out, `${tag}.out`)],
+    root, {}, '-01'];
+  return { wazero, v8 };
+}
+
+// measure runs one engine's process runs times under callgrind, side by side, and returns, per
+// case, the median per-request count, the spread over the runs ((max - min) / median) and the last
+// status.
+async function measure(engine, cases, spec, runs) {
+  const [, bin, args, cwd, env] = engineCmds(cases, engine)[engine];
+  native(engine, bin, args, cwd, env);
+  const one = async (r) => {
+    const tag = `${engine}${r}`;
+    const [vgFlags, , argv, , , thread] = engineCmds(cases, tag)[engine];
+    return perRequest(tag, await run(tag, vgFlags, bin, argv, cwd, env), spec, thread);
+  };
+  const all = await Promise.all(Array.from({ length: runs }, (_, r) => one(r)));
+  const res = {};
+  for (const name of Object.keys(all[0])) {
+    const irs = all.map((a) => a[name].ir).sort((a, b) => a - b);
+    const med = irs[Math.floor(irs.length / 2)];
+    res[name] = { ir: med, irs: all.map((a) => a[name].ir), spread: (irs[irs.length - 1] - irs[0]) / med, status: all[0][name].status, warm: all.map((a) => a[name].warm) };
+  }
+  return res;
+}
+
+// spreadTable prints, per case and engine, the runs' figures and their spread.
+function spreadTable(res, o) {
+  const engines = Object.keys(res);
+  const head = ['case', ...engines.flatMap((e) => [`${e} runs`, `${e} spread`, `${e} warm-up`])];
+  const lines = [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`];
+  for (const name of Object.keys(res[engines[0]])) {
+    const cells = [name];
+    for (const e of engines) {
+      const r = res[e][name];
+      cells.push(r ? r.irs.map(k).join(', ') : '-', r ? `${(100 * r.spread).toFixed(2)}%` : '-', r ? r.warm.join(', ') : '-');
+    }
+    lines.push(`| ${cells.join(' | ')} |`);
+  }
+  console.log(`Repeatability: ${o.runs} processes per engine, instructions per request of each, spread = (max - min) / median:\n`);
+  console.log(lines.join('\n') + '\n');
+}
+
 async function main() {
   const o = parseArgs(process.argv.slice(2));
   fs.mkdirSync(out, { recursive: true });
   const spec = caseFile(o);
   const cases = path.join(out, 'cases.json');
   fs.writeFileSync(cases, JSON.stringify(spec, null, 1));
-  // GOGC=off: the Go collector of the test host (not Envoy's) stays out of the counts; no
-  // asynchronous preemption signals (callgrind asserts on them); one P, fewer threads.
-  const wzCmd = [path.join(build, 'e2e.test'), ['-test.run', '^$', '-test.bench', '^BenchmarkInstructionsWazero$', '-test.benchtime', '1x', '-instr.cases', cases],
-    path.join(root, 'e2e'), { GOGC: 'off', GODEBUG: 'asyncpreemptoff=1', GOMAXPROCS: '1', ENVOYHOST_CACHE_DIR: path.join(build, 'wazero-cache') }];
-  // Envoy's V8 flags.
-  const v8Cmd = ['node', ['--no-liftoff', '--wasm-max-mem-pages=16384', path.join(root, 'e2e', 'v8host', 'main.js'), 'instr', cases, path.join(build, 'callgrind.node')], root, {}];
-  native('wazero', ...wzCmd);
-  native('v8', ...v8Cmd);
-  // V8 patches the code it generated: --smc-check=all.
-  const [wz, v8] = await Promise.all([run('wazero', ['--smc-check=all-non-file'], ...wzCmd), run('v8', ['--smc-check=all'], ...v8Cmd)]);
-  const res = { wazero: perRequest('wazero', wz, spec), V8: perRequest('v8', v8, spec) };
-  fs.writeFileSync(path.join(out, 'results.json'), JSON.stringify({ n1: o.n1, n2: o.n2, warm: o.warm, against: o.against, res }, null, 1));
+  const names = { wazero: 'wazero', v8: 'V8' };
+  const figures = await Promise.all(o.engines.map((e) => measure(e, cases, spec, o.runs)));
+  const res = { wazero: {}, V8: {} };
+  o.engines.forEach((e, i) => (res[names[e]] = figures[i]));
+  fs.writeFileSync(path.join(out, 'results.json'), JSON.stringify({ n1: o.n1, n2: o.n2, warm: o.warm, runs: o.runs, against: o.against, res }, null, 1));
   for (const c of [...lifecycle, ...scaling]) {
-    const s = res.wazero[c.name] ? res.wazero[c.name].status : 0;
+    const s = (res.wazero[c.name] || res.V8[c.name] || {}).status;
     if (s) c.status = s;
   }
   const what = o.against ? `before = ${o.against}, after = build/meshlimit.wasm` : 'build/meshlimit.wasm';
-  console.log(`Instructions per warm request (callgrind, (Ir(${o.n2}) - Ir(${o.n1})) / ${o.n2 - o.n1}, after ${o.warm} warm-up requests; ${what}):\n`);
+  const med = o.runs > 1 ? `, median of ${o.runs} processes` : '';
+  const warmest = Math.max(0, ...Object.values(res.V8).flatMap((r) => r.warm));
+  const v8warm = o.engines.includes('v8') ? `; on V8 until two loops of ${o.n2 - o.n1} agree within ${100 * STABLE}%, at most ${warmest} here` : '';
+  console.log(`Instructions per warm request (callgrind, (Ir(${o.n2}) - Ir(${o.n1})) / ${o.n2 - o.n1}, after ${o.warm} warm-up requests${v8warm}${med}; ${what}):\n`);
   table('case', { cases: lifecycle, base: lifecycle[0], baseName: 'floor' }, res, o);
   for (const t of ['rules', 'limits']) {
     const rows = scaling.filter((c) => c.table === t);
     table(t === 'rules' ? 'rules' : 'limits', { cases: rows, base: rows[0], baseName: rows[0].name.replace(/(\d+)$/, ' $1') }, res, o);
+  }
+  if (o.runs > 1) {
+    const shown = {};
+    o.engines.forEach((e) => (shown[names[e]] = res[names[e]]));
+    spreadTable(shown, o);
   }
   console.log('CPU time beside it: `make bench-lifecycle` (alternated, both engines).');
 }

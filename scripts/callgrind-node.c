@@ -1,29 +1,49 @@
-/* callgrind-node: a Node addon (N-API) with two functions, zeroStats() and dumpStats(), that send
- * callgrind's client requests CALLGRIND_ZERO_STATS and CALLGRIND_DUMP_STATS (valgrind/callgrind.h),
- * so that e2e/v8host/instr.js counts the instructions of exactly its measured loop, in one process
- * for every case. Outside valgrind both do nothing. Built by `make bench-instructions` into
- * build/callgrind.node (needs gcc, Node's headers and valgrind's). */
+/* callgrind-node: a Node addon (N-API) whose start() and stop() send callgrind's client requests
+ * (valgrind/callgrind.h) around e2e/v8host/instr.js's loops, in one process for every case.
+ * start() zeroes the counters (CALLGRIND_ZERO_STATS) and turns collection on for the calling
+ * thread only (CALLGRIND_TOGGLE_COLLECT); stop() turns it off again and writes a dump
+ * (CALLGRIND_DUMP_STATS). Run under valgrind --tool=callgrind --collect-atstart=no
+ * --separate-threads=yes, the main thread's dump then holds the instructions of the loop on that
+ * thread and nothing else; every other thread's stays at zero. onValgrind() says whether the
+ * process runs under valgrind; outside it start() and stop() do nothing. Built by
+ * `make bench-instructions` into build/callgrind.node (needs gcc, Node's headers and valgrind's). */
 #include <node_api.h>
 #include <valgrind/callgrind.h>
 
-static napi_value zero_stats(napi_env env, napi_callback_info info) {
+static napi_value start(napi_env env, napi_callback_info info) {
+  (void)env;
   (void)info;
   CALLGRIND_ZERO_STATS;
+  CALLGRIND_TOGGLE_COLLECT;
   return NULL;
 }
 
-static napi_value dump_stats(napi_env env, napi_callback_info info) {
+static napi_value stop(napi_env env, napi_callback_info info) {
+  (void)env;
   (void)info;
+  CALLGRIND_TOGGLE_COLLECT;
   CALLGRIND_DUMP_STATS;
   return NULL;
 }
 
-static napi_value init(napi_env env, napi_value exports) {
+static napi_value on_valgrind(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value v;
+  if (napi_get_boolean(env, RUNNING_ON_VALGRIND != 0, &v) != napi_ok) {
+    return NULL;
+  }
+  return v;
+}
+
+static int export_fn(napi_env env, napi_value exports, const char *name, napi_callback cb) {
   napi_value fn;
-  if (napi_create_function(env, "zeroStats", NAPI_AUTO_LENGTH, zero_stats, NULL, &fn) != napi_ok ||
-      napi_set_named_property(env, exports, "zeroStats", fn) != napi_ok ||
-      napi_create_function(env, "dumpStats", NAPI_AUTO_LENGTH, dump_stats, NULL, &fn) != napi_ok ||
-      napi_set_named_property(env, exports, "dumpStats", fn) != napi_ok) {
+  return napi_create_function(env, name, NAPI_AUTO_LENGTH, cb, NULL, &fn) == napi_ok &&
+         napi_set_named_property(env, exports, name, fn) == napi_ok;
+}
+
+static napi_value init(napi_env env, napi_value exports) {
+  if (!export_fn(env, exports, "start", start) || !export_fn(env, exports, "stop", stop) ||
+      !export_fn(env, exports, "onValgrind", on_valgrind)) {
     return NULL;
   }
   return exports;

@@ -7,7 +7,7 @@
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js chunks build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldstart build/meshlimit.wasm [workers]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldruns RUNS build/passthrough.wasm build/meshlimit.wasm
-//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js instr CASES.json build/callgrind.node   (scripts/bench-instructions.js)
+//   node --no-liftoff --wasm-max-mem-pages=16384 --single-threaded e2e/v8host/main.js instr CASES.json build/callgrind.node [DUMPS]   (scripts/bench-instructions.js)
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js profile build/passthrough.wasm build/meshlimit.wasm CASE [n] [top]
 //
 // scenarios and bench print JSON on stdout; coldstart, coldruns (medians of fresh processes) and profile (self time of the top functions
@@ -71,7 +71,7 @@ function main(argv) {
       return;
     }
     case 'instr': {
-      process.stdout.write(instr(args[0], args[1]).join('\n') + '\n');
+      process.stdout.write(instr(args[0], args[1], args[2] || '').join('\n') + '\n');
       return;
     }
     case 'profile': {
