@@ -283,6 +283,7 @@ func (g *globalClient) onAnswer(h *httpContext, numHeaders, bodySize int) {
 	boundAnswer(h.call.items, decisions, now)
 	denied := g.apply(h.call.items, decisions, now)
 	g.settle.reserveGlobal(h, decisions, sent)
+	g.settle.takeGlobal(h, h.call.items, decisions, sent)
 	g.permits.hold(h.id, h.call.items, decisions)
 	h.finish(denied, true, now)
 }
@@ -377,10 +378,13 @@ func (g *globalClient) fallback(h *httpContext, items []globalItem, now int64) (
 //	meshlimit.global.permit_calls     calls that renew or release concurrency permits (not counted in calls)
 //	meshlimit.global.permit_failures  those of them that failed (the permits' leases cover them)
 //	meshlimit.global.permits_lost     permits a renewal found gone (their lease had ended, or Redis restarted): no longer renewed
+//	meshlimit.global.give_back_calls  calls that give back a denied request's admissions (giveback_global.go)
+//	meshlimit.global.give_back_failed those of them that were not sent or not applied
 type globalMetrics struct {
 	calls, failures, breakerOpened, shortCircuited, leaseCalls counter
 	rejected, deadlineExpired, lateAnswers                     counter
 	permitCalls, permitFailures, permitsLost                   counter
+	giveBackCalls, giveBackFailed                              counter
 }
 
 func defineGlobalMetrics(h host) globalMetrics {
@@ -398,5 +402,8 @@ func defineGlobalMetrics(h host) globalMetrics {
 		permitCalls:    newCounter(h, "meshlimit.global.permit_calls"),
 		permitFailures: newCounter(h, "meshlimit.global.permit_failures"),
 		permitsLost:    newCounter(h, "meshlimit.global.permits_lost"),
+
+		giveBackCalls:  newCounter(h, "meshlimit.global.give_back_calls"),
+		giveBackFailed: newCounter(h, "meshlimit.global.give_back_failed"),
 	}
 }
