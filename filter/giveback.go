@@ -98,6 +98,6 @@ func (s *settler) giveBackFrom(t *takenScratch, now int64) {
 func (h *httpContext) spendNothing(now int64) {
 	p := h.plugin
 	p.settle.refund(h)
+	p.charges.drop(h) // before giveBack, which sends the service the global charges it gives back
 	p.settle.giveBack(h, now)
-	p.charges.drop(h)
 }

@@ -284,6 +284,7 @@ func (g *globalClient) onAnswer(h *httpContext, numHeaders, bodySize int) {
 	denied := g.apply(h.call.items, decisions, now)
 	g.settle.reserveGlobal(h, decisions, sent)
 	g.settle.takeGlobal(h, h.call.items, decisions, sent)
+	g.charges.admitted(h, h.call.items, decisions, sent)
 	g.permits.hold(h.id, h.call.items, decisions)
 	h.finish(denied, true, now)
 }
