@@ -47,6 +47,9 @@ type charge struct {
 	// same cost again (0: none), which a counted response puts into the penalty box.
 	charged   uint64
 	exhausted int
+	// inCheck: the request's check carried the charge and its answer has not been read; if the
+	// stream ends first, the service decided the charge and the filter leaves it so.
+	inCheck bool
 }
 
 // chargeScratch collects the charges of the request being decided; their keys are ranges of keys

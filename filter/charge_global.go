@@ -17,7 +17,9 @@ import (
 //     the filter denies gives it back through the service (giveback_global.go: an undo, exact for
 //     every algorithm), counted in given_back.
 // A charge the service never made (the check failed: fallback or failure_mode) is charged on a
-// counted response as before: one call, the response waiting for its answer (chargeGlobal).
+// counted response as before: one call, the response waiting for its answer (chargeGlobal). A
+// stream that ends while its check is out leaves the charge as the service decides it (counted
+// when admitted, whatever count_unanswered says: the filter cannot know what to give back).
 
 // admitted records, from the answer to a request's check, the charges the service made for its
 // global counted rules. sent is when the check was sent: the charge is no older.
@@ -42,7 +44,7 @@ func (c *charger) admitted(h *httpContext, items []globalItem, decisions []wire.
 			}
 		}
 		if ch != nil {
-			ch.at = sent
+			ch.at, ch.inCheck = sent, false
 		}
 		j += n
 	}
@@ -62,6 +64,9 @@ func (c *chargeStream) of(rs *ruleState) *charge {
 // kept, and puts the key into the penalty box when it exhausted a limit; a charge the service never
 // made is sent now (chargeGlobal).
 func (c *charger) countedGlobal(ch *charge, set *rules.LimitSet) {
+	if ch.inCheck { // the stream ended before its check's answer: the service decided the charge
+		return
+	}
 	if ch.charged == 0 {
 		c.d.globals = append(c.d.globals, globalItem{rs: ch.rs, spec: set.Limits, key: ch.key, cost: ch.cost})
 		return
@@ -75,5 +80,15 @@ func (c *charger) countedGlobal(ch *charge, set *rules.LimitSet) {
 func (c *charger) giveBackGlobal(h *httpContext) {
 	if c.g != nil && len(h.taken.global) > 0 {
 		c.g.settle.giveBackGlobal(h, c.host.now())
+	}
+}
+
+// checked marks the global charges of h as carried by its check (dispatched), or, with sent false,
+// as not charged by it after all (the call failed: the fallback or failure_mode decided).
+func (c *charger) checked(h *httpContext, sent bool) {
+	for i := range h.charges.list {
+		if ch := &h.charges.list[i]; ch.rs.rule.Scope != rules.ScopeLocal && ch.charged == 0 {
+			ch.inCheck = sent
+		}
 	}
 }
