@@ -198,16 +198,16 @@ func TestFailedLoginsAcrossProxiesAreCountedInRedisAndEachProxyKeepsThePenalty(t
 		require.Nil(t, res.LocalReply, "failed login %d reaches the upstream", i+1)
 		reached++
 	}
-	// The fifth charge exhausted the key in Redis on proxy 0: that proxy blocks it at once. Proxy 1
-	// learns it at its next counted response, whose charge the service denies.
+	// The fifth attempt exhausted the key in Redis on proxy 0, whose counted response boxes it there
+	// at once. Proxy 1's next attempt is charged in its check: the service denies it.
 	assert.Equal(t, 429, status(login(t, proxies[0].VM(0), attacker, answer(200))))
 	if login(t, proxies[1].VM(0), attacker, answer(401)).LocalReply == nil {
 		reached++
 	}
-	assert.Equal(t, 6, reached, "at most limit + (proxies - 1) failures reach the upstream")
+	assert.Equal(t, 5, reached, "no more failures than the limit reach the upstream, whatever the proxies")
 	for i, p := range proxies {
 		res := login(t, p.VM(0), attacker, answer(200))
-		require.Equal(t, 429, status(res), "proxy %d holds the penalty", i)
+		require.Equal(t, 429, status(res), "proxy %d denies the key", i)
 		rule, _ := res.LocalReply.Headers.Get("x-meshlimit-rule")
 		assert.Equal(t, "login", rule)
 		assert.Equal(t, "login", res.FilterState["wasm.meshlimit.rule"])
@@ -255,13 +255,13 @@ func TestAGlobalClientThatLeavesBeforeTheResponseIsStillChargedInTheService(t *t
 		require.NoError(t, err)
 		require.NoError(t, s.Close())
 	}
-	require.Eventually(t, func() bool { return svc.calls.Load() == 5 }, patience, 5*time.Millisecond,
-		"each reset stream's charge reaches the service")
+	require.Eventually(t, func() bool { return svc.calls.Load() == 5 && p.CallsInFlight() == 0 }, patience, 5*time.Millisecond,
+		"each reset stream's check, which charged it, reaches the service")
 	assert.Equal(t, int64(5), counter(p, "meshlimit.rule.login.unanswered"))
-	// This proxy never saw the answers (their streams were gone): the next counted response is
-	// charged, denied, and starts the penalty.
-	assert.Nil(t, login(t, p.VM(0), "192.0.2.10", answer(401)).LocalReply)
-	assert.Equal(t, 429, status(login(t, p.VM(0), "192.0.2.10", answer(200))))
+	// This proxy never saw the answers (their streams were gone), and sent nothing more: the next
+	// attempt's check is denied by the service's count of the five.
+	assert.Equal(t, 429, status(login(t, p.VM(0), "192.0.2.10", answer(401))))
+	assert.Equal(t, int64(6), svc.calls.Load(), "no second charge of the reset streams")
 }
 
 // BenchmarkCountedResponses measures one whole request on wazero for a rule charged on arrival and
@@ -291,9 +291,10 @@ func BenchmarkCountedResponses(b *testing.B) {
 	}
 }
 
-// TestACountedResponseNeverWaitsOnAServiceThatNeverAnswers: a global charge pauses the response; on a
+// TestACountedResponseNeverWaitsOnAServiceThatNeverAnswers: a global attempt's check pauses the
+// request, and, when it charged nothing, the counted response's charge pauses the response; on a
 // host whose callout timeout never fires, the filter's own deadline (timeout + 5ms, checked every
-// 20ms tick) resumes it, uncharged.
+// 20ms tick) resumes each, uncharged.
 func TestACountedResponseNeverWaitsOnAServiceThatNeverAnswers(t *testing.T) {
 	clock := envoyhost.NewClock(epoch)
 	p := load(t, module(t, "meshlimit"), globalConfig(fmt.Sprintf(loginRule, `,"scope":"global"`)), 1,
@@ -301,15 +302,17 @@ func TestACountedResponseNeverWaitsOnAServiceThatNeverAnswers(t *testing.T) {
 	req := get("app.example", "/login", "192.0.2.11")
 	req.Headers[0][1] = "POST"
 	s, act := send(t, p.VM(0), req)
-	require.Equal(t, envoyhost.ActionContinue, act, "the request path only reads this proxy's penalty box")
+	require.Equal(t, envoyhost.ActionPause, act, "the attempt is charged in its check")
+	clock.Advance(225 * time.Millisecond)
+	require.Equal(t, envoyhost.ActionContinue, wait(t, s), "the filter gives up on the check: failure_mode allow")
 	act, err := s.SendResponseHeaders(answer(401).Headers, true)
 	require.NoError(t, err)
-	require.Equal(t, envoyhost.ActionPause, act, "the counted response waits for its charge")
+	require.Equal(t, envoyhost.ActionPause, act, "the check charged nothing: the counted response waits for its charge")
 	clock.Advance(200 * time.Millisecond)
 	assert.Equal(t, envoyhost.ActionPause, state(t, s), "the host's timeout never fires")
 	clock.Advance(25 * time.Millisecond)
 	assert.Equal(t, envoyhost.ActionContinue, wait(t, s), "the filter gives up and the response goes on")
-	assert.Equal(t, int64(1), counter(p, "meshlimit.global.deadline_expired"))
+	assert.Equal(t, int64(2), counter(p, "meshlimit.global.deadline_expired"), "the check's and the charge's")
 	assert.NoError(t, p.VM(0).Failed())
 }
 

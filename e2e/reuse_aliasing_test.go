@@ -199,8 +199,8 @@ func TestInterleavedSettlesOfManyUsersLeaveEachUserExactlyItsOwnUsage(t *testing
 }
 
 // TestAGlobalChargePausedOnTheServiceGoesToItsOwnKeyWhileOtherKeysStreamsStartAndEnd: the service
-// answers each charge 30ms late; while attackers' counted responses wait for it, other clients'
-// streams (counted once, or not at all) start and end on the same worker and reuse its contexts
+// answers each check 30ms late; while attackers' attempts wait for it (each charged there), other
+// clients' streams (counted once, or not at all) start and end on the same worker and reuse its contexts
 // and scratch buffers. Each attacker is penalized after its own two failures; no other client is.
 func TestAGlobalChargePausedOnTheServiceGoesToItsOwnKeyWhileOtherKeysStreamsStartAndEnd(t *testing.T) {
 	clock := envoyhost.NewClock(epoch)
@@ -218,10 +218,7 @@ func TestAGlobalChargePausedOnTheServiceGoesToItsOwnKeyWhileOtherKeysStreamsStar
 		var paused []*envoyhost.Stream
 		for a := range 6 {
 			s, act := send(t, vm, &envoyhost.Request{Headers: loginHeaders(), Info: ipInfo(attacker(a))})
-			require.Equal(t, envoyhost.ActionContinue, act)
-			act, err := s.SendResponseHeaders(failed, true)
-			require.NoError(t, err)
-			require.Equal(t, envoyhost.ActionPause, act, "round %d: attacker %d's failure waits for its charge", round, a)
+			require.Equal(t, envoyhost.ActionPause, act, "round %d: attacker %d's attempt waits for its check", round, a)
 			paused = append(paused, s)
 			for o := range 4 { // other clients come and go while the charges are out
 				n := a*4 + o
@@ -234,7 +231,10 @@ func TestAGlobalChargePausedOnTheServiceGoesToItsOwnKeyWhileOtherKeysStreamsStar
 			}
 		}
 		for a, s := range paused {
-			assert.Equal(t, envoyhost.ActionContinue, wait(t, s), "attacker %d's response goes on after its charge", a)
+			assert.Equal(t, envoyhost.ActionContinue, wait(t, s), "attacker %d's attempt goes on after its check", a)
+			act, err := s.SendResponseHeaders(failed, true)
+			require.NoError(t, err)
+			require.Equal(t, envoyhost.ActionContinue, act, "its charge was made in the check")
 			require.NoError(t, s.Close())
 		}
 	}
@@ -252,9 +252,9 @@ func TestAGlobalChargePausedOnTheServiceGoesToItsOwnKeyWhileOtherKeysStreamsStar
 	assert.Equal(t, int64(6), counter(p, "meshlimit.rule.login.penalties"))
 }
 
-// TestOneResponseCountedByTwoGlobalRulesPenalizesBothKeysAndLeavesNoCallBehind: a response counted by
-// two global rules (one keyed by the client, one by the user) charges both in the service; each
-// rule's own answer decides its own key, and nothing of the charge stays waiting: the next tick
+// TestOneResponseCountedByTwoGlobalRulesPenalizesBothKeysAndLeavesNoCallBehind: an attempt of two
+// global counted rules (one keyed by the client, one by the user) is charged in both by its check;
+// its counted response boxes each rule's own key, and nothing of the charge stays waiting: the next tick
 // finds no call to give up on (no failure for the breaker, no second decision of the stream).
 func TestOneResponseCountedByTwoGlobalRulesPenalizesBothKeysAndLeavesNoCallBehind(t *testing.T) {
 	clock := envoyhost.NewClock(epoch)
@@ -265,11 +265,11 @@ func TestOneResponseCountedByTwoGlobalRulesPenalizesBothKeysAndLeavesNoCallBehin
 		1, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
 	vm := p.VM(0)
 	s, act := send(t, vm, &envoyhost.Request{Headers: loginHeaders([2]string{"x-user", "mallory"}), Info: ipInfo("203.0.113.7")})
-	require.Equal(t, envoyhost.ActionContinue, act)
+	require.Equal(t, envoyhost.ActionPause, act, "the attempt waits for its check, which charges both rules")
+	require.Equal(t, envoyhost.ActionContinue, wait(t, s))
 	act, err := s.SendResponseHeaders(envoyhost.Headers{{":status", "401"}}, true)
 	require.NoError(t, err)
-	require.Equal(t, envoyhost.ActionPause, act, "the counted response waits for its charges")
-	require.Equal(t, envoyhost.ActionContinue, wait(t, s))
+	require.Equal(t, envoyhost.ActionContinue, act, "the counted response keeps the charges: nothing to wait for")
 	require.Eventually(t, func() bool { return svc.calls.Load() >= 1 && p.CallsInFlight() == 0 }, patience, 5*time.Millisecond)
 	clock.Advance(300 * time.Millisecond) // ticks past every deadline, with the stream still open
 	assert.Zero(t, counter(p, "meshlimit.global.deadline_expired"), "no charge was left waiting")
@@ -404,7 +404,7 @@ func TestAStreamThatLeavesWhileItsCheckIsOutReleasesItsPermitAndIsChargedUnanswe
 	require.Equal(t, envoyhost.ActionPause, act, "paused on the check")
 	require.NoError(t, s.Close()) // the client leaves before the answer; the service still acquires
 	assert.Equal(t, int64(1), counter(p, "meshlimit.rule.login.unanswered"))
-	eventually(t, "the check and the charge reach the service", func() bool { return svc.calls.Load() == 2 })
+	eventually(t, "the check, which charges the attempt, reaches the service", func() bool { return svc.calls.Load() == 1 })
 	release()
 	settle(t, p)
 	other, ok := openGlobal(t, p.VM(0), tenant("acme"))

@@ -124,23 +124,28 @@ func TestADenialWithAHugeRetryAfterIsCachedNoLongerThanTheRuleCanNeed(t *testing
 }
 
 // TestAGlobalChargesPenaltyBoxHoldsAHugeRetryAfterNoLongerThanTheRuleCanNeed: a counted rule
-// without a penalty boxes the key for the service's Retry-After; a 366-day one holds it at most the
-// rule's longest wait (3/m: 60 s).
+// whose attempt the service denies boxes the key for the service's Retry-After; a 366-day one holds
+// it at most the rule's longest wait (3/m: 60 s).
 func TestAGlobalChargesPenaltyBoxHoldsAHugeRetryAfterNoLongerThanTheRuleCanNeed(t *testing.T) {
 	f := newFakeHost(t)
 	p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)))
 	h, act := f.open(p, user("eve"), true)
-	require.Equal(t, types.ActionContinue, act)
-	require.Equal(t, types.ActionPause, f.respond(h, [][2]string{{":status", "401"}}, true))
+	require.Equal(t, types.ActionPause, act)
 	f.answerCall(f.callOf(h), "200", checkAnswers(`{"allowed":false,"limit":3,"remaining":0,"reset_ms":31622400000,"retry_after_ms":31622400000}`))
+	require.NotNil(t, f.of(h).reply, "the attempt is denied")
 	f.end(h)
 
 	f.advance(59 * time.Second)
 	boxed, act := f.open(p, user("eve"), true)
-	assert.Equal(t, types.ActionPause, act, "boxed 59 s later")
+	assert.Equal(t, types.ActionPause, act)
+	assert.NotNil(t, f.of(boxed).reply, "boxed 59 s later")
 	f.end(boxed)
 	f.advance(time.Second)
-	assert.Equal(t, types.ActionContinue, attempt(f, p, "eve", "200"), "out of the box after the 60 s the rule can need")
+	next, act := f.open(p, user("eve"), true)
+	assert.Equal(t, types.ActionPause, act)
+	assert.Nil(t, f.of(next).reply, "out of the box after the 60 s the rule can need: the service is asked")
+	assert.Len(t, f.pending(), 1)
+	f.end(next)
 }
 
 // TestAGlobalConcurrencyDenialWithARetryAfterIsNeitherCachedNorRendered: the service denies a

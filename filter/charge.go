@@ -27,9 +27,8 @@ import (
 //     gives its charge back;
 //   - a request the filter denies (a later rule, the service, a shedder) gives it back: the local
 //     reply is never charged.
-// A global rule only checks its penalty box at request time and charges the service when a
-// counted response comes (one call, during which the response is paused): its attempts in flight
-// are not bounded by its quota. The key is the one computed from the request when it arrived: a
+// A global rule charges each attempt in the request's check, tentatively, and the response decides
+// the charge the same way, giving it back through the service (charge_global.go). The key is the one computed from the request when it arrived: a
 // response cannot charge another key.
 
 // charge is one counted rule's pending charge for an admitted request.
@@ -39,9 +38,18 @@ type charge struct {
 	key    string // the rule's key value (in the stream's keys: valid while the stream lives)
 	keyLen int
 	cost   int64
-	// A local rule's tentative charge: the placement of its take and when it was taken.
+	// A local rule's tentative charge: the placement of its take and when it was taken (a global
+	// rule's: when its check was sent).
 	placement sharedstate.Placement
 	at        int64
+	// A global rule's tentative charge, made by the service in the request's check (admitted):
+	// the limits it charged (bit k: spec[k]), and 1 + the first limit it left unable to admit the
+	// same cost again (0: none), which a counted response puts into the penalty box.
+	charged   uint64
+	exhausted int
+	// inCheck: the request's check carried the charge and its answer has not been read; if the
+	// stream ends first, the service decided the charge and the filter leaves it so.
+	inCheck bool
 }
 
 // chargeScratch collects the charges of the request being decided; their keys are ranges of keys
@@ -90,19 +98,22 @@ func (c *charger) check(rs *ruleState, set *rules.LimitSet, key []byte, cost, no
 		}
 		return d.count(rs, false, enforced)
 	}
-	allowed, placement := true, sharedstate.Placement(0)
-	if r.Scope == rules.ScopeLocal {
-		out, err := c.limiter.Take(rs.attempts[set.Index], key, now, cost)
-		if err != nil {
-			logf(c.host, logWarn, "meshlimit: rule %s: %v", r.Name, err)
-			return r.FailureMode == rules.FailDeny && enforced && d.count(rs, false, enforced)
-		}
-		allowed, placement = out.Allowed, out.Placement
-		if !allowed && enforced {
-			pk := c.cfg.Response.Partition(r, key)
-			for j := range set.Limits {
-				d.outcome(&set.Limits[j], out.Decisions[j], pk, now)
-			}
+	if r.Scope != rules.ScopeLocal { // charged by the service in the request's check (admitted)
+		c.d.globals = append(c.d.globals, globalItem{rs: rs, spec: set.Limits, key: string(key), cost: cost})
+		d.charges.keys = append(d.charges.keys, key...)
+		d.charges.list = append(d.charges.list, charge{rs: rs, set: set.Index, keyLen: len(key), cost: cost})
+		return false
+	}
+	out, err := c.limiter.Take(rs.attempts[set.Index], key, now, cost)
+	if err != nil {
+		logf(c.host, logWarn, "meshlimit: rule %s: %v", r.Name, err)
+		return r.FailureMode == rules.FailDeny && enforced && d.count(rs, false, enforced)
+	}
+	allowed, placement := out.Allowed, out.Placement
+	if !allowed && enforced {
+		pk := c.cfg.Response.Partition(r, key)
+		for j := range set.Limits {
+			d.outcome(&set.Limits[j], out.Decisions[j], pk, now)
 		}
 	}
 	if c.debugging() {
@@ -162,10 +173,11 @@ func (c *charger) charge(h *httpContext) (paused bool) {
 		if ch.rs.rule.CountOn.Counts(status, &c.resp) {
 			c.chargeOne(ch)
 		} else {
-			c.giveBack(ch, ch.key)
+			c.giveBack(h, ch, ch.key)
 		}
 	}
 	h.charges.list = h.charges.list[:0]
+	c.giveBackGlobal(h)
 	return c.chargeGlobal(h, c.host.now(), true)
 }
 
@@ -182,10 +194,11 @@ func (c *charger) endStream(h *httpContext) {
 			ch.rs.metrics.unanswered.inc(1)
 			c.chargeOne(ch)
 		} else {
-			c.giveBack(ch, ch.key)
+			c.giveBack(h, ch, ch.key)
 		}
 	}
 	h.charges.list = h.charges.list[:0]
+	c.giveBackGlobal(h)
 	c.chargeGlobal(h, c.host.now(), false)
 }
 
@@ -199,7 +212,7 @@ func (c *charger) chargeOne(ch *charge) {
 	rs.metrics.counted.inc(1)
 	set := &rs.rule.LimitSets()[ch.set]
 	if rs.rule.Scope != rules.ScopeLocal {
-		c.d.globals = append(c.d.globals, globalItem{rs: rs, spec: set.Limits, key: ch.key, cost: ch.cost})
+		c.countedGlobal(ch, set)
 		return
 	}
 	now := c.host.now()
@@ -227,11 +240,16 @@ func (c *charger) chargeOne(ch *charge) {
 	}
 }
 
-// giveBack undoes a local rule's tentative charge (an answer it does not count, a request the
-// filter denied); a global rule's charge was never made.
-func (c *charger) giveBack(ch *charge, key string) {
+// giveBack undoes a rule's tentative charge (an answer it does not count, a request the filter
+// denied): a local rule's at once, a global rule's (if the service made it) with the stream's
+// give-backs, which giveBackGlobal (or deny) sends the service.
+func (c *charger) giveBack(h *httpContext, ch *charge, key string) {
 	rs := ch.rs
 	if rs.rule.Scope != rules.ScopeLocal {
+		if ch.charged != 0 {
+			spec := rs.rule.LimitSets()[ch.set].Limits
+			h.taken.global = append(h.taken.global, reservation{rs: rs, key: key, at: ch.at, reserved: ch.cost, spec: spec, charged: ch.charged})
+		}
 		return
 	}
 	if c.undo == nil {
@@ -251,12 +269,12 @@ func (c *charger) drop(h *httpContext) {
 	off := 0
 	for i := range ds.list {
 		ch := &ds.list[i]
-		c.giveBack(ch, bytesString(ds.keys[off:off+ch.keyLen]))
+		c.giveBack(h, ch, bytesString(ds.keys[off:off+ch.keyLen]))
 		off += ch.keyLen
 	}
 	ds.reset()
 	for i := range h.charges.list {
-		c.giveBack(&h.charges.list[i], h.charges.list[i].key)
+		c.giveBack(h, &h.charges.list[i], h.charges.list[i].key)
 	}
 	h.charges.list = h.charges.list[:0]
 }

@@ -97,40 +97,68 @@ func TestTheFiltersOwnLocalReplyIsNeverCharged(t *testing.T) {
 	assert.Zero(t, f.counter("meshlimit.rule.login.counted"))
 }
 
-func TestAGlobalChargePausesTheResponseUntilTheServiceAnswers(t *testing.T) {
+// A global counted rule charges each attempt in its check, tentatively; the response decides it.
+func TestAGlobalCountedRuleChargesEachAttemptInItsCheckAndTheResponseDecidesIt(t *testing.T) {
 	for _, tc := range []struct {
-		name, status, body string
-		boxed              bool
-		metric             string
+		name, answer, status string
+		boxed                bool
+		givenBack            int64
 	}{
-		{"an exhausted limit boxes the key", "200", checkAnswer(false, 0, 60000), true, "meshlimit.rule.login.penalties"},
-		{"an admitted charge with room leaves it", "200", checkAnswer(true, 2, 0), false, "meshlimit.rule.login.counted"},
-		{"a failed charge is lost and counted", "503", `{"error":"x"}`, false, "meshlimit.global.failures"},
+		{"a counted response to an exhausting attempt boxes the key", checkAnswer(true, 0, 0), "401", true, 0},
+		{"a counted response with room left keeps the charge", checkAnswer(true, 2, 0), "401", false, 0},
+		{"a response that does not count gives the charge back", checkAnswer(true, 0, 0), "200", false, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeHost(t)
-			p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)))
+			p := f.start(globalWith(``, loginRule("global", `{"status":["401"],"penalty":"15m"}`)))
 			h, act := f.open(p, user("eve"), true)
-			require.Equal(t, types.ActionContinue, act, "a counted global rule only checks its penalty box")
-			assert.Equal(t, types.ActionPause, f.respond(h, [][2]string{{":status", "401"}}, true))
-			charge := f.callOf(h)
-			assert.Contains(t, charge.body, `"cost":1`)
-			f.answerCall(charge, tc.status, tc.body)
-			assert.Equal(t, 1, f.of(h).resumed[responsePart], "the response goes on")
+			require.Equal(t, types.ActionPause, act, "the attempt is charged in its check")
+			check := f.callOf(h)
+			assert.Contains(t, check.body, `"cost":1`)
+			f.answerCall(check, "200", tc.answer)
+			assert.Equal(t, types.ActionContinue, f.respond(h, [][2]string{{":status", tc.status}}, true), "the response waits for nothing")
+			undo := f.pending()
+			if tc.givenBack > 0 {
+				require.Len(t, undo, 1, "one give-back call")
+				assert.Contains(t, undo[0].body, `"undo":true,"delta":-1`)
+				f.answerCall(undo[0], "200", `{"allowed":true,"settled":1}`)
+			} else {
+				assert.Empty(t, undo)
+			}
 			f.end(h)
-			assert.Positive(t, f.counter(tc.metric))
+			assert.Equal(t, tc.givenBack, f.counter("meshlimit.rule.login.given_back"))
 			next, act := f.open(p, user("eve"), true)
-			assert.Equal(t, tc.boxed, act == types.ActionPause)
+			assert.Equal(t, tc.boxed, act == types.ActionPause && f.of(next).reply != nil, "boxed")
 			f.end(next)
 		})
 	}
 }
 
-func TestAGlobalChargeUnansweredByItsDeadlineLetsTheResponseGoOn(t *testing.T) {
+// A request denied after its counted rule's attempt was charged (another global rule of the same
+// answer denies) gives the charge back.
+func TestADeniedRequestGivesBackItsGlobalCountedAttempt(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)+`,{"name":"gate","scope":"global","limits":[{"rate":"1/h"}]}`))
+	h, act := f.open(p, user("eve"), true)
+	require.Equal(t, types.ActionPause, act)
+	f.answerCall(f.callOf(h), "200", checkAnswers(dec(true, 2, 0), dec(false, 0, 1000)))
+	require.NotNil(t, f.of(h).reply, "the gate denies")
+	undo := f.pending()
+	require.Len(t, undo, 1)
+	assert.Contains(t, undo[0].body, `/login/`)
+	assert.Contains(t, undo[0].body, `"undo":true`)
+	f.end(h)
+	assert.Equal(t, int64(1), f.counter("meshlimit.rule.login.given_back"))
+}
+
+// A check that failed made no charge: the counted response is charged as before, the response
+// waiting for the service's answer, at most until the call's deadline.
+func TestAGlobalChargeAfterAFailedCheckWaitsForTheServiceUntilItsDeadline(t *testing.T) {
 	f := newFakeHost(t)
 	p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)))
 	h, _ := f.open(p, user("eve"), true)
-	f.respond(h, [][2]string{{":status", "401"}}, true)
+	f.answerCall(f.callOf(h), "503", `{"error":"x"}`)
+	require.Equal(t, types.ActionPause, f.respond(h, [][2]string{{":status", "401"}}, true))
 	call := f.callOf(h)
 	f.advance(205 * time.Millisecond)
 	f.tickNow(p)
@@ -144,21 +172,27 @@ func TestAGlobalChargeWithoutTheServiceIsLostAndTheResponseGoesOn(t *testing.T) 
 	f := newFakeHost(t)
 	p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)))
 	f.refuse.dispatch = errors.New("BadArgument")
-	h, _ := f.open(p, user("eve"), true)
+	h, act := f.open(p, user("eve"), true)
+	require.Equal(t, types.ActionContinue, act, "failure_mode allow")
 	assert.Equal(t, types.ActionContinue, f.respond(h, [][2]string{{":status", "401"}}, true))
 	f.end(h)
-	assert.Equal(t, int64(1), f.counter("meshlimit.global.failures"))
+	assert.Equal(t, int64(2), f.counter("meshlimit.global.failures"), "the check and the charge")
 }
 
-func TestAGlobalChargeOfAStreamThatEndedUnansweredIsSentAndNotAwaited(t *testing.T) {
-	f := newFakeHost(t)
-	p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)))
-	h, _ := f.open(p, user("eve"), true)
-	f.end(h)
-	calls := f.pending()
-	require.Len(t, calls, 1, "the unanswered request is charged")
-	assert.Empty(t, p.global.waiting, "nothing waits for its answer")
-	assert.NotContains(t, p.free, h, "its context is not reused while its call is out")
+func TestAGlobalChargeOfAStreamThatEndedUnansweredIsKeptOrGivenBackAndNotAwaited(t *testing.T) {
+	for _, tc := range []struct {
+		countOn string
+		calls   int
+	}{{`{"status":["401"]}`, 0}, {`{"status":["401"],"count_unanswered":false}`, 1}} {
+		f := newFakeHost(t)
+		p := f.start(globalWith(``, loginRule("global", tc.countOn)))
+		h, _ := f.open(p, user("eve"), true)
+		f.answerCall(f.callOf(h), "200", checkAnswer(true, 2, 0))
+		f.end(h)
+		calls := f.pending()
+		require.Len(t, calls, tc.calls, "%s: a give-back call only when unanswered is not counted", tc.countOn)
+		assert.Empty(t, p.global.waiting, "nothing waits for an answer")
+	}
 }
 
 func TestParallelGuessesOnACountedRuleReachTheUpstreamNoMoreThanSequentialOnes(t *testing.T) {

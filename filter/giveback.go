@@ -32,9 +32,14 @@ type takenScratch struct {
 	list []taken
 	keys []byte
 	at   int64
+	// global is what the service admitted for the request, given back through it on a denial
+	// (giveback_global.go): only a stream's, recorded when the answer comes.
+	global []reservation
 }
 
-func (t *takenScratch) reset(now int64) { t.list, t.keys, t.at = t.list[:0], t.keys[:0], now }
+func (t *takenScratch) reset(now int64) {
+	t.list, t.keys, t.at, t.global = t.list[:0], t.keys[:0], now, t.global[:0]
+}
 
 // add records an admitted take of a rule that does not settle.
 func (t *takenScratch) add(rs *ruleState, set int, key []byte, out *sharedstate.Outcome, cost int64) {
@@ -63,6 +68,7 @@ func (t *takenScratch) keep(h *httpContext) {
 func (s *settler) giveBack(h *httpContext, now int64) {
 	s.giveBackFrom(&s.d.taken, now)
 	s.giveBackFrom(&h.taken, now)
+	s.giveBackGlobal(h, now)
 }
 
 func (s *settler) giveBackFrom(t *takenScratch, now int64) {
@@ -92,6 +98,6 @@ func (s *settler) giveBackFrom(t *takenScratch, now int64) {
 func (h *httpContext) spendNothing(now int64) {
 	p := h.plugin
 	p.settle.refund(h)
+	p.charges.drop(h) // before giveBack, which sends the service the global charges it gives back
 	p.settle.giveBack(h, now)
-	p.charges.drop(h)
 }

@@ -149,6 +149,7 @@ func (g *globalClient) check(h *httpContext, now int64) types.Action {
 		return h.finish(g.fallback(h, d.globals, now), false, now)
 	}
 	g.metrics.calls.inc(1)
+	g.charges.checked(h, true)
 	h.calls++ // onAnswer is bound to h: h is not recycled until it has run
 	// Other requests reuse the decision while this one waits: keep what the answer needs.
 	c := &h.call
@@ -230,6 +231,7 @@ func (g *globalClient) expire(h *httpContext, now int64) {
 func (g *globalClient) failed(h *httpContext, err error, now int64) {
 	items := h.call.items
 	defer g.permits.releaseItems(items, now) // what the call may have acquired before it failed
+	g.charges.checked(h, false)
 	var se *statusError
 	if errors.As(err, &se) && se.rejected() {
 		g.metrics.rejected.inc(1)
@@ -283,6 +285,8 @@ func (g *globalClient) onAnswer(h *httpContext, numHeaders, bodySize int) {
 	boundAnswer(h.call.items, decisions, now)
 	denied := g.apply(h.call.items, decisions, now)
 	g.settle.reserveGlobal(h, decisions, sent)
+	g.settle.takeGlobal(h, h.call.items, decisions, sent)
+	g.charges.admitted(h, h.call.items, decisions, sent)
 	g.permits.hold(h.id, h.call.items, decisions)
 	h.finish(denied, true, now)
 }
@@ -377,10 +381,13 @@ func (g *globalClient) fallback(h *httpContext, items []globalItem, now int64) (
 //	meshlimit.global.permit_calls     calls that renew or release concurrency permits (not counted in calls)
 //	meshlimit.global.permit_failures  those of them that failed (the permits' leases cover them)
 //	meshlimit.global.permits_lost     permits a renewal found gone (their lease had ended, or Redis restarted): no longer renewed
+//	meshlimit.global.give_back_calls  calls that give back a denied request's admissions (giveback_global.go)
+//	meshlimit.global.give_back_failed those of them that were not sent or not applied
 type globalMetrics struct {
 	calls, failures, breakerOpened, shortCircuited, leaseCalls counter
 	rejected, deadlineExpired, lateAnswers                     counter
 	permitCalls, permitFailures, permitsLost                   counter
+	giveBackCalls, giveBackFailed                              counter
 }
 
 func defineGlobalMetrics(h host) globalMetrics {
@@ -398,5 +405,8 @@ func defineGlobalMetrics(h host) globalMetrics {
 		permitCalls:    newCounter(h, "meshlimit.global.permit_calls"),
 		permitFailures: newCounter(h, "meshlimit.global.permit_failures"),
 		permitsLost:    newCounter(h, "meshlimit.global.permits_lost"),
+
+		giveBackCalls:  newCounter(h, "meshlimit.global.give_back_calls"),
+		giveBackFailed: newCounter(h, "meshlimit.global.give_back_failed"),
 	}
 }

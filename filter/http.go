@@ -95,8 +95,8 @@ func (h *httpContext) finish(denied, paused bool, now int64) types.Action {
 func (h *httpContext) deny() {
 	p := h.plugin
 	p.settle.refund(h)
+	p.charges.drop(h) // before giveBack, which sends the service the global charges it gives back
 	p.settle.giveBack(h, p.host.now())
-	p.charges.drop(h)
 	p.replies.deny(h)
 }
 

@@ -26,6 +26,7 @@ func (s *stream) reset() {
 	s.charges.reset()
 	s.msgs.reset()
 	clear(s.taken.list[:cap(s.taken.list)]) // no take keeps an old configuration's rules alive
+	clear(s.taken.global[:cap(s.taken.global)])
 	s.taken.reset(0)
 	*s = stream{quota: s.quota, charges: s.charges, settleMem: s.settleMem, msgs: s.msgs, taken: s.taken}
 }

@@ -83,12 +83,13 @@ func TestForwardingTheTraceContextAllocatesNothingOnceWarm(t *testing.T) {
 	assert.Len(t, tc.callHeaders(f, base), 4)
 }
 
-// A count_on charge is a decision of the service too: its call, made on the response path,
-// carries the request's trace context.
+// A count_on charge is a decision of the service too: its call, made on the response path after a
+// check that failed, carries the request's trace context.
 func TestTheChargeCallOfACountedGlobalRuleCarriesTheRequestsTraceContext(t *testing.T) {
 	f := newFakeHost(t)
 	p := f.start(globalWith(``, loginRule("global", `{"status":["401"]}`)))
 	h, _ := f.open(p, fakeReq("/", [2]string{"x-user", "eve"}, [2]string{"traceparent", traceparent}), true)
+	f.answerCall(f.callOf(h), "503", `{"error":"x"}`)
 	require.Equal(t, types.ActionPause, f.respond(h, [][2]string{{":status", "401"}}, true))
 	got, _ := pairValue(f.callOf(h).headers, "traceparent")
 	assert.Equal(t, traceparent, got)

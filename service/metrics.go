@@ -65,7 +65,7 @@ type Metrics struct {
 	errors    [numErrKinds]prometheus.Counter
 	latency   prometheus.Histogram
 	permits   [2]prometheus.Counter    // reclaimed at the end of their lease, lost (a renewal came too late)
-	settles   [2]prometheus.Counter    // units refunded, units charged as over-runs
+	settles   [3]prometheus.Counter    // units refunded, units charged as over-runs, units given back (undo)
 	resets    prometheus.Counter       // entries appended to the reset log
 	requests  *prometheus.CounterVec   // front, code
 	durations *prometheus.HistogramVec // front
@@ -115,9 +115,10 @@ func (m *Metrics) build() {
 	m.permits[0], m.permits[1] = permits.WithLabelValues("reclaimed"), permits.WithLabelValues("lost")
 	settles := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "meshlimit_settled_units_total",
-		Help: "Cost units applied by settles: refunded (unused reservations), overrun (charged beyond reservations).",
+		Help: "Cost units applied by settles: refunded (unused reservations), overrun (charged beyond reservations), given_back (admissions undone: the request was then denied or not counted).",
 	}, []string{"kind"})
 	m.settles[0], m.settles[1] = settles.WithLabelValues("refunded"), settles.WithLabelValues("overrun")
+	m.settles[2] = settles.WithLabelValues("given_back")
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "meshlimit_errors_total", Help: "Requests answered with an error, by kind.",
 	}, []string{"kind"})
@@ -174,10 +175,12 @@ func (m *Metrics) reclaimed(n int64) {
 	}
 }
 
-// settled counts the units of one settle.
-func (m *Metrics) settled(delta int64) {
+// settled counts the units of one settle, or of an undo.
+func (m *Metrics) settled(delta int64, undo bool) {
 	m.init()
-	if delta < 0 {
+	if undo {
+		m.settles[2].Add(float64(-delta))
+	} else if delta < 0 {
 		m.settles[0].Add(float64(-delta))
 	} else {
 		m.settles[1].Add(float64(delta))

@@ -19,21 +19,29 @@ type SettleStore interface {
 
 // SettleRequest is one settle: Delta units (< 0 a refund, > 0 an over-run) to Key under Limit,
 // for a reservation decided Age before now. The zero Now means the store's clock, as for Request.
+//
+// With Undo, it gives back an admission instead (algorithms.Limit.Undo): -Delta units that a
+// decision admitted Age before now, for a request that was then not served (a later rule denied
+// it, or its answer is one a count_on rule does not count). An undo is exact for every kind; its
+// Delta is < 0.
 type SettleRequest struct {
 	Key   string
 	Limit algorithms.Limit
 	Delta int64
 	Age   time.Duration
 	Now   time.Time
+	Undo  bool
 }
 
-// Validate reports what is wrong with r; the kinds that keep no exact state to refund into
-// (Kind.Settles) are refused.
+// Validate reports what is wrong with r; a settle of a kind that keeps no exact state to refund
+// into (Kind.Settles) is refused, an undo of any kind is not (but its Delta must be < 0).
 func (r SettleRequest) Validate() error {
 	switch {
 	case r.Key == "":
 		return errors.New("service: empty key")
-	case !r.Limit.Kind.Settles():
+	case r.Undo && r.Delta >= 0:
+		return fmt.Errorf("service: an undo gives back a cost: delta must be < 0, got %d", r.Delta)
+	case !r.Undo && !r.Limit.Kind.Settles():
 		return fmt.Errorf("service: %v does not settle a cost", r.Limit.Kind)
 	case r.Age < 0:
 		return errors.New("service: negative settle age")
@@ -44,11 +52,11 @@ func (r SettleRequest) Validate() error {
 // settle applies a check's settle list, in order, and returns how many entries it applied.
 func (l *limiter) settle(ctx context.Context, list []wire.Settle, now time.Time) (int, error) {
 	for i, s := range list {
-		err := l.store.Settle(ctx, SettleRequest{Key: s.Key, Limit: s.Limit, Delta: s.Delta, Age: s.Age, Now: now})
+		err := l.store.Settle(ctx, SettleRequest{Key: s.Key, Limit: s.Limit, Delta: s.Delta, Age: s.Age, Now: now, Undo: s.Undo})
 		if err != nil {
 			return i, err
 		}
-		l.metrics.settled(s.Delta)
+		l.metrics.settled(s.Delta, s.Undo)
 	}
 	return len(list), nil
 }

@@ -21,14 +21,20 @@ import (
 // into the window that held it. Only the algorithms that settle take part (token_bucket,
 // leaky_bucket, fixed_window; see algorithms.Kind.Settles). The answer to a request with a
 // settle list also carries "settled": how many entries were applied.
+//
+// An entry with "undo":true gives back an admission instead, for every algorithm
+// (algorithms.Limit.Undo): -delta units (delta < 0) that a descriptor admitted age_ms ago, for a
+// request that was then not served (a later rule denied it; a count_on rule's answer did not
+// count). A service older than undo refuses the member (400, naming settle[i].undo).
 
 // Settle is one entry of a settle list: apply Delta cost units to Key under Limit, for a
-// reservation decided Age ago.
+// reservation decided Age ago; with Undo, give back -Delta units admitted Age ago.
 type Settle struct {
 	Key   string
 	Limit algorithms.Limit
 	Delta int64
 	Age   time.Duration
+	Undo  bool
 }
 
 // MaxSettleAgeMs is the largest age_ms: a reservation older than the longest window settles
@@ -52,6 +58,20 @@ func AppendSettleListStart(b []byte, afterDescriptors bool) []byte {
 // ±algorithms.MaxQuota.
 func AppendSettle(b []byte, i int, k Key, l algorithms.Limit, delta int64, age time.Duration) []byte {
 	b = appendKeyAndLimit(b, i, k, l)
+	return appendDeltaAge(b, delta, age)
+}
+
+// AppendUndo appends entry i (0 for the first) of a settle list that gives back cost units key k
+// took under l age ago (an undo, of any algorithm): sent as AppendSettle sends a refund, the age
+// rounded up (an admission looks older, never younger, so a window never gives back into one that
+// did not count it). The caller keeps l valid and cost within 1 to algorithms.MaxQuota.
+func AppendUndo(b []byte, i int, k Key, l algorithms.Limit, cost int64, age time.Duration) []byte {
+	b = appendKeyAndLimit(b, i, k, l)
+	b = append(b, `,"undo":true`...)
+	return appendDeltaAge(b, -cost, age)
+}
+
+func appendDeltaAge(b []byte, delta int64, age time.Duration) []byte {
 	b = append(b, `,"delta":`...)
 	b = strconv.AppendInt(b, delta, 10)
 	if age > 0 {
@@ -81,6 +101,7 @@ func (d *requestDecoder) settleList(req *Request) *FieldError {
 const (
 	fDelta = 1 << (iota + 16)
 	fAge
+	fUndo
 )
 
 // settleEntry decodes and validates entry i of the settle list into out.
@@ -97,6 +118,8 @@ func (d *requestDecoder) settleEntry(i int, out *Settle) *FieldError {
 			bit, field = fDelta, "delta"
 		case "age_ms":
 			bit, field = fAge, "age_ms"
+		case "undo":
+			bit, field = fUndo, "undo"
 		}
 		at := loc{desc: i, arr: "settle", field: field}
 		switch {
@@ -112,6 +135,8 @@ func (d *requestDecoder) settleEntry(i int, out *Settle) *FieldError {
 			out.Delta, err = d.integer(at)
 		case fAge:
 			ageMs, err = d.integer(at)
+		case fUndo:
+			out.Undo, err = d.boolean(at)
 		default:
 			err = d.descriptorValue(bit, at, &desc, &x)
 		}
@@ -133,12 +158,14 @@ func validateSettle(here loc, seen int, out *Settle, desc *Descriptor, x extras,
 	if err := validate(here, seen, desc, x.windowMs, maxKeyBytes); err != nil {
 		return err
 	}
-	if !desc.Limit.Kind.Settles() {
+	if !out.Undo && !desc.Limit.Kind.Settles() {
 		return at("algorithm").err(false, desc.Limit.Kind.String()+" does not settle (want token_bucket, leaky_bucket or fixed_window)")
 	}
 	switch {
 	case seen&fDelta == 0:
 		return at("delta").err(false, "required")
+	case out.Undo && out.Delta >= 0:
+		return at("delta").err(false, "an undo gives back a cost: must be < 0, got "+strconv.FormatInt(out.Delta, 10))
 	case out.Delta == 0 || out.Delta < -algorithms.MaxQuota || out.Delta > algorithms.MaxQuota:
 		return at("delta").err(false, "must be between -"+strconv.FormatInt(algorithms.MaxQuota, 10)+" and "+
 			strconv.FormatInt(algorithms.MaxQuota, 10)+" and not 0, got "+strconv.FormatInt(out.Delta, 10))

@@ -141,7 +141,8 @@ func (s *Store) Decide(ctx context.Context, req service.Request) (algorithms.Dec
 	return d, nil
 }
 
-// Settle implements service.Store with algorithms.Limit.Adjust under the key's shard lock.
+// Settle implements service.Store with algorithms.Limit.Adjust (an undo: Limit.Undo) under the
+// key's shard lock.
 func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 	if err := req.Validate(); err != nil {
 		return err
@@ -154,12 +155,22 @@ func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.entry(entryKey{req.Limit.Kind, req.Key}, req.Limit, ns, s.perCap)
-	next, err := req.Limit.Adjust(e.state, ns, ns-int64(req.Age), req.Delta, e.state)
+	apply := req.Limit.Adjust
+	if req.Undo {
+		apply = func(state []byte, now, at, delta int64, dst []byte) ([]byte, error) {
+			return req.Limit.Undo(state, now, at, -delta, dst)
+		}
+	}
+	next, err := apply(e.state, ns, ns-int64(req.Age), req.Delta, e.state)
 	if errors.Is(err, algorithms.ErrMalformedState) {
-		next, err = req.Limit.Adjust(nil, ns, ns-int64(req.Age), req.Delta, e.state)
+		next, err = apply(nil, ns, ns-int64(req.Age), req.Delta, e.state)
 	}
 	if err != nil {
 		return err
+	}
+	if req.Undo { // no debt: the entry lives as a decision left it
+		e.limit, e.state = req.Limit, next
+		return nil
 	}
 	// A debt lasts at most algorithms.MaxDebt capacities past the TTL (algorithms.Limit.Adjust);
 	// the sweep also asks IdleAt, which reads the debt from the state.

@@ -23,7 +23,8 @@ var luaFS embed.FS
 type scripts struct {
 	decide  [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind
 	full    [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind: decide an existing key while Redis is full
-	settle  [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind, for the kinds that settle
+	settle  [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind: a settle, and the undo of the kinds that settle
+	undo    [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind, for the kinds that do not settle: an undo
 	permit  [3]*rueidis.Lua                         // by service.PermitOp
 	resets  [2]*rueidis.Lua                         // append, read
 	sources []string                                // of decide, settle and permit
@@ -54,6 +55,9 @@ func newScripts() (scripts, error) {
 			return scripts{}, err
 		}
 		if !k.Settles() {
+			if sc.undo[k], err = add(undoScript(k)); err != nil {
+				return scripts{}, err
+			}
 			continue
 		}
 		if sc.settle[k], err = add(settleScript(k)); err != nil {
@@ -86,8 +90,10 @@ func script(kind algorithms.Kind) (string, error) {
 		return composeScript("local LEAKY = true\n", "lib.lua", "gcra_state.lua", "gcra.lua")
 	case algorithms.FixedWindow:
 		return composeScript("", "lib.lua", "calendar.lua", "fixed_window_state.lua", "fixed_window.lua")
-	case algorithms.SlidingLog, algorithms.SlidingWindow:
-		return composeScript("", "lib.lua", kind.String()+".lua")
+	case algorithms.SlidingLog:
+		return composeScript("", "lib.lua", "sliding_log_state.lua", "sliding_log.lua")
+	case algorithms.SlidingWindow:
+		return composeScript("", "lib.lua", "sliding_window.lua")
 	}
 	return "", fmt.Errorf("redisstore: no script for %v", kind)
 }
@@ -117,6 +123,19 @@ func settleScript(kind algorithms.Kind) (string, error) {
 		return composeScript("", "lib.lua", "calendar.lua", "fixed_window_state.lua", "fixed_window_settle.lua")
 	}
 	return "", fmt.Errorf("redisstore: %v does not settle a cost", kind)
+}
+
+// undoScript returns the Lua source that gives back an admission of a kind that does not settle
+// (see lua/lib.lua; the kinds that settle undo with their settle script: the undo of a bucket or a
+// fixed window is the refund of a reservation of that age).
+func undoScript(kind algorithms.Kind) (string, error) {
+	switch kind {
+	case algorithms.SlidingLog:
+		return composeScript("", "lib.lua", "sliding_log_state.lua", "sliding_log_undo.lua")
+	case algorithms.SlidingWindow:
+		return composeScript("", "lib.lua", "sliding_window_undo.lua")
+	}
+	return "", fmt.Errorf("redisstore: %v has no undo script", kind)
 }
 
 // composeScript returns prefix followed by the named files of lua/.

@@ -9,7 +9,9 @@ import (
 )
 
 // Settle implements service.Store: one EVALSHA of the kind's settle script on the descriptor's
-// state key, with the same TTL as a decision, or longer while the key is in debt.
+// state key, with the same TTL as a decision, or longer while the key is in debt. An undo of a
+// kind that settles is the refund of a reservation of its age (algorithms.Limit.Undo: the same
+// arithmetic); the sliding kinds have an undo script of their own, which keeps the key's TTL.
 func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 	if err := req.Validate(); err != nil {
 		return err
@@ -22,7 +24,11 @@ func (s *Store) settleAt(ctx context.Context, req service.SettleRequest, ttlMs i
 	l := req.Limit
 	args := append(limitArgs(l, req.Delta, ttlMs, req.Now), strconv.FormatInt(int64(req.Age/time.Microsecond), 10))
 	args = append(args, calendarArgs(l)...)
-	if err := s.scripts.settle[l.Kind].Exec(ctx, s.client, []string{s.stateKey(l.Kind, req.Key)}, args).Error(); err != nil {
+	script := s.scripts.settle[l.Kind]
+	if req.Undo && !l.Kind.Settles() {
+		script = s.scripts.undo[l.Kind]
+	}
+	if err := script.Exec(ctx, s.client, []string{s.stateKey(l.Kind, req.Key)}, args).Error(); err != nil {
 		return s.redisErr(err)
 	}
 	return nil

@@ -31,6 +31,7 @@ func Run(t *testing.T, newStore func(t *testing.T) service.Store) {
 	t.Run("window counters", func(t *testing.T) { testCounters(t, newStore(t)) })
 	t.Run("batched window counters", func(t *testing.T) { testBatchCounters(t, newStore(t)) })
 	t.Run("settles", func(t *testing.T) { testSettles(t, newStore(t)) })
+	t.Run("undos", func(t *testing.T) { testUndos(t, newStore(t)) })
 	t.Run("permits", func(t *testing.T) { testPermits(t, newStore(t)) })
 	t.Run("keys", func(t *testing.T) { testKeys(t, newStore(t)) })
 	t.Run("reset log", func(t *testing.T) { testResetLog(t, newStore(t)) })

@@ -1,0 +1,116 @@
+package filter
+
+import (
+	"time"
+
+	"github.com/meshlimit/meshlimit/wire"
+)
+
+// A denied request spends nothing of the global rules either. What the decision service admitted
+// for a request (the limits of its rules that neither settle, whose reservations the settler
+// refunds, nor count responses, whose charges the charger gives back, nor are concurrency limits,
+// whose permits are released) is recorded in the stream when the answer comes (takeGlobal). When
+// the request is denied after all (another global limit of the same answer, a body-stage rule or
+// call, the over-limit cache), giveBackGlobal sends the service one settle call of undo entries
+// (service/API.md, "Undo"): each gives back exactly what the admission took, for every algorithm,
+// whatever others took since. The call is never waited for, and is one per denied request, of at
+// most the descriptors its checks carried. What is given back is counted per rule in given_back;
+// the calls in:
+//
+//	meshlimit.global.give_back_calls   undo calls sent to the service
+//	meshlimit.global.give_back_failed  those that could not be sent (breaker open, cluster refused) or were not applied (an answer other than 200 while the stream lived)
+//
+// A give-back that is lost leaves the admission spent, as it was before give-backs.
+
+// takeGlobal records the limits the service admitted for the request's global rules that neither
+// settle nor count responses, so that a later denial gives them back. sent is when the check was
+// sent: the admission is no older, so its age never understates it.
+func (s *settler) takeGlobal(h *httpContext, items []globalItem, decisions []wire.Decision, sent int64) {
+	j := 0
+	for i := range items {
+		it := &items[i]
+		n := len(it.spec)
+		if it.rs.rule.Settle() != nil || it.rs.rule.CountOn != nil || j+n > len(decisions) {
+			j += n
+			continue
+		}
+		var charged uint64
+		for k := 0; k < n && k < 64; k++ {
+			if d := &decisions[j+k]; d.Allowed && !d.Skipped && it.spec[k].Concurrency == 0 {
+				charged |= 1 << k
+			}
+		}
+		j += n
+		if charged != 0 {
+			h.taken.global = append(h.taken.global, reservation{rs: it.rs, key: it.key, at: sent, reserved: it.cost, spec: it.spec, charged: charged})
+		}
+	}
+}
+
+// giveBackGlobal gives back, through the service, what the global rules admitted for a request
+// that is denied, and forgets it.
+func (s *settler) giveBackGlobal(h *httpContext, now int64) {
+	list := h.taken.global
+	if len(list) == 0 {
+		return
+	}
+	h.taken.global = list[:0]
+	g := s.g
+	for i := range list {
+		list[i].rs.metrics.givenBack.inc(1)
+	}
+	if g == nil {
+		return
+	}
+	if g.breaker.open() { // no call, and no probe taken
+		g.metrics.giveBackFailed.inc(1)
+		return
+	}
+	b := wire.AppendSettleListStart(g.body[:0], false)
+	n := 0
+	for i := range list {
+		r := &list[i]
+		age := undoAge(r.at, now, g.cfg.Timeout)
+		for k := range r.spec {
+			if k < 64 && r.charged&(1<<k) != 0 {
+				key := wire.Key{Plugin: s.name, Rule: r.rs.rule.Name, Fingerprint: r.spec[k].Fingerprint, Value: r.key}
+				b = wire.AppendUndo(b, n, key, r.spec[k].Limit, r.reserved, age)
+				n++
+			}
+		}
+	}
+	g.body = wire.AppendRequestEnd(b)
+	g.metrics.giveBackCalls.inc(1)
+	err := s.host.dispatch(g.cfg.Cluster, g.headers, g.body, g.timeout, func(numHeaders, _, _ int) {
+		s.onGiveBackAnswer(g, numHeaders)
+	})
+	if err != nil {
+		g.metrics.giveBackFailed.inc(1)
+		logf(s.host, logWarn, "meshlimit: giving back a denied request's global admissions in cluster %q: %v", g.cfg.Cluster, err)
+	}
+}
+
+// onGiveBackAnswer counts a give-back the service did not apply (anything but a 200). It runs only
+// while the calling stream's context lives.
+func (s *settler) onGiveBackAnswer(g *globalClient, numHeaders int) {
+	defer s.panics.recoverPanic("a give-back answer")
+	status := ""
+	if numHeaders > 0 {
+		headers, _ := s.host.headers(answerPart)
+		status = answerStatus(headers)
+	}
+	if status != "200" {
+		g.metrics.giveBackFailed.inc(1)
+	}
+}
+
+// undoAge is the age sent with the undo of an admission whose check was sent at sent: the time
+// since, plus the call's timeout, which the undo takes at most to reach the service. The service
+// gives back the admission's units at or after now - age (a sliding log drops the oldest units from
+// then on; a window gives back into the one holding that time), so the age must not understate
+// the admission's: an older one only ever gives back less (another admission's units, just as
+// many, in a sliding log; nothing of a fixed window, or the previous window's count of a sliding
+// one, when it reaches into the window before).
+func undoAge(sent, now int64, timeout time.Duration) time.Duration {
+	return time.Duration(max(now-sent, 0)) + timeout
+}

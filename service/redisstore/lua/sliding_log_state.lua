@@ -1,0 +1,34 @@
+-- sliding_log_state.lua, preceded by lib.lua: reads the sliding log's state (sliding_log.lua and
+-- sliding_log_undo.lua). State: a string "clock t1 n1 t2 n2 ...": the latest now seen and,
+-- ascending, each admission time with its number of cost units (a run-length form of the
+-- algorithms package's one entry per unit; at most Q units are kept). It sets clock, ts and ns,
+-- and raw (nil: no key); an unusable state reads as a fresh one (clock 0, no runs).
+
+
+local clock = 0
+local ts, ns = {}, {}
+local raw = redis.call('GET', key)
+if raw then
+  local vals = {}
+  for v in string.gmatch(raw, '%S+') do vals[#vals + 1] = v end
+  local ok = #vals % 2 == 1
+  local c = ok and field(vals[1], MAX_TIME)
+  if c == nil then ok = false end
+  local prev = 0
+  local i = 2
+  while ok and i < #vals do
+    local t, n = field(vals[i], MAX_TIME), field(vals[i + 1], MAX_QUOTA)
+    if t == nil or n == nil or n < 1 or t < prev or t > c then
+      ok = false
+    else
+      ts[#ts + 1], ns[#ns + 1], prev = t, n, t
+    end
+    i = i + 2
+  end
+  if ok then
+    clock = c
+  else
+    ts, ns = {}, {} -- unusable: start fresh
+  end
+end
+

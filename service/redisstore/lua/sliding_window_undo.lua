@@ -1,0 +1,33 @@
+-- sliding_window_undo.lua, preceded by lib.lua: gives back an admission of the sliding window
+-- counter (algorithms.Limit.Undo). ARGV[4] is the signed delta (< 0: -delta units were admitted),
+-- ARGV[7] how long ago in µs. The windows roll as a decision rolls them, then the count of the
+-- window that holds the admission's time (the current or the previous one) drops by the units,
+-- never below 0: the estimate is what it would be had the request not come. A key without state
+-- is left alone; the TTL is kept. Returns 1.
+
+local st = redis.call('HMGET', key, 's', 'p', 'k')
+local s, p, k = field(st[1], MAX_TIME), field(st[2], MAX_QUOTA), field(st[3], MAX_QUOTA)
+if s == nil or p == nil or k == nil then
+  return 1 -- no state (or an unusable one, which a decision reads as fresh): nothing to give back
+end
+local undo = -cost
+local at = now - (tonumber(ARGV[7]) or 0)
+if at < 0 then at = 0 end
+
+s = s - s % W
+local cur = now - now % W
+if cur <= s then
+  -- a clock step back stays in the stored window
+elseif cur - s == W then
+  s, p, k = cur, k, 0
+else
+  s, p, k = cur, 0, 0
+end
+if s <= at and at < s + W then
+  k = math.max(k - undo, 0)
+elseif s - W <= at and at < s then
+  p = math.max(p - undo, 0)
+end
+
+redis.call('HSET', key, 's', str(s), 'p', str(p), 'k', str(k))
+return 1
