@@ -55,6 +55,7 @@ func (g *panicGuard) recoverContinue(where string, act *types.Action) {
 // being decided, or of the global rules already collected. It returns the callback's action.
 func (h *httpContext) panicked(where string, r any) types.Action {
 	p := h.plugin
+	p.endHeaders(h)
 	p.panics.recovered(where, r)
 	if h.call.deadline != 0 { // a call went out: its answer must not decide the request again
 		p.global.unwait(h)
