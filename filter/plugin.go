@@ -171,6 +171,22 @@ func (p *pluginContext) startFeatures(owner uint64) {
 	p.sheds.start(e, owner, &p.permits, p.cfg.Shedders, keyPrefix+p.name+"/shed/")
 	p.msgs.start(e, p.rules)
 	p.ends = p.endHooks()
+	p.markGiveBacks()
+}
+
+// markGiveBacks tells each rule whether a decision after it may deny a request it admitted
+// (ruleState.givesBack): a later rule, a shedder, the decision service, or a rule that reads its
+// cost from the body or settles it, or counts messages, anywhere in the configuration.
+func (p *pluginContext) markGiveBacks() {
+	later := p.global != nil || len(p.sheds.list) > 0
+	for i := range p.rules {
+		r := p.rules[i].rule
+		later = later || r.ReservesFromBody() || r.Settle() != nil || r.Messages() != nil || r.Scope != rules.ScopeLocal
+	}
+	for i := len(p.rules) - 1; i >= 0; i-- {
+		p.rules[i].givesBack = later
+		later = true // a rule before another: the later one may deny
+	}
 }
 
 // newRuleState creates the shared-data tables of a rule, under keys that start with base: one per

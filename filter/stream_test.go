@@ -51,3 +51,31 @@ func TestARecycledContextKeepsNothingOfTheStreamThatUsedItWhateverItsFeatures(t 
 		assert.Equal(t, again.id, f.next)
 	}
 }
+
+func TestOnlyARuleThatALaterDecisionMayOverruleRecordsItsTakes(t *testing.T) {
+	rate := func(name string) string {
+		return `{"name":"` + name + `","key":["client_ip"],"limits":[{"rate":"100/s"}]}`
+	}
+	shed := `"shedders":[{"name":"s","capacity":1,"classes":[{"name":"only"}],"default_class":"only","match":{"path":{"prefix":"/shed/"}}}]`
+	for cfg, want := range map[string][]bool{
+		`{"rules":[` + rate("a") + `]}`:                                {false},
+		`{"rules":[` + rate("a") + `,` + rate("b") + `]}`:              {true, false},
+		`{"rules":[` + rate("a") + `],` + shed + `}`:                   {true},
+		`{"rules":[` + rate("a") + `,` + rate("b") + `],` + shed + `}`: {true, true},
+	} {
+		p := newFakeHost(t).start(cfg)
+		var got []bool
+		for i := range p.rules {
+			got = append(got, p.rules[i].givesBack)
+		}
+		assert.Equal(t, want, got, cfg)
+	}
+	t.Run("the last rule's take is recorded when a later one may deny", func(t *testing.T) {
+		f := newFakeHost(t)
+		p := f.start(`{"rules":[` + rate("a") + `,{"name":"b","key":["client_ip"],"limits":[{"rate":"1/h"}]}]}`)
+		f.open(p, fakeReq("/"), true)
+		h, _ := f.open(p, fakeReq("/"), true)
+		require.NotNil(t, f.of(h).reply, "b denies the second request")
+		assert.Equal(t, int64(1), f.counter("meshlimit.rule.a.given_back"), "and a's take is given back")
+	})
+}
