@@ -205,8 +205,12 @@ func (h *httpContext) OnHttpResponseTrailers(int) types.Action {
 // holds (endHooks says in which order), and the context is recycled once everything else is done
 // with it.
 func (h *httpContext) OnHttpStreamDone() {
-	if len(h.plugin.ends) > 0 {
+	p := h.plugin
+	if len(p.ends) > 0 {
 		h.streamEnds()
+	}
+	if p.stats.untimed {
+		p.stats.flush()
 	}
 	h.recycle()
 }

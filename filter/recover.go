@@ -24,7 +24,7 @@ type panicGuard struct {
 
 // recovered counts a recovered panic and logs the first of this VM.
 func (g *panicGuard) recovered(where string, r any) {
-	if g.count.h != nil {
+	if g.count.s != nil {
 		g.count.inc(1)
 	}
 	if g.logged {
