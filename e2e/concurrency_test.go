@@ -270,6 +270,7 @@ func TestUnderLoadSheddableIsShedFirstAndCriticalKeepsItsReserve(t *testing.T) {
 	retry, _ := lr.Headers.Get("retry-after")
 	assert.Contains(t, []string{"1", "2", "3"}, retry, "retry_after 1s plus up to 2s of jitter")
 
+	flushCounters(p)
 	m := p.Process().Metrics()
 	assert.Equal(t, int64(7), m["meshlimit.shed.sheddable.admitted"].Value)
 	assert.Equal(t, int64(13), m["meshlimit.shed.sheddable.shed"].Value)

@@ -119,7 +119,22 @@ func status(res envoyhost.Result) int {
 	return 200
 }
 
-func counter(p *envoyhost.Plugin, name string) int64 { return p.Process().Metrics()[name].Value }
+// counter reads the metric name once every VM of p had a tick, which hands the host the counts the
+// guest keeps (the clock does not move).
+func counter(p *envoyhost.Plugin, name string) int64 {
+	flushCounters(p)
+	return p.Process().Metrics()[name].Value
+}
+
+// hostCounter reads the metric name as the host has it now: what the VMs' own ticks flushed.
+func hostCounter(p *envoyhost.Plugin, name string) int64 { return p.Process().Metrics()[name].Value }
+
+// flushCounters delivers a tick to every VM of p now: the guest flushes its counters on its tick.
+func flushCounters(p *envoyhost.Plugin) {
+	for _, vm := range p.VMs() {
+		vm.TickNow()
+	}
+}
 
 func logsContain(p *envoyhost.Plugin, level envoyhost.LogLevel, substr string) bool {
 	for _, e := range p.Logs() {

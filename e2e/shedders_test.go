@@ -30,6 +30,7 @@ func TestEachShedderBoundsItsOwnRequestsAndCountsThemUnderItsName(t *testing.T) 
 	}
 	assert.Equal(t, 2, admitted("/api/v1", 6), "the api shedder holds its capacity of 2")
 	assert.Equal(t, 5, admitted("/index.html", 8), "the web shedder's capacity is its own")
+	flushCounters(p)
 	m := p.Process().Metrics()
 	assert.Equal(t, int64(2), m["meshlimit.shed.api.only.admitted"].Value)
 	assert.Equal(t, int64(4), m["meshlimit.shed.api.only.shed"].Value)

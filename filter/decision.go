@@ -147,7 +147,9 @@ func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []by
 	d.count(rs, out.Allowed, enforced)
 	rs.nearLimit(out.Decisions, specs)
 	p.settle.reserve(rs, set.Index, key, &out, cost, now)
-	d.taken.add(rs, set.Index, key, &out, cost)
+	if rs.givesBack {
+		d.taken.add(rs, set.Index, key, &out, cost)
+	}
 	if enforced {
 		pk := p.cfg.Response.Partition(r, key)
 		for j := range specs {

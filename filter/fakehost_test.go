@@ -35,8 +35,9 @@ type fakeHost struct {
 	metrics  []fakeMetric
 	logs     []fakeLog
 	refuse   fakeRefusals
-	replyErr error  // what sendReply returns, when set
-	boom     string // a host call that panics: "now", "answer" (its headers), "pairs" (the request's headers), "body", "header:<name>"
+	replyErr error            // what sendReply returns, when set
+	plugins  []*pluginContext // started on f: counter flushes their counts first
+	boom     string           // a host call that panics: "now", "answer" (its headers), "pairs" (the request's headers), "body", "header:<name>"
 }
 
 // fakeRefusals makes host calls fail.
@@ -324,8 +325,17 @@ func (f *fakeHost) log(l logLevel, msg string) { f.logs = append(f.logs, fakeLog
 
 // The test's side.
 
-// counter returns the value of the metric name (0 when it was never defined).
+// counter returns the value of the metric name (0 when it was never defined), once the plugins
+// started on f flushed what they counted in the guest (as their next tick would).
 func (f *fakeHost) counter(name string) int64 {
+	for _, p := range f.plugins {
+		p.stats.flush()
+	}
+	return f.hostCounter(name)
+}
+
+// hostCounter returns the value of the metric name as the host has it now, without a flush.
+func (f *fakeHost) hostCounter(name string) int64 {
 	for _, m := range f.metrics {
 		if m.name == name {
 			return m.value
@@ -356,6 +366,7 @@ func (f *fakeHost) start(cfg string) *pluginContext {
 func (f *fakeHost) startStatus(cfg string) (*pluginContext, types.OnPluginStartStatus) {
 	f.cfg = []byte(cfg)
 	p := newPluginContext(f)
+	f.plugins = append(f.plugins, p)
 	f.cur = nil
 	return p, p.OnPluginStart(0)
 }

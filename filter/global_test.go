@@ -43,6 +43,7 @@ func pendingCall(t *testing.T, host proxytest.HostEmulator, id uint32) proxytest
 
 func metric(t *testing.T, host proxytest.HostEmulator, name string) uint64 {
 	t.Helper()
+	host.Tick() // the counters kept in the guest reach the host on the tick
 	n, err := host.GetCounterMetric(name)
 	require.NoError(t, err, name)
 	return n

@@ -104,20 +104,54 @@ func reply(h host, status uint32, headers [][2]string, body []byte, grpcStatus i
 	}
 }
 
-// counter is a host counter.
-type counter struct {
-	h  host
-	id uint32
+// statsHost is the host as a plugin's features reach it: every call goes to the host but a
+// counter's increment, which stays in the guest (one cell per counter) until flush adds every cell
+// that moved to its host counter. The plugin flushes on every tick of its timer (a loop over its
+// counters: a few hundred instructions at most every shapeTickMillis), when it stops, and when it starts (a new configuration on the same context, a refused one): a
+// counter reaches the host up to one flush late, and a request makes no host call for its counts.
+type statsHost struct {
+	host
+	ids     []uint32 // the host counters, by cell
+	cells   []uint64 // what each counted since the last flush
+	untimed bool     // the host refused the timer: each stream's end flushes
 }
 
-func newCounter(h host, name string) counter { return counter{h, h.defineMetric(false, name)} }
+// statsFlushMillis is the longest a count waits in the guest: Envoy's stats sinks see a counter at
+// their own flush, every 5 s by default (docs/envoy-host.md), so a count up to 1 s late is not seen
+// later by anyone. It is also the timer of a plugin whose features need none.
+const statsFlushMillis = 1000
 
-// inc adds n to the counter (nothing for 0, which Envoy refuses).
-func (c counter) inc(n uint64) {
-	if n > 0 {
-		c.h.addMetric(c.id, int64(n))
+// flush adds what every counter counted since the last flush to the host's counter.
+func (s *statsHost) flush() {
+	for i, v := range s.cells {
+		if v != 0 {
+			s.cells[i] = 0
+			s.host.addMetric(s.ids[i], int64(v))
+		}
 	}
 }
+
+// counter is a host counter, counted in the guest (statsHost).
+type counter struct {
+	s *statsHost
+	i int
+}
+
+// newCounter defines the counter name on h: a plugin's statsHost keeps it with the plugin's
+// counters; any other host gets a set of its own, flushed only by that set's flush.
+func newCounter(h host, name string) counter {
+	s, ok := h.(*statsHost)
+	if !ok {
+		s = &statsHost{host: h}
+	}
+	s.ids = append(s.ids, s.host.defineMetric(false, name))
+	s.cells = append(s.cells, 0)
+	return counter{s, len(s.ids) - 1}
+}
+
+// inc adds n to the counter (in the guest: flush hands it to the host, never an increment by 0,
+// which Envoy refuses).
+func (c counter) inc(n uint64) { c.s.cells[c.i] += n }
 
 // gauge is a host gauge.
 type gauge struct {

@@ -60,6 +60,8 @@ func TestACounterIsNeverIncrementedByZeroAndAGaugeIsSetNotAdded(t *testing.T) {
 	c := newCounter(f, "c")
 	c.inc(0) // the fake fails the test on an increment by 0
 	c.inc(3)
+	c.s.flush()
+	c.s.flush() // nothing moved since: no call
 	assert.Equal(t, int64(3), f.counter("c"))
 	g := newGauge(f, "g")
 	g.set(7)
@@ -101,7 +103,7 @@ func TestThePluginAsksForTheTimerItsFeaturesNeed(t *testing.T) {
 		name, cfg string
 		want      uint32
 	}{
-		{"a plain rate limit needs none", perIP1h, 0},
+		{"a plain rate limit's timer only flushes the counters", perIP1h, statsFlushMillis},
 		{"a leaky bucket releases held requests every 5 ms", `{"rules":[{"name":"r","limits":[{"rate":"5/s","algorithm":"leaky_bucket"}]}]}`, shapeTickMillis},
 		{"a global service checks deadlines and leases every 20 ms", globalRule(`"scope":"global"`), leaseTickMillis},
 		{"concurrency permits renew every second", `{"rules":[{"name":"c","limits":[{"concurrency":5}]}]}`, 1000},
@@ -114,4 +116,45 @@ func TestThePluginAsksForTheTimerItsFeaturesNeed(t *testing.T) {
 			assert.Equal(t, tc.want, f.tick)
 		})
 	}
+}
+
+// perIPMany is a per-IP rule that admits every request of a test.
+const perIPMany = `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[{"rate":"1000/s"}]}]}`
+
+func TestCountersKeptInTheGuestReachTheHostOnTheNextTick(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(perIPMany)
+	f.open(p, fakeReq("/"), true)
+	f.open(p, fakeReq("/"), true)
+	assert.Zero(t, f.hostCounter("meshlimit.rule.per-ip.allowed"), "a request makes no host call for its counts")
+	f.tickNow(p)
+	assert.Equal(t, int64(2), f.hostCounter("meshlimit.rule.per-ip.allowed"), "the tick flushes them")
+	f.tickNow(p)
+	assert.Equal(t, int64(2), f.hostCounter("meshlimit.rule.per-ip.allowed"), "and only once")
+}
+
+func TestCountersFlushWhenThePluginStopsOrStartsAgain(t *testing.T) {
+	f := newFakeHost(t)
+	p := f.start(perIPMany)
+	f.open(p, fakeReq("/"), true)
+	p.OnPluginDone()
+	assert.Equal(t, int64(1), f.hostCounter("meshlimit.rule.per-ip.allowed"), "at plugin done")
+
+	f.open(p, fakeReq("/"), true)
+	require.Equal(t, types.OnPluginStartStatusOK, p.OnPluginStart(0))
+	assert.Equal(t, int64(2), f.hostCounter("meshlimit.rule.per-ip.allowed"), "at a reconfiguration")
+
+	_, status := f.startStatus(`{"rules": "not a list"}`)
+	require.Equal(t, types.OnPluginStartStatusFailed, status)
+	assert.Equal(t, int64(1), f.hostCounter("meshlimit.config_errors"), "a refused start, which gets no tick, flushes at once")
+}
+
+func TestWithoutATimerEachStreamsEndFlushesTheCounters(t *testing.T) {
+	f := newFakeHost(t)
+	f.refuse.tick = errors.New("no timer")
+	p := f.start(perIPMany)
+	h, _ := f.open(p, fakeReq("/"), true)
+	f.end(h)
+	assert.Equal(t, int64(1), f.hostCounter("meshlimit.rule.per-ip.allowed"))
+	assert.Len(t, f.logged(logWarn, "no timer for the counters' flush"), 1)
 }

@@ -19,12 +19,13 @@ type hostRequest struct {
 	host                                   host
 	read                                   uint8 // bit set of the values already read
 	method, path, authority, route, source string
-	headers                                [][2]string // every request header, in the host's order
-	norm                                   []byte      // the normalized path; its buffer is kept across requests
-	routeBuf, sourceBuf                    []byte      // what route and source view
-	methodBuf, pathBuf, authorityBuf       []byte      // and method, path and authority when read one by one
-	headerBuf                              []byte      // what Header's last value read alone views
-	propPath                               []byte      // Property's encoded path, reused
+	headers                                [][2]string      // every request header, in the host's order
+	norm                                   []byte           // the normalized path; its buffer is kept across requests
+	routeBuf, sourceBuf                    []byte           // what route and source view
+	methodBuf, pathBuf, authorityBuf       []byte           // and method, path and authority when read one by one
+	headerBuf                              []byte           // what Header's last value read alone views
+	propPath                               []byte           // Property's encoded path, reused
+	addr                                   rules.ClientAddr // source parsed (readAddr)
 }
 
 const (
@@ -35,6 +36,7 @@ const (
 	readSource
 	readHeaders
 	readNorm
+	readAddr
 )
 
 func (r *hostRequest) reset() {
@@ -141,6 +143,16 @@ func (r *hostRequest) RouteName() string {
 // SourceAddress implements Request.
 func (r *hostRequest) SourceAddress() string {
 	return r.property(readSource, &r.source, &r.sourceBuf, sourceAddressPath)
+}
+
+// SourceAddr implements Request: source.address is parsed once, for every key part and shedder
+// share key of the request.
+func (r *hostRequest) SourceAddr() rules.ClientAddr {
+	if r.read&readAddr == 0 {
+		r.addr = rules.ParseClientAddr(r.SourceAddress())
+		r.read |= readAddr
+	}
+	return r.addr
 }
 
 // Property implements Request. The value is received into fresh memory: a request may hold several.

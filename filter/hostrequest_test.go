@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/meshlimit/meshlimit/rules"
 )
 
 // The request and response views (hostrequest.go) on the fake host.
@@ -85,4 +87,18 @@ func TestTheResponseViewGivesTheFirstValueOnly(t *testing.T) {
 	assert.False(t, ok, "proxy_get_header_map_value has no second value")
 	_, ok = r.header("x-b")
 	assert.False(t, ok)
+}
+
+func TestTheSourceAddressIsParsedOncePerRequestForEveryPartThatKeysOnIt(t *testing.T) {
+	f := newFakeHost(t)
+	f.cur = &fakeStream{req: fakeReq("/")}
+	r := hostRequest{host: f}
+	a := r.SourceAddr()
+	f.props[string(sourceAddressPath)] = "198.51.100.1:1"
+	assert.Equal(t, a, r.SourceAddr(), "the request's parse is kept: no second read nor parse")
+	want := rules.ParseClientAddr("192.0.2.10:5555")
+	assert.Equal(t, want, a)
+
+	r.reset()
+	assert.Equal(t, rules.ParseClientAddr("198.51.100.1:1"), r.SourceAddr(), "a new request parses its own")
 }

@@ -27,14 +27,27 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, eos bool) (act types.Action) {
 	return h.requestHeaders(eos)
 }
 
+// requestHeaders decides the request; the permits it took go to the stream and its takes are
+// forgotten whatever the outcome (panicked does the same after a panic), with no defer on the path.
 func (h *httpContext) requestHeaders(eos bool) types.Action {
+	act := h.decideHeaders(eos)
+	h.plugin.endHeaders(h)
+	return act
+}
+
+// endHeaders ends the request headers' callback: a permit taken is always released with the stream
+// (adopted by it), and the takes are given back only by a denial in this callback.
+func (p *pluginContext) endHeaders(h *httpContext) {
+	p.d.taken.reset(0)
+	p.permits.adopt(h)
+}
+
+func (h *httpContext) decideHeaders(eos bool) types.Action {
 	p := h.plugin
 	d := &p.d
 	d.reset(eos)
-	defer p.permits.adopt(h) // also after a panic: a permit taken is always released
 	now := p.host.now()
 	d.taken.reset(now)
-	defer d.taken.reset(0) // the takes are given back only by a denial in this callback
 	denied := p.decideRules(now)
 	p.settle.adopt(h, denied, now)
 	if denied {
@@ -42,8 +55,12 @@ func (h *httpContext) requestHeaders(eos bool) types.Action {
 		h.deny()
 		return types.ActionPause
 	}
-	p.charges.keep(h)
-	p.msgs.keep(h)
+	if len(d.charges.list) > 0 {
+		p.charges.keep(h)
+	}
+	if p.msgs.any {
+		p.msgs.keep(h)
+	}
 	if p.sheds.admit(h, now) {
 		h.spendNothing(now) // a shed request spends nothing of the rules before it
 		return types.ActionPause
@@ -132,6 +149,9 @@ func (h *httpContext) OnHttpRequestTrailers(int) (act types.Action) {
 // latency, and an admitted request's quota fields are added (replier). A panic is recovered: the
 // response goes on.
 func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
+	if !testPanics && h.respondsWithNothing() {
+		return types.ActionContinue // nothing to read nor add: no recover deferred
+	}
 	p := h.plugin
 	defer p.panics.recoverPanic("the response headers")
 	testPanic(p.host, panicResponseHeaders)
@@ -148,9 +168,18 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 	return types.ActionContinue
 }
 
+// respondsWithNothing reports whether the stream has nothing for its response: no charge, no
+// reservation, no shedding slot, no quota fields, no message limit.
+func (h *httpContext) respondsWithNothing() bool {
+	return len(h.charges.list) == 0 && h.settle == nil && !h.shed.held && h.quota.outcomes == nil && h.msgs.rule == nil
+}
+
 // OnHttpResponseBody implements types.HttpContext: only a stream with reservations looks at the
-// response body (settler). A panic is recovered: the body goes on.
+// response body (settler), or one with a message limit. A panic is recovered: the body goes on.
 func (h *httpContext) OnHttpResponseBody(size int, eos bool) types.Action {
+	if h.msgs.rule == nil && h.settle == nil {
+		return types.ActionContinue // no recover deferred for a body nothing reads
+	}
 	defer h.plugin.panics.recoverPanic("the response body")
 	if act, decided := h.plugin.msgs.body(h, responsePart, size); decided {
 		return act
@@ -176,7 +205,19 @@ func (h *httpContext) OnHttpResponseTrailers(int) types.Action {
 // holds (endHooks says in which order), and the context is recycled once everything else is done
 // with it.
 func (h *httpContext) OnHttpStreamDone() {
-	defer h.recycle() // runs last
+	p := h.plugin
+	if len(p.ends) > 0 {
+		h.streamEnds()
+	}
+	if p.stats.untimed {
+		p.stats.flush()
+	}
+	h.recycle()
+}
+
+// streamEnds runs the features' ends of the stream, recovering a panic (the context is recycled
+// after it all the same).
+func (h *httpContext) streamEnds() {
 	defer h.plugin.panics.recoverPanic("the end of a stream")
 	for _, end := range h.plugin.ends {
 		end(h)

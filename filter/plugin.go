@@ -62,6 +62,7 @@ func (e *env) updated(rs *ruleState, attempts int, err error) error {
 type pluginContext struct {
 	types.DefaultPluginContext
 	env
+	stats        *statsHost // the host, with the counters kept in the guest until flushed
 	rules        []ruleState
 	configErrors counter
 	free         []*httpContext       // contexts of finished streams, for the next streams (see recycle)
@@ -83,9 +84,9 @@ type pluginContext struct {
 
 // newPluginContext returns a plugin context on h, not started.
 func newPluginContext(h host) *pluginContext {
-	p := &pluginContext{}
-	p.host = h
-	p.panics.host = h
+	p := &pluginContext{stats: &statsHost{host: h}}
+	p.host = p.stats
+	p.panics.host = p.stats
 	return p
 }
 
@@ -101,7 +102,9 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 			p.panics.recovered("the plugin start", r)
 			status = types.OnPluginStartStatusFailed
 		}
+		p.stats.flush() // a refused start gets no tick; a restart's old counts go now
 	}()
+	p.stats.flush() // what the configuration before counted
 	p.configErrors = newCounter(p.host, "meshlimit.config_errors")
 	p.panics.count = newCounter(p.host, "meshlimit.panics")
 	if err := p.start(); err != nil {
@@ -110,10 +113,13 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		return types.OnPluginStartStatusFailed
 	}
 	if period := p.tickPeriod(); period > 0 {
-		if err := p.host.setTick(period); err != nil {
+		if err := p.host.setTick(period); err != nil { // which flushes the counters too
 			logf(p.host, logCritical, "meshlimit: shaping and leases need a timer: %v", err)
 			return types.OnPluginStartStatusFailed
 		}
+	} else if err := p.host.setTick(statsFlushMillis); err != nil {
+		p.stats.untimed = true
+		logf(p.host, logWarn, "meshlimit: no timer for the counters' flush (%v): each stream's end flushes them", err)
 	}
 	logf(p.host, logInfo, "meshlimit: %s", p.cfg.Summary())
 	return types.OnPluginStartStatusOK
@@ -171,6 +177,22 @@ func (p *pluginContext) startFeatures(owner uint64) {
 	p.sheds.start(e, owner, &p.permits, p.cfg.Shedders, keyPrefix+p.name+"/shed/")
 	p.msgs.start(e, p.rules)
 	p.ends = p.endHooks()
+	p.markGiveBacks()
+}
+
+// markGiveBacks tells each rule whether a decision after it may deny a request it admitted
+// (ruleState.givesBack): a later rule, a shedder, the decision service, or a rule that reads its
+// cost from the body or settles it, or counts messages, anywhere in the configuration.
+func (p *pluginContext) markGiveBacks() {
+	later := p.global != nil || len(p.sheds.list) > 0
+	for i := range p.rules {
+		r := p.rules[i].rule
+		later = later || r.ReservesFromBody() || r.Settle() != nil || r.Messages() != nil || r.Scope != rules.ScopeLocal
+	}
+	for i := len(p.rules) - 1; i >= 0; i-- {
+		p.rules[i].givesBack = later
+		later = true // a rule before another: the later one may deny
+	}
 }
 
 // newRuleState creates the shared-data tables of a rule, under keys that start with base: one per
@@ -233,6 +255,7 @@ func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext { return p.n
 func (p *pluginContext) OnTick() {
 	defer p.panics.recoverPanic("a tick")
 	now := p.host.now()
+	p.stats.flush() // first: a feature's panic does not keep the counts from the host
 	if p.global != nil {
 		p.global.tick(now)
 	}
@@ -243,4 +266,10 @@ func (p *pluginContext) OnTick() {
 	p.permits.renew(now)
 	p.sheds.tick(now)
 	p.resets.poll(now)
+}
+
+// OnPluginDone implements types.PluginContext: the counts still in the guest go to the host.
+func (p *pluginContext) OnPluginDone() bool {
+	p.stats.flush()
+	return true
 }

@@ -62,6 +62,7 @@ func TestPluginAnswersTheThirdRequestOfABurstOfTwoWithA429(t *testing.T) {
 	assert.Equal(t, uint32(429), reply.StatusCode)
 	retry, _ := pairValue(reply.Headers, "retry-after")
 	assert.Equal(t, "1800", retry, "one of 2/h comes back in half an hour")
+	host.Tick() // the counters kept in the guest reach the host on the tick
 	n, _ := host.GetCounterMetric("meshlimit.rule.per-ip.limited")
 	assert.Equal(t, uint64(1), n)
 }

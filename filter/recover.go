@@ -24,7 +24,7 @@ type panicGuard struct {
 
 // recovered counts a recovered panic and logs the first of this VM.
 func (g *panicGuard) recovered(where string, r any) {
-	if g.count.h != nil {
+	if g.count.s != nil {
 		g.count.inc(1)
 	}
 	if g.logged {
@@ -55,6 +55,7 @@ func (g *panicGuard) recoverContinue(where string, act *types.Action) {
 // being decided, or of the global rules already collected. It returns the callback's action.
 func (h *httpContext) panicked(where string, r any) types.Action {
 	p := h.plugin
+	p.endHeaders(h)
 	p.panics.recovered(where, r)
 	if h.call.deadline != 0 { // a call went out: its answer must not decide the request again
 		p.global.unwait(h)

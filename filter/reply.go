@@ -61,7 +61,11 @@ func (r *replier) addQuota(h *httpContext) {
 }
 
 func (r *replier) addFields(outcomes []rules.Outcome) {
-	r.fields, r.buf = r.cfg.Response.AppendAllowed(r.fields[:0], r.buf[:0], outcomes, rand.Uint64())
+	random := uint64(0) // drawn only for a configured jitter
+	if r.cfg.Response.AllowedUsesRandom() {
+		random = rand.Uint64()
+	}
+	r.fields, r.buf = r.cfg.Response.AppendAllowed(r.fields[:0], r.buf[:0], outcomes, random)
 	for _, f := range r.fields {
 		r.host.addHeader(responsePart, f.Name, f.Value) // the host copies the value
 	}

@@ -25,6 +25,10 @@ type ruleState struct {
 	overflow  []rules.LimitSpec    // what keys without room are decided against in tables[0]
 	settle    *settleMetrics       // the counters of a rule whose cost settles (settle.go), once used
 	metrics   ruleMetrics
+	// givesBack: something decided after the rule may deny the request it admitted (a later rule,
+	// a shedder, the service, the body stage), so its takes are recorded to be given back. Set
+	// when the plugin starts (markGiveBacks); the last rule of a plain configuration records none.
+	givesBack bool
 }
 
 // newTables creates the tables of a rate rule: one per limit set; a local counted rule has a second

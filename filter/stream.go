@@ -20,15 +20,32 @@ type stream struct {
 	taken     takenScratch // the local takes of a request waiting for the service, given back if it denies
 }
 
-// reset clears s for another stream.
+// reset clears s for another stream: only the parts a stream sets are written, each only when the
+// stream used it (a plain stream clears a few words, not the whole context); the arrays that let
+// a warm request allocate nothing are kept, and nothing an old configuration's rules left stays
+// reachable.
 func (s *stream) reset() {
-	s.quota.reset()
-	s.charges.reset()
-	s.msgs.reset()
-	clear(s.taken.list[:cap(s.taken.list)]) // no take keeps an old configuration's rules alive
-	clear(s.taken.global[:cap(s.taken.global)])
-	s.taken.reset(0)
-	*s = stream{quota: s.quota, charges: s.charges, settleMem: s.settleMem, msgs: s.msgs, taken: s.taken}
+	s.id, s.calls, s.settle, s.permits = 0, 0, nil, nil
+	if s.quota.outcomes != nil || cap(s.quota.spare) > 0 {
+		s.quota.reset()
+	}
+	if cap(s.charges.list) > 0 || s.charges.waiting {
+		s.charges.reset()
+	}
+	if s.msgs.rule != nil || s.msgs.proto != protoNone {
+		s.msgs.reset()
+	}
+	if cap(s.taken.list) > 0 || cap(s.taken.global) > 0 {
+		clear(s.taken.list[:cap(s.taken.list)]) // no take keeps an old configuration's rules alive
+		clear(s.taken.global[:cap(s.taken.global)])
+		s.taken.reset(0)
+	}
+	if s.call.items != nil || s.call.outcomes != nil || s.call.deadline != 0 || s.call.delay != 0 {
+		s.call = callStream{}
+	}
+	if s.shed != (shedSlot{}) {
+		s.shed = shedSlot{}
+	}
 }
 
 // newSettling gives the stream a fresh settling: the one it kept from an earlier stream (arrays

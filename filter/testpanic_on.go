@@ -10,6 +10,9 @@ const panicHeader = "x-meshlimit-test-panic"
 
 var panicNextTick bool
 
+// testPanics is whether this build panics on demand (see testpanic.go).
+const testPanics = true
+
 func testPanic(h host, where string) {
 	switch where {
 	case panicTick:

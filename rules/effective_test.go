@@ -162,3 +162,9 @@ func TestEffectiveWindowJitterIsCheckedLikeRetryAfterJitter(t *testing.T) {
 	}
 	assert.Equal(t, 1500*time.Millisecond, responseOf(t, `{"effective_window_jitter": "1500ms"}`).WindowJitter)
 }
+
+func TestAnAllowedResponseDrawsARandomNumberOnlyForAConfiguredJitter(t *testing.T) {
+	assert.False(t, responseOf(t, `{}`).AllowedUsesRandom())
+	assert.False(t, responseOf(t, `{"retry_after_jitter": "5s"}`).AllowedUsesRandom(), "Retry-After is not on an allowed response")
+	assert.True(t, responseOf(t, `{"effective_window_jitter": "5s"}`).AllowedUsesRandom())
+}

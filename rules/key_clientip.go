@@ -5,6 +5,53 @@ import (
 	"strings"
 )
 
+// ClientAddr is a client address parsed once: what source.address or an x-forwarded-for entry
+// holds, unmapped and without zone, plus its text when that text is already the key form of the
+// whole address (a canonical IPv4 address, the usual case), so that a part keying the whole
+// address appends it without rendering. Every key part and shedder share key of a request reads
+// the one parse of source.address (Request.SourceAddr).
+type ClientAddr struct {
+	addr netip.Addr
+	text string // the canonical IPv4 text of addr, or "" (render addr)
+	ok   bool   // false: not an address (the part is missing)
+}
+
+// ParseClientAddr parses s as parseClientAddr does. A canonical IPv4 address with an optional
+// port is parsed in one pass; every other form goes through netip. It does not allocate.
+func ParseClientAddr(s string) ClientAddr {
+	if a, n, ok := parseIPv4Prefix(s); ok && (n == len(s) || s[n] == ':' && isPort(s[n+1:])) {
+		return ClientAddr{addr: a, text: s[:n], ok: true}
+	}
+	addr, ok := parseClientAddr(s)
+	return ClientAddr{addr: addr, ok: ok}
+}
+
+// parseIPv4Prefix parses the canonical IPv4 address s starts with (four decimal fields from 0 to
+// 255 without leading zeros: the one form netip accepts and renders) and returns how many bytes
+// it took; ok is false when s does not start with one.
+func parseIPv4Prefix(s string) (addr netip.Addr, n int, ok bool) {
+	var b [4]byte
+	i := 0
+	for f := 0; f < 4; f++ {
+		if f > 0 {
+			if i >= len(s) || s[i] != '.' {
+				return addr, 0, false
+			}
+			i++
+		}
+		v, start := 0, i
+		for i < len(s) && i-start < 3 && s[i] >= '0' && s[i] <= '9' {
+			v = v*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || v > 255 || i-start > 1 && s[start] == '0' || i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			return addr, 0, false
+		}
+		b[f] = byte(v)
+	}
+	return netip.AddrFrom4(b), i, true
+}
+
 // appendClientIP appends the client address, masked as configured. The address comes from
 // source.address when trustedHops is 0, else from the trustedHops-th entry of
 // x-forwarded-for counted from the right (1 = the rightmost); a repeated x-forwarded-for
@@ -12,54 +59,23 @@ import (
 // that is not an IP address (with an optional port, brackets or zone), make the part missing:
 // the header's untrusted left side is never consulted.
 func (p *keyPart) appendClientIP(dst []byte, req Request) ([]byte, KeyStatus) {
-	var s string
+	var a ClientAddr
 	if p.trustedHops == 0 {
-		s = req.SourceAddress()
+		a = req.SourceAddr()
 	} else {
-		var ok bool
-		if s, ok = forwardedFromRight(req, p.trustedHops); !ok {
+		s, ok := forwardedFromRight(req, p.trustedHops)
+		if !ok {
 			return dst, KeySkip
 		}
+		a = ParseClientAddr(s)
 	}
-	host, ok := clientHost(s)
-	if !ok {
+	if !a.ok {
 		return dst, KeySkip
 	}
-	// The usual case, a plain IPv4 address keyed whole, is already in key form: netip would
-	// render exactly the canonical text it parsed.
-	if p.v4Bits >= 32 && isCanonicalIPv4(host) {
-		return append(dst, host...), KeyFound
+	if p.v4Bits >= 32 && a.text != "" { // already in key form
+		return append(dst, a.text...), KeyFound
 	}
-	addr, err := netip.ParseAddr(host)
-	if err != nil {
-		return dst, KeySkip
-	}
-	return p.appendMasked(dst, addr.Unmap())
-}
-
-// isCanonicalIPv4 reports whether s is an IPv4 address in the one form netip accepts and renders:
-// four decimal fields from 0 to 255, without leading zeros.
-func isCanonicalIPv4(s string) bool {
-	fields, v, digits := 0, 0, 0
-	for i := 0; i <= len(s); i++ {
-		if i == len(s) || s[i] == '.' {
-			if digits == 0 || v > 255 {
-				return false
-			}
-			if fields++; fields > 4 {
-				return false
-			}
-			v, digits = 0, 0
-			continue
-		}
-		c := s[i]
-		if c < '0' || c > '9' || digits == 3 || digits == 1 && v == 0 {
-			return false
-		}
-		v = v*10 + int(c-'0')
-		digits++
-	}
-	return fields == 4
+	return p.appendMasked(dst, a.addr)
 }
 
 // forwardedFromRight returns the n-th (n ≥ 1) entry of the x-forwarded-for values counted from

@@ -23,6 +23,8 @@ type fakeRequest struct {
 
 	norm     []byte // the normalized path, computed once
 	normDone bool
+
+	sourceParses int // SourceAddr calls
 }
 
 func (r *fakeRequest) HeaderValue(name string, i int) (string, bool) {
@@ -47,6 +49,10 @@ func (r *fakeRequest) Path() string          { return r.path }
 func (r *fakeRequest) Host() string          { return r.host }
 func (r *fakeRequest) RouteName() string     { return r.route }
 func (r *fakeRequest) SourceAddress() string { return r.source }
+func (r *fakeRequest) SourceAddr() ClientAddr {
+	r.sourceParses++
+	return ParseClientAddr(r.source)
+}
 func (r *fakeRequest) Property(path []string) (string, bool) {
 	v, ok := r.props[strings.Join(path, ".")]
 	return v, ok

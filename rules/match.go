@@ -29,6 +29,8 @@ type Request interface {
 	RouteName() string
 	// SourceAddress returns the source.address property: "ip:port", or "[ipv6]:port".
 	SourceAddress() string
+	// SourceAddr returns ParseClientAddr(SourceAddress()), parsed at most once per request.
+	SourceAddr() ClientAddr
 	// Property returns an Envoy attribute by its path segments, e.g.
 	// ["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", "payload", "sub"];
 	// the slice is the plugin's to pass to proxywasm.GetProperty as is and must not be

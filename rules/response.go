@@ -255,6 +255,10 @@ func (r *Response) appendRetryAfter(dst []Field, buf []byte, outcomes []Outcome,
 	return append(dst, Field{HeaderRetryAfter, buf[start:]}), buf
 }
 
+// AllowedUsesRandom reports whether AppendAllowed reads its random argument (effective_window_jitter
+// is set): without it the caller passes 0 and draws nothing.
+func (r *Response) AllowedUsesRandom() bool { return r.windowSecond > 0 }
+
 // windowJitter is the jitter of t that random picks: 0 to effective_window_jitter whole seconds,
 // drawn from other bits of random than the Retry-After jitter.
 func (r *Response) windowJitter(random uint64) int64 {

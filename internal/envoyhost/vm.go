@@ -278,6 +278,19 @@ func (v *VM) runDeferred() {
 	}
 }
 
+// TickNow delivers a tick now, whatever the timer's due time, and leaves the timer as it was: a
+// test reads what the guest hands the host on its tick (the counters it keeps) without moving the
+// clock. A failed or closed VM gets none.
+func (v *VM) TickNow() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.failed != nil || v.closed || v.ex.onTick == nil {
+		return
+	}
+	v.call(v.ex.onTick, "proxy_on_tick", v.rootID, uint64(v.rootID))
+	v.runDeferred()
+}
+
 // fireTick delivers one due tick (§5) and re-arms the timer. It is called by
 // Clock.Advance without the clock's lock.
 func (v *VM) fireTick(due time.Time) {

@@ -13,6 +13,14 @@ func TestDecimalsInHeadersAreWhatStrconvWrites(t *testing.T) {
 	for _, n := range []int64{0, 1, 9, 10, 99, 100, 12345, MaxInteger, math.MaxInt64, -1, -10, math.MinInt64} {
 		assert.Equal(t, strconv.FormatInt(n, 10), string(appendDecimal([]byte("x"), n)[1:]), "%d", n)
 	}
+	for n := int64(-1000); n <= 100000; n++ { // every digit pair at every position of a short number
+		if got, want := string(appendDecimal(nil, n)), strconv.FormatInt(n, 10); got != want {
+			require.Equal(t, want, got, "%d", n)
+		}
+	}
+	for n := uint64(1); n < math.MaxInt64/10; n = n*10 + n%7 { // every length
+		require.Equal(t, strconv.FormatUint(n, 10), string(appendDecimal(nil, int64(n))))
+	}
 }
 
 func TestAnIntegerOutsideTheRangeIsWrittenAtItsBound(t *testing.T) {
