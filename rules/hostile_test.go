@@ -254,6 +254,14 @@ func TestAppendNormalizedPath(t *testing.T) {
 		{"/;x/api", "/api"},
 		{"/api%3Bx", "/api%3Bx"},
 		{"/api;x?y=1", "/api"},
+		{"/login.", "/login"},
+		{"/login%2e", "/login"},
+		{"/login..%2E./", "/login/"},
+		{"/a.../b", "/a/b"},
+		{"/v1.2/x", "/v1.2/x"},
+		{"/login.;x", "/login"},
+		{"/%2", "/%2"},
+		{"/%2%2e", "/%2"},
 	}
 	for _, tc := range tests {
 		assert.Equal(t, tc.want, string(AppendNormalizedPath(nil, tc.in)), tc.in)
@@ -266,7 +274,7 @@ func TestAppendNormalizedPath(t *testing.T) {
 // longer than the input (plus the '/' it may add), is already normalized, and has no empty,
 // "." or ".." segment.
 func FuzzNormalizedPath(f *testing.F) {
-	for _, s := range []string{"", "/", "//api", "/%61pi", "/./api", "/x/../api", "/%%36%31", "/%6%31", "/a/b/..", "*", "/%2e%2E/%2F?#", "/..;/a", "/a;b/c;d", "/%;61", "/%6;%31", strings.Repeat("/..", 300)} {
+	for _, s := range []string{"", "/", "//api", "/%61pi", "/./api", "/x/../api", "/%%36%31", "/%6%31", "/a/b/..", "*", "/%2e%2E/%2F?#", "/..;/a", "/a;b/c;d", "/%;61", "/%6;%31", "/login.", "/login%2e", "/a.../b", "/%2%2e", "/.../x./", strings.Repeat("/..", 300)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
