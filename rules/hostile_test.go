@@ -172,6 +172,16 @@ func TestIgnoreCaseMatchesThePathInAnyCase(t *testing.T) {
 	assert.False(t, strict.Matches(&fakeRequest{path: "/API/users"}), "case matters without ignore_case")
 }
 
+func TestATrailingDotSpellingMatchesTheRuleOfItsPlainPath(t *testing.T) {
+	r := ruleOf(t, `{"name": "r", "limits": [{"rate": "1/s"}], "match": {"path": {"exact": "/login", "ignore_case": true}}}`)
+	for _, p := range []string{"/login.", "/login%2e", "/LOGIN..", "/%4Cogin.;x", "/x/../login./"} {
+		assert.True(t, r.Matches(&fakeRequest{path: p}), "%s is /login", p)
+	}
+	assert.False(t, r.Matches(&fakeRequest{path: "/login.json"}), "exact keeps its meaning: a format suffix is another path")
+	_, err := ParseConfig([]byte(`{"rules": [{"name": "r", "limits": [{"rate": "1/s"}], "match": {"path": {"exact": "/login."}}}]}`))
+	assert.ErrorContains(t, err, `"/login." never matches: paths are matched in normalized form; write "/login"`)
+}
+
 func TestHostVariantsDoNotEscapeHosts(t *testing.T) {
 	r := ruleOf(t, `{"name": "r", "limits": [{"rate": "1/s"}], "match": {"hosts": ["api.example.com", "*.corp.example"]}}`)
 	for _, h := range []string{"api.example.com", "API.Example.COM", "api.example.com.", "api.example.com:8443", "api.example.com.:443", "x.corp.example.", "X.CORP.EXAMPLE:1"} {
