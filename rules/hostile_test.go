@@ -172,6 +172,16 @@ func TestIgnoreCaseMatchesThePathInAnyCase(t *testing.T) {
 	assert.False(t, strict.Matches(&fakeRequest{path: "/API/users"}), "case matters without ignore_case")
 }
 
+func TestATrailingDotSpellingMatchesTheRuleOfItsPlainPath(t *testing.T) {
+	r := ruleOf(t, `{"name": "r", "limits": [{"rate": "1/s"}], "match": {"path": {"exact": "/login", "ignore_case": true}}}`)
+	for _, p := range []string{"/login.", "/login%2e", "/LOGIN..", "/%4Cogin.;x", "/x/../login./"} {
+		assert.True(t, r.Matches(&fakeRequest{path: p}), "%s is /login", p)
+	}
+	assert.False(t, r.Matches(&fakeRequest{path: "/login.json"}), "exact keeps its meaning: a format suffix is another path")
+	_, err := ParseConfig([]byte(`{"rules": [{"name": "r", "limits": [{"rate": "1/s"}], "match": {"path": {"exact": "/login."}}}]}`))
+	assert.ErrorContains(t, err, `"/login." never matches: paths are matched in normalized form; write "/login"`)
+}
+
 func TestHostVariantsDoNotEscapeHosts(t *testing.T) {
 	r := ruleOf(t, `{"name": "r", "limits": [{"rate": "1/s"}], "match": {"hosts": ["api.example.com", "*.corp.example"]}}`)
 	for _, h := range []string{"api.example.com", "API.Example.COM", "api.example.com.", "api.example.com:8443", "api.example.com.:443", "x.corp.example.", "X.CORP.EXAMPLE:1"} {
@@ -254,6 +264,14 @@ func TestAppendNormalizedPath(t *testing.T) {
 		{"/;x/api", "/api"},
 		{"/api%3Bx", "/api%3Bx"},
 		{"/api;x?y=1", "/api"},
+		{"/login.", "/login"},
+		{"/login%2e", "/login"},
+		{"/login..%2E./", "/login/"},
+		{"/a.../b", "/a/b"},
+		{"/v1.2/x", "/v1.2/x"},
+		{"/login.;x", "/login"},
+		{"/%2", "/%2"},
+		{"/%2%2e", "/%2"},
 	}
 	for _, tc := range tests {
 		assert.Equal(t, tc.want, string(AppendNormalizedPath(nil, tc.in)), tc.in)
@@ -266,7 +284,7 @@ func TestAppendNormalizedPath(t *testing.T) {
 // longer than the input (plus the '/' it may add), is already normalized, and has no empty,
 // "." or ".." segment.
 func FuzzNormalizedPath(f *testing.F) {
-	for _, s := range []string{"", "/", "//api", "/%61pi", "/./api", "/x/../api", "/%%36%31", "/%6%31", "/a/b/..", "*", "/%2e%2E/%2F?#", "/..;/a", "/a;b/c;d", "/%;61", "/%6;%31", strings.Repeat("/..", 300)} {
+	for _, s := range []string{"", "/", "//api", "/%61pi", "/./api", "/x/../api", "/%%36%31", "/%6%31", "/a/b/..", "*", "/%2e%2E/%2F?#", "/..;/a", "/a;b/c;d", "/%;61", "/%6;%31", "/login.", "/login%2e", "/a.../b", "/%2%2e", "/.../x./", strings.Repeat("/..", 300)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {

@@ -15,6 +15,8 @@ package rules
 //   - empty segments are dropped, so runs of slashes merge: "//api" is "/api";
 //   - dot segments are resolved after decoding: "/./api", "/x/../api" and "/%2e%2e/api" are all
 //     "/api", and ".." never climbs above the root;
+//   - the trailing dots of a segment that is not made of dots only are dropped, as IIS and
+//     Windows do: "/login." and "/login%2e" are "/login", "/a.../b" is "/a/b";
 //   - the result starts with '/' ("" and "*" become "/" and "/*"); a trailing slash is kept, and a
 //     path whose last segment was "." or ".." ends with one ("/a/b/.." is "/a/").
 //
@@ -82,10 +84,25 @@ func endSegment(dst []byte, root, segStart int, last bool) []byte {
 		}
 		return dst
 	}
+	dst = trimTrailingDots(dst, segStart)
 	if !last {
 		dst = append(dst, '/')
 	}
 	return dst
+}
+
+// trimTrailingDots drops the trailing dots of the segment dst[segStart:] unless it is made of dots
+// only ("login." and "login%2e." are "login", "..." stays), as IIS and Windows file systems
+// drop them before they look the name up.
+func trimTrailingDots(dst []byte, segStart int) []byte {
+	end := len(dst)
+	for end > segStart && dst[end-1] == '.' {
+		end--
+	}
+	if end == segStart {
+		return dst
+	}
+	return dst[:end]
 }
 
 // pathByte reads the byte at p[i]: a decoded unreserved character when p[i:] starts with its
