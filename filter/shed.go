@@ -187,8 +187,11 @@ func (s *shedder) admitFirst(h *httpContext, now int64) bool {
 		return false
 	}
 	st := &s.list[idx]
-	client := s.offer(st)
+	client := s.clientOf(st)
 	class, shedIt := s.admitOne(st, now)
+	if shedIt && st.cfg.Adaptive != nil {
+		st.share.Shed(client)
+	}
 	if class >= 0 {
 		h.shed = shedSlot{class: class, idx: idx, held: true, shared: st.ed.Shared, admitted: now, key: st.taken, keyed: st.keyed, client: client}
 	}
@@ -200,16 +203,14 @@ func (s *shedder) admitFirst(h *httpContext, now int64) bool {
 	return true
 }
 
-// offer counts the current request in the sample share of an adaptive shedder st and returns
-// the hash of its share_key value (0 without a controller).
-func (s *shedder) offer(st *shedState) uint64 {
+// clientOf returns the hash of the current request's share_key value for an adaptive shedder st
+// (its samples' share, shed.SampleShare), 0 without a controller.
+func (s *shedder) clientOf(st *shedState) uint64 {
 	if st.cfg.Adaptive == nil {
 		return 0
 	}
 	st.kbuf = st.cfg.ShareKey(&s.d.req, st.kbuf)
-	client := fnv64(st.kbuf)
-	st.share.Offer(client)
-	return client
+	return fnv64(st.kbuf)
 }
 
 // fnv64 is the 64-bit FNV-1a hash of b.

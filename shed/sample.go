@@ -105,32 +105,32 @@ const ShareBuckets = 64
 
 // SampleShare bounds the weight one client (a share_key value, hashed by the caller) has in the
 // samples of a worker's interval, or of a whole probe: a client's sample is kept only while it has
-// kept no more samples than all the other clients together, unless no other client offered a
-// request since the last Reset (a client alone, such as the only gateway in front of the proxy,
-// is the only measure there is). So a client that answers itself fast (fast 200s or 304s) holds
-// at most half of the count, where the latency weighting leaves it little weight, and a client
-// that holds every slot of a probe keeps one sample until another client gets one: the probe then
-// gathers too few samples to measure, and the last ideal latency stays (issue 20). The zero
-// SampleShare is empty; it does not allocate.
+// kept no more samples than all the other clients together, unless no other client kept a sample
+// or was shed since the last Reset (a client alone, such as the only gateway in front of the
+// proxy, is the only measure there is; a client whose requests are no samples, 404s, changes
+// nothing). So a client that has its own requests answered fast (200s, 304s) holds at most half
+// of the count, where the latency weighting leaves it little weight, and a client that holds
+// every slot of a probe while others are shed keeps one sample per worker: the probe gathers too
+// few to measure, and the last ideal latency stays (issue 20). The zero SampleShare is empty; it
+// does not allocate.
 type SampleShare struct {
-	offered, kept [ShareBuckets]uint32
-	offers, keeps uint32
+	shed, kept   [ShareBuckets]uint32
+	sheds, keeps uint32
 }
 
 func shareBucket(key uint64) int { return int(mix(key) % ShareBuckets) }
 
-// Offer counts a request of the client key reaching the shedder, admitted or shed.
-func (ss *SampleShare) Offer(key uint64) {
-	b := shareBucket(key)
-	ss.offered[b]++
-	ss.offers++
+// Shed counts a request of the client key that the shedder shed.
+func (ss *SampleShare) Shed(key uint64) {
+	ss.shed[shareBucket(key)]++
+	ss.sheds++
 }
 
 // Keep reports whether a sample of the client key may be recorded, and counts it when it may.
 func (ss *SampleShare) Keep(key uint64) bool {
 	b := shareBucket(key)
 	others := ss.keeps - ss.kept[b]
-	if ss.offers > ss.offered[b] && ss.kept[b] > others {
+	if (others > 0 || ss.sheds > ss.shed[b]) && ss.kept[b] > others {
 		return false
 	}
 	ss.kept[b]++
