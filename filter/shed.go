@@ -76,7 +76,7 @@ type shedState struct {
 	kbuf     []byte           // scratch of the class, enforcement and share keys
 	keys     keyShare         // key_share: the slots each share_key value holds (shed_keys.go)
 	taken    keySlot          // admitOne's output: the key share slot of the request it admitted
-	share    shed.SampleShare // the weight of each share_key value in the samples (adaptive only)
+	samples  shed.SampleShare // the weight of each share_key value in the samples (adaptive only)
 	keyed    bool             // admitOne's output: taken is held
 }
 
@@ -190,7 +190,7 @@ func (s *shedder) admitFirst(h *httpContext, now int64) bool {
 	client := s.clientOf(st)
 	class, shedIt := s.admitOne(st, now)
 	if shedIt && st.cfg.Adaptive != nil {
-		st.share.Shed(client)
+		st.samples.Shed(client)
 	}
 	if class >= 0 {
 		h.shed = shedSlot{class: class, idx: idx, held: true, shared: st.ed.Shared, admitted: now, key: st.taken, keyed: st.keyed, client: client}
@@ -317,7 +317,7 @@ func (s *shedder) responded(h *httpContext) {
 	}
 	st, now := &s.list[sl.idx], s.host.now()
 	if st.cfg.Adaptive != nil {
-		st.sampler.RecordShared(&st.local, &st.share, sl.client, sl.admitted, sl.sent, now, s.answer())
+		st.sampler.RecordShared(&st.local, &st.samples, sl.client, sl.admitted, sl.sent, now, s.answer())
 	}
 	s.release(st, sl, now)
 }
@@ -483,7 +483,7 @@ func (s *shedder) tickOne(st *shedState, now int64) {
 	}
 	next := g.Sampler(&ge.State)
 	if now > 0 {
-		st.share.Next(st.sampler, next)
+		st.samples.Next(st.sampler, next)
 	}
 	st.sampler = next
 	st.metrics.capacity.set(st.capacity)
