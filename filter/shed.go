@@ -72,11 +72,12 @@ type shedState struct {
 	histEd   sharedstate.HistogramEditor
 	metrics  shedMetrics
 	buf      []byte
-	hdrs     [2][2]string // the shed reply's headers
-	kbuf     []byte       // scratch of the class, enforcement and share keys
-	keys     keyShare     // key_share: the slots each share_key value holds (shed_keys.go)
-	taken    keySlot      // admitOne's output: the key share slot of the request it admitted
-	keyed    bool         // admitOne's output: taken is held
+	hdrs     [2][2]string     // the shed reply's headers
+	kbuf     []byte           // scratch of the class, enforcement and share keys
+	keys     keyShare         // key_share: the slots each share_key value holds (shed_keys.go)
+	taken    keySlot          // admitOne's output: the key share slot of the request it admitted
+	samples  shed.SampleShare // the weight of each share_key value in the samples (adaptive only)
+	keyed    bool             // admitOne's output: taken is held
 }
 
 type shedMetrics struct {
@@ -96,6 +97,7 @@ type shedSlot struct {
 	sent     int64   // when its request ended (unix ns; 0 until then): its latency starts there
 	key      keySlot // the key share slot, if keyed
 	keyed    bool
+	client   uint64 // the hash of its share_key value (adaptive only): its samples' share
 }
 
 // shedder is a plugin's load shedders, in configuration order.
@@ -185,9 +187,13 @@ func (s *shedder) admitFirst(h *httpContext, now int64) bool {
 		return false
 	}
 	st := &s.list[idx]
+	client := s.clientOf(st)
 	class, shedIt := s.admitOne(st, now)
+	if shedIt && st.cfg.Adaptive != nil {
+		st.samples.Shed(client)
+	}
 	if class >= 0 {
-		h.shed = shedSlot{class: class, idx: idx, held: true, shared: st.ed.Shared, admitted: now, key: st.taken, keyed: st.keyed}
+		h.shed = shedSlot{class: class, idx: idx, held: true, shared: st.ed.Shared, admitted: now, key: st.taken, keyed: st.keyed, client: client}
 	}
 	if !shedIt {
 		return false
@@ -195,6 +201,25 @@ func (s *shedder) admitFirst(h *httpContext, now int64) bool {
 	s.permits.releaseAcquired(now)
 	s.reply(st)
 	return true
+}
+
+// clientOf returns the hash of the current request's share_key value for an adaptive shedder st
+// (its samples' share, shed.SampleShare), 0 without a controller.
+func (s *shedder) clientOf(st *shedState) uint64 {
+	if st.cfg.Adaptive == nil {
+		return 0
+	}
+	st.kbuf = st.cfg.ShareKey(&s.d.req, st.kbuf)
+	return fnv64(st.kbuf)
+}
+
+// fnv64 is the 64-bit FNV-1a hash of b.
+func fnv64(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h
 }
 
 // admitOne decides the current request with the shedder st; it returns the class when a slot was
@@ -292,7 +317,7 @@ func (s *shedder) responded(h *httpContext) {
 	}
 	st, now := &s.list[sl.idx], s.host.now()
 	if st.cfg.Adaptive != nil {
-		st.sampler.RecordFrom(&st.local, sl.admitted, sl.sent, now, s.answer())
+		st.sampler.RecordShared(&st.local, &st.samples, sl.client, sl.admitted, sl.sent, now, s.answer())
 	}
 	s.release(st, sl, now)
 }
@@ -456,7 +481,11 @@ func (s *shedder) tickOne(st *shedState, now int64) {
 	if c := ge.State.Capacity(); c > 0 {
 		st.capacity = c
 	}
-	st.sampler = g.Sampler(&ge.State)
+	next := g.Sampler(&ge.State)
+	if now > 0 {
+		st.samples.Next(st.sampler, next)
+	}
+	st.sampler = next
 	st.metrics.capacity.set(st.capacity)
 }
 

@@ -314,6 +314,11 @@ func (v *validator) shedKeyShare(path string, sj *shedJSON, s *Shed) {
 		if len(sj.ShareKey) > 0 {
 			v.failf(path+".share_key", "only with key_share: the share one key value may hold")
 		}
+		if sj.Adaptive != nil { // the controller's samples are held to each client's share
+			if kp, ok := v.keyPart(path+".share_key[0]", &keyPartJSON{ClientIP: &clientIPJSON{}}); ok {
+				s.shareKey = append(s.shareKey, kp)
+			}
+		}
 		return
 	}
 	share := int(v.intIn(path+".key_share", sj.KeyShare, 1, 1000))
@@ -349,7 +354,8 @@ func (s *Shed) KeyShareSlots() int {
 	return int(min(max(4*c, 64), 1<<20))
 }
 
-// ShareKey appends to buf[:0] the share_key value of req (a missing or conflicting part counts
+// ShareKey appends to buf[:0] the share_key value of req (with an adaptive capacity and no
+// key_share, the client's address: the key the controller's samples are shared by) (a missing or conflicting part counts
 // as the empty value) and returns it; it does not allocate when buf has room.
 func (s *Shed) ShareKey(req Request, buf []byte) []byte {
 	buf = buf[:0]

@@ -75,15 +75,84 @@ func (sp Sampler) Record(h *Histogram, admitted, answered int64, answer Answer) 
 // the upstream's queue, and counted, a client trickling bodies that the upstream then answers at
 // once made every one of them a slow sample (issue 20). The probe's cutoff still reads admitted.
 func (sp Sampler) RecordFrom(h *Histogram, admitted, sent, answered int64, answer Answer) bool {
-	latency := time.Duration(max(answered-max(sent, admitted), 0))
-	switch {
+	if !sp.takes(admitted, sent, answered, answer) {
+		return false
+	}
+	h.Record(latencyOf(admitted, sent, answered))
+	return true
+}
+
+// takes reports whether the answer is a sample (see RecordFrom).
+func (sp Sampler) takes(admitted, sent, answered int64, answer Answer) bool {
+	switch latency := latencyOf(admitted, sent, answered); {
 	case answer == Served && sp.probing && admitted < sp.since:
 		return false
 	case answer == Served:
-	case answer == Refused && !sp.probing && sp.floor > 0 && toUsInt(latency) > sp.floor:
+		return true
 	default:
+		return answer == Refused && !sp.probing && sp.floor > 0 && toUsInt(latency) > sp.floor
+	}
+}
+
+// latencyOf is the upstream latency of a request: answered − max(sent, admitted), at least 0.
+func latencyOf(admitted, sent, answered int64) time.Duration {
+	return time.Duration(max(answered-max(sent, admitted), 0))
+}
+
+// ShareBuckets is the number of buckets a SampleShare counts clients in: clients whose keys hash
+// to the same bucket share its weight.
+const ShareBuckets = 64
+
+// SampleShare bounds the weight one client (a share_key value, hashed by the caller) has in the
+// samples of a worker's interval, or of a whole probe: a client's sample is kept only while it has
+// kept no more samples than all the other clients together, unless no other client kept a sample
+// or was shed since the last Reset (a client alone, such as the only gateway in front of the
+// proxy, is the only measure there is; a client whose requests are no samples, 404s, changes
+// nothing). So a client that has its own requests answered fast (200s, 304s) holds at most half
+// of the count, where the latency weighting leaves it little weight, and a client that holds
+// every slot of a probe while others are shed keeps one sample per worker: the probe gathers too
+// few to measure, and the last ideal latency stays (issue 20). The zero SampleShare is empty; it
+// does not allocate.
+type SampleShare struct {
+	shed, kept   [ShareBuckets]uint32
+	sheds, keeps uint32
+}
+
+func shareBucket(key uint64) int { return int(mix(key) % ShareBuckets) }
+
+// Shed counts a request of the client key that the shedder shed.
+func (ss *SampleShare) Shed(key uint64) {
+	ss.shed[shareBucket(key)]++
+	ss.sheds++
+}
+
+// Keep reports whether a sample of the client key may be recorded, and counts it when it may.
+func (ss *SampleShare) Keep(key uint64) bool {
+	b := shareBucket(key)
+	others := ss.keeps - ss.kept[b]
+	if (others > 0 || ss.sheds > ss.shed[b]) && ss.kept[b] > others {
 		return false
 	}
-	h.Record(latency)
+	ss.kept[b]++
+	ss.keeps++
+	return true
+}
+
+// Next prepares ss for the interval that prev's state gave way to, whose Sampler is next: it
+// empties ss unless both are a probe's (a probe's counts span its intervals, so that one client
+// cannot fill it one interval at a time).
+func (ss *SampleShare) Next(prev, next Sampler) {
+	if !prev.probing || !next.probing {
+		*ss = SampleShare{}
+	}
+}
+
+// RecordShared is RecordFrom for a request of the client key, whose sample is also held to its
+// share of ss (SampleShare.Keep).
+func (sp Sampler) RecordShared(h *Histogram, ss *SampleShare, key uint64, admitted, sent, answered int64, answer Answer) bool {
+	if !sp.takes(admitted, sent, answered, answer) || !ss.Keep(key) {
+		return false
+	}
+	h.Record(latencyOf(admitted, sent, answered))
 	return true
 }

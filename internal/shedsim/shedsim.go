@@ -101,6 +101,7 @@ type event struct {
 	headers  bool
 	class    int
 	key      int
+	client   uint64 // the client's hash in share
 	admitted time.Duration
 	answer   shed.Answer
 	stream   time.Duration // after the headers
@@ -128,6 +129,8 @@ type run struct {
 	ctrl    shed.GradientState
 	probing bool
 	sampler shed.Sampler
+	share   shed.SampleShare // each client's share of the samples, as a worker keeps it
+	clients uint64           // clients of their own (Key 0) so far
 	hist    shed.Histogram
 	pending events
 	next    []time.Duration // next arrival: per class, then per source
@@ -172,7 +175,9 @@ func (r *run) update(t time.Duration, sum shed.Summary) shed.Step {
 	var st shed.Step
 	r.ctrl, st = r.cfg.Gradient.Update(r.ctrl, r.start+int64(t), sum)
 	r.probing = st.Action == shed.Probe
+	prev := r.sampler
 	r.sampler = r.cfg.Gradient.Sampler(&r.ctrl)
+	r.share.Next(prev, r.sampler)
 	return st
 }
 
@@ -256,7 +261,8 @@ func (r *run) complete(e event) {
 	if e.key != 0 {
 		r.keys[e.key]--
 	}
-	r.sampler.Record(&r.hist, r.start+int64(e.admitted), r.start+int64(e.at), e.answer)
+	at := r.start + int64(e.admitted)
+	r.sampler.RecordShared(&r.hist, &r.share, e.client, at, at, r.start+int64(e.at), e.answer)
 	if e.stream > 0 {
 		heap.Push(&r.pending, event{at: e.at + e.stream})
 		return
@@ -297,7 +303,13 @@ func (r *run) arrive(at time.Duration, i int) {
 	if i >= shed.MaxClasses {
 		src = r.cfg.Sources[i-shed.MaxClasses]
 	}
+	client := uint64(src.Key) << 40
+	if src.Key == 0 {
+		r.clients++
+		client = r.clients
+	}
 	if !r.admit(src.Class, src.Key, i >= shed.MaxClasses) {
+		r.share.Shed(client)
 		return
 	}
 	lat := src.Latency
@@ -307,7 +319,7 @@ func (r *run) arrive(at time.Duration, i int) {
 		noise := 1 + r.cfg.Noise*(2*r.rng.Float64()-1)
 		lat = time.Duration(float64(u.Base) * load * noise)
 	}
-	e := event{at: at + lat, headers: true, class: src.Class, key: src.Key, admitted: at, answer: src.Answer}
+	e := event{at: at + lat, headers: true, class: src.Class, key: src.Key, client: client, admitted: at, answer: src.Answer}
 	if i < shed.MaxClasses {
 		e.stream = r.cfg.Stream
 	}
