@@ -136,7 +136,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 // whether the request is denied.
 func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []byte, cost, now int64, enforced bool) (denied bool) {
 	d, r := &p.d, rs.rule
-	out, err := p.limiter.Take(rs.tables[set.Index], key, now, cost)
+	out, err := p.limiter.TakeBounded(rs.tables[set.Index], key, now, cost, r.CostBound(cost))
 	if (out.Attempts > 1 || err != nil) && p.updated(rs, out.Attempts, err) != nil {
 		return rs.failed(enforced)
 	}
@@ -146,9 +146,9 @@ func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []by
 	}
 	d.count(rs, out.Allowed, enforced)
 	rs.nearLimit(out.Decisions, specs)
-	p.settle.reserve(rs, set.Index, key, &out, cost, now)
+	p.settle.reserve(rs, set.Index, key, &out, out.Cost, now)
 	if rs.givesBack {
-		d.taken.add(rs, set.Index, key, &out, cost)
+		d.taken.add(rs, set.Index, key, &out, out.Cost)
 	}
 	if enforced {
 		pk := p.cfg.Response.Partition(r, key)

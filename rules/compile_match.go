@@ -165,8 +165,14 @@ func (v *validator) pathValue(path string, m *stringMatch, ignoreCase bool) {
 			v.failf(path, "%q must start with \"/\"", m.value)
 			return
 		}
-		norm := string(AppendNormalizedPath(nil, m.value))
-		if norm != m.value {
+		// A prefix may end inside a segment ("/v1." matches "/v1.0/x"): it is checked as the start
+		// of a longer segment, so that only what normalization changes in any path it begins is refused.
+		probe := m.value
+		if m.kind == matchPrefix {
+			probe += "x"
+		}
+		if norm := string(AppendNormalizedPath(nil, probe)); norm != probe {
+			norm = string(AppendNormalizedPath(nil, m.value))
 			v.failf(path, "%q never matches: paths are matched in normalized form; write %q", m.value, norm)
 		}
 	case matchRegex:

@@ -321,3 +321,16 @@ func TestAnOverrideOfAPathOrHostIsWrittenInTheFormTheKeyHolds(t *testing.T) {
 	_, unlimited := r.Limits([]byte(k))
 	assert.True(t, unlimited)
 }
+
+// A prefix may end inside a segment: "/v1." is the start of "/v1.0/x", which normalization leaves
+// as it is, so it is accepted and matches it (the recheck of issue 20 found it refused), while a
+// prefix that normalization would change in every path it begins is still refused.
+func TestAPrefixEndingInsideASegmentWithADotIsAcceptedAndMatches(t *testing.T) {
+	r := ruleOf(t, `{"name": "r", "limits": [{"rate": "1/s"}], "match": {"path": {"prefix": "/v1."}}}`)
+	assert.True(t, r.Matches(&fakeRequest{path: "/v1.0/x"}))
+	assert.False(t, r.Matches(&fakeRequest{path: "/v1x"}))
+	for _, bad := range []string{"/api//", "/login;", "/a/./b"} {
+		_, err := ParseConfig([]byte(`{"rules": [{"name": "r", "limits": [{"rate": "1/s"}], "match": {"path": {"prefix": "` + bad + `"}}}]}`))
+		assert.ErrorContains(t, err, "never matches", bad)
+	}
+}

@@ -172,6 +172,15 @@ func (r *Rule) SettledHeader(v string) (int64, bool) {
 // SettledValue bounds a settled cost read from a body: at most the rule's max.
 func (r *Rule) SettledValue(n int64) int64 { return min(max(n, 0), r.cost.max) }
 
+// CostBound is the most a request reserving cost can be charged: the cost's max for a rule that
+// settles (SettledValue, MissingCost and UnreadCost never pass it), cost itself otherwise.
+func (r *Rule) CostBound(cost int64) int64 {
+	if r.cost.reserve == nil {
+		return cost
+	}
+	return max(cost, r.cost.max)
+}
+
 // costSource compiles the reservation source of an object cost and its settle.
 func (v *validator) costSource(path string, o *costObjectJSON, c *costSpec) {
 	sources := 0

@@ -148,3 +148,31 @@ func TestAnOverRunSettledIntoTheSharedOverflowLeavesAtMostOneCapacityOfDebt(t *t
 	require.NoError(t, err)
 	assert.False(t, o.Allowed, "a key's own debt is carried whole")
 }
+
+// A reservation decided in the shared overflow reserves its bound (the cost's max), so that what a
+// slotless key uses is never owed to the state every newcomer shares; a key with its own record
+// reserves its estimate.
+func TestAReservationDecidedInTheOverflowReservesItsBound(t *testing.T) {
+	l := newLimiter(t, newMemStore())
+	tab := newTable(t, 1, tokenBucket(1000, time.Minute))
+	out, err := l.TakeBounded(tab, []byte("owner"), t0, 10, 500)
+	require.NoError(t, err)
+	require.NotEqual(t, Overflow, out.Placement)
+	assert.Equal(t, int64(10), out.Cost, "a key of its own reserves its estimate")
+	for _, k := range []string{"x", "y", "z", "w", "v", "u"} {
+		out, err = l.TakeBounded(tab, []byte(k), t0, 10, 500)
+		require.NoError(t, err)
+		if out.Placement == Overflow {
+			assert.Equal(t, int64(500), out.Cost, "the overflow reserves the bound")
+			assert.True(t, out.Allowed)
+			out, err = l.TakeBounded(tab, []byte(k+"2"), t0, 10, 500)
+			require.NoError(t, err)
+			assert.True(t, out.Allowed, "a second bound fits 1000")
+			out, err = l.TakeBounded(tab, []byte(k+"3"), t0, 10, 500)
+			require.NoError(t, err)
+			assert.False(t, out.Allowed, "a third does not: the overflow holds two reservations of 500")
+			return
+		}
+	}
+	t.Fatal("no key went to the overflow state")
+}

@@ -86,6 +86,8 @@ type Outcome struct {
 	// Placement says whose state decided: the key's own (Owned, Claimed, Evicted) or the table's
 	// overflow state (Overflow).
 	Placement Placement
+	// Cost is the cost the request was decided with (TakeBounded: its bound in the overflow state).
+	Cost int64
 }
 
 // Limiter decides requests against Tables through an Updater. It reuses its buffers, so one Limiter
@@ -106,11 +108,21 @@ func (l *Limiter) Updater() *Updater { return l.c.u }
 // consuming from all of them only if all admit it. It returns ErrContention when every attempt lost a
 // CAS race, and wraps store errors; the caller's failure mode decides what such a request gets.
 func (l *Limiter) Take(t *Table, key []byte, now, cost int64) (Outcome, error) {
+	return l.TakeBounded(t, key, now, cost, cost)
+}
+
+// TakeBounded is Take for a reservation of cost whose real cost may reach bound (>= cost): a key
+// with a record of its own reserves cost, and a key decided in the shared overflow state reserves
+// bound, so that what such a key turns out to use is never owed to the state every slotless key
+// shares (a settled over-run there would be either every newcomer's debt or forgiven). Outcome.Cost
+// is what was reserved.
+func (l *Limiter) TakeBounded(t *Table, key []byte, now, cost, bound int64) (Outcome, error) {
 	l.ed.reset(t.limits, now, cost)
 	res, err := l.c.Update(t.records, key, &l.ed)
-	out := Outcome{Attempts: res.Attempts, Placement: res.Placement}
+	out := Outcome{Attempts: res.Attempts, Placement: res.Placement, Cost: cost}
 	if err == nil && res.Placement == NoRoom {
-		l.ed.reset(t.overflow, now, cost)
+		out.Cost = max(cost, bound)
+		l.ed.reset(t.overflow, now, out.Cost)
 		res, err = l.c.UpdateShared(t.overflowKey, &l.ed)
 		out.Attempts += res.Attempts
 		out.Placement = Overflow

@@ -40,7 +40,7 @@ func budget(ctx context.Context, out io.Writer, client *http.Client, p *envoyhos
 			return err
 		}
 	}
-	m := p.Process().Metrics()
+	m := metricsOf(p)
 	fmt.Fprintf(out, "  settled %d completions: %d tokens refunded, %d charged beyond their reservations\n",
 		m["meshlimit.rule.tokens.settled"].Value, m["meshlimit.rule.tokens.settle_refund"].Value, m["meshlimit.rule.tokens.settle_overrun"].Value)
 	return nil

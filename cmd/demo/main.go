@@ -292,7 +292,7 @@ func (d *demo) report(p *envoyhost.Plugin) {
 		fmt.Fprintf(out, "\n  %s\n", d.deniedBody)
 	}
 	fmt.Fprintln(out, "\nFilter metrics (Envoy stats, summed over the workers):")
-	m := p.Process().Metrics()
+	m := metricsOf(p)
 	for _, name := range sortedKeys(m) {
 		if v := m[name].Value; v != 0 {
 			fmt.Fprintf(out, "  %-46s %d\n", name, v)
@@ -360,4 +360,14 @@ func serve(h http.Handler) (addr string, stop func(), err error) {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// metricsOf returns the plugin's counters as Envoy's stats would show them after a flush: the
+// filter keeps its counters in the guest and hands them to the host on its tick, so every VM is
+// ticked first.
+func metricsOf(p *envoyhost.Plugin) map[string]envoyhost.Metric {
+	for _, vm := range p.VMs() {
+		vm.TickNow()
+	}
+	return p.Process().Metrics()
 }

@@ -59,7 +59,7 @@ func streamsSection(ctx context.Context, out io.Writer, module []byte) error {
 	fmt.Fprintf(out, "  WebSocket echo (bob): %d messages reached the server, %d echoes reached the client\n",
 		countWS(ws.UpstreamBody(), true), countWS(ws.DownstreamBody(), false))
 	fmt.Fprintf(out, "  held %d times, never buffered in the filter: Envoy holds the bytes and the tick resumes them\n",
-		p.Process().Metrics()["meshlimit.messages.holds"].Value)
+		metricsOf(p)["meshlimit.messages.holds"].Value)
 	_ = g.Close()
 	_ = ws.Close()
 	return streamsEnd(ctx, out, module)
