@@ -34,12 +34,7 @@ func (s *settler) takeGlobal(h *httpContext, items []globalItem, decisions []wir
 			j += n
 			continue
 		}
-		var charged uint64
-		for k := 0; k < n && k < 64; k++ {
-			if d := &decisions[j+k]; d.Allowed && !d.Skipped && it.spec[k].Concurrency == 0 {
-				charged |= 1 << k
-			}
-		}
+		charged := chargedMask(it.spec, decisions[j:j+n])
 		j += n
 		if charged != 0 {
 			h.taken.global = append(h.taken.global, reservation{rs: it.rs, key: it.key, at: sent, reserved: it.cost, spec: it.spec, charged: charged})

@@ -36,12 +36,7 @@ func (s *settler) reserveGlobal(h *httpContext, decisions []wire.Decision, sent 
 			j += n
 			continue
 		}
-		var charged uint64
-		for k := 0; k < n && k < 64; k++ {
-			if d := &decisions[j+k]; d.Allowed && !d.Skipped && it.spec[k].Concurrency == 0 {
-				charged |= 1 << k
-			}
-		}
+		charged := chargedMask(it.spec, decisions[j:j+n])
 		j += n
 		if charged == 0 {
 			continue
@@ -117,4 +112,16 @@ func (s *settler) chargeUnsent(st *settling, now int64) {
 		}
 		s.adjust(&r, def, now)
 	}
+}
+
+// chargedMask returns the bits of the limits (at most the first 64) that the service charged: a
+// decision that admitted, was not skipped, and is not a concurrency limit's.
+func chargedMask(spec []rules.LimitSpec, decisions []wire.Decision) uint64 {
+	var charged uint64
+	for k := 0; k < len(decisions) && k < 64; k++ {
+		if d := &decisions[k]; d.Allowed && !d.Skipped && spec[k].Concurrency == 0 {
+			charged |= 1 << k
+		}
+	}
+	return charged
 }
