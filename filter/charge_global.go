@@ -83,12 +83,16 @@ func (c *charger) giveBackGlobal(h *httpContext) {
 	}
 }
 
-// checked marks the global charges of h as carried by its check (dispatched), or, with sent false,
-// as not charged by it after all (the call failed: the fallback or failure_mode decided).
-func (c *charger) checked(h *httpContext, sent bool) {
-	for i := range h.charges.list {
-		if ch := &h.charges.list[i]; ch.rs.rule.Scope != rules.ScopeLocal && ch.charged == 0 {
-			ch.inCheck = sent
+// checked marks the global charges that the check of items carries as carried (dispatched), or,
+// with sent false, as not charged by it after all (the call failed: the fallback or failure_mode
+// decided). A charge whose rule is not among items (the stream's other check: the headers' or the
+// body's) is left as it is.
+func (c *charger) checked(h *httpContext, items []globalItem, sent bool) {
+	for i := range items {
+		if it := &items[i]; it.rs.rule.CountOn != nil {
+			if ch := h.charges.of(it.rs); ch != nil && ch.charged == 0 {
+				ch.inCheck = sent
+			}
 		}
 	}
 }

@@ -149,7 +149,7 @@ func (g *globalClient) check(h *httpContext, now int64) types.Action {
 		return h.finish(g.fallback(h, d.globals, now), false, now)
 	}
 	g.metrics.calls.inc(1)
-	g.charges.checked(h, true)
+	g.charges.checked(h, d.globals, true)
 	h.calls++ // onAnswer is bound to h: h is not recycled until it has run
 	// Other requests reuse the decision while this one waits: keep what the answer needs.
 	c := &h.call
@@ -231,7 +231,7 @@ func (g *globalClient) expire(h *httpContext, now int64) {
 func (g *globalClient) failed(h *httpContext, err error, now int64) {
 	items := h.call.items
 	defer g.permits.releaseItems(items, now) // what the call may have acquired before it failed
-	g.charges.checked(h, false)
+	g.charges.checked(h, items, false)
 	var se *statusError
 	if errors.As(err, &se) && se.rejected() {
 		g.metrics.rejected.inc(1)
