@@ -24,29 +24,22 @@ import (
 // admitted records, from the answer to a request's check, the charges the service made for its
 // global counted rules. sent is when the check was sent: the charge is no older.
 func (c *charger) admitted(h *httpContext, items []globalItem, decisions []wire.Decision, sent int64) {
-	j := 0
-	for i := range items {
-		it := &items[i]
-		n := len(it.spec)
-		if it.rs.rule.CountOn == nil || j+n > len(decisions) {
-			j += n
+	for it, ds := range decidedItems(items, decisions) {
+		if it.rs.rule.CountOn == nil {
 			continue
 		}
 		ch := h.charges.of(it.rs)
-		for k := 0; ch != nil && k < n && k < 64; k++ {
-			d := &decisions[j+k]
-			if !d.Allowed || d.Skipped {
-				continue
-			}
-			ch.charged |= 1 << k
-			if d.Remaining < it.cost && ch.exhausted == 0 {
+		if ch == nil {
+			continue
+		}
+		charged := chargedMask(it.spec, ds) // a counted rule has no concurrency limit
+		ch.charged |= charged
+		for k := 0; k < len(ds) && ch.exhausted == 0; k++ {
+			if charged&(1<<k) != 0 && ds[k].Remaining < it.cost {
 				ch.exhausted = k + 1
 			}
 		}
-		if ch != nil {
-			ch.at, ch.inCheck = sent, false
-		}
-		j += n
+		ch.at, ch.inCheck = sent, false
 	}
 }
 

@@ -26,18 +26,12 @@ import (
 // settle nor count responses, so that a later denial gives them back. sent is when the check was
 // sent: the admission is no older, so its age never understates it.
 func (s *settler) takeGlobal(h *httpContext, items []globalItem, decisions []wire.Decision, sent int64) {
-	j := 0
-	for i := range items {
-		it := &items[i]
-		n := len(it.spec)
-		if it.rs.rule.Settle() != nil || it.rs.rule.CountOn != nil || j+n > len(decisions) {
-			j += n
+	for it, ds := range decidedItems(items, decisions) {
+		if it.rs.rule.Settle() != nil || it.rs.rule.CountOn != nil {
 			continue
 		}
-		charged := chargedMask(it.spec, decisions[j:j+n])
-		j += n
-		if charged != 0 {
-			h.taken.global = append(h.taken.global, reservation{rs: it.rs, key: it.key, at: sent, reserved: it.cost, spec: it.spec, charged: charged})
+		if charged := chargedMask(it.spec, ds); charged != 0 {
+			h.taken.global = append(h.taken.global, it.admission(charged, sent))
 		}
 	}
 }
@@ -65,14 +59,7 @@ func (s *settler) giveBackGlobal(h *httpContext, now int64) {
 	n := 0
 	for i := range list {
 		r := &list[i]
-		age := undoAge(r.at, now, g.cfg.Timeout)
-		for k := range r.spec {
-			if k < 64 && r.charged&(1<<k) != 0 {
-				key := wire.Key{Plugin: s.name, Rule: r.rs.rule.Name, Fingerprint: r.spec[k].Fingerprint, Value: r.key}
-				b = wire.AppendUndo(b, n, key, r.spec[k].Limit, r.reserved, age)
-				n++
-			}
-		}
+		b, n = s.appendEntries(b, n, r, wire.AppendUndo, r.reserved, undoAge(r.at, now, g.cfg.Timeout))
 	}
 	g.body = wire.AppendRequestEnd(b)
 	g.metrics.giveBackCalls.inc(1)
@@ -89,12 +76,7 @@ func (s *settler) giveBackGlobal(h *httpContext, now int64) {
 // while the calling stream's context lives.
 func (s *settler) onGiveBackAnswer(g *globalClient, numHeaders int) {
 	defer s.panics.recoverPanic("a give-back answer")
-	status := ""
-	if numHeaders > 0 {
-		headers, _ := s.host.headers(answerPart)
-		status = answerStatus(headers)
-	}
-	if status != "200" {
+	if s.listStatus(numHeaders) != "200" {
 		g.metrics.giveBackFailed.inc(1)
 	}
 }

@@ -28,23 +28,18 @@ import (
 // reservation is no older, so its age (which decides whether a fixed window takes a refund) is never
 // understated.
 func (s *settler) reserveGlobal(h *httpContext, decisions []wire.Decision, sent int64) {
-	j := 0
-	for i := range h.call.items {
-		it := &h.call.items[i]
-		n := len(it.spec)
-		if it.rs.rule.Settle() == nil || j+n > len(decisions) {
-			j += n
+	for it, ds := range decidedItems(h.call.items, decisions) {
+		if it.rs.rule.Settle() == nil {
 			continue
 		}
-		charged := chargedMask(it.spec, decisions[j:j+n])
-		j += n
+		charged := chargedMask(it.spec, ds)
 		if charged == 0 {
 			continue
 		}
 		if h.settle == nil {
 			h.newSettling()
 		}
-		h.settle.res = append(h.settle.res, reservation{rs: it.rs, key: it.key, at: sent, reserved: it.cost, spec: it.spec, charged: charged})
+		h.settle.res = append(h.settle.res, it.admission(charged, sent))
 		s.askReadable(h.settle, it.rs) // the request is still paused at its headers, unless at the body stage
 	}
 }
@@ -57,15 +52,7 @@ func (s *settler) settleGlobal(r *reservation, delta, now int64) {
 		m.callFailed.inc(1)
 		return
 	}
-	b := wire.AppendSettleListStart(g.body[:0], false)
-	n := 0
-	for k := range r.spec {
-		if k < 64 && r.charged&(1<<k) != 0 {
-			key := wire.Key{Plugin: s.name, Rule: r.rs.rule.Name, Fingerprint: r.spec[k].Fingerprint, Value: r.key}
-			b = wire.AppendSettle(b, n, key, r.spec[k].Limit, delta, time.Duration(max(now-r.at, 0)))
-			n++
-		}
-	}
+	b, _ := s.appendEntries(wire.AppendSettleListStart(g.body[:0], false), 0, r, wire.AppendSettle, delta, time.Duration(max(now-r.at, 0)))
 	g.body = wire.AppendRequestEnd(b)
 	err := s.host.dispatch(g.cfg.Cluster, g.headers, g.body, g.timeout, func(numHeaders, _, _ int) {
 		s.onSettleAnswer(m, numHeaders)
@@ -80,12 +67,7 @@ func (s *settler) settleGlobal(r *reservation, delta, now int64) {
 // the settled count, is not needed). It runs only while the calling stream's context lives.
 func (s *settler) onSettleAnswer(m *settleMetrics, numHeaders int) {
 	defer s.panics.recoverPanic("a settle answer")
-	status := ""
-	if numHeaders > 0 {
-		headers, _ := s.host.headers(answerPart)
-		status = answerStatus(headers)
-	}
-	if status != "200" {
+	if status := s.listStatus(numHeaders); status != "200" {
 		m.callFailed.inc(1)
 		if s.debugging() {
 			logf(s.host, logDebug, "meshlimit: a settle was not applied (status %q)", status)
@@ -112,16 +94,4 @@ func (s *settler) chargeUnsent(st *settling, now int64) {
 		}
 		s.adjust(&r, def, now)
 	}
-}
-
-// chargedMask returns the bits of the limits (at most the first 64) that the service charged: a
-// decision that admitted, was not skipped, and is not a concurrency limit's.
-func chargedMask(spec []rules.LimitSpec, decisions []wire.Decision) uint64 {
-	var charged uint64
-	for k := 0; k < len(decisions) && k < 64; k++ {
-		if d := &decisions[k]; d.Allowed && !d.Skipped && spec[k].Concurrency == 0 {
-			charged |= 1 << k
-		}
-	}
-	return charged
 }
