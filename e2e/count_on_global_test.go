@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/internal/envoyhost"
 )
@@ -26,35 +24,7 @@ func globalGuessesReaching(t *testing.T, every time.Duration, burst int) int {
 	clock := envoyhost.NewClock(epoch)
 	svc := startService(t, clock)
 	p := load(t, module(t, "meshlimit"), globalConfig(globalLoginGuard), workers, withService(svc, nil), func(c *envoyhost.Config) { c.Clock = clock })
-	reached := 0
-	for range int(time.Hour / every) {
-		streams := make([]*envoyhost.Stream, 0, burst)
-		for i := range burst {
-			s := p.VM(i % workers).NewStream(envoyhost.StreamInfo{SourceAddress: "198.51.100.7:4000"})
-			_, err := s.SendRequestHeaders(get("app.example", "/login", "198.51.100.7").Headers, true)
-			require.NoError(t, err)
-			streams = append(streams, s)
-		}
-		var open []*envoyhost.Stream
-		for _, s := range streams {
-			ctx, cancel := context.WithTimeout(context.Background(), patience)
-			act, err := s.Wait(ctx)
-			cancel()
-			require.NoError(t, err)
-			if act != envoyhost.ActionContinue {
-				require.NoError(t, s.Close())
-				continue
-			}
-			reached++
-			open = append(open, s)
-		}
-		for _, s := range open { // the answers come once every guess of the burst is decided
-			_, err := s.SendResponseHeaders(envoyhost.Headers{{":status", "401"}}, true)
-			require.NoError(t, err)
-			require.NoError(t, s.Close())
-		}
-		clock.Advance(every)
-	}
+	reached := guessesThrough(t, p, every, burst)
 	assert.Zero(t, counter(p, "meshlimit.global.failures"))
 	return reached
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -22,12 +23,28 @@ func guessesReaching(t *testing.T, every time.Duration, burst int) int {
 	const workers = 8
 	clock := envoyhost.NewClock(epoch)
 	p := load(t, module(t, "meshlimit"), loginGuard, workers, func(c *envoyhost.Config) { c.Clock = clock })
-	reached := 0
+	return guessesThrough(t, p, every, burst)
+}
+
+// guessesThrough sends burst guesses to /login from one address every interval for an hour (on
+// p's clock), spread over p's workers: every guess of a burst is decided (for a global rule, its
+// check answered) before the upstream answers any of them, with a 401. It returns how many reached
+// the upstream.
+func guessesThrough(t *testing.T, p *envoyhost.Plugin, every time.Duration, burst int) int {
+	workers, reached := len(p.VMs()), 0
 	for range int(time.Hour / every) {
-		var open []*envoyhost.Stream
+		streams := make([]*envoyhost.Stream, 0, burst)
 		for i := range burst {
 			s := p.VM(i % workers).NewStream(envoyhost.StreamInfo{SourceAddress: "198.51.100.7:4000"})
-			act, err := s.SendRequestHeaders(get("app.example", "/login", "198.51.100.7").Headers, true)
+			_, err := s.SendRequestHeaders(get("app.example", "/login", "198.51.100.7").Headers, true)
+			require.NoError(t, err)
+			streams = append(streams, s)
+		}
+		var open []*envoyhost.Stream
+		for _, s := range streams {
+			ctx, cancel := context.WithTimeout(context.Background(), patience)
+			act, err := s.Wait(ctx)
+			cancel()
 			require.NoError(t, err)
 			if act != envoyhost.ActionContinue {
 				require.NoError(t, s.Close())
@@ -36,12 +53,12 @@ func guessesReaching(t *testing.T, every time.Duration, burst int) int {
 			reached++
 			open = append(open, s)
 		}
-		for _, s := range open { // the answers come once every guess of the burst is in flight
+		for _, s := range open { // the answers come once every guess of the burst is decided
 			_, err := s.SendResponseHeaders(envoyhost.Headers{{":status", "401"}}, true)
 			require.NoError(t, err)
 			require.NoError(t, s.Close())
 		}
-		clock.Advance(every)
+		p.Clock().Advance(every)
 	}
 	return reached
 }
