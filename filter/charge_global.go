@@ -69,10 +69,11 @@ func (c *charger) countedGlobal(ch *charge, set *rules.LimitSet) {
 	}
 }
 
-// giveBackGlobal sends the service the give-backs of the stream's global charges.
+// giveBackGlobal sends the service the give-backs of the stream's global charges (giveBack
+// recorded them), and of nothing else the stream holds.
 func (c *charger) giveBackGlobal(h *httpContext) {
 	if c.g != nil && len(h.taken.global) > 0 {
-		c.g.settle.giveBackGlobal(h, c.host.now())
+		c.g.settle.giveBackCounted(h, c.host.now())
 	}
 }
 

@@ -40,10 +40,31 @@ func (s *settler) takeGlobal(h *httpContext, items []globalItem, decisions []wir
 // that is denied, and forgets it.
 func (s *settler) giveBackGlobal(h *httpContext, now int64) {
 	list := h.taken.global
+	h.taken.global = list[:0]
+	s.sendGiveBacks(list, now)
+}
+
+// giveBackCounted gives back, through the service, the charges of counted rules that the stream
+// recorded (their answers did not count), and forgets them. The other admissions it holds stay: the
+// request was admitted, and only its own denial (at the body stage) gives them back.
+func (s *settler) giveBackCounted(h *httpContext, now int64) {
+	list, k := h.taken.global, 0
+	for i := range list {
+		if list[i].rs.rule.CountOn == nil {
+			list[k], list[i] = list[i], list[k]
+			k++
+		}
+	}
+	h.taken.global = list[:k]
+	s.sendGiveBacks(list[k:], now)
+}
+
+// sendGiveBacks sends the service one call of undo entries that give back list, counted per rule in
+// given_back; the call is never waited for.
+func (s *settler) sendGiveBacks(list []reservation, now int64) {
 	if len(list) == 0 {
 		return
 	}
-	h.taken.global = list[:0]
 	g := s.g
 	for i := range list {
 		list[i].rs.metrics.givenBack.inc(1)
