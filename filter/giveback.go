@@ -15,7 +15,7 @@ import (
 // settling rules are the settler's (refunded by it) and permits the permits' (released); they
 // are not recorded here. What is given back is counted:
 //
-//	meshlimit.rule.<rule>.given_back  admissions given back because a later decision denied the request
+//	meshlimit.rule.<rule>.given_back  admissions given back because a later decision denied the request (and count_on charges whose answer did not count: charge.go)
 
 // taken is one admitted local take of the request being decided.
 type taken struct {

@@ -13,9 +13,12 @@ import (
 // the request is denied after all (another global limit of the same answer, a body-stage rule or
 // call, the over-limit cache), giveBackGlobal sends the service one settle call of undo entries
 // (service/API.md, "Undo"): each gives back exactly what the admission took, for every algorithm,
-// whatever others took since. The call is never waited for, and is one per denied request, of at
-// most the descriptors its checks carried. What is given back is counted per rule in given_back;
-// the calls in:
+// whatever others took since. A global counted rule's charge, made in the check, is given back the
+// same way when its answer does not count (charge_global.go), by the response or the stream's end
+// (giveBackCounted: only those charges; an admitted request's other admissions are spent). The call
+// is never waited for, and is one per denied request or uncounted response, of at most the
+// descriptors its checks carried (rules.checkGlobalBounds bounds them all to wire.MaxDescriptors).
+// What is given back is counted per rule in given_back, sent or not; the calls in:
 //
 //	meshlimit.global.give_back_calls   undo calls sent to the service
 //	meshlimit.global.give_back_failed  those that could not be sent (breaker open, cluster refused) or were not applied (an answer other than 200 while the stream lived)
