@@ -30,13 +30,15 @@
 //
 //	rules walk, local limits   decision.go (decision, pluginContext.decide), rule.go (ruleState)
 //	local reply, quota fields  reply.go, explain.go (replier)
-//	global service             global.go, servicecall.go (globalClient), breaker.go (breaker)
+//	global service             global.go, servicecall.go (globalClient), breaker.go (breaker),
+//	                           answer_global.go (what an answer admitted, the settle-list entries)
 //	over-limit cache           overlimit.go (overLimitCache; also the penalty box of count_on)
 //	quota leases               lease.go (leaser)
 //	reset log                  resets.go (resetPoller)
 //	concurrency permits        concurrency.go (permits), global_concurrency.go (globalPermits)
 //	reserve, then settle       settle.go, settle_global.go (settler), body.go (bodyStage)
-//	response-conditioned count charge.go (charger)
+//	give-backs of denials      giveback.go, giveback_global.go (settler)
+//	response-conditioned count charge.go, charge_global.go (charger)
 //	load shedding              shed.go (shedder)
 //	shaping (leaky bucket)     shaper.go (shaper)
 //	stream messages            messages.go, messages_limit.go (messageLimiter)
