@@ -19,7 +19,11 @@ import (
 // A charge the service never made (the check failed: fallback or failure_mode) is charged on a
 // counted response as before: one call, the response waiting for its answer (chargeGlobal). A
 // stream that ends while its check is out leaves the charge as the service decides it (counted
-// when admitted, whatever count_unanswered says: the filter cannot know what to give back).
+// when admitted, whatever count_unanswered says: the filter cannot know what to give back). Only
+// the check that carries a rule's item carries its charge (checked): a request's body call, which
+// carries the rules that read the body, carries none. Giving back a charge gives back nothing else
+// (giveBackCounted): the other admissions of a request that waits for its body stage are the
+// request's, given back only if that stage denies it.
 
 // admitted records, from the answer to a request's check, the charges the service made for its
 // global counted rules. sent is when the check was sent: the charge is no older.
