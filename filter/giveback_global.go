@@ -92,7 +92,7 @@ func (s *settler) sendGiveBacks(list []reservation, now int64) {
 	})
 	if err != nil {
 		g.metrics.giveBackFailed.inc(1)
-		logf(s.host, logWarn, "meshlimit: giving back a denied request's global admissions in cluster %q: %v", g.cfg.Cluster, err)
+		logf(s.host, logWarn, "meshlimit: giving back global admissions (of a denied request, or count_on charges not counted) in cluster %q: %v", g.cfg.Cluster, err)
 	}
 }
 
