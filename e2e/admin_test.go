@@ -29,7 +29,7 @@ const adminToken = "admin-token-for-e2e"
 // meshlimit-service mounts it, and returns its address.
 func startAdminService(t *testing.T, addr string) string {
 	t.Helper()
-	store, err := redisstore.New(redisstore.Config{Addrs: []string{addr}})
+	store, err := redisstore.New(redisstore.Config{Addrs: []string{addr}, DialTimeout: testDialTimeout})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	h, err := service.NewHandler(service.Config{Store: store, AdminToken: adminToken, Timeout: 10 * time.Second}) // as startRedisService

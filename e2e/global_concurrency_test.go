@@ -84,8 +84,8 @@ func TestTwoProxiesOnTwoServiceReplicasHoldExactlyTheGlobalConcurrencyLimit(t *t
 	redis := redistest.Start(t)
 	cfg := globalConcConfig(5, "allow")
 	proxies := []*envoyhost.Plugin{
-		load(t, module(t, "meshlimit"), cfg, 2, toReplica(startRedisService(t, redis.Addr()))),
-		load(t, module(t, "meshlimit"), cfg, 2, toReplica(startRedisService(t, redis.Addr()))),
+		load(t, module(t, "meshlimit"), cfg, 2, toReplica(startRealClockRedisService(t, redis.Addr()))),
+		load(t, module(t, "meshlimit"), cfg, 2, toReplica(startRealClockRedisService(t, redis.Addr()))),
 	}
 	admitted, denied := openMany(t, proxies, 24)
 	require.Len(t, admitted, 5, "24 streams held open on 6 VMs of 2 proxies share 5 permits")
@@ -122,8 +122,8 @@ func TestAPermitWhoseReleaseIsLostIsReclaimedAtTheEndOfItsLease(t *testing.T) {
 	t.Parallel()
 	redis := redistest.Start(t)
 	cfg := globalConcConfig(2, "allow")
-	dropped := load(t, module(t, "meshlimit"), cfg, 1, toReplica(startRedisService(t, redis.Addr())))
-	other := load(t, module(t, "meshlimit"), cfg, 1, toReplica(startRedisService(t, redis.Addr())))
+	dropped := load(t, module(t, "meshlimit"), cfg, 1, toReplica(startRealClockRedisService(t, redis.Addr())))
+	other := load(t, module(t, "meshlimit"), cfg, 1, toReplica(startRealClockRedisService(t, redis.Addr())))
 	for range 2 {
 		_, ok := openGlobal(t, dropped.VM(0), tenant("acme"))
 		require.True(t, ok)
@@ -144,8 +144,8 @@ func TestLiveStreamsKeepTheirPermitsBeyondTheLeaseByRenewingThem(t *testing.T) {
 	t.Parallel()
 	redis := redistest.Start(t)
 	cfg := globalConcConfig(2, "allow")
-	holder := load(t, module(t, "meshlimit"), cfg, 2, toReplica(startRedisService(t, redis.Addr())))
-	other := load(t, module(t, "meshlimit"), cfg, 1, toReplica(startRedisService(t, redis.Addr())))
+	holder := load(t, module(t, "meshlimit"), cfg, 2, toReplica(startRealClockRedisService(t, redis.Addr())))
+	other := load(t, module(t, "meshlimit"), cfg, 1, toReplica(startRealClockRedisService(t, redis.Addr())))
 	var held []*envoyhost.Stream
 	for _, vm := range holder.VMs()[:2] {
 		s, ok := openGlobal(t, vm, tenant("acme"))
@@ -175,7 +175,7 @@ func TestLiveStreamsKeepTheirPermitsBeyondTheLeaseByRenewingThem(t *testing.T) {
 func TestARedisRestartLosesTheGlobalPermitsAndTheFilterCountsThemLost(t *testing.T) {
 	t.Parallel()
 	redis := redistest.Start(t)
-	svc := startRedisService(t, redis.Addr())
+	svc := startRealClockRedisService(t, redis.Addr())
 	open := load(t, module(t, "meshlimit"), globalConcConfig(2, "allow"), 1, toReplica(svc))
 	for range 2 {
 		_, ok := openGlobal(t, open.VM(0), tenant("acme"))
@@ -217,7 +217,7 @@ func TestARedisRestartLosesTheGlobalPermitsAndTheFilterCountsThemLost(t *testing
 func TestAGlobalConcurrencyLimitOnARedisClusterOfThreeMasters(t *testing.T) {
 	t.Parallel()
 	nodes := redistest.StartCluster(t)
-	p := load(t, module(t, "meshlimit"), globalConcConfig(2, "allow"), 2, toReplica(startRedisService(t, nodes[0].Addr())))
+	p := load(t, module(t, "meshlimit"), globalConcConfig(2, "allow"), 2, toReplica(startRealClockRedisService(t, nodes[0].Addr())))
 	var streams []*envoyhost.Stream
 	for i := range 24 { // over the slots: 24 tenants miss one of 3 masters with odds 3 × (2/3)^24, 2 in 10,000
 		name := "tenant-" + strconv.Itoa(i)

@@ -19,12 +19,31 @@ import (
 )
 
 // startRedisService runs one replica of the decision service on a loopback port, backed by the Redis
-// at addrs, and returns its address.
+// at addrs, and returns its address. It decides at settleServiceTime, frozen: a bucket of a test
+// never refills while a loaded machine runs it slowly (a 5/m bucket gave a unit back every 12 s
+// of Redis TIME), and no window ends in the middle of a test.
 func startRedisService(t *testing.T, addrs ...string) string {
 	t.Helper()
-	store, err := redisstore.New(redisstore.Config{Addrs: addrs})
+	return startRedisServiceOn(t, func() time.Time { return settleServiceTime }, addrs...)
+}
+
+// startRealClockRedisService is startRedisService on Redis TIME: for the tests of permits whose
+// leases end in Redis (their keys expire on Redis's clock whatever time the service passes).
+func startRealClockRedisService(t *testing.T, addrs ...string) string {
+	t.Helper()
+	return startRedisServiceOn(t, nil, addrs...)
+}
+
+// startRedisServiceOn is startRedisService deciding at now() (nil: Redis TIME).
+func startRedisServiceOn(t *testing.T, now func() time.Time, addrs ...string) string {
+	t.Helper()
+	rs, err := redisstore.New(redisstore.Config{Addrs: addrs, DialTimeout: testDialTimeout})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
+	t.Cleanup(func() { _ = rs.Close() })
+	var store service.Store = rs
+	if now != nil {
+		store = onClock(rs, now)
+	}
 	// A store deadline no loaded test machine reaches (the race detector, a Redis Cluster, other
 	// processes on both cores): a slow answer is never a failure the tests would count. A dead Redis
 	// is noticed by the filter's own call timeout, on the virtual clock the test moves.
@@ -34,6 +53,13 @@ func startRedisService(t *testing.T, addrs ...string) string {
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
 }
+
+// testDialTimeout bounds the services' connections to Redis, as their 10 s store deadline bounds
+// a decision: the store's client dials a new connection when the calls in flight grow (a test's
+// burst), and a loaded machine took over the default second for one: the decision failed, a 503
+// that the filter counted in global.failures and let through (11 of 10 admitted in
+// TestTwoServiceReplicasOnOneRedisShareTheCount). A dead Redis refuses the connection at once.
+const testDialTimeout = 10 * time.Second
 
 const serviceCluster = "outbound|8081||meshlimit.meshlimit.svc.cluster.local"
 

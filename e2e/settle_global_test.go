@@ -45,7 +45,7 @@ var settleServiceTime = epoch.Add(30 * time.Second)
 // startSettleServiceAt starts a settle service whose store decides at now, frozen.
 func startSettleServiceAt(t *testing.T, redisAddr string, now time.Time) *settleService {
 	t.Helper()
-	rs, err := redisstore.New(redisstore.Config{Addrs: []string{redisAddr}})
+	rs, err := redisstore.New(redisstore.Config{Addrs: []string{redisAddr}, DialTimeout: testDialTimeout})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rs.Close() })
 	store := onClock(rs, func() time.Time { return now })
