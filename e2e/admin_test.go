@@ -182,6 +182,18 @@ func twoProxies(t *testing.T, addr, config string) (a, b *envoyhost.Plugin, cloc
 	a = load(t, module(t, "meshlimit"), config, 2, toReplica(addr), onClock)
 	b = load(t, module(t, "meshlimit"), config, 2, toReplica(addr), onClock)
 	tickAndWait(t, clock, 20*time.Millisecond, a, b)
+	// The first poll takes the position: a reset appended before a proxy has it is behind it,
+	// never applied there. A poll that failed is retried a period later: wait for the position,
+	// on the clock, before the test resets a key.
+	for _, p := range []*envoyhost.Plugin{a, b} {
+		for ticks := 0; position(t, p) == 0; ticks++ {
+			require.Less(t, ticks, 100, "the proxy never took the reset log's position")
+			if ticks == 0 {
+				t.Logf("the first reset log poll failed (resets_poll_failed %d)", counter(p, "meshlimit.global.resets_poll_failed"))
+			}
+			tickAndWait(t, clock, 20*time.Millisecond, a, b)
+		}
+	}
 	return a, b, clock
 }
 
