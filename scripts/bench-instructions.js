@@ -3,7 +3,7 @@
 // V8, counted by valgrind --tool=callgrind, printed as markdown tables (`make bench-instructions`).
 //
 //   node scripts/bench-instructions.js [--against OTHER.wasm] [--n1 N] [--n2 N] [--warm N]
-//     [--runs N] [--only CASE,CASE] [--engines wazero,v8] [--instrument measured|all]
+//     [--runs N] [--only CASE,CASE] [--engines wazero,v8] [--instrument measured|all] [--out DIR]
 //
 // It writes the cases to build/instr/cases.json (the same file drives both engines) and runs, side
 // by side, the e2e test binary's BenchmarkInstructionsWazero and e2e/v8host/main.js instr under
@@ -14,11 +14,12 @@
 // (entering and leaving the loop) cancels. wazero's dumps count every thread (one P, no
 // collector); V8's count the main thread only (--collect-atstart=no --separate-threads=yes, the
 // addon collects on its own thread) of a node that runs V8's compiler and collector on that thread
-// (--single-threaded). On V8 valgrind instruments only the measured part (--instrument measured,
-// the default): it starts with --instr-atstart=no, and the addon turns instrumentation on for a
-// case's stability loops, n1 and n2 only, so that compiling the module, configuring and the first
-// warm-up requests run at valgrind's bare speed; --instrument all instruments the whole process
-// (the method before, hours for the whole table; the figures are the same, docs/performance.md).
+// (--single-threaded). valgrind instruments only the measured part (--instrument measured, the
+// default): it starts with --instr-atstart=no, and the process turns instrumentation on for a
+// case's measured loops only (V8: its stability loops, n1 and n2, through the addon; wazero: n1
+// and n2, internal/callgrind), so that compiling the module, configuring and the first warm-up
+// requests run at valgrind's bare speed; --instrument all instruments the whole process (the
+// method before, hours for the whole table; the figures are the same, docs/performance.md).
 // --runs N runs each engine's process N times (side by side) and prints the median, and each
 // case's spread over the runs.
 // Instruction counts do not depend on the machine's load; CPU time is `make bench-lifecycle`.
@@ -28,15 +29,15 @@ const { spawn } = require('child_process');
 
 const root = path.resolve(__dirname, '..');
 const build = path.join(root, 'build');
-const out = path.join(build, 'instr');
+let out = path.join(build, 'instr'); // --out DIR
 
 function parseArgs(argv) {
-  const o = { against: '', n1: 500, n2: 2500, warm: WARM, runs: 1, only: '', engines: 'wazero,v8', instrument: 'measured' };
-  const strings = ['against', 'only', 'engines', 'instrument'];
+  const o = { against: '', n1: 500, n2: 2500, warm: WARM, runs: 1, only: '', engines: 'wazero,v8', instrument: 'measured', out };
+  const strings = ['against', 'only', 'engines', 'instrument', 'out'];
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i].replace(/^--/, '');
     if (!(k in o) || argv[i + 1] === undefined) {
-      throw new Error(`usage: bench-instructions.js [--against OTHER.wasm] [--n1 N] [--n2 N] [--warm N] [--runs N] [--only CASE,CASE] [--engines wazero,v8] [--instrument measured|all] (bad ${argv[i]})`);
+      throw new Error(`usage: bench-instructions.js [--against OTHER.wasm] [--n1 N] [--n2 N] [--warm N] [--runs N] [--only CASE,CASE] [--engines wazero,v8] [--instrument measured|all] [--out DIR] (bad ${argv[i]})`);
     }
     o[k] = strings.includes(k) ? argv[i + 1] : Number(argv[i + 1]);
   }
@@ -196,7 +197,7 @@ function table(first, rows, res, o) {
 function engineCmds(cases, tag, instrument) {
   // GOGC=off: the Go collector of the test host (not Envoy's) stays out of the counts; no
   // asynchronous preemption signals (callgrind asserts on them); one P, fewer threads.
-  const wazero = [['--smc-check=all-non-file'], path.join(build, 'e2e.test'),
+  const wazero = [['--smc-check=all-non-file', `--instr-atstart=${instrument === 'all' ? 'yes' : 'no'}`], path.join(build, 'e2e.test'),
     ['-test.run', '^$', '-test.bench', '^BenchmarkInstructionsWazero$', '-test.benchtime', '1x', '-instr.cases', cases],
     path.join(root, 'e2e'), { GOGC: 'off', GODEBUG: 'asyncpreemptoff=1', GOMAXPROCS: '1', ENVOYHOST_CACHE_DIR: path.join(build, 'wazero-cache') }, ''];
   // Envoy's V8 flags, then V8's compiler and collector on the main thread (instr.js). V8
@@ -249,6 +250,7 @@ function spreadTable(res, o) {
 
 async function main() {
   const o = parseArgs(process.argv.slice(2));
+  out = path.resolve(o.out);
   fs.mkdirSync(out, { recursive: true });
   const spec = caseFile(o);
   const cases = path.join(out, 'cases.json');
