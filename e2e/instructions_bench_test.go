@@ -50,7 +50,9 @@ type instrSpec struct {
 // dumps. Natively (no valgrind) it runs the same loops and measures nothing. Unless the case file
 // says "instrument": "all", valgrind instruments only the N1 and N2 loops (it runs with
 // --instr-atstart=no): loading a case and its warm-up run at valgrind's bare speed. wazero compiled
-// the module before the loops, so a warm request runs the same machine code either way.
+// the module before the loops, so a warm request runs the same machine code either way. The
+// warm-up's dump, uninstrumented then, holds no figure (zero, or garbage after a switch) and is
+// never read.
 func BenchmarkInstructionsWazero(b *testing.B) {
 	if *instrCases == "" {
 		b.Skip("-instr.cases not set: run `make bench-instructions`")
