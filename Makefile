@@ -159,8 +159,8 @@ need-node: ## install node if missing (as root), or print the one command to run
 test-v8: need-node wasm ## the shared scenarios (e2e/scenarios) on V8 and on wazero; any divergence fails
 	$(GO) test -count=1 -run='^TestTheSharedScenariosRunAlikeOnWazeroAndV8$$' ./e2e/
 
-bench-lifecycle: need-node wasm ## the request lifecycle on wazero and on V8, side by side (CPU time, alternated)
-	$(GO) test -run='^$$' -bench='^BenchmarkLifecycleAlternated$$' -count=$(BENCHCOUNT) ./e2e/ | tee $(BUILD)/bench-lifecycle.txt
+bench-lifecycle: need-node wasm ## the request lifecycle on wazero and on V8, side by side (CPU time, alternated); AGAINST=other.wasm adds its allowed, noquota and denied cases on wazero as base-*
+	$(GO) test -run='^$$' -bench='^BenchmarkLifecycleAlternated$$' -count=$(BENCHCOUNT) ./e2e/ $(if $(AGAINST),-args -lifecycle.against=$(abspath $(AGAINST))) | tee $(BUILD)/bench-lifecycle.txt
 	node e2e/v8host/table.js $(BUILD)/bench-lifecycle.txt
 
 bench-buffering: wasm ## memory bound of buffering: linear memory per open stream holding max_body (JSON, SSE, request) vs a rule reading no body
@@ -178,7 +178,8 @@ bench-instructions: need-node wasm $(BUILD)/callgrind.node ## instructions per r
 $(BUILD)/callgrind.node: scripts/callgrind-node.c
 	@mkdir -p $(BUILD)
 	@sh scripts/need valgrind:valgrind gcc:gcc
-	gcc -O2 -shared -fPIC -DNODE_GYP_MODULE_NAME=callgrind -I/usr/include/node -o $@ scripts/callgrind-node.c
+	gcc -O2 -shared -fPIC -DNODE_GYP_MODULE_NAME=callgrind -I/usr/include/node -o $@.tmp scripts/callgrind-node.c
+	@mv $@.tmp $@ # a new file: a run under valgrind that loaded the old one keeps it intact
 
 COLDRUNS ?= 5
 coldstart-v8: need-node wasm ## Envoy's start sequence on V8, phase by phase: wall and CPU medians of COLDRUNS fresh node processes, alternated with the pass-through

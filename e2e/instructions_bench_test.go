@@ -24,10 +24,13 @@ type instrSpec struct {
 		Headers [][2]string `json:"headers"`
 		Source  string      `json:"source"`
 	} `json:"request"`
-	Warm  int `json:"warm"`
-	N1    int `json:"n1"`
-	N2    int `json:"n2"`
-	Cases []struct {
+	Warm int `json:"warm"`
+	N1   int `json:"n1"`
+	N2   int `json:"n2"`
+	// Instrument is "measured" (run under --instr-atstart=no: instrumentation on for N1 and N2
+	// only) or "all" (the whole process instrumented, no switch).
+	Instrument string `json:"instrument"`
+	Cases      []struct {
 		Name     string `json:"name"`
 		Module   string `json:"module"`
 		Config   string `json:"config"`
@@ -44,7 +47,12 @@ type instrSpec struct {
 // (callgrind client requests around the loop, package internal/callgrind);
 // (Ir(N2)-Ir(N1))/(N2-N1) is then one warm request, whatever entering and leaving the loop costs.
 // It prints one line per call ("instr CASE N STATUS", the warm-up's first), in the order of the
-// dumps. Natively (no valgrind) it runs the same loops and measures nothing.
+// dumps. Natively (no valgrind) it runs the same loops and measures nothing. Unless the case file
+// says "instrument": "all", valgrind instruments only the N1 and N2 loops (it runs with
+// --instr-atstart=no): loading a case and its warm-up run at valgrind's bare speed. wazero compiled
+// the module before the loops, so a warm request runs the same machine code either way. The
+// warm-up's dump, uninstrumented then, holds no figure (zero, or garbage after a switch) and is
+// never read.
 func BenchmarkInstructionsWazero(b *testing.B) {
 	if *instrCases == "" {
 		b.Skip("-instr.cases not set: run `make bench-instructions`")
@@ -72,10 +80,16 @@ func BenchmarkInstructionsWazero(b *testing.B) {
 				b.Fatal(err)
 			}
 			vm := load(b, wasm, c.Config, 1).VM(0)
-			for _, n := range []int{spec.Warm, spec.N1, spec.N2} {
+			for i, n := range []int{spec.Warm, spec.N1, spec.N2} {
+				if i == 1 && spec.Instrument != "all" {
+					callgrind.StartInstrumentation()
+				}
 				runtime.GC()
 				status := instrMeasured(b, vm, req, resp, n)
 				fmt.Printf("instr %s %d %d\n", c.Name, n, status)
+			}
+			if spec.Instrument != "all" {
+				callgrind.StopInstrumentation()
 			}
 			if err := vm.Failed(); err != nil {
 				b.Fatalf("%s: %v", c.Name, err)

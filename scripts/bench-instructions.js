@@ -3,7 +3,8 @@
 // V8, counted by valgrind --tool=callgrind, printed as markdown tables (`make bench-instructions`).
 //
 //   node scripts/bench-instructions.js [--against OTHER.wasm] [--n1 N] [--n2 N] [--warm N]
-//     [--runs N] [--only CASE,CASE] [--engines wazero,v8]
+//     [--runs N] [--jobs N] [--only CASE,CASE] [--engines wazero,v8] [--instrument measured|all]
+//     [--out DIR]
 //
 // It writes the cases to build/instr/cases.json (the same file drives both engines) and runs, side
 // by side, the e2e test binary's BenchmarkInstructionsWazero and e2e/v8host/main.js instr under
@@ -14,9 +15,16 @@
 // (entering and leaving the loop) cancels. wazero's dumps count every thread (one P, no
 // collector); V8's count the main thread only (--collect-atstart=no --separate-threads=yes, the
 // addon collects on its own thread) of a node that runs V8's compiler and collector on that thread
-// (--single-threaded). --runs N runs each
-// engine's process N times (side by side) and prints the median, and each case's spread over the
-// runs.
+// (--single-threaded). valgrind instruments only the measured part (--instrument measured, the
+// default): it starts with --instr-atstart=no, and the process turns instrumentation on for a
+// case's measured loops only (V8: its stability loops, n1 and n2, through the addon; wazero: n1
+// and n2, internal/callgrind), so that compiling the module, configuring and the first warm-up
+// requests run at valgrind's bare speed; --instrument all instruments the whole process (the
+// method before, hours for the whole table; the figures are the same, docs/performance.md).
+// --runs N runs each engine's process N times (side by side) and prints the median, and each
+// case's spread over the runs. --jobs N splits each run's cases, ordered by module, into N
+// processes side by side (each case still runs in one process, after the cases before it in its
+// part; a V8 process compiles each module it loads once, lazily).
 // Instruction counts do not depend on the machine's load; CPU time is `make bench-lifecycle`.
 const fs = require('fs');
 const path = require('path');
@@ -24,20 +32,22 @@ const { spawn } = require('child_process');
 
 const root = path.resolve(__dirname, '..');
 const build = path.join(root, 'build');
-const out = path.join(build, 'instr');
+let out = path.join(build, 'instr'); // --out DIR
 
 function parseArgs(argv) {
-  const o = { against: '', n1: 500, n2: 2500, warm: WARM, runs: 1, only: '', engines: 'wazero,v8' };
-  const strings = ['against', 'only', 'engines'];
+  const o = { against: '', n1: 500, n2: 2500, warm: WARM, runs: 1, jobs: 1, only: '', engines: 'wazero,v8', instrument: 'measured', out };
+  const strings = ['against', 'only', 'engines', 'instrument', 'out'];
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i].replace(/^--/, '');
     if (!(k in o) || argv[i + 1] === undefined) {
-      throw new Error(`usage: bench-instructions.js [--against OTHER.wasm] [--n1 N] [--n2 N] [--warm N] [--runs N] [--only CASE,CASE] [--engines wazero,v8] (bad ${argv[i]})`);
+      throw new Error(`usage: bench-instructions.js [--against OTHER.wasm] [--n1 N] [--n2 N] [--warm N] [--runs N] [--jobs N] [--only CASE,CASE] [--engines wazero,v8] [--instrument measured|all] [--out DIR] (bad ${argv[i]})`);
     }
     o[k] = strings.includes(k) ? argv[i + 1] : Number(argv[i + 1]);
   }
   if (!(o.n2 > o.n1 && o.n1 > 0)) throw new Error('need 0 < n1 < n2');
   if (!(o.runs >= 1)) throw new Error('need runs >= 1');
+  if (!(o.jobs >= 1)) throw new Error('need jobs >= 1');
+  if (!['measured', 'all'].includes(o.instrument)) throw new Error(`instrument: measured or all, not ${o.instrument}`);
   o.only = o.only ? o.only.split(',') : [];
   o.engines = o.engines.split(',');
   if (!o.engines.length || o.engines.some((e) => !['wazero', 'v8'].includes(e))) throw new Error(`engines: wazero and/or v8, not ${o.engines}`);
@@ -105,7 +115,7 @@ function caseFile(o) {
   }
   return {
     request: { headers: [[':method', 'GET'], [':path', '/api/items?page=2'], [':authority', 'bench.example'], [':scheme', 'http'], ['user-agent', 'bench']], source: '203.0.113.77:40000' },
-    warm: o.warm, n1: o.n1, n2: o.n2, stable: STABLE, maxWarm: Math.max(MAXWARM, o.warm), cases,
+    warm: o.warm, n1: o.n1, n2: o.n2, stable: STABLE, maxWarm: Math.max(MAXWARM, o.warm), instrument: o.instrument, cases,
   };
 }
 
@@ -188,30 +198,52 @@ function table(first, rows, res, o) {
 
 // engineCmds are the two processes: [valgrind flags, command, args, cwd, env, thread suffix of the
 // dumps read]; a V8 process writes its dumps to out/<tag>.out.K-TT.
-function engineCmds(cases, tag) {
+function engineCmds(cases, tag, instrument) {
   // GOGC=off: the Go collector of the test host (not Envoy's) stays out of the counts; no
   // asynchronous preemption signals (callgrind asserts on them); one P, fewer threads.
-  const wazero = [['--smc-check=all-non-file'], path.join(build, 'e2e.test'),
+  const wazero = [['--smc-check=all-non-file', `--instr-atstart=${instrument === 'all' ? 'yes' : 'no'}`], path.join(build, 'e2e.test'),
     ['-test.run', '^$', '-test.bench', '^BenchmarkInstructionsWazero$', '-test.benchtime', '1x', '-instr.cases', cases],
     path.join(root, 'e2e'), { GOGC: 'off', GODEBUG: 'asyncpreemptoff=1', GOMAXPROCS: '1', ENVOYHOST_CACHE_DIR: path.join(build, 'wazero-cache') }, ''];
   // Envoy's V8 flags, then V8's compiler and collector on the main thread (instr.js). V8
-  // patches the code it generated: --smc-check=all. Only the main thread collects, in its own dump.
-  const v8 = [['--smc-check=all', '--collect-atstart=no', '--separate-threads=yes'], 'node',
+  // patches the code it generated, in anonymous mappings: --smc-check=all-non-file checks those
+  // (all would check node's own code too, for nothing). Only the main thread collects, in its own
+  // dump; with --instrument measured, valgrind instruments only what instr.js asks it to.
+  const v8 = [['--smc-check=all-non-file', '--collect-atstart=no', '--separate-threads=yes', `--instr-atstart=${instrument === 'all' ? 'yes' : 'no'}`], 'node',
     ['--no-liftoff', '--wasm-max-mem-pages=16384', '--single-threaded', path.join(root, 'e2e', 'v8host', 'main.js'), 'instr', cases, path.join(build, 'callgrind.node'), path.join(out, `${tag}.out`)],
     root, {}, '-01'];
   return { wazero, v8 };
 }
 
-// measure runs one engine's process runs times under callgrind, side by side, and returns, per
-// case, the median per-request count, the spread over the runs ((max - min) / median) and the last
-// status.
-async function measure(engine, cases, spec, runs) {
-  const [, bin, args, cwd, env] = engineCmds(cases, engine)[engine];
+// parts splits spec's cases, ordered by module, into n case files of consecutive cases in out
+// (cases-J.json) and returns [file, spec] per part.
+function parts(spec, n) {
+  const order = [...new Set(spec.cases.map((c) => c.module))];
+  const cases = [...spec.cases].sort((a, b) => order.indexOf(a.module) - order.indexOf(b.module));
+  const size = Math.ceil(cases.length / n);
+  const res = [];
+  for (let j = 0; j * size < cases.length; j++) {
+    const part = Object.assign({}, spec, { cases: cases.slice(j * size, (j + 1) * size) });
+    const file = path.join(out, `cases-${j}.json`);
+    fs.writeFileSync(file, JSON.stringify(part, null, 1));
+    res.push([file, part]);
+  }
+  return res;
+}
+
+// measure runs one engine's process runs times under callgrind, side by side, each split into
+// jobs processes (parts), and returns, per case, the median per-request count, the spread over the
+// runs ((max - min) / median) and the last status.
+async function measure(engine, cases, spec, runs, jobs) {
+  const [, bin, args, cwd, env] = engineCmds(cases, engine, spec.instrument)[engine];
   native(engine, bin, args, cwd, env);
+  const split = parts(spec, jobs);
   const one = async (r) => {
-    const tag = `${engine}${r}`;
-    const [vgFlags, , argv, , , thread] = engineCmds(cases, tag)[engine];
-    return perRequest(tag, await run(tag, vgFlags, bin, argv, cwd, env), spec, thread);
+    const figures = await Promise.all(split.map(async ([file, part], j) => {
+      const tag = `${engine}${r}${jobs > 1 ? `j${j}` : ''}`;
+      const [vgFlags, , argv, , , thread] = engineCmds(file, tag, spec.instrument)[engine];
+      return perRequest(tag, await run(tag, vgFlags, bin, argv, cwd, env), part, thread);
+    }));
+    return Object.assign({}, ...figures);
   };
   const all = await Promise.all(Array.from({ length: runs }, (_, r) => one(r)));
   const res = {};
@@ -242,15 +274,16 @@ function spreadTable(res, o) {
 
 async function main() {
   const o = parseArgs(process.argv.slice(2));
+  out = path.resolve(o.out);
   fs.mkdirSync(out, { recursive: true });
   const spec = caseFile(o);
   const cases = path.join(out, 'cases.json');
   fs.writeFileSync(cases, JSON.stringify(spec, null, 1));
   const names = { wazero: 'wazero', v8: 'V8' };
-  const figures = await Promise.all(o.engines.map((e) => measure(e, cases, spec, o.runs)));
+  const figures = await Promise.all(o.engines.map((e) => measure(e, cases, spec, o.runs, o.jobs)));
   const res = { wazero: {}, V8: {} };
   o.engines.forEach((e, i) => (res[names[e]] = figures[i]));
-  fs.writeFileSync(path.join(out, 'results.json'), JSON.stringify({ n1: o.n1, n2: o.n2, warm: o.warm, runs: o.runs, against: o.against, res }, null, 1));
+  fs.writeFileSync(path.join(out, 'results.json'), JSON.stringify({ n1: o.n1, n2: o.n2, warm: o.warm, runs: o.runs, jobs: o.jobs, against: o.against, instrument: o.instrument, res }, null, 1));
   for (const c of [...lifecycle, ...scaling]) {
     const s = (res.wazero[c.name] || res.V8[c.name] || {}).status;
     if (s) c.status = s;

@@ -5,7 +5,13 @@
  * (CALLGRIND_DUMP_STATS). Run under valgrind --tool=callgrind --collect-atstart=no
  * --separate-threads=yes, the main thread's dump then holds the instructions of the loop on that
  * thread and nothing else; every other thread's stays at zero. onValgrind() says whether the
- * process runs under valgrind; outside it start() and stop() do nothing. Built by
+ * process runs under valgrind; outside it start(), stop() and instrument() do nothing.
+ * instrument(on) starts or stops callgrind's instrumentation (CALLGRIND_START_INSTRUMENTATION /
+ * CALLGRIND_STOP_INSTRUMENTATION): run with --instr-atstart=no, the process runs at valgrind's
+ * uninstrumented speed (no cache or call simulation, no counts) until instrument(true), which is
+ * what lets V8 compile a 6 MB module and warm it up in minutes under valgrind; uninstrumented code
+ * counts nothing whatever the collection state. Each switch discards valgrind's translations (its
+ * own cost, never the guest's). Built by
  * `make bench-instructions` into build/callgrind.node (needs gcc, Node's headers and valgrind's). */
 #include <node_api.h>
 #include <valgrind/callgrind.h>
@@ -26,6 +32,23 @@ static napi_value stop(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+static napi_value instrument(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value arg;
+  bool on = false;
+  if (napi_get_cb_info(env, info, &argc, &arg, NULL, NULL) != napi_ok || argc != 1 ||
+      napi_get_value_bool(env, arg, &on) != napi_ok) {
+    napi_throw_type_error(env, NULL, "instrument(on): on must be a boolean");
+    return NULL;
+  }
+  if (on) {
+    CALLGRIND_START_INSTRUMENTATION;
+  } else {
+    CALLGRIND_STOP_INSTRUMENTATION;
+  }
+  return NULL;
+}
+
 static napi_value on_valgrind(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value v;
@@ -43,6 +66,7 @@ static int export_fn(napi_env env, napi_value exports, const char *name, napi_ca
 
 static napi_value init(napi_env env, napi_value exports) {
   if (!export_fn(env, exports, "start", start) || !export_fn(env, exports, "stop", stop) ||
+      !export_fn(env, exports, "instrument", instrument) ||
       !export_fn(env, exports, "onValgrind", on_valgrind)) {
     return NULL;
   }

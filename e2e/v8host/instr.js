@@ -14,6 +14,15 @@
 // the order of the dumps; the last two of a case are n1 and n2), the protocol of the wazero side
 // (e2e/instructions_bench_test.go).
 //
+// Run under valgrind with --instr-atstart=no (scripts/bench-instructions.js), a case's loading
+// (compiling the module, _initialize, proxy_on_configure: V8 compiles each wasm function with
+// TurboFan on its first call) and its first spec.warm requests run uninstrumented, at valgrind's
+// bare speed; instrumentation is on from the first stability loop to the n2 loop, and off again
+// before the next case. A warm request executes the same code either way: instrumentation is
+// valgrind's, not V8's, and the stability loops are instrumented before n1 and n2 are counted
+// (docs/performance.md, "Instruction counts"). spec.instrument 'all' (with --instr-atstart=yes)
+// leaves instrumentation alone: the whole process is instrumented, the method before.
+//
 //   node --no-liftoff --wasm-max-mem-pages=16384 --single-threaded e2e/v8host/main.js instr CASES.json ADDON [DUMPS]
 const fs = require('fs');
 const { Plugin } = require('./plugin');
@@ -56,11 +65,14 @@ function counter(cg, dumps) {
   };
 }
 
-// warmUp runs the warm-up of one case, printing a line per loop into lines.
-function warmUp(ctr, spec, name, vm, req, resp, lines) {
+// warmUp runs the warm-up of one case, printing a line per loop into lines: the first spec.warm
+// requests uninstrumented, then instrumentation on (cg.instrument) for the stability loops, which
+// stays on for n1 and n2.
+function warmUp(cg, ctr, spec, name, vm, req, resp, lines) {
   const chunk = spec.n2 - spec.n1;
   let ran = spec.warm;
   lines.push(`instr ${name} ${spec.warm} ${ctr.run(vm, req, resp, spec.warm)}`);
+  if (spec.instrument !== 'all') cg.instrument(true);
   let prev = NaN;
   while (ran + chunk <= spec.maxWarm) {
     lines.push(`instr ${name} ${chunk} ${ctr.run(vm, req, resp, chunk)}`);
@@ -88,8 +100,9 @@ function instr(casesPath, addonPath, dumps) {
     if (!modules.has(c.module)) modules.set(c.module, new WebAssembly.Module(bytes));
     const p = new Plugin({ vmId: 'meshlimit', rootId: 'meshlimit', pluginConfig: c.config, workers: 1, logLevel: LogLevel.info, module: modules.get(c.module) }).load(bytes);
     const vm = p.vms[0];
-    warmUp(ctr, spec, c.name, vm, req, resp, lines);
+    warmUp(cg, ctr, spec, c.name, vm, req, resp, lines);
     for (const n of [spec.n1, spec.n2]) lines.push(`instr ${c.name} ${n} ${ctr.run(vm, req, resp, n)}`);
+    if (spec.instrument !== 'all') cg.instrument(false);
     if (vm.failed) throw new Error(`${c.name}: ${vm.failed}`);
   }
   return lines;

@@ -10,10 +10,12 @@
 // filter or the service uses it.
 package callgrind
 
-// The request codes of valgrind's callgrind.h: VG_USERREQ_TOOL_BASE('C','T') + 0 and + 1.
+// The request codes of valgrind's callgrind.h: VG_USERREQ_TOOL_BASE('C','T') + 0, + 1, + 4 and + 5.
 const (
-	requestDumpStats = 'C'<<24 | 'T'<<16
-	requestZeroStats = requestDumpStats + 1
+	requestDumpStats            = 'C'<<24 | 'T'<<16
+	requestZeroStats            = requestDumpStats + 1
+	requestStartInstrumentation = requestDumpStats + 4
+	requestStopInstrumentation  = requestDumpStats + 5
 )
 
 // ZeroStats sets callgrind's counters of every thread to zero.
@@ -22,6 +24,16 @@ func ZeroStats() { send(requestZeroStats) }
 // DumpStats writes the counters since the last ZeroStats or DumpStats to the next dump file
 // (the --callgrind-out-file name followed by .1, .2, ...) and sets them to zero.
 func DumpStats() { send(requestDumpStats) }
+
+// StartInstrumentation turns callgrind's instrumentation on (CALLGRIND_START_INSTRUMENTATION).
+// Run under valgrind --instr-atstart=no, the process runs uninstrumented, at valgrind's bare speed
+// and counting nothing, until it calls StartInstrumentation; the switch discards valgrind's
+// translations (valgrind's cost, not the process's).
+func StartInstrumentation() { send(requestStartInstrumentation) }
+
+// StopInstrumentation turns callgrind's instrumentation off (CALLGRIND_STOP_INSTRUMENTATION):
+// nothing is counted until the next StartInstrumentation.
+func StopInstrumentation() { send(requestStopInstrumentation) }
 
 func send(code uint64) {
 	args := [6]uint64{code}
