@@ -94,5 +94,9 @@ func retrySeconds(d *algorithms.Decision) int64 { return max(ceilSeconds(d.Retry
 // seconds, rounded up and at least 1 (a decision that does not tell its window is not one with
 // none), plus jitter.
 func effectiveSeconds(o *Outcome, jitter int64) int64 {
-	return min(max(ceilSeconds(o.Limit.Limit.EffectiveWindowOf(o.Decision)), 1)+jitter, sfv.MaxInteger)
+	w := o.Decision.EffectiveWindow // what EffectiveWindowOf returns when it is set, without its copies
+	if w <= 0 {
+		w = o.Limit.Limit.EffectiveWindowOf(o.Decision)
+	}
+	return min(max(ceilSeconds(w), 1)+jitter, sfv.MaxInteger)
 }
