@@ -174,8 +174,10 @@ type LimitSpec struct {
 	// ", "; sfName is the length of the member's leading sf-string (the quoted Name); headNext is
 	// ", " then the start of its RateLimit member up to its available value (`, "name";r=`). On a
 	// set's first limit, set is the set's limits and setPolicy their policy field in that order
-	// (nil when one of them is a calendar window).
+	// (nil when one of them is a calendar window). draft03Next is ", " and its X-RateLimit-Limit
+	// member (nil for a calendar window).
 	policy, policyNext []byte
+	draft03Next        []byte
 	headNext           []byte
 	sfName             int
 	policyOf           *dialect

@@ -5,8 +5,8 @@ import "github.com/meshlimit/meshlimit/internal/sfv"
 // renderPolicies renders what the quota fields write of every limit of the configuration whatever
 // the decision, once, at the end of its compilation (nothing changes a LimitSpec afterwards), in
 // the configuration's structured dialect: each limit's policy member and the start of its RateLimit
-// member, each also after the ", " that separates members, and each set's whole policy field in
-// configuration order. appendStructured copies them: one copy per member, none for a policy field
+// member, each also after the ", " that separates members, each set's whole policy field in
+// configuration order, and each limit's X-RateLimit-Limit member (draft03). appendStructured copies them: one copy per member, none for a policy field
 // whose outcomes are one set's limits in order.
 func (c *Config) renderPolicies() {
 	d := c.Response.structured()
@@ -36,6 +36,7 @@ func renderSet(limits []LimitSpec, d *dialect) {
 			whole = false // its w is the length of the period at hand: rendered with each outcome
 			continue
 		}
+		l.draft03Next = appendDraft03Member(nil, l, 0)
 		l.policyNext = appendPolicyParams(append([]byte(", "), l.headNext[2:2+l.sfName]...), l, d, 0)
 		l.policy = l.policyNext[2:]
 		if i > 0 {

@@ -19,7 +19,7 @@ import (
 // whose quota fields are rendered afresh from its fields on every call.
 func unrendered(l *LimitSpec) *LimitSpec {
 	c := *l
-	c.policy, c.policyNext, c.headNext, c.sfName, c.policyOf, c.set, c.setPolicy = nil, nil, nil, 0, nil, nil, nil
+	c.policy, c.policyNext, c.headNext, c.sfName, c.policyOf, c.set, c.setPolicy, c.draft03Next = nil, nil, nil, 0, nil, nil, nil, nil
 	return &c
 }
 
