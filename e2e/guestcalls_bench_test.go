@@ -216,3 +216,35 @@ func (r callsPerRequest) top(n int) string {
 	}
 	return sb.String()
 }
+
+// limitCases are the limits table's configurations of scripts/bench-instructions.js: one per-IP
+// rule with 1, 4 or 8 limits, all allowing.
+func limitCases() []lifecycleCase {
+	windows := []string{"s", "m", "h", "d"}
+	var cases []lifecycleCase
+	for _, n := range []int{1, 4, 8} {
+		limits := make([]string, n)
+		for i := range limits {
+			limits[i] = fmt.Sprintf(`{"rate":"%d/%s"}`, 1_000_000_000+i, windows[i%4])
+		}
+		config := `{"rules":[{"name":"per-ip","key":["client_ip"],"limits":[` + strings.Join(limits, ",") + `]}]}`
+		cases = append(cases, lifecycleCase{short: fmt.Sprintf("limits%d", n), module: "meshlimit", config: config})
+	}
+	return cases
+}
+
+// BenchmarkGuestFunctionCallsPerLimit is BenchmarkGuestFunctionCalls for a rule with 1, 4 or 8
+// limits: what each added limit calls (docs/performance.md, "Issue 22: per-limit cost").
+//
+//	go test -run='^$' -bench='^BenchmarkGuestFunctionCallsPerLimit$' -benchtime=2000x -v ./e2e/
+func BenchmarkGuestFunctionCallsPerLimit(b *testing.B) {
+	for _, c := range limitCases() {
+		b.Run(c.short, func(b *testing.B) {
+			r := countCalls(b, c, 0, b)
+			b.ReportMetric(r.guest(), "guestfuncs/req")
+			b.ReportMetric(r.of("runtime.memmove"), "memmoves/req")
+			b.ReportMetric(r.of("runtime.mallocgc"), "mallocs/req")
+			b.Log(r.top(*guestCallsTop))
+		})
+	}
+}

@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"slices"
+
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/rules"
 )
@@ -151,13 +153,23 @@ func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []by
 		d.taken.add(rs, set.Index, key, &out, out.Cost)
 	}
 	if enforced {
-		pk := p.cfg.Response.Partition(r, key)
-		for j := range specs {
-			d.outcome(&specs[j], out.Decisions[j], pk, now)
-			if dl := int64(out.Decisions[j].Delay); out.Allowed && dl > d.delay {
-				d.delay = dl
-			}
-		}
+		d.outcomesOf(specs, out.Decisions, p.cfg.Response.Partition(r, key), now, out.Allowed)
 	}
 	return enforced && !out.Allowed
+}
+
+// outcomesOf appends the outcomes of one decision of an enforced rule's limits (specs, decided ds)
+// at now, all with partition key pk, in place (one growth check for them all), and keeps the
+// longest shaping delay of an admitted request.
+func (d *decision) outcomesOf(specs []rules.LimitSpec, ds []algorithms.Decision, pk rules.PartitionKey, now int64, allowed bool) {
+	n := len(d.outcomes)
+	d.outcomes = slices.Grow(d.outcomes, len(specs))[:n+len(specs)]
+	added, ds := d.outcomes[n:], ds[:len(specs)]
+	for j := range added {
+		spec := &specs[j]
+		added[j] = rules.Outcome{Limit: spec, Decision: ds[j], Partition: pk, Period: spec.PeriodAt(now)}
+		if dl := int64(ds[j].Delay); allowed && dl > d.delay {
+			d.delay = dl
+		}
+	}
 }

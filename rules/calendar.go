@@ -100,9 +100,16 @@ func formatLimitRate(l algorithms.Limit) string {
 // PeriodAt returns the length of the calendar period that contains now (unix nanoseconds) for a
 // calendar window, its Outcome.Period; 0 for any other limit. It allocates nothing.
 func (l *LimitSpec) PeriodAt(now int64) time.Duration {
-	if l.Limit.Calendar.Unit == 0 {
+	if l.Limit.Calendar.Unit == 0 { // inlined at the caller: no call for the other limits
 		return 0
 	}
+	return l.calendarPeriodAt(now)
+}
+
+// calendarPeriodAt is PeriodAt's calendar part, kept out of line so that PeriodAt inlines.
+//
+//go:noinline
+func (l *LimitSpec) calendarPeriodAt(now int64) time.Duration {
 	start, end := l.Limit.Calendar.Period(now) // the limit is valid: no need for WindowAt's check
 	return time.Duration(end - start)
 }

@@ -168,11 +168,21 @@ type LimitSpec struct {
 	// limit with another fingerprint is not valid for this one.
 	Fingerprint uint64
 
-	// policy is the limit's policy member in dialect policyOf and sfName the length of its
-	// leading sf-string (the quoted Name), rendered once at the end of compilation (see Response).
-	policy   []byte
-	sfName   int
-	policyOf *dialect
+	// What the quota fields write of the limit whatever the decision, rendered once at the end of
+	// compilation in the structured dialect policyOf (render.go): policy is its policy member
+	// (nil for a calendar window, whose w is the period at hand) and policyNext the same after
+	// ", "; sfName is the length of the member's leading sf-string (the quoted Name); headNext is
+	// ", " then the start of its RateLimit member up to its available value (`, "name";r=`). On a
+	// set's first limit, set is the set's limits and setPolicy their policy field in that order
+	// (nil when one of them is a calendar window). draft03Next is ", " and its X-RateLimit-Limit
+	// member (nil for a calendar window).
+	policy, policyNext []byte
+	draft03Next        []byte
+	headNext           []byte
+	sfName             int
+	policyOf           *dialect
+	set                []LimitSpec
+	setPolicy          []byte
 }
 
 // costSpec is a compiled cost: a constant, or a header with default and max.

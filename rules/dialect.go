@@ -58,82 +58,94 @@ func appendParam(buf []byte, name string) []byte {
 // appendStructured appends a structured dialect's two Lists (see Response): the policy field and
 // the service-limit field, one member per outcome.
 func appendStructured(d *dialect, dst []Field, buf []byte, outcomes []Outcome, jitter int64) ([]Field, []byte) {
-	if l := outcomes[0].Limit; len(outcomes) == 1 && l.policyOf == d && !outcomes[0].Partition.set {
+	if l := outcomes[0].Limit; len(outcomes) == 1 && l.policyOf == d && l.policy != nil && !outcomes[0].Partition.set {
 		dst = append(dst, Field{d.fields[0], l.policy}) // rendered at compile: no copy
+	} else if field := setPolicy(outcomes, d); field != nil {
+		dst = append(dst, Field{d.fields[0], field}) // a set's limits in order: no copy either
 	} else {
 		start := len(buf)
+		var pk partitionParam
 		for i := range outcomes {
-			if i > 0 {
-				buf = append(buf, ", "...)
+			o := &outcomes[i]
+			buf = o.Limit.appendPolicy(buf, d, o.Period, i > 0)
+			if o.Partition.set {
+				buf = pk.append(buf, d, &o.Partition)
 			}
-			buf = outcomes[i].Limit.appendPolicy(buf, d, outcomes[i].Period)
-			buf = d.appendPK(buf, &outcomes[i].Partition)
 		}
 		dst = append(dst, Field{d.fields[0], buf[start:]})
 	}
 	start := len(buf)
+	var pk partitionParam
 	for i := range outcomes {
-		if i > 0 {
-			buf = append(buf, ", "...)
+		o := &outcomes[i]
+		buf = d.appendLimit(buf, o, jitter, i > 0)
+		if o.Partition.set {
+			buf = pk.append(buf, d, &o.Partition)
 		}
-		buf = d.appendLimit(buf, &outcomes[i], jitter)
 	}
 	return append(dst, Field{d.fields[1], buf[start:]}), buf
 }
 
-// appendLimit appends the service-limit member of one outcome.
-func (d *dialect) appendLimit(buf []byte, o *Outcome, jitter int64) []byte {
-	if l := o.Limit; l.policy != nil {
-		buf = append(buf, l.policy[:l.sfName]...)
+// appendLimit appends the service-limit member of one outcome, after ", " when next, without its
+// partition parameter.
+func (d *dialect) appendLimit(buf []byte, o *Outcome, jitter int64, next bool) []byte {
+	if l := o.Limit; l.policyOf == d {
+		head := l.headNext
+		if !next {
+			head = head[2:]
+		}
+		buf = append(buf, head...)
 	} else {
-		buf = sfv.AppendString(buf, l.Name)
+		if next {
+			buf = append(buf, ',', ' ')
+		}
+		buf = appendParam(sfv.AppendString(buf, l.Name), d.available)
 	}
-	buf = sfv.AppendInteger(appendParam(buf, d.available), max(o.Decision.Remaining, 0))
+	buf = sfv.AppendInteger(buf, max(o.Decision.Remaining, 0))
 	// A concurrency limit has no effective window: when a permit comes back depends on requests in
 	// flight, not on a clock.
 	if d.effective != "" && o.Limit.Concurrency == 0 {
-		buf = sfv.AppendInteger(appendParam(buf, d.effective), effectiveSeconds(o, jitter))
+		buf = sfv.AppendInteger(appendShortParam(buf, d.effective), effectiveSeconds(o, jitter))
 	}
 	if d.cost != "" && o.Cost > 0 {
 		buf = sfv.AppendInteger(appendParam(buf, d.cost), o.Cost)
 	}
-	return d.appendPK(buf, &o.Partition)
+	return buf
 }
 
-// appendPK appends the partition parameter of pk, if it is set.
-func (d *dialect) appendPK(buf []byte, pk *PartitionKey) []byte {
-	if !pk.set || d.partition == "" {
+// appendShortParam is appendParam for the one-letter names of the shipped dialects, written byte
+// by byte: a copy is a call on wasm.
+func appendShortParam(buf []byte, name string) []byte {
+	if len(name) != 1 {
+		return appendParam(buf, name)
+	}
+	return append(buf, ';', name[0], '=')
+}
+
+// partitionParam is the partition parameter of the members of one field: the outcomes of one
+// rule share a partition key, which is encoded once and copied for the others.
+type partitionParam struct {
+	// key is the partition key encoded in param[:n] (n is 0 before the first).
+	key   PartitionKey
+	param [32]byte
+	n     int
+}
+
+// partitionValueLen is the length of a partition key's sf-binary: 8 bytes in base64 between colons.
+const partitionValueLen = 1 + 12 + 1
+
+// append appends the partition parameter of pk in dialect d, if it has one.
+func (p *partitionParam) append(buf []byte, d *dialect, pk *PartitionKey) []byte {
+	if d.partition == "" {
 		return buf
 	}
-	return sfv.AppendByteSequence(appendParam(buf, d.partition), pk.sum[:])
-}
-
-// renderPolicies renders the policy member of every limit of the configuration once, at the end of
-// its compilation (nothing changes a LimitSpec afterwards), in the configuration's structured dialect,
-// for appendStructured to copy.
-func (c *Config) renderPolicies() {
-	d := c.Response.structured()
-	render := func(set *LimitSet) {
-		for i := range set.Limits {
-			l := &set.Limits[i]
-			if l.Limit.Calendar.Unit != 0 {
-				continue // its w is the length of the period at hand: rendered with each outcome
-			}
-			l.policy = sfv.AppendString(nil, l.Name)
-			l.sfName = len(l.policy)
-			l.policy, l.policyOf = appendPolicyParams(l.policy, l, d, 0), d
-		}
+	if len(d.partition) > len(p.param)-partitionValueLen-2 { // no room: encoded in place
+		return sfv.AppendByteSequence(appendParam(buf, d.partition), pk.sum[:])
 	}
-	for _, r := range c.rules {
-		for i := range r.sets {
-			render(&r.sets[i])
-		}
-		for _, set := range []*LimitSet{r.overflow, r.fallback} {
-			if set != nil {
-				render(set)
-			}
-		}
+	if p.n == 0 || p.key != *pk {
+		p.key, p.n = *pk, len(sfv.AppendByteSequence(appendParam(p.param[:0], d.partition), pk.sum[:]))
 	}
+	return append(buf, p.param[:p.n]...)
 }
 
 // structured returns the enabled structured dialect, or the first of the table when none is.
@@ -147,11 +159,17 @@ func (r *Response) structured() *dialect {
 }
 
 // appendPolicy appends the limit's policy member in dialect d for an outcome in a calendar period of
-// length period (Outcome.Period): the one rendered with its configuration, or (for a calendar
-// window, a LimitSpec built by hand, or another dialect) a fresh rendering.
-func (l *LimitSpec) appendPolicy(buf []byte, d *dialect, period time.Duration) []byte {
-	if l.policyOf == d {
-		return append(buf, l.policy...)
+// length period (Outcome.Period), after ", " when next: the one rendered with its configuration,
+// or (for a calendar window, a LimitSpec built by hand, or another dialect) a fresh rendering.
+func (l *LimitSpec) appendPolicy(buf []byte, d *dialect, period time.Duration, next bool) []byte {
+	if l.policyOf == d && l.policy != nil {
+		if !next {
+			return append(buf, l.policy...)
+		}
+		return append(buf, l.policyNext...)
+	}
+	if next {
+		buf = append(buf, ',', ' ')
 	}
 	return appendPolicyParams(sfv.AppendString(buf, l.Name), l, d, period)
 }

@@ -26,12 +26,11 @@ func appendDraft03(_ *dialect, dst []Field, buf []byte, outcomes []Outcome, jitt
 	buf = sfv.AppendInteger(buf, max(outcomes[0].Limit.Limit.Quota, 0))
 	for i := range outcomes {
 		l := outcomes[i].Limit
-		buf = append(buf, ", "...)
-		buf = sfv.AppendInteger(buf, max(l.Limit.Quota, 0))
-		buf = append(buf, ";w="...)
-		buf = sfv.AppendInteger(buf, periodSeconds(l, outcomes[i].Period))
-		buf = append(buf, ";name="...)
-		buf = sfv.AppendString(buf, l.Name)
+		if l.draft03Next != nil { // rendered with the configuration
+			buf = append(buf, l.draft03Next...)
+			continue
+		}
+		buf = appendDraft03Member(buf, l, outcomes[i].Period)
 	}
 	dst = append(dst, Field{HeaderXRateLimitLimit, buf[start:]})
 	start = len(buf)
@@ -40,6 +39,17 @@ func appendDraft03(_ *dialect, dst []Field, buf []byte, outcomes []Outcome, jitt
 	start = len(buf)
 	buf = sfv.AppendInteger(buf, effectiveSeconds(&outcomes[0], jitter))
 	return append(dst, Field{HeaderXRateLimitReset, buf[start:]}), buf
+}
+
+// appendDraft03Member appends ", " and the X-RateLimit-Limit member of limit l for an outcome in a
+// calendar period of length period.
+func appendDraft03Member(buf []byte, l *LimitSpec, period time.Duration) []byte {
+	buf = append(buf, ", "...)
+	buf = sfv.AppendInteger(buf, max(l.Limit.Quota, 0))
+	buf = append(buf, ";w="...)
+	buf = sfv.AppendInteger(buf, periodSeconds(l, period))
+	buf = append(buf, ";name="...)
+	return sfv.AppendString(buf, l.Name)
 }
 
 // sortOutcomes orders outcomes most restrictive first (see Response). It is an
@@ -94,5 +104,9 @@ func retrySeconds(d *algorithms.Decision) int64 { return max(ceilSeconds(d.Retry
 // seconds, rounded up and at least 1 (a decision that does not tell its window is not one with
 // none), plus jitter.
 func effectiveSeconds(o *Outcome, jitter int64) int64 {
-	return min(max(ceilSeconds(o.Limit.Limit.EffectiveWindowOf(o.Decision)), 1)+jitter, sfv.MaxInteger)
+	w := o.Decision.EffectiveWindow // what EffectiveWindowOf returns when it is set, without its copies
+	if w <= 0 {
+		w = o.Limit.Limit.EffectiveWindowOf(o.Decision)
+	}
+	return min(max(ceilSeconds(w), 1)+jitter, sfv.MaxInteger)
 }

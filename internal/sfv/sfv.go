@@ -9,7 +9,11 @@
 // allocates and is for tests. The package imports only the standard library.
 package sfv
 
-import "encoding/base64"
+import (
+	"encoding/base64"
+	"math/bits"
+	"slices"
+)
 
 // MaxInteger is the largest magnitude of an RFC 9651 Integer (15 digits).
 const MaxInteger = 999_999_999_999_999
@@ -50,8 +54,13 @@ const digitPairs = "000102030405060708091011121314151617181920212223242526272829
 	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
 	"8081828384858687888990919293949596979899"
 
+// pow10 holds 10^0 to 10^19, for appendDecimal's count of digits.
+var pow10 = [20]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19}
+
 // appendDecimal appends n in decimal, as strconv.AppendInt(dst, n, 10) does, two digits per
 // division from a digit table, with no call into strconv on the path of a response's quota fields.
+// It counts the digits first (from the bit length) and writes them in place, from the last: no
+// copy, which is a call on wasm.
 func appendDecimal(dst []byte, n int64) []byte {
 	u := uint64(n)
 	if n < 0 {
@@ -61,7 +70,14 @@ func appendDecimal(dst []byte, n int64) []byte {
 	if u < 10 {
 		return append(dst, byte('0'+u))
 	}
-	var b [20]byte
+	t := bits.Len64(u) * 1233 >> 12 // log10(2) ≈ 1233/4096: the digits are t or t+1
+	k := t + 1
+	if u < pow10[t] {
+		k = t
+	}
+	start := len(dst)
+	dst = slices.Grow(dst, k)[:start+k]
+	b := dst[start:]
 	i := len(b)
 	for u >= 100 {
 		q := u / 100
@@ -71,11 +87,9 @@ func appendDecimal(dst []byte, n int64) []byte {
 		u = q
 	}
 	if u >= 10 {
-		i -= 2
-		b[i], b[i+1] = digitPairs[u*2], digitPairs[u*2+1]
+		b[1], b[0] = digitPairs[u*2+1], digitPairs[u*2]
 	} else {
-		i--
-		b[i] = byte('0' + u)
+		b[0] = byte('0' + u)
 	}
-	return append(dst, b[i:]...)
+	return dst
 }

@@ -77,3 +77,17 @@ func FuzzAppendString(f *testing.F) {
 		assert.Len(t, got, len(s), "one byte written for each byte of %q", s)
 	})
 }
+
+// appendDecimal counts a number's digits before writing them in place: each side of every power of
+// ten, whatever room dst has, gets exactly the digits strconv writes and leaves dst's bytes alone.
+func TestADecimalOnEitherSideOfAPowerOfTenGetsExactlyItsDigits(t *testing.T) {
+	for p := uint64(10); p <= 1e18; p *= 10 {
+		for _, n := range []int64{int64(p) - 1, int64(p), int64(p) + 1, -int64(p), -int64(p) + 1} {
+			for _, room := range []int{0, 3, 40} {
+				dst := append(make([]byte, 0, 2+room), "ab"...)
+				got := appendDecimal(dst, n)
+				require.Equal(t, "ab"+strconv.FormatInt(n, 10), string(got), "%d with room %d", n, room)
+			}
+		}
+	}
+}

@@ -1,0 +1,66 @@
+package rules
+
+import "github.com/meshlimit/meshlimit/internal/sfv"
+
+// renderPolicies renders what the quota fields write of every limit of the configuration whatever
+// the decision, once, at the end of its compilation (nothing changes a LimitSpec afterwards), in
+// the configuration's structured dialect: each limit's policy member and the start of its RateLimit
+// member, each also after the ", " that separates members, each set's whole policy field in
+// configuration order, and each limit's X-RateLimit-Limit member (draft03). appendStructured copies them: one copy per member, none for a policy field
+// whose outcomes are one set's limits in order.
+func (c *Config) renderPolicies() {
+	d := c.Response.structured()
+	for _, r := range c.rules {
+		for i := range r.sets {
+			renderSet(r.sets[i].Limits, d)
+		}
+		for _, set := range []*LimitSet{r.overflow, r.fallback} {
+			if set != nil {
+				renderSet(set.Limits, d)
+			}
+		}
+	}
+}
+
+// renderSet renders the limits of one set in dialect d (see renderPolicies).
+func renderSet(limits []LimitSpec, d *dialect) {
+	var field []byte
+	whole := len(limits) > 0
+	for i := range limits {
+		l := &limits[i]
+		l.policyOf = d
+		l.headNext = sfv.AppendString([]byte(", "), l.Name)
+		l.sfName = len(l.headNext) - 2
+		l.headNext = appendParam(l.headNext, d.available)
+		if l.Limit.Calendar.Unit != 0 {
+			whole = false // its w is the length of the period at hand: rendered with each outcome
+			continue
+		}
+		l.draft03Next = appendDraft03Member(nil, l, 0)
+		l.policyNext = appendPolicyParams(append([]byte(", "), l.headNext[2:2+l.sfName]...), l, d, 0)
+		l.policy = l.policyNext[2:]
+		if i > 0 {
+			field = append(field, ", "...)
+		}
+		field = append(field, l.policy...)
+	}
+	if whole {
+		limits[0].set, limits[0].setPolicy = limits, field
+	}
+}
+
+// setPolicy returns the policy field of outcomes rendered with their configuration, or nil when
+// it is not one: when they are not one set's limits in configuration order (the most restrictive
+// first is also the first configured), or carry a partition key.
+func setPolicy(outcomes []Outcome, d *dialect) []byte {
+	l := outcomes[0].Limit
+	if l.setPolicy == nil || l.policyOf != d || len(outcomes) != len(l.set) {
+		return nil
+	}
+	for i := range outcomes {
+		if outcomes[i].Limit != &l.set[i] || outcomes[i].Partition.set {
+			return nil
+		}
+	}
+	return l.setPolicy
+}
