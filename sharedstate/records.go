@@ -192,6 +192,12 @@ func (c *Cursor) Updater() *Updater { return c.u }
 // the updates made for it, whatever other keys do. When the key has no record and no slot can be
 // claimed, it returns Placement NoRoom without calling Edit.
 func (c *Cursor) Update(r *Records, key []byte, e Editor) (Result, error) {
+	return c.update(r, key, e, nil)
+}
+
+// update is Update, editing the key's own record where it lies through ip when ip is not nil and
+// accepts the payload (see inPlaceEditor).
+func (c *Cursor) update(r *Records, key []byte, e Editor, ip inPlaceEditor) (Result, error) {
 	cands := r.candidates(c.u, key)
 	fp := cands.fp
 	res := Result{}
@@ -214,7 +220,7 @@ func (c *Cursor) Update(r *Records, key []byte, e Editor) (Result, error) {
 			owner, payload, ok := parseRecord(v)
 			if ok && owner == fp {
 				res.Placement, free = Owned, -1
-				done, err := c.write(&res, bytesString(c.keys[i]), cas, fp, payload, e)
+				done, err := c.edit(&res, bytesString(c.keys[i]), cas, fp, v, payload, e, ip)
 				if done || err != nil {
 					return res, err
 				}
@@ -248,6 +254,12 @@ func (c *Cursor) Update(r *Records, key []byte, e Editor) (Result, error) {
 // UpdateShared applies e to the record stored under key, which no fingerprint owns: every caller shares
 // it. A Table keeps its overflow state this way (see Records.OverflowKey).
 func (c *Cursor) UpdateShared(key string, e Editor) (Result, error) {
+	return c.updateShared(key, e, nil)
+}
+
+// updateShared is UpdateShared, editing the record where it lies through ip when ip is not nil and
+// accepts the payload (see inPlaceEditor).
+func (c *Cursor) updateShared(key string, e Editor, ip inPlaceEditor) (Result, error) {
 	res := Result{Placement: Overflow}
 	for res.Attempts < c.u.maxAttempts {
 		res.Attempts++
@@ -257,9 +269,9 @@ func (c *Cursor) UpdateShared(key string, e Editor) (Result, error) {
 		}
 		_, payload, ok := parseRecord(v)
 		if !ok {
-			payload = nil // missing or unreadable: start fresh
+			v, payload = nil, nil // missing or unreadable: start fresh
 		}
-		if done, err := c.write(&res, key, cas, 0, payload, e); done || err != nil {
+		if done, err := c.edit(&res, key, cas, 0, v, payload, e, ip); done || err != nil {
 			return res, err
 		}
 	}
@@ -293,6 +305,38 @@ func claimable(ok bool, payload []byte, e Editor) Placement {
 		return Evicted
 	}
 	return NoRoom
+}
+
+// inPlaceEditor is an Editor that can also edit a payload where it lies, in the buffer the Store
+// filled (the Store contract lets its caller modify it), when the payload has a shape it knows
+// (a Table's record of fixed layout). EditInPlace reports ok=false, having changed nothing, for a
+// payload it does not take, which then goes to Edit; with ok=true it has edited the payload
+// (write=true: the record is to be written back as it now is) or decided to write nothing.
+// Like Edit it may run once per CAS race lost, on a fresh read each time.
+type inPlaceEditor interface {
+	EditInPlace(payload []byte) (write, ok bool)
+}
+
+// edit runs one round of an update on rec, the record read with cas (nil when missing or
+// unreadable), whose payload is cur: in place through ip when it takes the payload, so that the
+// record goes back with the header it was read with, else by write. It reports done=false when
+// the write lost a CAS race.
+func (c *Cursor) edit(res *Result, key string, cas uint32, fp uint64, rec, cur []byte, e Editor, ip inPlaceEditor) (done bool, err error) {
+	if ip != nil && rec != nil {
+		if write, ok := ip.EditInPlace(cur); ok {
+			res.Written = false
+			if !write {
+				return true, nil
+			}
+			err = c.u.Write(key, rec, cas)
+			if err != nil && errors.Is(err, ErrCasMismatch) {
+				return false, nil
+			}
+			res.Written = err == nil
+			return true, err
+		}
+	}
+	return c.write(res, key, cas, fp, cur, e)
 }
 
 // write runs e on cur and, when it asks to, writes the record (owner fp) to key with cas. It reports
