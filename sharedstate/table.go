@@ -121,13 +121,19 @@ func (l *Limiter) Take(t *Table, key []byte, now, cost int64) (Outcome, error) {
 // shares (a settled over-run there would be either every newcomer's debt or forgiven). Outcome.Cost
 // is what was reserved.
 func (l *Limiter) TakeBounded(t *Table, key []byte, now, cost, bound int64) (Outcome, error) {
+	return l.takeBounded(t, key, now, cost, bound, &l.ed)
+}
+
+// takeBounded is TakeBounded, editing records of a fixed layout in place through ip (nil: every
+// record is parsed and written anew, as the builds before in-place edits did; tests compare both).
+func (l *Limiter) takeBounded(t *Table, key []byte, now, cost, bound int64, ip inPlaceEditor) (Outcome, error) {
 	l.ed.reset(t.limits, &t.layout, now, cost)
-	res, err := l.c.update(t.records, key, &l.ed, &l.ed)
+	res, err := l.c.update(t.records, key, &l.ed, ip)
 	out := Outcome{Attempts: res.Attempts, Placement: res.Placement, Cost: cost}
 	if err == nil && res.Placement == NoRoom {
 		out.Cost = max(cost, bound)
 		l.ed.reset(t.overflow, &t.overLayout, now, out.Cost)
-		res, err = l.c.updateShared(t.overflowKey, &l.ed, &l.ed)
+		res, err = l.c.updateShared(t.overflowKey, &l.ed, ip)
 		out.Attempts += res.Attempts
 		out.Placement = Overflow
 	}
