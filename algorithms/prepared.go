@@ -73,9 +73,9 @@ func (p *Prepared) IdleAt(state []byte, now int64) bool {
 // Capacity is the prepared limit's Limit.Capacity.
 func (p *Prepared) Capacity() int64 { return p.l.Capacity() }
 
-// StateSize is the size in bytes of every state the prepared limit's Decide, Adjust and Undo
-// write: 17 for the buckets and the fixed window (calendar or not), 25 for the sliding window
-// counter. It is 0 for a sliding log, whose state grows with its entries, and for a zero
+// StateSize is the size in bytes of every state the prepared limit's Decide writes, and of every
+// non-empty one its Adjust and Undo write (both leave an empty state empty): 17 for the buckets
+// and the fixed window (calendar or not), 25 for the sliding window counter. It is 0 for a sliding log, whose state grows with its entries, and for a zero
 // Prepared. A record of limits whose states all have a fixed size has a fixed layout, which a
 // caller can edit where it lies (package sharedstate).
 func (p *Prepared) StateSize() int {

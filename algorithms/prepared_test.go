@@ -77,6 +77,7 @@ func compareOnce(t *testing.T, r *rand.Rand, l Limit, p *Prepared, state []byte,
 		require.Equal(t, wd, gd, "Decide %s", what)
 		require.Equal(t, want, got, "Decide %s", what)
 		if werr == nil {
+			requireStateSize(t, p, got, "Decide "+what)
 			return want
 		}
 	case 2:
@@ -90,6 +91,7 @@ func compareOnce(t *testing.T, r *rand.Rand, l Limit, p *Prepared, state []byte,
 		require.Equal(t, errText(werr), errText(gerr), "Undo %s", what)
 		require.Equal(t, want, got, "Undo %s", what)
 		if werr == nil {
+			requireStateSize(t, p, got, "Undo "+what)
 			return want
 		}
 	default:
@@ -102,11 +104,49 @@ func compareOnce(t *testing.T, r *rand.Rand, l Limit, p *Prepared, state []byte,
 		require.Equal(t, errText(werr), errText(gerr), "Adjust %s", what)
 		require.Equal(t, want, got, "Adjust %s", what)
 		if werr == nil {
+			requireStateSize(t, p, got, "Adjust "+what)
 			return want
 		}
 	}
 	require.Equal(t, l.IdleAt(state, now), p.IdleAt(state, now), "IdleAt %s", what)
 	return state
+}
+
+// requireStateSize fails unless a state p wrote is empty or has p.StateSize bytes (when that is
+// fixed).
+func requireStateSize(t *testing.T, p *Prepared, state []byte, what string) {
+	t.Helper()
+	if n := p.StateSize(); n > 0 && len(state) > 0 {
+		require.Len(t, state, n, "StateSize: %s", what)
+	}
+}
+
+func TestEveryKindButTheSlidingLogWritesStatesOfOneSize(t *testing.T) {
+	tests := []struct {
+		name string
+		l    Limit
+		size int
+	}{
+		{"a token bucket: 17 bytes", Limit{Kind: TokenBucket, Quota: 5, Window: time.Second}, 17},
+		{"a leaky bucket: 17 bytes", Limit{Kind: LeakyBucket, Quota: 5, Window: time.Second}, 17},
+		{"a fixed window: 17 bytes", Limit{Kind: FixedWindow, Quota: 5, Window: time.Second}, 17},
+		{"a calendar window: 17 bytes", Limit{Kind: FixedWindow, Quota: 5, Calendar: Calendar{Unit: CalendarMonth}}, 17},
+		{"a sliding window: 25 bytes", Limit{Kind: SlidingWindow, Quota: 5, Window: time.Second}, 25},
+		{"a sliding log: no fixed size", Limit{Kind: SlidingLog, Quota: 5, Window: time.Second}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tc.l.Prepare()
+			require.NoError(t, err)
+			assert.Equal(t, tc.size, p.StateSize())
+			next, _, err := p.Decide(nil, base, 1, nil)
+			require.NoError(t, err)
+			if tc.size > 0 {
+				assert.Len(t, next, tc.size, "a fresh state's first write")
+			}
+		})
+	}
+	assert.Zero(t, (&Prepared{}).StateSize(), "a zero Prepared")
 }
 
 // TestAPreparedLimitDecidesExactlyAsItsLimitOverRandomInputs is the proof that Prepare changes no
