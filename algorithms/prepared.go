@@ -30,7 +30,9 @@ func (l Limit) Prepare() (Prepared, error) {
 	return Prepared{l: l, g: g}, nil
 }
 
-// Decide is Limit.Decide.
+// Decide is Limit.Decide. For a limit with a fixed StateSize, dst may be state[:0]: a state is
+// read (and refused, when it does not decode) before anything is written to dst, so the next state
+// replaces the old one where it lies.
 func (p *Prepared) Decide(state []byte, now int64, cost int64, dst []byte) (next []byte, d Decision, err error) {
 	if p.l.Kind.bucket() && cost >= 1 { // what decide would call, one call sooner
 		return p.l.decideBucket(&p.g, state, quantize(now), cost, dst)

@@ -149,6 +149,36 @@ func TestEveryKindButTheSlidingLogWritesStatesOfOneSize(t *testing.T) {
 	assert.Zero(t, (&Prepared{}).StateSize(), "a zero Prepared")
 }
 
+// TestADecisionWrittenOverItsOwnStateIsTheDecisionWrittenElsewhere: for every kind of a fixed
+// state size, deciding into the state's own bytes (what a record edited in place does) gives the
+// bytes and decision of deciding into another buffer, over random limits, clocks and costs.
+func TestADecisionWrittenOverItsOwnStateIsTheDecisionWrittenElsewhere(t *testing.T) {
+	r := rand.New(rand.NewPCG(22, 2))
+	for range 2000 {
+		l := randomLimit(r)
+		p, err := l.Prepare()
+		require.NoError(t, err)
+		if p.StateSize() == 0 {
+			continue
+		}
+		now := base + r.Int64N(int64(MaxWindow))
+		state, _, err := p.Decide(nil, now, 1, nil)
+		require.NoError(t, err)
+		for range 20 {
+			now += r.Int64N(int64(span(l))/max(l.Quota, 1)*4 + 1000)
+			cost := 1 + r.Int64N(min(l.Capacity(), 4))
+			want, wd, werr := p.Decide(state, now, cost, nil)
+			own := append([]byte(nil), state...)
+			got, gd, gerr := p.Decide(own, now, cost, own[:0])
+			require.Equal(t, errText(werr), errText(gerr))
+			require.Equal(t, wd, gd, "%+v", l)
+			require.Equal(t, want, got, "%+v", l)
+			require.Equal(t, want, own, "written where the state was")
+			state = want
+		}
+	}
+}
+
 // TestAPreparedLimitDecidesExactlyAsItsLimitOverRandomInputs is the proof that Prepare changes no
 // result: random limits over the whole valid range, each through a random sequence of decisions,
 // peeks, undos and settles (clocks that step forward, stand still, jump idle windows or step back;

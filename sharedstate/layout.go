@@ -73,15 +73,51 @@ func (l *layout) split(p []byte, states [][]byte) bool {
 	return true
 }
 
-// EditInPlace implements InPlaceEditor: when the payload has the table's fixed layout, every limit
-// decides on its state where it lies; the next states are written into scratch first and copied
-// over the old ones only once every limit has admitted the request, so that a denial leaves the
-// payload as it was (the limits that would have admitted it report their state without it, as
-// Edit does). It reports ok=false, having changed nothing, for any other payload.
+// EditInPlace implements inPlaceEditor: when the payload has the table's fixed layout, every limit
+// decides on its state where it lies. A table of one limit decides straight into its state's bytes
+// (the algorithms read a state before writing the next one); on a denial they hold the state as
+// the denial normalized it, which is never written back: the buffer is the next read's. With more
+// limits the next states go to scratch first and are copied over the old ones only once every
+// limit has admitted the request, so that the limits that would have admitted a denied request
+// report their state without it, from the payload as it was (as Edit does). It reports ok=false,
+// having changed nothing, for any other payload.
 func (e *limitEditor) EditInPlace(p []byte) (write, ok bool) {
 	if !e.layout.matches(p) {
 		return false, false
 	}
+	if len(e.limits) == 1 {
+		st := e.layout.state(p, 0)
+		return e.editOne(st, st[:0])
+	}
+	return e.editEach(p)
+}
+
+// editInScratch is EditInPlace for a payload that must stay as it was unless every limit admits
+// (TakeLocal's record, which the caller keeps).
+func (e *limitEditor) editInScratch(p []byte) (write, ok bool) {
+	if !e.layout.matches(p) {
+		return false, false
+	}
+	return e.editEach(p)
+}
+
+// editOne decides the table's one limit on st into dst and reports whether to write the record.
+func (e *limitEditor) editOne(st, dst []byte) (write, ok bool) {
+	next, d, err := e.decide(0, st, dst)
+	if err == nil && len(next) != len(st) {
+		err = fmt.Errorf("a state of %d bytes, want %d", len(next), len(st)) // never: algorithms.Prepared.StateSize
+	}
+	if err != nil {
+		e.err, e.allowed = fmt.Errorf("sharedstate: limit 0: %w", err), false
+		return false, true
+	}
+	e.decisions[0], e.allowed = d, d.Allowed
+	return d.Allowed, true
+}
+
+// editEach decides every limit into scratch and copies the next states over the old ones when all
+// admit.
+func (e *limitEditor) editEach(p []byte) (write, ok bool) {
 	if cap(e.scratch) < e.layout.size {
 		e.scratch = make([]byte, e.layout.size)
 	}
@@ -89,14 +125,12 @@ func (e *limitEditor) EditInPlace(p []byte) (write, ok bool) {
 	for i := range e.limits {
 		off, n := int(e.layout.offs[i]), int(e.layout.lens[i])
 		next, d, err := e.decide(i, e.layout.state(p, i), e.scratch[off:off:off+n])
-		if err != nil {
-			e.err = fmt.Errorf("sharedstate: limit %d: %w", i, err)
-			e.allowed = false
-			return false, true
+		if err == nil && len(next) != n {
+			err = fmt.Errorf("a state of %d bytes, want %d", len(next), n) // never: algorithms.Prepared.StateSize
 		}
-		if len(next) != n { // not the size the limit promised: leave the record to Edit
-			e.allowed = false
-			return false, false
+		if err != nil {
+			e.err, e.allowed = fmt.Errorf("sharedstate: limit %d: %w", i, err), false
+			return false, true
 		}
 		e.decisions[i] = d
 		e.allowed = e.allowed && d.Allowed

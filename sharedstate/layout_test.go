@@ -243,3 +243,34 @@ func TestTakeLocalEditsARecordOfFixedLayoutInPlaceAsItWouldRewriteIt(t *testing.
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), d.Remaining, "both admitted requests are in the record")
 }
+
+// TestAKeyRememberedByTheCursorIsUpdatedWhereAFreshCursorWouldUpdateIt compares a long-lived
+// Limiter, whose Cursor remembers keys, with a new Limiter for every request, over keys that share
+// the memo's places, a key too long to remember, one key in two tables and a table whose candidates
+// fill up, on stores of the same secret: the same decisions and the same stored records throughout.
+func TestAKeyRememberedByTheCursorIsUpdatedWhereAFreshCursorWouldUpdateIt(t *testing.T) {
+	long := make([]byte, memoMaxKey+1)
+	keys := [][]byte{[]byte("192.0.2.1"), []byte("192.0.2.17"), []byte("198.51.100.1"), long, []byte("k"), {}}
+	for i := range 40 {
+		keys = append(keys, []byte{byte(i), 'x'}) // more keys than memo places
+	}
+	warm, cold := knownSecretStore(t), knownSecretStore(t)
+	lw := newLimiter(t, warm)
+	small, err := NewTable("meshlimit/test/small", 8, []algorithms.Limit{tokenBucket(3, time.Minute)}, nil)
+	require.NoError(t, err)
+	other, err := NewTable("meshlimit/test/other", 64, []algorithms.Limit{tokenBucket(3, time.Minute)}, nil)
+	require.NoError(t, err)
+	now := t0
+	for i := range 600 {
+		now += int64(7 * time.Second)
+		key, tab := keys[(i*7)%len(keys)], small
+		if i%3 == 0 {
+			tab = other
+		}
+		ow, errw := lw.Take(tab, key, now, 1)
+		oc, errc := newLimiter(t, cold).Take(tab, key, now, 1)
+		require.Equal(t, errc, errw, "request %d", i)
+		require.Equal(t, oc, ow, "request %d", i)
+		require.Equal(t, cold.entries, warm.entries, "request %d: the stored records", i)
+	}
+}

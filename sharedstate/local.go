@@ -9,7 +9,7 @@ package sharedstate
 func (l *Limiter) TakeLocal(t *Table, rec *[]byte, now, cost int64) (Outcome, error) {
 	l.ed.reset(t.limits, &t.layout, now, cost)
 	out := Outcome{Attempts: 1, Placement: Owned}
-	if _, fits := l.ed.EditInPlace(*rec); fits { // the record of a fixed layout is edited where it lies
+	if _, fits := l.ed.editInScratch(*rec); fits { // the record of a fixed layout is edited where it lies
 		out.Allowed, out.Decisions = l.ed.allowed, l.ed.decisions
 		return out, l.ed.err
 	}

@@ -175,9 +175,11 @@ type Result struct {
 
 // Cursor runs updates of Records for one goroutine (one VM) at a time: it reuses its buffers.
 type Cursor struct {
-	u    *Updater
-	keys [Candidates][]byte
-	val  []byte
+	u     *Updater
+	keys  [Candidates][]byte
+	val   []byte
+	memo  *[memoSize]memoEntry // allocated on the first update
+	spare memoEntry            // a key too long to remember
 }
 
 // NewCursor returns a Cursor that reads and writes through u.
@@ -198,7 +200,8 @@ func (c *Cursor) Update(r *Records, key []byte, e Editor) (Result, error) {
 // update is Update, editing the key's own record where it lies through ip when ip is not nil and
 // accepts the payload (see inPlaceEditor).
 func (c *Cursor) update(r *Records, key []byte, e Editor, ip inPlaceEditor) (Result, error) {
-	cands := r.candidates(c.u, key)
+	m := c.remember(r, key)
+	cands, keys := &m.cands, &m.slotKeys
 	fp := cands.fp
 	res := Result{}
 	for res.Attempts < c.u.maxAttempts {
@@ -211,16 +214,16 @@ func (c *Cursor) update(r *Records, key []byte, e Editor, ip inPlaceEditor) (Res
 				if !ok {
 					break
 				}
-				c.keys[i] = r.SlotKey(c.keys[i][:0], int(slot))
+				keys[i] = r.SlotKey(keys[i][:0], int(slot))
 			}
-			v, cas, err := c.u.Read(bytesString(c.keys[i]))
+			v, cas, err := c.u.Read(bytesString(keys[i]))
 			if err != nil {
 				return res, err
 			}
 			owner, payload, ok := parseRecord(v)
 			if ok && owner == fp {
 				res.Placement, free = Owned, -1
-				done, err := c.edit(&res, bytesString(c.keys[i]), cas, fp, v, payload, e, ip)
+				done, err := c.edit(&res, bytesString(keys[i]), cas, fp, v, payload, e, ip)
 				if done || err != nil {
 					return res, err
 				}
@@ -244,7 +247,7 @@ func (c *Cursor) update(r *Records, key []byte, e Editor, ip inPlaceEditor) (Res
 		if free < 0 {
 			return res, nil
 		}
-		if done, err := c.write(&res, bytesString(c.keys[free]), freeCas, fp, nil, e); done || err != nil {
+		if done, err := c.write(&res, bytesString(keys[free]), freeCas, fp, nil, e); done || err != nil {
 			return res, err
 		}
 	}

@@ -227,10 +227,20 @@ func (e *limitEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 // able to leave such a state could as well have written a fresh one, so this gives it nothing.
 func (e *limitEditor) decide(i int, st, dst []byte) ([]byte, algorithms.Decision, error) {
 	next, d, err := e.limits[i].Decide(st, e.now, e.cost, dst)
-	if err != nil && len(st) > 0 && errors.Is(err, algorithms.ErrMalformedState) {
+	if err != nil {
+		return e.decideFresh(i, st, dst, err)
+	}
+	return next, d, nil
+}
+
+// decideFresh is decide's path for a Decide that failed with err: again on a fresh state when st
+// does not decode. A state that does not decode is refused before anything is written to dst, so
+// dst may alias st.
+func (e *limitEditor) decideFresh(i int, st, dst []byte, err error) ([]byte, algorithms.Decision, error) {
+	if len(st) > 0 && errors.Is(err, algorithms.ErrMalformedState) {
 		return e.limits[i].Decide(nil, e.now, e.cost, dst)
 	}
-	return next, d, err
+	return nil, algorithms.Decision{}, err
 }
 
 // peek is limit i's Peek on st, a state that does not decode read as a fresh one (see decide).
