@@ -115,7 +115,9 @@ func TestVMsOfThePreviousAndThisBuildOnOneKeyAdmitExactlyTheCapacity(t *testing.
 		l := newLimiter(t, store)
 		take := l.Take
 		if w%2 == 0 {
-			take = func(t *Table, key []byte, now, cost int64) (Outcome, error) { return takeAsBefore(l, t, key, now, cost) }
+			take = func(t *Table, key []byte, now, cost int64) (Outcome, error) {
+				return takeAsBefore(l, t, key, now, cost)
+			}
 		}
 		wg.Add(1)
 		go func() {
