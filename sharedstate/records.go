@@ -281,8 +281,8 @@ func (c *Cursor) updateShared(key string, e Editor, ip inPlaceEditor) (Result, e
 	return res, ErrContention
 }
 
-// Find returns key's payload in r, or ok=false when the key owns neither candidate. The payload may
-// alias the store's bytes (see Store) and is only valid until the next call on the Cursor.
+// Find returns key's payload in r, or ok=false when the key owns neither candidate. The payload views
+// the bytes the store's Get returned (see Store) and is only valid until the next call on the Cursor.
 func (c *Cursor) Find(r *Records, key []byte) (payload []byte, ok bool, err error) {
 	cands := r.candidates(c.u, key)
 	for slot, more := cands.next(); more; slot, more = cands.next() {
