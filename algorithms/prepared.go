@@ -30,7 +30,9 @@ func (l Limit) Prepare() (Prepared, error) {
 	return Prepared{l: l, g: g}, nil
 }
 
-// Decide is Limit.Decide.
+// Decide is Limit.Decide. For a limit with a fixed StateSize, dst may be state[:0]: a state is
+// read (and refused, when it does not decode) before anything is written to dst, so the next state
+// replaces the old one where it lies.
 func (p *Prepared) Decide(state []byte, now int64, cost int64, dst []byte) (next []byte, d Decision, err error) {
 	if p.l.Kind.bucket() && cost >= 1 { // what decide would call, one call sooner
 		return p.l.decideBucket(&p.g, state, quantize(now), cost, dst)
@@ -72,3 +74,20 @@ func (p *Prepared) IdleAt(state []byte, now int64) bool {
 
 // Capacity is the prepared limit's Limit.Capacity.
 func (p *Prepared) Capacity() int64 { return p.l.Capacity() }
+
+// StateSize is the size in bytes of every state the prepared limit's Decide writes, and of every
+// non-empty one its Adjust and Undo write (both leave an empty state empty): 17 for the buckets
+// and the fixed window (calendar or not), 25 for the sliding window counter. It is 0 for a sliding log, whose state grows with its entries, and for a zero
+// Prepared. A record of limits whose states all have a fixed size has a fixed layout, which a
+// caller can edit where it lies (package sharedstate).
+func (p *Prepared) StateSize() int {
+	switch p.l.Kind {
+	case TokenBucket, LeakyBucket:
+		return bucketSize
+	case FixedWindow:
+		return fixedSize
+	case SlidingWindow:
+		return slidingSize
+	}
+	return 0
+}

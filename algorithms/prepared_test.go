@@ -77,6 +77,7 @@ func compareOnce(t *testing.T, r *rand.Rand, l Limit, p *Prepared, state []byte,
 		require.Equal(t, wd, gd, "Decide %s", what)
 		require.Equal(t, want, got, "Decide %s", what)
 		if werr == nil {
+			requireStateSize(t, p, got, "Decide "+what)
 			return want
 		}
 	case 2:
@@ -90,6 +91,7 @@ func compareOnce(t *testing.T, r *rand.Rand, l Limit, p *Prepared, state []byte,
 		require.Equal(t, errText(werr), errText(gerr), "Undo %s", what)
 		require.Equal(t, want, got, "Undo %s", what)
 		if werr == nil {
+			requireStateSize(t, p, got, "Undo "+what)
 			return want
 		}
 	default:
@@ -102,11 +104,79 @@ func compareOnce(t *testing.T, r *rand.Rand, l Limit, p *Prepared, state []byte,
 		require.Equal(t, errText(werr), errText(gerr), "Adjust %s", what)
 		require.Equal(t, want, got, "Adjust %s", what)
 		if werr == nil {
+			requireStateSize(t, p, got, "Adjust "+what)
 			return want
 		}
 	}
 	require.Equal(t, l.IdleAt(state, now), p.IdleAt(state, now), "IdleAt %s", what)
 	return state
+}
+
+// requireStateSize fails unless a state p wrote is empty or has p.StateSize bytes (when that is
+// fixed).
+func requireStateSize(t *testing.T, p *Prepared, state []byte, what string) {
+	t.Helper()
+	if n := p.StateSize(); n > 0 && len(state) > 0 {
+		require.Len(t, state, n, "StateSize: %s", what)
+	}
+}
+
+func TestEveryKindButTheSlidingLogWritesStatesOfOneSize(t *testing.T) {
+	tests := []struct {
+		name string
+		l    Limit
+		size int
+	}{
+		{"a token bucket: 17 bytes", Limit{Kind: TokenBucket, Quota: 5, Window: time.Second}, 17},
+		{"a leaky bucket: 17 bytes", Limit{Kind: LeakyBucket, Quota: 5, Window: time.Second}, 17},
+		{"a fixed window: 17 bytes", Limit{Kind: FixedWindow, Quota: 5, Window: time.Second}, 17},
+		{"a calendar window: 17 bytes", Limit{Kind: FixedWindow, Quota: 5, Calendar: Calendar{Unit: CalendarMonth}}, 17},
+		{"a sliding window: 25 bytes", Limit{Kind: SlidingWindow, Quota: 5, Window: time.Second}, 25},
+		{"a sliding log: no fixed size", Limit{Kind: SlidingLog, Quota: 5, Window: time.Second}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tc.l.Prepare()
+			require.NoError(t, err)
+			assert.Equal(t, tc.size, p.StateSize())
+			next, _, err := p.Decide(nil, base, 1, nil)
+			require.NoError(t, err)
+			if tc.size > 0 {
+				assert.Len(t, next, tc.size, "a fresh state's first write")
+			}
+		})
+	}
+	assert.Zero(t, (&Prepared{}).StateSize(), "a zero Prepared")
+}
+
+// TestADecisionWrittenOverItsOwnStateIsTheDecisionWrittenElsewhere: for every kind of a fixed
+// state size, deciding into the state's own bytes (what a record edited in place does) gives the
+// bytes and decision of deciding into another buffer, over random limits, clocks and costs.
+func TestADecisionWrittenOverItsOwnStateIsTheDecisionWrittenElsewhere(t *testing.T) {
+	r := rand.New(rand.NewPCG(22, 2))
+	for range 2000 {
+		l := randomLimit(r)
+		p, err := l.Prepare()
+		require.NoError(t, err)
+		if p.StateSize() == 0 {
+			continue
+		}
+		now := base + r.Int64N(int64(MaxWindow))
+		state, _, err := p.Decide(nil, now, 1, nil)
+		require.NoError(t, err)
+		for range 20 {
+			now += r.Int64N(int64(span(l))/max(l.Quota, 1)*4 + 1000)
+			cost := 1 + r.Int64N(min(l.Capacity(), 4))
+			want, wd, werr := p.Decide(state, now, cost, nil)
+			own := append([]byte(nil), state...)
+			got, gd, gerr := p.Decide(own, now, cost, own[:0])
+			require.Equal(t, errText(werr), errText(gerr))
+			require.Equal(t, wd, gd, "%+v", l)
+			require.Equal(t, want, got, "%+v", l)
+			require.Equal(t, want, own, "written where the state was")
+			state = want
+		}
+	}
 }
 
 // TestAPreparedLimitDecidesExactlyAsItsLimitOverRandomInputs is the proof that Prepare changes no

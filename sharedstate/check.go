@@ -9,13 +9,13 @@ import "fmt"
 // the request-time half of a rule that charges after the response (rules.CountOn), and reads one
 // record: a check never claims a slot or evicts another key.
 func (l *Limiter) Check(t *Table, key []byte, now, cost int64) (Outcome, error) {
-	l.ed.reset(t.limits, now, cost)
+	l.ed.reset(t.limits, &t.layout, now, cost)
 	payload, found, err := l.c.Find(t.records, key)
 	if err != nil {
 		return Outcome{}, err
 	}
 	out := Outcome{Placement: Claimed}
-	fresh := !found || !parseStates(payload, l.ed.states)
+	fresh := !found || !t.layout.split(payload, l.ed.states)
 	if found {
 		out.Placement = Owned
 	}
@@ -25,7 +25,7 @@ func (l *Limiter) Check(t *Table, key []byte, now, cost int64) (Outcome, error) 
 		if !fresh {
 			st = l.ed.states[i]
 		}
-		next, d, err := t.limits[i].Decide(st, now, cost, l.ed.scratch[:0])
+		next, d, err := l.ed.decide(i, st, l.ed.scratch[:0])
 		if err != nil {
 			return Outcome{}, fmt.Errorf("sharedstate: limit %d: %w", i, err)
 		}

@@ -7,11 +7,17 @@ package sharedstate
 // in place only when every limit admits the request. Attempts is 1 and Placement Owned; err is
 // non-nil only for an invalid limit or cost.
 func (l *Limiter) TakeLocal(t *Table, rec *[]byte, now, cost int64) (Outcome, error) {
-	l.ed.reset(t.limits, now, cost)
+	l.ed.reset(t.limits, &t.layout, now, cost)
+	out := Outcome{Attempts: 1, Placement: Owned}
+	if _, fits := l.ed.editInScratch(*rec); fits { // the record of a fixed layout is edited where it lies
+		out.Allowed, out.Decisions = l.ed.allowed, l.ed.decisions
+		return out, l.ed.err
+	}
 	next, ok, _ := l.ed.Edit(l.local[:0], *rec)
 	l.local = next
 	if ok {
 		*rec = append((*rec)[:0], next...)
 	}
-	return Outcome{Allowed: l.ed.allowed, Decisions: l.ed.decisions, Attempts: 1, Placement: Owned}, l.ed.err
+	out.Allowed, out.Decisions = l.ed.allowed, l.ed.decisions
+	return out, l.ed.err
 }

@@ -175,9 +175,11 @@ type Result struct {
 
 // Cursor runs updates of Records for one goroutine (one VM) at a time: it reuses its buffers.
 type Cursor struct {
-	u    *Updater
-	keys [Candidates][]byte
-	val  []byte
+	u     *Updater
+	keys  [Candidates][]byte
+	val   []byte
+	memo  *[memoSize]memoEntry // allocated on the first update
+	spare memoEntry            // a key too long to remember
 }
 
 // NewCursor returns a Cursor that reads and writes through u.
@@ -192,7 +194,14 @@ func (c *Cursor) Updater() *Updater { return c.u }
 // the updates made for it, whatever other keys do. When the key has no record and no slot can be
 // claimed, it returns Placement NoRoom without calling Edit.
 func (c *Cursor) Update(r *Records, key []byte, e Editor) (Result, error) {
-	cands := r.candidates(c.u, key)
+	return c.update(r, key, e, nil)
+}
+
+// update is Update, editing the key's own record where it lies through ip when ip is not nil and
+// accepts the payload (see inPlaceEditor).
+func (c *Cursor) update(r *Records, key []byte, e Editor, ip inPlaceEditor) (Result, error) {
+	m := c.remember(r, key)
+	cands, keys := &m.cands, &m.slotKeys
 	fp := cands.fp
 	res := Result{}
 	for res.Attempts < c.u.maxAttempts {
@@ -205,16 +214,16 @@ func (c *Cursor) Update(r *Records, key []byte, e Editor) (Result, error) {
 				if !ok {
 					break
 				}
-				c.keys[i] = r.SlotKey(c.keys[i][:0], int(slot))
+				keys[i] = r.SlotKey(keys[i][:0], int(slot))
 			}
-			v, cas, err := c.u.Read(bytesString(c.keys[i]))
+			v, cas, err := c.u.Read(bytesString(keys[i]))
 			if err != nil {
 				return res, err
 			}
 			owner, payload, ok := parseRecord(v)
 			if ok && owner == fp {
 				res.Placement, free = Owned, -1
-				done, err := c.write(&res, bytesString(c.keys[i]), cas, fp, payload, e)
+				done, err := c.edit(&res, bytesString(keys[i]), cas, fp, v, payload, e, ip)
 				if done || err != nil {
 					return res, err
 				}
@@ -238,7 +247,7 @@ func (c *Cursor) Update(r *Records, key []byte, e Editor) (Result, error) {
 		if free < 0 {
 			return res, nil
 		}
-		if done, err := c.write(&res, bytesString(c.keys[free]), freeCas, fp, nil, e); done || err != nil {
+		if done, err := c.write(&res, bytesString(keys[free]), freeCas, fp, nil, e); done || err != nil {
 			return res, err
 		}
 	}
@@ -248,6 +257,12 @@ func (c *Cursor) Update(r *Records, key []byte, e Editor) (Result, error) {
 // UpdateShared applies e to the record stored under key, which no fingerprint owns: every caller shares
 // it. A Table keeps its overflow state this way (see Records.OverflowKey).
 func (c *Cursor) UpdateShared(key string, e Editor) (Result, error) {
+	return c.updateShared(key, e, nil)
+}
+
+// updateShared is UpdateShared, editing the record where it lies through ip when ip is not nil and
+// accepts the payload (see inPlaceEditor).
+func (c *Cursor) updateShared(key string, e Editor, ip inPlaceEditor) (Result, error) {
 	res := Result{Placement: Overflow}
 	for res.Attempts < c.u.maxAttempts {
 		res.Attempts++
@@ -257,17 +272,17 @@ func (c *Cursor) UpdateShared(key string, e Editor) (Result, error) {
 		}
 		_, payload, ok := parseRecord(v)
 		if !ok {
-			payload = nil // missing or unreadable: start fresh
+			v, payload = nil, nil // missing or unreadable: start fresh
 		}
-		if done, err := c.write(&res, key, cas, 0, payload, e); done || err != nil {
+		if done, err := c.edit(&res, key, cas, 0, v, payload, e, ip); done || err != nil {
 			return res, err
 		}
 	}
 	return res, ErrContention
 }
 
-// Find returns key's payload in r, or ok=false when the key owns neither candidate. The payload may
-// alias the store's bytes (see Store) and is only valid until the next call on the Cursor.
+// Find returns key's payload in r, or ok=false when the key owns neither candidate. The payload views
+// the bytes the store's Get returned (see Store) and is only valid until the next call on the Cursor.
 func (c *Cursor) Find(r *Records, key []byte) (payload []byte, ok bool, err error) {
 	cands := r.candidates(c.u, key)
 	for slot, more := cands.next(); more; slot, more = cands.next() {
@@ -293,6 +308,38 @@ func claimable(ok bool, payload []byte, e Editor) Placement {
 		return Evicted
 	}
 	return NoRoom
+}
+
+// inPlaceEditor is an Editor that can also edit a payload where it lies, in the buffer the Store
+// filled (the Store contract lets its caller modify it), when the payload has a shape it knows
+// (a Table's record of fixed layout). EditInPlace reports ok=false, having changed nothing, for a
+// payload it does not take, which then goes to Edit; with ok=true it has edited the payload
+// (write=true: the record is to be written back as it now is) or decided to write nothing.
+// Like Edit it may run once per CAS race lost, on a fresh read each time.
+type inPlaceEditor interface {
+	EditInPlace(payload []byte) (write, ok bool)
+}
+
+// edit runs one round of an update on rec, the record read with cas (nil when missing or
+// unreadable), whose payload is cur: in place through ip when it takes the payload, so that the
+// record goes back with the header it was read with, else by write. It reports done=false when
+// the write lost a CAS race.
+func (c *Cursor) edit(res *Result, key string, cas uint32, fp uint64, rec, cur []byte, e Editor, ip inPlaceEditor) (done bool, err error) {
+	if ip != nil && rec != nil {
+		if write, ok := ip.EditInPlace(cur); ok {
+			res.Written = false
+			if !write {
+				return true, nil
+			}
+			err = c.u.Write(key, rec, cas)
+			if err != nil && errors.Is(err, ErrCasMismatch) {
+				return false, nil
+			}
+			res.Written = err == nil
+			return true, err
+		}
+	}
+	return c.write(res, key, cas, fp, cur, e)
 }
 
 // write runs e on cur and, when it asks to, writes the record (owner fp) to key with cas. It reports

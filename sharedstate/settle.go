@@ -39,13 +39,13 @@ func (s *Settler) Undo(t *Table, key []byte, placement Placement, now, takenAt, 
 
 func (s *Settler) edit(t *Table, key []byte, placement Placement, now, at, delta int64, undo bool) (Result, error) {
 	e := &s.e
-	e.limits, e.now, e.at, e.delta, e.undo, e.shared = t.limits, now, at, delta, undo, placement == Overflow
+	e.limits, e.layout, e.now, e.at, e.delta, e.undo, e.shared = t.limits, &t.layout, now, at, delta, undo, placement == Overflow
 	if cap(e.states) < len(t.limits) {
 		e.states = make([][]byte, len(t.limits))
 	}
 	e.states = e.states[:len(t.limits)]
 	if placement == Overflow {
-		e.limits = t.overflow
+		e.limits, e.layout = t.overflow, &t.overLayout
 		e.states = e.states[:len(t.overflow)]
 		return s.c.UpdateShared(t.overflowKey, e)
 	}
@@ -55,6 +55,7 @@ func (s *Settler) edit(t *Table, key []byte, placement Placement, now, at, delta
 // adjustEditor is the Editor of one Adjust.
 type adjustEditor struct {
 	limits         []algorithms.Prepared
+	layout         *layout
 	now, at, delta int64
 	undo           bool // Undo (algorithms.Limit.Undo of -delta) rather than Adjust
 	shared         bool // the overflow state: an over-run is charged up to one capacity (overRun)
@@ -64,12 +65,12 @@ type adjustEditor struct {
 
 // Vacant implements Editor as Take does: every state of the payload is idle.
 func (e *adjustEditor) Vacant(payload []byte) bool {
-	return vacant(payload, e.limits, e.states, e.now)
+	return vacant(payload, e.limits, e.layout, e.states, e.now)
 }
 
 // Edit implements Editor: each limit's state is adjusted; a refund on a fresh record writes nothing.
 func (e *adjustEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
-	fresh := !parseStates(cur, e.states)
+	fresh := !e.layout.split(cur, e.states)
 	if fresh && e.delta <= 0 {
 		return dst, false, nil
 	}

@@ -55,7 +55,10 @@ var (
 // from the key's current one reports ErrCasMismatch and changes nothing; every successful Set gives the
 // key a new cas that no other version of any key has (until the 32-bit counter wraps).
 //
-// The bytes Get returns must be treated as read-only: in some hosts they alias the store.
+// The bytes Get returns are the caller's until its next Get on the store, which may reuse their
+// memory (the filter's host fills one guest buffer): the caller may modify them, and a Table's
+// update edits a record there before writing it back. They must therefore never alias the
+// stored value itself.
 type Store interface {
 	Get(key string) (value []byte, cas uint32, err error)
 	Set(key string, value []byte, cas uint32) error

@@ -2,6 +2,7 @@ package sharedstate
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"unsafe"
@@ -30,6 +31,8 @@ type Table struct {
 	records     *Records
 	limits      []algorithms.Prepared // prepared once: a decision only adds and compares
 	overflow    []algorithms.Prepared
+	layout      layout // where the limits' states lie in a record, when their sizes are fixed
+	overLayout  layout // the overflow limits'
 	overflowKey string
 }
 
@@ -51,6 +54,7 @@ func NewTable(prefix string, slots int, limits, overflow []algorithms.Limit) (*T
 	} else if t.overflow, err = prepareLimits("overflow limit", overflow); err != nil {
 		return nil, err
 	}
+	t.layout, t.overLayout = newLayout(t.limits), newLayout(t.overflow)
 	// The overflow state's key names its limits, so that changed overflow limits start fresh.
 	t.overflowKey = records.OverflowKey() + "/" + strconv.FormatUint(fnv.AddBytes(fnv.Offset64, fmt.Appendf(nil, "%v", overflow)), 36)
 	return t, nil
@@ -117,13 +121,19 @@ func (l *Limiter) Take(t *Table, key []byte, now, cost int64) (Outcome, error) {
 // shares (a settled over-run there would be either every newcomer's debt or forgiven). Outcome.Cost
 // is what was reserved.
 func (l *Limiter) TakeBounded(t *Table, key []byte, now, cost, bound int64) (Outcome, error) {
-	l.ed.reset(t.limits, now, cost)
-	res, err := l.c.Update(t.records, key, &l.ed)
+	return l.takeBounded(t, key, now, cost, bound, &l.ed)
+}
+
+// takeBounded is TakeBounded, editing records of a fixed layout in place through ip (nil: every
+// record is parsed and written anew, as the builds before in-place edits did; tests compare both).
+func (l *Limiter) takeBounded(t *Table, key []byte, now, cost, bound int64, ip inPlaceEditor) (Outcome, error) {
+	l.ed.reset(t.limits, &t.layout, now, cost)
+	res, err := l.c.update(t.records, key, &l.ed, ip)
 	out := Outcome{Attempts: res.Attempts, Placement: res.Placement, Cost: cost}
 	if err == nil && res.Placement == NoRoom {
 		out.Cost = max(cost, bound)
-		l.ed.reset(t.overflow, now, out.Cost)
-		res, err = l.c.UpdateShared(t.overflowKey, &l.ed)
+		l.ed.reset(t.overflow, &t.overLayout, now, out.Cost)
+		res, err = l.c.updateShared(t.overflowKey, &l.ed, ip)
 		out.Attempts += res.Attempts
 		out.Placement = Overflow
 	}
@@ -137,6 +147,7 @@ func (l *Limiter) TakeBounded(t *Table, key []byte, now, cost, bound int64) (Out
 // limitEditor is the Editor of one Take: it decides the request against a record's states.
 type limitEditor struct {
 	limits    []algorithms.Prepared
+	layout    *layout
 	now, cost int64
 	allowed   bool
 	err       error
@@ -145,8 +156,8 @@ type limitEditor struct {
 	scratch   []byte
 }
 
-func (e *limitEditor) reset(limits []algorithms.Prepared, now, cost int64) {
-	e.limits, e.now, e.cost, e.allowed, e.err = limits, now, cost, false, nil
+func (e *limitEditor) reset(limits []algorithms.Prepared, lay *layout, now, cost int64) {
+	e.limits, e.layout, e.now, e.cost, e.allowed, e.err = limits, lay, now, cost, false, nil
 	if cap(e.decisions) < len(limits) {
 		e.decisions = make([]algorithms.Decision, len(limits))
 	}
@@ -159,13 +170,13 @@ func (e *limitEditor) reset(limits []algorithms.Prepared, now, cost int64) {
 
 // Vacant implements Editor: a record is vacant when every state in it is idle (or it cannot be read).
 func (e *limitEditor) Vacant(payload []byte) bool {
-	return vacant(payload, e.limits, e.states, e.now)
+	return vacant(payload, e.limits, e.layout, e.states, e.now)
 }
 
 // Edit implements Editor: every limit decides on its state (a fresh one when cur is empty or
 // unreadable), and the new states are written only when all admit the request.
 func (e *limitEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
-	fresh := !parseStates(cur, e.states)
+	fresh := !e.layout.split(cur, e.states)
 	dst = append(dst, byte(len(e.limits)))
 	e.allowed = true
 	for i := range e.limits {
@@ -173,7 +184,7 @@ func (e *limitEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 		if !fresh {
 			st = e.states[i]
 		}
-		next, d, err := e.limits[i].Decide(st, e.now, e.cost, e.scratch[:0])
+		next, d, err := e.decide(i, st, e.scratch[:0])
 		if err != nil {
 			e.err = fmt.Errorf("sharedstate: limit %d: %w", i, err)
 			e.allowed = false
@@ -196,7 +207,7 @@ func (e *limitEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 			if !fresh {
 				st = e.states[i]
 			}
-			d, err := e.limits[i].Peek(st, e.now)
+			d, err := e.peek(i, st)
 			if err != nil {
 				e.err = fmt.Errorf("sharedstate: limit %d: %w", i, err)
 				return dst, false, nil
@@ -206,6 +217,39 @@ func (e *limitEditor) Edit(dst, cur []byte) ([]byte, bool, error) {
 		return dst, false, nil
 	}
 	return dst, true, nil
+}
+
+// decide is limit i's Decide on st (empty: fresh) into dst. A state that does not decode, which
+// only a buggy or hostile writer of the shared data leaves (every VM of every build writes states
+// the algorithms decode), is decided as a fresh one and so replaced by a valid state when the
+// request is admitted: refusing it with an error instead would leave the key to the rule's failure
+// mode (allow, by default) on every request, for as long as nobody rewrote the record. A writer
+// able to leave such a state could as well have written a fresh one, so this gives it nothing.
+func (e *limitEditor) decide(i int, st, dst []byte) ([]byte, algorithms.Decision, error) {
+	next, d, err := e.limits[i].Decide(st, e.now, e.cost, dst)
+	if err != nil {
+		return e.decideFresh(i, st, dst, err)
+	}
+	return next, d, nil
+}
+
+// decideFresh is decide's path for a Decide that failed with err: again on a fresh state when st
+// does not decode. A state that does not decode is refused before anything is written to dst, so
+// dst may alias st.
+func (e *limitEditor) decideFresh(i int, st, dst []byte, err error) ([]byte, algorithms.Decision, error) {
+	if len(st) > 0 && errors.Is(err, algorithms.ErrMalformedState) {
+		return e.limits[i].Decide(nil, e.now, e.cost, dst)
+	}
+	return nil, algorithms.Decision{}, err
+}
+
+// peek is limit i's Peek on st, a state that does not decode read as a fresh one (see decide).
+func (e *limitEditor) peek(i int, st []byte) (algorithms.Decision, error) {
+	d, err := e.limits[i].Peek(st, e.now)
+	if err != nil && len(st) > 0 && errors.Is(err, algorithms.ErrMalformedState) {
+		return e.limits[i].Peek(nil, e.now)
+	}
+	return d, err
 }
 
 // parseStates splits a payload (a count, then each state with its uvarint length) into states, whose
@@ -232,8 +276,8 @@ func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), le
 
 // vacant reports whether a record's payload holds only idle states of limits at now (or cannot be
 // read): such a record is as good as fresh, so another key may take its slot. states is scratch.
-func vacant(payload []byte, limits []algorithms.Prepared, states [][]byte, now int64) bool {
-	if !parseStates(payload, states) {
+func vacant(payload []byte, limits []algorithms.Prepared, lay *layout, states [][]byte, now int64) bool {
+	if !lay.split(payload, states) {
 		return true
 	}
 	for i := range limits {

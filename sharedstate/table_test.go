@@ -276,11 +276,13 @@ func TestNewTableRejectsBadSizesAndLimits(t *testing.T) {
 	}
 }
 
-// aliasStore is a single-goroutine Store that returns its stored bytes without copying and reuses
-// value buffers, so that a benchmark measures the Limiter's own allocations.
+// aliasStore is a single-goroutine Store that copies a value into one buffer it reuses, as the
+// filter's host does, and reuses value buffers, so that a benchmark measures the Limiter's own
+// allocations.
 type aliasStore struct {
 	m   map[string]*memEntry
 	cas uint32
+	buf []byte
 }
 
 func (a *aliasStore) Get(key string) ([]byte, uint32, error) {
@@ -288,7 +290,8 @@ func (a *aliasStore) Get(key string) ([]byte, uint32, error) {
 	if !ok {
 		return nil, 0, ErrNotFound
 	}
-	return e.value, e.cas, nil
+	a.buf = append(a.buf[:0], e.value...)
+	return a.buf, e.cas, nil
 }
 
 func (a *aliasStore) Set(key string, value []byte, cas uint32) error {
