@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"slices"
@@ -9,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/meshlimit/meshlimit/internal/sha256"
 )
 
 // response compiles the response object.
