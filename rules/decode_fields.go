@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"sort"
 	"strings"
 )
@@ -168,13 +167,13 @@ func editDistance(a, b string) int {
 // eachMember calls f for each member of the valid JSON object data, in order; it records
 // duplicate names and leaves the later copies out.
 func (s *shapeChecker) eachMember(data []byte, path string, f func(key string, raw []byte)) {
-	var seen []string
+	seen := map[string]bool{}
 	eachRawMember(data, func(key string, raw []byte) {
-		if slices.Contains(seen, key) {
+		if seen[key] {
 			s.fail(joinPath(path, key), "duplicate field")
 			return
 		}
-		seen = append(seen, key)
+		seen[key] = true
 		f(key, raw)
 	})
 }
