@@ -149,7 +149,7 @@ bench: wasm ## benchmarks (medians over BENCHCOUNT runs; feed the output to benc
 	@$(MAKE) --no-print-directory bench-instructions
 
 # The V8 host (e2e/v8host) runs the module on Node's V8, the engine Envoy uses, with Envoy's V8 flags.
-.PHONY: need-node test-v8 bench-lifecycle bench-buffering coldstart-v8 bench-instructions
+.PHONY: need-node test-v8 bench-lifecycle bench-buffering coldstart-v8 coldbytes-v8 bench-instructions
 V8FLAGS := --no-liftoff --wasm-max-mem-pages=16384
 
 # The shared scenarios run the module on V8 (the engine Envoy and Istio use) under node.
@@ -184,6 +184,9 @@ $(BUILD)/callgrind.node: scripts/callgrind-node.c
 COLDRUNS ?= 5
 coldstart-v8: need-node wasm ## Envoy's start sequence on V8, phase by phase: wall and CPU medians of COLDRUNS fresh node processes, alternated with the pass-through
 	node $(V8FLAGS) e2e/v8host/main.js coldruns $(COLDRUNS) $(BUILD)/passthrough.wasm $(BUILD)/meshlimit.wasm
+
+coldbytes-v8: need-node wasm ## what TurboFan compiles in each phase of the V8 cold start (function bodies by package; load-independent), pass-through and meshlimit
+	node $(V8FLAGS) e2e/v8host/main.js coldbytes $(BUILD)/passthrough.wasm $(BUILD)/meshlimit.wasm
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@set -e; for pkg in $$($(GO) list ./...); do \

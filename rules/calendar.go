@@ -22,15 +22,26 @@ func calendarRate(s string) (quota int64, unit algorithms.CalendarUnit, ok bool)
 	if !found {
 		return 0, 0, false
 	}
-	u, err := algorithms.ParseCalendarUnit(w)
-	if err != nil {
+	u, cal := calendarUnit(w)
+	if !cal {
 		return 0, 0, false
 	}
-	quota, err = strconv.ParseInt(q, 10, 64)
+	quota, err := strconv.ParseInt(q, 10, 64)
 	if err != nil || quota <= 0 || q[0] == '+' {
 		return 0, u, true // a calendar rate with a bad quota: calendarLimit reports it
 	}
 	return quota, u, true
+}
+
+// calendarUnit is algorithms.ParseCalendarUnit without its error: a rate's window is most often
+// not a calendar unit, and formatting that error on every configure would cost the cold start fmt.
+func calendarUnit(w string) (algorithms.CalendarUnit, bool) {
+	for _, u := range algorithms.CalendarUnits {
+		if u.String() == w {
+			return u, true
+		}
+	}
+	return 0, false
 }
 
 // calendarLimit compiles a calendar rate (calendarRate ok) and the limit's calendar_offset into s;

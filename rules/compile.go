@@ -41,7 +41,9 @@ func (v *validator) config(doc *configJSON) *Config {
 		c.Global = v.global(doc.Global)
 	}
 	c.Response = v.response(&doc.Response)
-	c.Shedders = v.shedders(doc)
+	if doc.Shed != nil || len(doc.Shedders) > 0 {
+		c.Shedders = v.shedders(doc)
+	}
 
 	switch n := len(doc.Rules); {
 	case n == 0:
@@ -142,7 +144,13 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 	case !validRuleName(rj.Name):
 		v.failf(path+".name", "%q is not a valid rule name: want 1 to 64 of [a-z0-9_-], starting with a letter or digit", rj.Name)
 	}
-	r.match = v.match(path+".match", &rj.Match)
+	// The validators of optional sections are called only when the section is there: V8 compiles
+	// a function on its first call, so one that would only find its section absent costs the cold
+	// start its compilation for nothing (docs/performance.md, "Cold start").
+	r.match = match{all: true}
+	if !rj.Match.empty() {
+		r.match = v.match(path+".match", &rj.Match)
+	}
 	v.ruleKey(path, rj, r)
 	if rj.MaxKeys.Set {
 		if n := rj.MaxKeys.Value; n < 1 || n > maxMaxKeys {
@@ -158,7 +166,10 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 		v.failf(path+".limits", "%d limits: at most %d are allowed", n, maxLimits)
 	}
 	r.sets = []LimitSet{newLimitSet(0, v.limits(path+".limits", rj.Limits, rj.Name), r.MaxKeys, "")}
-	r.cost = v.cost(path+".cost", rj.Cost)
+	r.cost = costSpec{constant: 1}
+	if rj.Cost != nil {
+		r.cost = v.cost(path+".cost", rj.Cost)
+	}
 	if len(rj.Overrides) > 0 {
 		r.overrides = v.overrides(path+".overrides", rj.Overrides, r)
 	}
@@ -169,19 +180,32 @@ func (v *validator) rule(path string, rj *ruleJSON, maxKeys int64, c *Config) *R
 		r.ShadowHeader = strings.ToLower(rj.ShadowHeader)
 	}
 	r.FailureMode = v.failureMode(path+".failure_mode", rj.FailureMode)
-	v.ruleScope(path, rj, r, c)
-	v.countOn(path+".count_on", rj.CountOn, r)
-	v.cacheDenials(path+".cache_denials", rj.CacheDenials, r)
-	v.checkSettle(path, r)
+	if rj.Scope != "" || rj.Lease != nil || len(rj.Fallback) > 0 {
+		v.ruleScope(path, rj, r, c)
+	}
+	if rj.CountOn != nil {
+		v.countOn(path+".count_on", rj.CountOn, r)
+	}
+	if rj.CacheDenials != nil || r.Scope != ScopeLocal {
+		v.cacheDenials(path+".cache_denials", rj.CacheDenials, r)
+	}
+	if r.cost.reserve != nil {
+		v.checkSettle(path, r)
+	}
 	if len(rj.Overflow) > maxLimits {
 		v.failf(path+".overflow", "%d limits: at most %d are allowed", len(rj.Overflow), maxLimits)
 	} else if len(rj.Overflow) > 0 {
 		o := newLimitSet(0, v.limits(path+".overflow", rj.Overflow, rj.Name+"-overflow"), 1, "")
 		r.overflow = &o
 	}
-	v.checkConcurrencyRule(path, rj, r)
+	r.EnforcePercent = 100
+	if rj.EnforcePercent.Set || setsConcurrency(rj) {
+		v.checkConcurrencyRule(path, rj, r)
+	}
 	r.fingerprint = ruleFingerprint(r)
-	v.messages(path, rj, r)
+	if rj.Messages != nil {
+		v.messages(path, rj, r)
+	}
 	return r
 }
 

@@ -56,7 +56,9 @@ func (v *validator) rateLimit(lp string, lj *limitJSON, s *LimitSpec) {
 		s.Fingerprint = limitFingerprint(s.Limit)
 		return
 	}
-	v.checkCalendarOffset(lp, lj)
+	if lj.CalendarOffset != nil {
+		v.checkCalendarOffset(lp, lj)
+	}
 	ok := true
 	if lj.Rate == "" {
 		v.failf(lp+".rate", "required")

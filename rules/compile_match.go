@@ -8,6 +8,11 @@ import (
 	"strings"
 )
 
+// empty reports whether mj sets no condition (the rule matches every request).
+func (mj *matchJSON) empty() bool {
+	return len(mj.RouteNames) == 0 && len(mj.Hosts) == 0 && mj.Path == nil && len(mj.Methods) == 0 && len(mj.Headers) == 0
+}
+
 func (v *validator) match(path string, mj *matchJSON) match {
 	var m match
 	for _, list := range [...]struct {

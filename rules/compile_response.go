@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"slices"
@@ -9,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/meshlimit/meshlimit/internal/sha256"
 )
 
 // response compiles the response object.
@@ -27,17 +28,25 @@ func (v *validator) response(rj *responseJSON) *Response {
 	if rj.RateLimitHeaders != nil {
 		r.dialects = v.headerSets(rj.RateLimitHeaders)
 	}
-	r.RetryAfterJitter, r.jitterSecond = v.jitter("response.retry_after_jitter", rj.RetryAfterJitter)
-	r.WindowJitter, r.windowSecond = v.jitter("response.effective_window_jitter", rj.EffectiveWindowJitter)
+	if rj.RetryAfterJitter != "" { // the optional sections' validators only when set (see rule)
+		r.RetryAfterJitter, r.jitterSecond = v.jitter("response.retry_after_jitter", rj.RetryAfterJitter)
+	}
+	if rj.EffectiveWindowJitter != "" {
+		r.WindowJitter, r.windowSecond = v.jitter("response.effective_window_jitter", rj.EffectiveWindowJitter)
+	}
 	v.body(rj, r)
-	r.extra = v.extraHeaders(rj.Headers)
+	if len(rj.Headers) > 0 {
+		r.extra = v.extraHeaders(rj.Headers)
+	}
 	if h := rj.ExplainHeader; h != "" {
 		if !isToken(h) {
 			v.failf("response.explain_header", "%q is not a valid header name", h)
 		}
 		r.ExplainHeader = strings.ToLower(h)
 	}
-	v.partitionKey(rj, r)
+	if rj.PartitionKey || rj.PartitionKeySecret != "" {
+		v.partitionKey(rj, r) // the SipHash key is read only with partition_key on (Partition)
+	}
 	return r
 }
 

@@ -45,6 +45,26 @@ func (v *validator) concurrencyLimit(lp string, lj *limitJSON, s *LimitSpec) {
 	s.Fingerprint = fnv.Mix(fnv.Offset64, uint64(s.Concurrency)|1<<63)
 }
 
+// setsConcurrency reports whether a limit of rj, of its fallback or of an override sets
+// concurrency (checkConcurrencyRule has something to check).
+func setsConcurrency(rj *ruleJSON) bool {
+	for _, ljs := range [][]limitJSON{rj.Limits, rj.Fallback} {
+		for i := range ljs {
+			if ljs[i].Concurrency.Set {
+				return true
+			}
+		}
+	}
+	for i := range rj.Overrides {
+		for j := range rj.Overrides[i].Limits {
+			if rj.Overrides[i].Limits[j].Concurrency.Set {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // checkConcurrencyRule reports what a rule with a concurrency limit may not have, and
 // compiles enforce_percent for every rule.
 func (v *validator) checkConcurrencyRule(path string, rj *ruleJSON, r *Rule) {

@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -297,10 +296,7 @@ type breakerJSON struct {
 // object sets exactly one part.
 func (k *keyPartJSON) UnmarshalJSON(b []byte) error {
 	if jsonKind(b) == "a string" {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
+		s := unquoteJSON(trimJSONSpace(b))
 		t := true
 		*k = keyPartJSON{}
 		switch s {
@@ -332,15 +328,11 @@ func (k *keyPartJSON) UnmarshalJSON(b []byte) error {
 func (p *propertyJSON) UnmarshalJSON(b []byte) error {
 	switch jsonKind(b) {
 	case "a string":
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		p.segments = strings.Split(s, ".")
+		p.segments = strings.Split(unquoteJSON(trimJSONSpace(b)), ".")
 		return nil
 	case "an array":
 		var segs []string
-		if err := json.Unmarshal(b, &segs); err != nil {
+		if err := decodeStrict(b, &segs); err != nil {
 			return errors.New("want a dotted string or an array of strings")
 		}
 		p.segments = segs

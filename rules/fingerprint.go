@@ -2,7 +2,6 @@ package rules
 
 import (
 	"encoding/binary"
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -58,6 +57,8 @@ func ruleFingerprint(r *Rule) uint64 {
 	return fnv.AddBytes(h, b)
 }
 
+// summarize is the one-line summary of c the filter logs on configure (without fmt, which the
+// cold start would otherwise compile for it).
 func summarize(c *Config) string {
 	var b strings.Builder
 	n := len(c.rules)
@@ -71,12 +72,12 @@ func summarize(c *Config) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s(%s, %d limit", r.Name, r.Scope, len(r.sets[0].Limits))
+		b.WriteString(r.Name + "(" + r.Scope.String() + ", " + strconv.Itoa(len(r.sets[0].Limits)) + " limit")
 		if len(r.sets[0].Limits) != 1 {
 			b.WriteByte('s')
 		}
 		if len(r.overrides) > 0 {
-			fmt.Fprintf(&b, ", %d override", len(r.overrides))
+			b.WriteString(", " + strconv.Itoa(len(r.overrides)) + " override")
 			if len(r.overrides) != 1 {
 				b.WriteByte('s')
 			}
@@ -89,6 +90,6 @@ func summarize(c *Config) string {
 		}
 		b.WriteByte(')')
 	}
-	fmt.Fprintf(&b, "; enforce=%t; headers=%s", c.Enforce, c.Response.headerSetNames())
+	b.WriteString("; enforce=" + strconv.FormatBool(c.Enforce) + "; headers=" + c.Response.headerSetNames())
 	return b.String()
 }

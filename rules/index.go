@@ -83,7 +83,9 @@ func newIndex(rules []*Rule) index {
 		x.host.addRule(i, m.hosts)
 		x.path.addRule(i, &m.path, prefixes)
 	}
-	x.path.sortPrefixes(prefixes)
+	if len(prefixes) > 0 { // sort.Slice costs the cold start its compilation
+		x.path.sortPrefixes(prefixes)
+	}
 	return x
 }
 

@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"os"
 	"strconv"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshlimit/meshlimit/internal/fnv"
+	"github.com/meshlimit/meshlimit/internal/sha256"
 	"github.com/meshlimit/meshlimit/internal/siphash"
 	"github.com/meshlimit/meshlimit/shed"
 )

@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -187,7 +186,7 @@ func (o optInt) MarshalJSON() ([]byte, error) {
 	return strconv.AppendInt(nil, o.Value, 10), nil
 }
 
-var _ json.Unmarshaler = (*optInt)(nil)
+var _ unmarshaler = (*optInt)(nil)
 
 // jsonKind names the JSON type of the value b, for error messages.
 func jsonKind(b []byte) string {

@@ -86,8 +86,9 @@ function lifecycle(wasm, rounds, batch) {
 
 // coldStart loads one plugin and times each phase of Envoy's start sequence, then the first two
 // requests on worker 0. Times are milliseconds since the previous mark: wall time (ms) and the
-// process's CPU time (cpu_ms), which a busy machine inflates less.
-function coldStart(wasmPath, config, workers) {
+// process's CPU time (cpu_ms), which a busy machine inflates less. With stopAfter, the process
+// exits once that phase is done (coldbytes.js counts what each phase compiled).
+function coldStart(wasmPath, config, workers, stopAfter) {
   const marks = [];
   let last = process.hrtime.bigint();
   let lastCpu = cpuNs();
@@ -95,6 +96,7 @@ function coldStart(wasmPath, config, workers) {
     const now = process.hrtime.bigint();
     const cpu = cpuNs();
     marks.push({ phase: what, ms: Number(now - last) / 1e6, cpu_ms: (cpu - lastCpu) / 1e6 });
+    if (what === stopAfter) process.exit(0);
     last = now;
     lastCpu = cpu;
   };

@@ -7,15 +7,18 @@
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js chunks build/passthrough.wasm build/meshlimit.wasm [rounds] [batch]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldstart build/meshlimit.wasm [workers]
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldruns RUNS build/passthrough.wasm build/meshlimit.wasm
+//   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js coldbytes build/passthrough.wasm build/meshlimit.wasm [...]
 //   node --no-liftoff --wasm-max-mem-pages=16384 --single-threaded e2e/v8host/main.js instr CASES.json build/callgrind.node [DUMPS]   (scripts/bench-instructions.js)
 //   node --no-liftoff --wasm-max-mem-pages=16384 e2e/v8host/main.js profile build/passthrough.wasm build/meshlimit.wasm CASE [n] [top]
 //
-// scenarios and bench print JSON on stdout; coldstart, coldruns (medians of fresh processes) and profile (self time of the top functions
-// while one case runs warm) print tables.
+// scenarios and bench print JSON on stdout; coldstart, coldruns (medians of fresh processes), coldbytes (the function bodies
+// TurboFan compiles in each phase of the cold start, by package) and profile (self time of the top functions while one case
+// runs warm) print tables.
 const { run } = require('./scenario');
 const { lifecycle, coldStart, coldRuns, profile } = require('./bench');
 const { chunks } = require('./chunks');
 const { instr } = require('./instr');
+const { coldBytes } = require('./coldbytes');
 
 const envoyFlags = ['--no-liftoff', '--wasm-max-mem-pages=16384'];
 
@@ -63,6 +66,21 @@ function main(argv) {
       process.stdout.write(JSON.stringify(coldStart(args[0], coldConfig, Number(args[1] || 2))) + '\n');
       return;
     }
+    case 'coldstart-stop': { // one run of coldstart that exits after a phase, for coldbytes
+      coldStart(args[0], coldConfig, 2, args[1]);
+      throw new Error(`no phase "${args[1]}"`);
+    }
+    case 'coldbytes': {
+      for (const r of coldBytes(args, 6)) {
+        console.log(`== ${r.module}: ${r.functions} functions, ${(r.bytes / 1024).toFixed(1)} KiB of bodies compiled by the second response`);
+        console.log('  functions   KiB  phase: top packages (KiB)');
+        for (const p of r.phases) {
+          const pkgs = p.packages.map(([k, v]) => `${k} ${(v / 1024).toFixed(1)}`).join(', ');
+          console.log(`${String(p.functions).padStart(11)} ${(p.bytes / 1024).toFixed(1).padStart(5)}  ${p.phase}: ${pkgs}`);
+        }
+      }
+      return;
+    }
     case 'coldruns': {
       for (const r of coldRuns(args.slice(1), Number(args[0]), 2)) {
         console.log(`== ${r.module} (${r.bytes} bytes), medians of ${args[0]} fresh processes, alternated`);
@@ -80,7 +98,7 @@ function main(argv) {
       return;
     }
   }
-  throw new Error('usage: main.js scenarios|bench|chunks|coldstart|coldruns|instr|profile ...');
+  throw new Error('usage: main.js scenarios|bench|chunks|coldstart|coldruns|coldbytes|instr|profile ...');
 }
 
 try {
