@@ -201,6 +201,11 @@ func (s *Store) decide(ctx context.Context, req service.Request, ttlMs int64) (a
 			return algorithms.Decision{}, s.redisErr(err)
 		}
 	}
+	return decision(l, v)
+}
+
+// decision is the Decision of limit l that a decision script returned as v (lua/lib.lua).
+func decision(l algorithms.Limit, v []int64) (algorithms.Decision, error) {
 	if len(v) != 6 {
 		return algorithms.Decision{}, fmt.Errorf("redisstore: script returned %d values, want 6", len(v))
 	}
