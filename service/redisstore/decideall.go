@@ -14,7 +14,7 @@ import (
 
 // decideAllStride is the arguments of one request in the batch script (lua/decide_all.lua): its
 // kind and the nine of its own script.
-const decideAllStride = 10
+const decideAllStride = 1 + scriptArgCount
 
 // DecideAll implements service.BatchDecider: the requests go to Redis as one script
 // (lua/decide_all.lua), which runs each request's own decision script in order and stops after
@@ -40,9 +40,7 @@ func (s *Store) DecideAll(ctx context.Context, reqs []service.Request, out []alg
 		l := r.Limit
 		keys[i] = s.stateKey(l.Kind, r.Key)
 		args = append(args, strconv.Itoa(int(l.Kind)))
-		args = append(args, limitArgs(l, r.Cost, pexpireMs(l.TTL()), r.Now)...)
-		args = append(args, "")
-		args = append(args, calendarArgs(l)...)
+		args = scriptArgs(args, l, r.Cost, pexpireMs(l.TTL()), r.Now, "")
 	}
 	rows, err := s.scripts.all.Exec(ctx, s.client, keys, args).ToArray()
 	if err != nil {

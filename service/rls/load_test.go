@@ -140,7 +140,7 @@ func TestGRPCLoadFigures(t *testing.T) {
 	if peer := os.Getenv("MESHLIMIT_BENCH_PEER"); peer != "" { // envoyproxy/ratelimit, on a Redis of its own
 		phases = append(phases, phase{name: "grpc-peer", addr: peer}, phase{name: "grpc-peer16", addr: peer, many: true})
 	}
-	peerPID := benchEnv("MESHLIMIT_BENCH_PEER_PID", 0) // its CPU counts in its phases' CPU per request
+	peerPID := benchEnv("MESHLIMIT_BENCH_PEER_PID", 0)         // its CPU counts in its phases' CPU per request
 	if only := os.Getenv("MESHLIMIT_BENCH_ONLY"); only != "" { // e.g. "grpc-rls+redis" for a profile
 		phases = slices.DeleteFunc(phases, func(p phase) bool {
 			return !slices.Contains(strings.Split(only, ","), p.name)
