@@ -186,7 +186,9 @@ func (s *Store) loadScripts(ctx context.Context) error {
 	return nil
 }
 
-// loadScriptsOn loads, with SCRIPT LOAD, the sources that node n does not hold (SCRIPT EXISTS).
+// loadScriptsOn loads, with SCRIPT LOAD, the sources that node n does not hold (SCRIPT EXISTS):
+// all of them in one pipelined round trip, so that a probe after a restart of Redis costs two
+// round trips whatever the number of scripts.
 func loadScriptsOn(ctx context.Context, n rueidis.Client, sources []string) error {
 	shas := make([]string, len(sources))
 	for i, src := range sources {
@@ -197,11 +199,17 @@ func loadScriptsOn(ctx context.Context, n rueidis.Client, sources []string) erro
 	if err != nil {
 		return err
 	}
+	var loads rueidis.Commands
 	for i, e := range exists {
-		if e == 1 {
-			continue
+		if e != 1 {
+			loads = append(loads, n.B().ScriptLoad().Script(sources[i]).Build())
 		}
-		if err := n.Do(ctx, n.B().ScriptLoad().Script(sources[i]).Build()).Error(); err != nil {
+	}
+	if len(loads) == 0 {
+		return nil
+	}
+	for _, r := range n.DoMulti(ctx, loads...) {
+		if err := r.Error(); err != nil {
 			return err
 		}
 	}
