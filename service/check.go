@@ -57,7 +57,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, traced bool, td 
 	}
 	o := outcome{allowed: true}
 	if err == nil && len(s.req.Descriptors) > 0 {
-		o, err = h.limiter.check(ctx, s.req.Descriptors, now, s.decs)
+		o, err = h.limiter.check(ctx, s.req.Descriptors, now, s.decs, &s.batch)
 	}
 	if traced {
 		td.Store = time.Since(storeStart)
@@ -151,10 +151,11 @@ func appendCheckResponse(b []byte, o outcome, lists bool, pc permitCounts) []byt
 // checkScratch holds what one check reuses from the last: the body, the decoded request, the
 // decisions and the answer.
 type checkScratch struct {
-	body []byte
-	req  wire.Request
-	decs []descriptorDecision
-	out  []byte
+	body  []byte
+	req   wire.Request
+	decs  []descriptorDecision
+	batch batchScratch
+	out   []byte
 }
 
 // maxKeptBody bounds the buffers a checkScratch keeps for the next check.
@@ -204,5 +205,8 @@ func (s *checkScratch) reset() {
 	}
 	if cap(s.decs) > wire.MaxDescriptors {
 		s.decs = nil
+	}
+	if cap(s.batch.reqs) > wire.MaxDescriptors {
+		s.batch = batchScratch{}
 	}
 }

@@ -136,3 +136,18 @@ func (f *FullFallback) Close() error {
 func (f *FullFallback) CountWindows(ctx context.Context, reqs []CountRequest, out []CountResult) error {
 	return CountWindows(ctx, f.Store, reqs, out)
 }
+
+// DecideAll implements BatchDecider with the Store's batch (one round trip on Redis); from the
+// request the Store refuses as full on, the requests are decided one by one as Decide decides
+// them (in Local when the Store refuses them again).
+func (f *FullFallback) DecideAll(ctx context.Context, reqs []Request, out []algorithms.Decision) (int, error) {
+	n, err := DecideAll(ctx, f.Store, reqs, out)
+	if !errors.Is(err, ErrStoreFull) {
+		return n, err
+	}
+	m, err := DecideEach(ctx, f, reqs[n:], out[n:])
+	if err != nil {
+		return 0, err // a FullFallback's Decide does not fail as full
+	}
+	return n + m, nil
+}

@@ -83,3 +83,13 @@ func (g *Gate) Stats() Stats {
 	st.Overloaded, st.Gated = g.shed.Load(), true
 	return st
 }
+
+// DecideAll implements BatchDecider: a batch is one call (one round trip on Redis) and takes one
+// slot.
+func (g *Gate) DecideAll(ctx context.Context, reqs []Request, out []algorithms.Decision) (int, error) {
+	if err := g.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer g.leave()
+	return DecideAll(ctx, g.Store, reqs, out)
+}

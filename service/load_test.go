@@ -33,15 +33,18 @@ import (
 
 // TestLoadFigures measures, side by side on this machine and against one redis-server, the
 // service's checks per second and latency at 64 keep-alive connections (Redis store and memory
-// store), the HTTP floor (a no-op Go handler that reads the body and answers a constant), and
-// redis-benchmark running the token-bucket script with EVALSHA. See BENCHMARKS.md.
+// store), the HTTP floor (a no-op Go handler that reads the body and answers a constant),
+// checks of 16 descriptors on the Redis store in one script (service16+redis) and one script per
+// descriptor (service16+each, the store's batch hidden), and redis-benchmark running the token-bucket script with EVALSHA. See BENCHMARKS.md.
 //
 // Every phase is driven by the same lean load generator (raw HTTP/1.1 over net.Conn with
 // preformatted requests, one goroutine per connection) and served by the same http.Server
 // settings as cmd/meshlimit-service. The phases alternate (floor, redis, memory, floor, ...)
 // for MESHLIMIT_BENCH_ROUNDS rounds (default 5) of MESHLIMIT_BENCH_SECONDS each (default 3),
 // after a warm-up, so that a noisy neighbour hits every phase alike; the figures are the
-// medians over rounds. Loopback only, bounded in time, and opt-in:
+// medians over rounds. MESHLIMIT_BENCH_TIMEOUT_MS sets the Redis handlers' deadline (default the
+// production one, 10 ms): on a machine too busy for it, a longer one ranks throughputs without
+// the timeouts. Loopback only, bounded in time, and opt-in:
 //
 //	MESHLIMIT_BENCH=1 go test -run TestLoadFigures -v ./service/
 func TestLoadFigures(t *testing.T) {
@@ -65,34 +68,39 @@ func TestLoadFigures(t *testing.T) {
 	memStore := memstore.New(memstore.Config{})
 	t.Cleanup(func() { memStore.Close() })
 	redisMetrics, memoryMetrics := service.NewMetrics(), service.NewMetrics()
-	withRedis, err := service.NewHandler(service.Config{Store: redisStore, Logger: quiet, Metrics: redisMetrics})
+	timeout := time.Duration(envInt("MESHLIMIT_BENCH_TIMEOUT_MS", 0)) * time.Millisecond // 0: the production default
+	withRedis, err := service.NewHandler(service.Config{Store: redisStore, Logger: quiet, Metrics: redisMetrics, Timeout: timeout})
 	require.NoError(t, err)
 	withMemory, err := service.NewHandler(service.Config{Store: memStore, Logger: quiet, Metrics: memoryMetrics})
 	require.NoError(t, err)
+	// The Redis store with its batch hidden: a check's descriptors one script (one round trip)
+	// each, as before service.BatchDecider; for the 16-descriptor phases.
+	eachRedis, err := service.NewHandler(service.Config{Store: struct{ service.Store }{redisStore}, Logger: quiet, Timeout: timeout})
+	require.NoError(t, err)
+	reqs, reqs16 := checkRequests(10000, 1), checkRequests(10000, 16)
 
-	phases := []struct {
+	type phase struct {
 		name string
 		h    http.Handler
 		addr string
-	}{{name: "floor", h: floor}, {name: "service+redis", h: withRedis}, {name: "service+memory", h: withMemory}}
+		reqs [][]byte
+	}
+	phases := []phase{{name: "floor", h: floor, reqs: reqs}, {name: "service+redis", h: withRedis, reqs: reqs},
+		{name: "service+memory", h: withMemory, reqs: reqs},
+		{name: "service16+redis", h: withRedis, reqs: reqs16}, {name: "service16+each", h: eachRedis, reqs: reqs16}}
 	if only := os.Getenv("MESHLIMIT_BENCH_ONLY"); only != "" { // e.g. "service+redis" for a profile
-		phases = slices.DeleteFunc(phases, func(p struct {
-			name string
-			h    http.Handler
-			addr string
-		}) bool {
+		phases = slices.DeleteFunc(phases, func(p phase) bool {
 			return !slices.Contains(strings.Split(only, ","), p.name)
 		})
 	}
 	for i := range phases {
 		phases[i].addr = serveLoopback(t, phases[i].h)
 	}
-	reqs := checkRequests(10000)
 
 	t.Logf("GOMAXPROCS %d, NumCPU %d, %s, %d connections, %d rounds of %v per phase",
 		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.Version(), conns, rounds, d)
 	for _, p := range phases { // warm-up: connections, pools, Redis keys, scripts loaded
-		_, err := leanLoad(p.addr, conns, time.Second, reqs)
+		_, err := leanLoad(p.addr, conns, time.Second, p.reqs)
 		require.NoError(t, err, p.name)
 	}
 	results := map[string][]loadResult{}
@@ -102,7 +110,7 @@ func TestLoadFigures(t *testing.T) {
 			self0, rt0 := selfCPU(), readRuntimeStats()
 			redis0, cmds0, reads0, pid := redisStats(rs)
 			wait0, redisWait0 := runQueueWait(os.Getpid()), runQueueWait(pid)
-			res, err := leanLoad(p.addr, conns, d, reqs)
+			res, err := leanLoad(p.addr, conns, d, p.reqs)
 			require.NoError(t, err, p.name)
 			rt := readRuntimeStats().since(rt0)
 			rt += fmt.Sprintf("; waited for a CPU: this process %.0f ms/s, redis-server %.0f ms/s",
@@ -330,10 +338,17 @@ func serveLoopback(t *testing.T, h http.Handler) string {
 
 // checkRequests returns n preformatted HTTP/1.1 check requests, each for one key of n under a
 // token bucket that always admits.
-func checkRequests(n int) [][]byte {
+func checkRequests(n, descriptors int) [][]byte {
 	reqs := make([][]byte, n)
 	for i := range reqs {
-		body := fmt.Sprintf(`{"descriptors":[{"key":"user-%d","algorithm":"token_bucket","quota":1000000000,"window_ms":1000}]}`, i)
+		var b strings.Builder
+		for j := range descriptors {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"key":"user-%d","algorithm":"token_bucket","quota":1000000000,"window_ms":1000}`, i*descriptors+j)
+		}
+		body := `{"descriptors":[` + b.String() + `]}`
 		reqs[i] = fmt.Appendf(nil, "POST /v1/check HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	}
 	return reqs

@@ -112,3 +112,33 @@ func TestNewClientsWhileRedisIsFullAreLimitedInTheReplicasMemory(t *testing.T) {
 	_, metrics := serve(h, "GET", "/metrics", "")
 	assert.Contains(t, metrics, "meshlimit_store_full_fallbacks_total "+strconv.Itoa(clients*4)+"\n")
 }
+
+// A check of several descriptors goes to Redis as one script (service.BatchDecider); while
+// Redis is full the script is refused before it writes, and FullFallback decides the
+// descriptors one by one as it decides a single one: the key Redis holds in Redis, exactly, the
+// new key in the replica's memory.
+func TestABatchWhileRedisIsFullDecidesItsDescriptorsOneByOne(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t, "--maxmemory", "3mb", "--maxmemory-policy", "noeviction")
+	redis := newRedisStore(t, rs.Addr())
+	store := &service.FullFallback{Store: redis, Local: newMemoryStore(t)}
+	ctx := context.Background()
+	l := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 10, Window: time.Hour}
+	_, err := store.Decide(ctx, service.Request{Key: "held", Limit: l, Cost: 4})
+	require.NoError(t, err)
+	full := func() bool { return strings.Contains(infoOf(t, rs, "errorstats"), "errorstat_OOM:") }
+	flood(t, redis, algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 3, Window: time.Hour}, 200_000, full)
+	require.True(t, full(), "Redis refused writes")
+	_, err = rs.Do("CONFIG", "SET", "maxmemory", strconv.FormatInt(infoIntOf(t, rs, "used_memory")/2, 10))
+	require.NoError(t, err)
+
+	reqs := []service.Request{{Key: "held", Limit: l, Cost: 1}, {Key: "newcomer", Limit: l, Cost: 3}, {Key: "held", Limit: l, Cost: 1}}
+	out := make([]algorithms.Decision, len(reqs))
+	n, err := service.DecideAll(ctx, store, reqs, out)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	assert.Equal(t, []bool{true, true, true}, []bool{out[0].Allowed, out[1].Allowed, out[2].Allowed})
+	assert.Equal(t, []int64{5, 7, 4}, []int64{out[0].Remaining, out[1].Remaining, out[2].Remaining},
+		"the held key is Redis's (10-4-1, then -1 more), the newcomer the replica's (10-3)")
+	assert.Equal(t, int64(1), store.Stats().FullFallbacks, "the newcomer alone was decided in memory")
+}

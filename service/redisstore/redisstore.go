@@ -188,8 +188,7 @@ func (s *Store) Decide(ctx context.Context, req service.Request) (algorithms.Dec
 // decide runs req's script with the given PEXPIRE in milliseconds.
 func (s *Store) decide(ctx context.Context, req service.Request, ttlMs int64) (algorithms.Decision, error) {
 	l := req.Limit
-	args := append(limitArgs(l, req.Cost, ttlMs, req.Now), "")
-	args = append(args, calendarArgs(l)...)
+	args := scriptArgs(make([]string, 0, scriptArgCount), l, req.Cost, ttlMs, req.Now, "")
 	keys := []string{s.stateKey(l.Kind, req.Key)}
 	v, err := s.scripts.decide[l.Kind].Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
@@ -201,6 +200,11 @@ func (s *Store) decide(ctx context.Context, req service.Request, ttlMs int64) (a
 			return algorithms.Decision{}, s.redisErr(err)
 		}
 	}
+	return decision(l, v)
+}
+
+// decision is the Decision of limit l that a decision script returned as v (lua/lib.lua).
+func decision(l algorithms.Limit, v []int64) (algorithms.Decision, error) {
 	if len(v) != 6 {
 		return algorithms.Decision{}, fmt.Errorf("redisstore: script returned %d values, want 6", len(v))
 	}
@@ -242,26 +246,28 @@ func (s *Store) Close() error {
 // pexpireMs is d in whole milliseconds, rounded up: the PEXPIRE of a state that lives d.
 func pexpireMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
-// limitArgs are the arguments every decision and settle script starts with: the limit's quota,
-// window (µs) and burst, the amount (a cost, or a settle's delta), the PEXPIRE in milliseconds
-// (at least 1) and now_us (empty: Redis TIME).
-func limitArgs(l algorithms.Limit, amount, ttlMs int64, now time.Time) []string {
-	return []string{
+// scriptArgs appends to args the nine arguments of a decision or settle script (lua/lib.lua):
+// the limit's quota, window (µs) and burst, the amount (a cost, or a settle's delta), the
+// PEXPIRE in milliseconds (at least 1), now_us (empty: Redis TIME), age (empty for a decision),
+// and the calendar unit and offset (µs) that the fixed-window scripts read ("0", "0" for a
+// rolling window).
+func scriptArgs(args []string, l algorithms.Limit, amount, ttlMs int64, now time.Time, age string) []string {
+	c := l.Calendar
+	return append(args,
 		strconv.FormatInt(l.Quota, 10),
 		strconv.FormatInt(int64(l.Window/time.Microsecond), 10),
 		strconv.FormatInt(l.Burst, 10),
 		strconv.FormatInt(amount, 10),
 		strconv.FormatInt(max(ttlMs, 1), 10),
 		nowArg(now),
-	}
+		age,
+		strconv.Itoa(int(c.Unit)),
+		strconv.FormatInt(int64(c.Offset/time.Microsecond), 10),
+	)
 }
 
-// calendarArgs are the calendar unit and offset (µs) arguments, ARGV[8] and ARGV[9], that the
-// fixed-window scripts read (see lua/lib.lua): "0", "0" for a rolling window.
-func calendarArgs(l algorithms.Limit) []string {
-	c := l.Calendar
-	return []string{strconv.Itoa(int(c.Unit)), strconv.FormatInt(int64(c.Offset/time.Microsecond), 10)}
-}
+// scriptArgCount is the number of arguments scriptArgs appends.
+const scriptArgCount = 9
 
 // nowArg is the now_us argument of a script: empty (Redis TIME) for the zero Time.
 func nowArg(t time.Time) string {

@@ -25,6 +25,7 @@ type scripts struct {
 	full    [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind: decide an existing key while Redis is full
 	settle  [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind: a settle, and the undo of the kinds that settle
 	undo    [len(algorithms.Kinds) + 1]*rueidis.Lua // by Kind, for the kinds that do not settle: an undo
+	all     *rueidis.Lua                            // the decisions of a check's descriptors in one call
 	permit  [3]*rueidis.Lua                         // by service.PermitOp
 	resets  [2]*rueidis.Lua                         // append, read
 	sources []string                                // of decide, settle and permit
@@ -64,6 +65,9 @@ func newScripts() (scripts, error) {
 			return scripts{}, err
 		}
 	}
+	if sc.all, err = add(decideAllScript()); err != nil {
+		return scripts{}, err
+	}
 	for op, name := range permitScripts {
 		if sc.permit[op], err = add(composeScript("", name)); err != nil {
 			return scripts{}, err
@@ -96,6 +100,26 @@ func script(kind algorithms.Kind) (string, error) {
 		return composeScript("", "lib.lua", "sliding_window.lua")
 	}
 	return "", fmt.Errorf("redisstore: no script for %v", kind)
+}
+
+// decideAllScript returns the Lua source that decides a check's descriptors in one call: each
+// kind's script(kind) as the body of a function decide[kind], then lua/decide_all.lua.
+func decideAllScript() (string, error) {
+	var b strings.Builder
+	b.WriteString("local decide = {}\n")
+	for _, k := range algorithms.Kinds {
+		src, err := script(k)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "decide[%d] = function(KEYS, ARGV)\n%s\nend\n", int(k), src)
+	}
+	tail, err := composeScript("", "decide_all.lua")
+	if err != nil {
+		return "", err
+	}
+	b.WriteString(tail)
+	return b.String(), nil
 }
 
 // whileFull starts the script that decides an existing key while Redis refuses writes (OOM):
@@ -162,7 +186,9 @@ func (s *Store) loadScripts(ctx context.Context) error {
 	return nil
 }
 
-// loadScriptsOn loads, with SCRIPT LOAD, the sources that node n does not hold (SCRIPT EXISTS).
+// loadScriptsOn loads, with SCRIPT LOAD, the sources that node n does not hold (SCRIPT EXISTS):
+// all of them in one pipelined round trip, so that a probe after a restart of Redis costs two
+// round trips whatever the number of scripts.
 func loadScriptsOn(ctx context.Context, n rueidis.Client, sources []string) error {
 	shas := make([]string, len(sources))
 	for i, src := range sources {
@@ -173,11 +199,17 @@ func loadScriptsOn(ctx context.Context, n rueidis.Client, sources []string) erro
 	if err != nil {
 		return err
 	}
+	var loads rueidis.Commands
 	for i, e := range exists {
-		if e == 1 {
-			continue
+		if e != 1 {
+			loads = append(loads, n.B().ScriptLoad().Script(sources[i]).Build())
 		}
-		if err := n.Do(ctx, n.B().ScriptLoad().Script(sources[i]).Build()).Error(); err != nil {
+	}
+	if len(loads) == 0 {
+		return nil
+	}
+	for _, r := range n.DoMulti(ctx, loads...) {
+		if err := r.Error(); err != nil {
 			return err
 		}
 	}

@@ -22,8 +22,7 @@ func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 // settleAt runs req's settle script with the given PEXPIRE in milliseconds.
 func (s *Store) settleAt(ctx context.Context, req service.SettleRequest, ttlMs int64) error {
 	l := req.Limit
-	args := append(limitArgs(l, req.Delta, ttlMs, req.Now), strconv.FormatInt(int64(req.Age/time.Microsecond), 10))
-	args = append(args, calendarArgs(l)...)
+	args := scriptArgs(make([]string, 0, scriptArgCount), l, req.Delta, ttlMs, req.Now, strconv.FormatInt(int64(req.Age/time.Microsecond), 10))
 	script := s.scripts.settle[l.Kind]
 	if req.Undo && !l.Kind.Settles() {
 		script = s.scripts.undo[l.Kind]

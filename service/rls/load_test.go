@@ -65,6 +65,11 @@ func benchEnv(name string, def int) int {
 // alternate for MESHLIMIT_BENCH_ROUNDS (3) rounds of MESHLIMIT_BENCH_SECONDS (3) after a
 // warm-up; the figures are the medians. MESHLIMIT_BENCH_ONLY (e.g. grpc-rls+redis) keeps some
 // phases only, MESHLIMIT_BENCH_NO_REDIS_BENCHMARK=1 skips redis-benchmark (for a profile).
+// MESHLIMIT_BENCH_PEER (host:port of envoyproxy/ratelimit's gRPC, run with the same rule on a
+// Redis of its own) adds grpc-peer and grpc-peer16, the same loads against it, and
+// MESHLIMIT_BENCH_PEER_PID its process, whose CPU then counts in those phases' CPU per request.
+// MESHLIMIT_BENCH_TIMEOUT_MS sets the servers' store deadline (default the production 10 ms; the
+// peer has none): on a machine too busy for it, a longer one ranks throughputs without timeouts.
 // Loopback only, bounded, opt-in:
 //
 //	MESHLIMIT_BENCH=1 go test -run TestGRPCLoadFigures -v ./service/rls/
@@ -74,6 +79,7 @@ func TestGRPCLoadFigures(t *testing.T) {
 	}
 	d := time.Duration(benchEnv("MESHLIMIT_BENCH_SECONDS", 3)) * time.Second
 	rounds, inflight, nconns := benchEnv("MESHLIMIT_BENCH_ROUNDS", 3), benchEnv("MESHLIMIT_BENCH_CONNS", 64), benchEnv("MESHLIMIT_BENCH_GRPC_CONNS", 8)
+	timeout := time.Duration(benchEnv("MESHLIMIT_BENCH_TIMEOUT_MS", 0)) * time.Millisecond // 0: the production default
 	rs := redistest.Start(t)
 	store, err := redisstore.New(redisstore.Config{Addrs: []string{rs.Addr()}, FlushDelay: redisstore.DefaultFlushDelay})
 	require.NoError(t, err)
@@ -82,24 +88,24 @@ func TestGRPCLoadFigures(t *testing.T) {
 		"domain: bench\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n")}})
 	require.NoError(t, err)
 	srv, err := NewServer(Config{Store: store, Rules: func() *rlsconfig.Config { return rules },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Timeout: timeout})
 	require.NoError(t, err)
 	// The same server on the same Redis with the counters kept by the fixed-window script
 	// (Decide), as before the INCRBY counter.
 	scripted, err := NewServer(Config{Store: scriptedCounter{store}, Rules: func() *rlsconfig.Config { return rules },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Timeout: timeout})
 	require.NoError(t, err)
 
 	// The same server with 16 descriptors per request, its counts in one batch (one round
 	// trip), and with the store's batch hidden: a goroutine and a round trip per counter, as
 	// before the batch.
 	unbatched, err := NewServer(Config{Store: struct{ service.Store }{store}, Rules: func() *rlsconfig.Config { return rules },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Timeout: timeout})
 	require.NoError(t, err)
 
 	// The same server behind a Gate of MESHLIMIT_BENCH_GATE (16) store calls in flight.
 	gated, err := NewServer(Config{Store: service.NewGate(store, benchEnv("MESHLIMIT_BENCH_GATE", 16)), Rules: func() *rlsconfig.Config { return rules },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Timeout: timeout})
 	require.NoError(t, err)
 
 	reqs, reqs16 := benchRequests(1), benchRequests(16)
@@ -131,6 +137,10 @@ func TestGRPCLoadFigures(t *testing.T) {
 		{name: "http-floor", addr: serveHTTP(t, floorHTTP), http: true}, {name: "json-rls+redis", addr: serveHTTP(t, jsonMux), http: true},
 		{name: "json-rls+script", addr: serveHTTP(t, scriptedJSON), http: true},
 	}
+	if peer := os.Getenv("MESHLIMIT_BENCH_PEER"); peer != "" { // envoyproxy/ratelimit, on a Redis of its own
+		phases = append(phases, phase{name: "grpc-peer", addr: peer}, phase{name: "grpc-peer16", addr: peer, many: true})
+	}
+	peerPID := benchEnv("MESHLIMIT_BENCH_PEER_PID", 0)         // its CPU counts in its phases' CPU per request
 	if only := os.Getenv("MESHLIMIT_BENCH_ONLY"); only != "" { // e.g. "grpc-rls+redis" for a profile
 		phases = slices.DeleteFunc(phases, func(p phase) bool {
 			return !slices.Contains(strings.Split(only, ","), p.name)
@@ -155,10 +165,13 @@ func TestGRPCLoadFigures(t *testing.T) {
 		for i := range phases {
 			j := (i + r) % len(phases)
 			p := phases[j]
-			self0, redis0, wait0 := selfCPU(), redisCPU(rs), redisWait(rs)
+			self0, redis0, wait0, peer0 := selfCPU(), redisCPU(rs), redisWait(rs), procCPU(peerPID)
 			res, err := load(j, d)
 			require.NoError(t, err, p.name)
 			self, redis, wait := selfCPU()-self0, redisCPU(rs)-redis0, redisWait(rs)-wait0
+			if strings.HasPrefix(p.name, "grpc-peer") {
+				redis = procCPU(peerPID) - peer0 // the peer's process (not its Redis) in place of ours
+			}
 			res.cpuUs = float64((self+redis)/time.Microsecond) / float64(res.n+res.errors)
 			results[p.name] = append(results[p.name], res)
 			t.Logf("round %d %-15s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d requests, %d errors = %.2f%%; CPU: this process %.2f, redis-server %.2f, %.1f µs/request; redis-server waited for a CPU %.0f ms/s)",
@@ -172,7 +185,8 @@ func TestGRPCLoadFigures(t *testing.T) {
 	}
 	for _, pair := range [][2]string{{"grpc-rls+redis", "grpc-floor"}, {"grpc-rls+script", "grpc-floor"}, {"json-rls+redis", "http-floor"}, {"json-rls+script", "http-floor"},
 		{"grpc-rls+gate", "grpc-floor"}, {"grpc-rls16+redis", "grpc-rls+redis"}, {"grpc-rls16+goroutines", "grpc-rls+redis"},
-		{"grpc-rls16+gate", "grpc-rls+gate"}} {
+		{"grpc-rls16+gate", "grpc-rls+gate"}, {"grpc-peer", "grpc-floor"}, {"grpc-rls+redis", "grpc-peer"}, {"grpc-rls+gate", "grpc-peer"},
+		{"grpc-peer16", "grpc-peer"}, {"grpc-rls16+redis", "grpc-peer16"}} {
 		if len(results[pair[0]]) == 0 || len(results[pair[1]]) == 0 {
 			continue
 		}
@@ -193,6 +207,25 @@ func TestGRPCLoadFigures(t *testing.T) {
 	if os.Getenv("MESHLIMIT_BENCH_NO_REDIS_BENCHMARK") != "1" {
 		redisBenchmark(t, rs, inflight, d)
 	}
+}
+
+// procCPU is the user and system CPU of process pid so far (/proc/PID/stat, in clock ticks of
+// 10 ms), 0 for pid 0 or an unreadable file.
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // benchRequests returns 10,000 requests of n descriptors each, every descriptor its own

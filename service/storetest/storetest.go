@@ -28,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) service.Store) {
 		testDecisions(t, s)
 		testDecisionEdges(t, s)
 	})
+	t.Run("decisions in one call", func(t *testing.T) { testDecideAll(t, newStore(t)) })
 	t.Run("window counters", func(t *testing.T) { testCounters(t, newStore(t)) })
 	t.Run("batched window counters", func(t *testing.T) { testBatchCounters(t, newStore(t)) })
 	t.Run("settles", func(t *testing.T) { testSettles(t, newStore(t)) })

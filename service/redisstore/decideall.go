@@ -1,0 +1,84 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/rueidis"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/service"
+)
+
+// decideAllStride is the arguments of one request in the batch script (lua/decide_all.lua): its
+// kind and the nine of its own script.
+const decideAllStride = 1 + scriptArgCount
+
+// DecideAll implements service.BatchDecider: the requests go to Redis as one script
+// (lua/decide_all.lua), which runs each request's own decision script in order and stops after
+// the first denial, so a check costs one round trip whatever its number of descriptors. One
+// request, and requests whose keys a Cluster holds in different slots, are decided one call
+// each. While Redis refuses writes for lack of memory the batch is refused before it writes
+// anything, and the requests are decided one call each (Decide's path for a full Redis).
+func (s *Store) DecideAll(ctx context.Context, reqs []service.Request, out []algorithms.Decision) (int, error) {
+	if len(out) != len(reqs) {
+		return 0, errors.New("redisstore: DecideAll: out and reqs differ in length")
+	}
+	for _, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return 0, err
+		}
+	}
+	if len(reqs) == 1 || !s.oneSlot(reqs) {
+		return service.DecideEach(ctx, s, reqs, out)
+	}
+	keys := make([]string, len(reqs))
+	args := make([]string, 0, decideAllStride*len(reqs))
+	for i, r := range reqs {
+		l := r.Limit
+		keys[i] = s.stateKey(l.Kind, r.Key)
+		args = append(args, strconv.Itoa(int(l.Kind)))
+		args = scriptArgs(args, l, r.Cost, pexpireMs(l.TTL()), r.Now, "")
+	}
+	rows, err := s.scripts.all.Exec(ctx, s.client, keys, args).ToArray()
+	if err != nil {
+		if err = s.redisErr(err); errors.Is(err, service.ErrStoreFull) {
+			// Refused at its first write, before any: each request on Decide's path.
+			return service.DecideEach(ctx, s, reqs, out)
+		}
+		return 0, err
+	}
+	if len(rows) == 0 || len(rows) > len(reqs) {
+		return 0, fmt.Errorf("redisstore: the batch script returned %d decisions for %d requests", len(rows), len(reqs))
+	}
+	for i, row := range rows {
+		v, err := row.AsIntSlice()
+		if err != nil {
+			return 0, fmt.Errorf("redisstore: the batch script's decision %d: %w", i, err)
+		}
+		if out[i], err = decision(reqs[i].Limit, v); err != nil {
+			return 0, err
+		}
+	}
+	if n := len(rows); n < len(reqs) && out[n-1].Allowed {
+		return 0, fmt.Errorf("redisstore: the batch script stopped after %d of %d requests without a denial", n, len(reqs))
+	}
+	return len(rows), nil
+}
+
+// oneSlot reports whether one script may hold every request's key: always outside a Cluster;
+// in one, when their hash tags are equal.
+func (s *Store) oneSlot(reqs []service.Request) bool {
+	if s.client.Mode() != rueidis.ClientModeCluster {
+		return true
+	}
+	tag := s.tag(reqs[0].Key)
+	for _, r := range reqs[1:] {
+		if s.tag(r.Key) != tag {
+			return false
+		}
+	}
+	return true
+}
