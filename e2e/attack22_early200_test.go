@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -32,8 +31,8 @@ func TestAnEarlyUncountedAnswerThenABodyDenialGivesTheChargeBackOnce(t *testing.
 		}
 	}
 	n, _ := svc.undos()
-	t.Log(fmt.Sprintf("401s: %d before, %d after (limit 5 in all); undo calls %d; given_back %d counted %d",
-		first, after, n, counter(p, "meshlimit.rule.login.given_back"), counter(p, "meshlimit.rule.login.counted")))
+	t.Logf("401s: %d before, %d after (limit 5 in all); undo calls %d; given_back %d counted %d",
+		first, after, n, counter(p, "meshlimit.rule.login.given_back"), counter(p, "meshlimit.rule.login.counted"))
 	assert.Equal(t, 5, first+after)
 	assert.Equal(t, 20, n)
 }
