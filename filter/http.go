@@ -109,12 +109,28 @@ func (h *httpContext) finish(denied, paused bool, now int64) types.Action {
 // deny answers the current request with the configured local response (the host sends it after
 // this callback returns): its reservations are refunded and, when it is denied while its headers are
 // decided, its rules' takes given back (it never reached the upstream), and its charges dropped (the local reply is not a response to charge).
+//
+// A request the upstream has already answered (its response headers came before a body-stage rule
+// denied its body) was served: its denial resets the stream and refunds and gives back nothing,
+// else a client would send a body that some rule denies after each answer and never be counted.
 func (h *httpContext) deny() {
 	p := h.plugin
-	p.settle.refund(h)
-	p.charges.drop(h) // before giveBack, which sends the service the global charges it gives back
-	p.settle.giveBack(h, p.host.now())
+	if !h.responded {
+		p.settle.refund(h)
+		p.charges.drop(h) // before giveBack, which sends the service the global charges it gives back
+		p.settle.giveBack(h, p.host.now())
+	}
 	p.replies.deny(h)
+}
+
+// served marks the request as served when its response headers come: the takes its stream kept to
+// give back on a body-stage denial (local and global) are spent now. The charger has already
+// given back the counted rules' charges that the answer does not count (charges.respond).
+func (h *httpContext) served() {
+	h.responded = true
+	if len(h.taken.list) > 0 || len(h.taken.global) > 0 {
+		h.taken.reset(0)
+	}
 }
 
 // OnHttpRequestBody implements types.HttpContext: only a stream with reservations looks at the
@@ -156,6 +172,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 	defer p.panics.recoverPanic("the response headers")
 	testPanic(p.host, panicResponseHeaders)
 	paused := p.charges.respond(h)
+	h.served()
 	p.settle.responseHeaders(h, eos)
 	if h.shed.held {
 		p.sheds.responded(h)

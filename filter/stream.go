@@ -8,6 +8,9 @@ import "github.com/meshlimit/meshlimit/rules"
 type stream struct {
 	id    uint32
 	calls int // callouts bound to the stream's context not answered yet (see recycle)
+	// responded is set when the upstream's response headers came: the request was served, so a
+	// later denial (a body-stage rule) resets the stream and gives nothing back (served).
+	responded bool
 
 	quota     quotaStream  // replier: what to report on the upstream's response
 	call      callStream   // global client: the call the stream waits for
@@ -25,7 +28,7 @@ type stream struct {
 // a warm request allocate nothing are kept, and nothing an old configuration's rules left stays
 // reachable.
 func (s *stream) reset() {
-	s.id, s.calls, s.settle, s.permits = 0, 0, nil, nil
+	s.id, s.calls, s.settle, s.permits, s.responded = 0, 0, nil, nil, false
 	if s.quota.outcomes != nil || cap(s.quota.spare) > 0 {
 		s.quota.reset()
 	}
