@@ -22,7 +22,7 @@ type r22Step struct {
 }
 
 // r22Send sends POST /login from ip through vm per st, and reports whether it was denied at the
-// headers, whether the answer reached the client, and the stream.
+// headers and whether the answer reached the client.
 func r22Send(t *testing.T, p *envoyhost.Plugin, vm int, ip string, st r22Step) (headerDenied, answered bool) {
 	t.Helper()
 	s := p.VM(vm).NewStream(envoyhost.StreamInfo{SourceAddress: ip + ":4000"})
@@ -182,7 +182,7 @@ func TestR22AnAnswerThatArrivesWhileTheBodyCallIsOutMakesTheRequestServed(t *tes
 			return false
 		}
 		svc.mu.Unlock()
-		s := p.VM(i%2).NewStream(envoyhost.StreamInfo{SourceAddress: "198.51.100.10:4000"})
+		s := p.VM(i % 2).NewStream(envoyhost.StreamInfo{SourceAddress: "198.51.100.10:4000"})
 		h := envoyhost.Headers{{":method", "POST"}, {":path", "/login"}, {":authority", "app.example"}, {":scheme", "http"}, {"content-type", "application/json"}}
 		_, err := s.SendRequestHeaders(h, false)
 		require.NoError(t, err)
