@@ -22,22 +22,30 @@ import (
 
 const a22PerIP = `{"name":"per-ip","scope":"global","match":{"path":{"exact":"/login"}},"key":["client_ip"],"limits":[{"rate":"1/m"}]}`
 
-// servedBeforeBody sends POST /login headers from ip, lets the upstream answer (headers and a first
-// chunk; the whole answer when whole), then sends body. It reports whether the answer's first chunk
-// reached the client.
-func servedBeforeBody(t *testing.T, p *envoyhost.Plugin, vm int, ip, body string, whole bool) bool {
+// postLoginHeaders opens a stream from ip on vm, sends POST /login's headers (no end of stream)
+// and waits until the filter has decided them. The caller closes the stream; ctx bounds its waits.
+func postLoginHeaders(t *testing.T, p *envoyhost.Plugin, vm int, ip string) (*envoyhost.Stream, context.Context) {
 	t.Helper()
 	s := p.VM(vm).NewStream(envoyhost.StreamInfo{SourceAddress: ip + ":4000"})
 	h := envoyhost.Headers{{":method", "POST"}, {":path", "/login"}, {":authority", "app.example"}, {":scheme", "http"}, {"content-type", "application/json"}}
 	_, err := s.SendRequestHeaders(h, false)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
+	t.Cleanup(cancel)
 	_, err = s.Wait(ctx)
 	require.NoError(t, err)
+	return s, ctx
+}
+
+// servedBeforeBody sends POST /login headers from ip, lets the upstream answer (headers and a first
+// chunk; the whole answer when whole), then sends body. It reports whether the answer's first chunk
+// reached the client.
+func servedBeforeBody(t *testing.T, p *envoyhost.Plugin, vm int, ip, body string, whole bool) bool {
+	t.Helper()
+	s, ctx := postLoginHeaders(t, p, vm, ip)
 	served := false
 	if s.LocalReply() == nil {
-		_, err = s.SendResponseHeaders(envoyhost.Headers{{":status", "200"}}, false)
+		_, err := s.SendResponseHeaders(envoyhost.Headers{{":status", "200"}}, false)
 		require.NoError(t, err)
 		_, err = s.SendResponseBody([]byte("the-answer"), whole)
 		require.NoError(t, err)

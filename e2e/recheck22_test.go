@@ -25,14 +25,7 @@ type r22Step struct {
 // headers and whether the answer reached the client.
 func r22Send(t *testing.T, p *envoyhost.Plugin, vm int, ip string, st r22Step) (headerDenied, answered bool) {
 	t.Helper()
-	s := p.VM(vm).NewStream(envoyhost.StreamInfo{SourceAddress: ip + ":4000"})
-	h := envoyhost.Headers{{":method", "POST"}, {":path", "/login"}, {":authority", "app.example"}, {":scheme", "http"}, {"content-type", "application/json"}}
-	_, err := s.SendRequestHeaders(h, false)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	_, err = s.Wait(ctx)
-	require.NoError(t, err)
+	s, ctx := postLoginHeaders(t, p, vm, ip)
 	if s.LocalReply() != nil {
 		_ = s.Close()
 		settle(t, p)
@@ -49,7 +42,7 @@ func r22Send(t *testing.T, p *envoyhost.Plugin, vm int, ip string, st r22Step) (
 		_, _ = s.Wait(ctx)
 	}
 	if st.early {
-		_, err = s.SendResponseHeaders(resp, false)
+		_, err := s.SendResponseHeaders(resp, false)
 		require.NoError(t, err)
 		_, _ = s.SendResponseBody([]byte("the-answer"), false)
 		answered = strings.Contains(string(s.DownstreamBody()), "the-answer")
