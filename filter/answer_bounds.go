@@ -16,11 +16,8 @@ import (
 // boundAnswer bounds, in place, the decisions ds of items (one per limit, in order; readCheck
 // checked the count) at now: see boundDecision.
 func boundAnswer(items []globalItem, ds []wire.Decision, now int64) {
-	j := 0
-	for i := range items {
-		n := len(items[i].spec)
-		boundDecisions(items[i].spec, ds[j:j+n], items[i].rs.rule.Settle() != nil, now)
-		j += n
+	for it, ids := range decidedItems(items, ds) {
+		boundDecisions(it.spec, ids, it.rs.rule.Settle() != nil, now)
 	}
 }
 

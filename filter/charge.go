@@ -335,12 +335,8 @@ func (c *charger) onAnswer(h *httpContext, numHeaders, bodySize int) {
 	}
 	g.breaker.success()
 	boundAnswer(h.call.items, ds, now)
-	j := 0
-	for i := range h.call.items {
-		it := &h.call.items[i]
-		n := len(it.spec)
-		c.answered(it, ds[j:j+n], now) // readCheck checked the count
-		j += n
+	for it, ids := range decidedItems(h.call.items, ds) { // readCheck checked the count
+		c.answered(it, ids, now)
 	}
 }
 

@@ -295,16 +295,13 @@ func (g *globalClient) onAnswer(h *httpContext, numHeaders, bodySize int) {
 // request is denied; every rule is counted, even after a denial.
 func (g *globalClient) apply(items []globalItem, decisions []wire.Decision, now int64) (denied bool) {
 	d := &g.d
-	j := 0
-	for i := range items {
-		it := &items[i]
+	for it, ds := range decidedItems(items, decisions) {
 		r := it.rs.rule
 		enforced := !r.Shadow
 		allowed := true
 		pk := g.env.cfg.Response.PartitionString(r, it.key)
-		for k := range it.spec {
-			dec := decisions[j]
-			j++
+		for k := range ds {
+			dec := ds[k]
 			if dec.Skipped {
 				continue
 			}
@@ -319,7 +316,7 @@ func (g *globalClient) apply(items []globalItem, decisions []wire.Decision, now 
 				g.cache.block(it, k, min(now+dec.RetryAfterMs*int64(time.Millisecond), now+int64(it.spec[k].LongestWait(now, r.Settle() != nil))))
 			}
 		}
-		it.rs.nearLimitWire(decisions[j-len(it.spec):j], it.spec)
+		it.rs.nearLimitWire(ds, it.spec)
 		if d.count(it.rs, allowed, enforced) {
 			denied = true
 		}
