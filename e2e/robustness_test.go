@@ -214,7 +214,8 @@ func TestACheckTheServiceRefusesIsNotAnOutage(t *testing.T) {
 			assert.Zero(t, counter(p, "meshlimit.global.failures"))
 			assert.Zero(t, counter(p, "meshlimit.global.breaker_opened"))
 			assert.Zero(t, counter(p, "meshlimit.rule.g.fallback"))
-			assert.Equal(t, 2, countLogs(p, envoyhost.LogWarn, "descriptors, at most 64"), "one warning per worker, with the service's reason")
+			// The reset log's poll gets the same 400 from this server, and warns with its body too.
+			assert.Equal(t, 2, countLogs(p, envoyhost.LogWarn, "refused the check (status 400: "+refused), "one warning per worker, with the service's reason")
 
 			clock.Advance(10 * time.Second)
 			roundTrip(t, p.VM(0), get("a.example", "/", "192.0.2.82"))
