@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -71,21 +72,13 @@ func (s *Store) readState(ctx context.Context, req service.Request) ([]byte, err
 	return state, nil
 }
 
-// encodeLog turns the sliding log's run-length string "clock t1 n1 t2 n2 ..." into the algorithms
-// package's encoding: the clock, then one entry per unit.
+// encodeLog turns the sliding log's state into the algorithms package's encoding: the clock,
+// then one entry per unit. The state is the run-length string "clock t1 n1 t2 n2 ..." or the
+// binary form a decision writes (lua/sliding_log_index.lua).
 func encodeLog(raw string) ([]byte, error) {
-	bad := errors.New("redisstore: sliding log: not a state")
-	vals := strings.Fields(raw)
-	if len(vals)%2 != 1 {
-		return nil, bad
-	}
-	nums := make([]int64, len(vals))
-	for i, v := range vals {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return nil, bad
-		}
-		nums[i] = n
+	nums, err := logNumbers(raw)
+	if err != nil {
+		return nil, err
 	}
 	state := binary.BigEndian.AppendUint64([]byte{1<<4 | byte(algorithms.SlidingLog)}, uint64(nums[0]))
 	units := int64(0)
@@ -96,6 +89,66 @@ func encodeLog(raw string) ([]byte, error) {
 		}
 	}
 	return state, nil
+}
+
+// errNotALog is logNumbers' error for a value that is no sliding log state.
+var errNotALog = errors.New("redisstore: sliding log: not a state")
+
+// logNumbers returns a sliding log's state as the numbers of its text form: the clock, then each
+// run's time and units.
+func logNumbers(raw string) ([]int64, error) {
+	if strings.HasPrefix(raw, "L") {
+		return binaryLogNumbers(raw)
+	}
+	vals := strings.Fields(raw)
+	if len(vals)%2 != 1 {
+		return nil, errNotALog
+	}
+	nums := make([]int64, len(vals))
+	for i, v := range vals {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, errNotALog
+		}
+		nums[i] = n
+	}
+	return nums, nil
+}
+
+// logHead and logEntry are the sizes of the binary form's header ('L', clock, base) and of a run
+// (time, cumulative units modulo logCum), little-endian doubles.
+const (
+	logHead  = 17
+	logEntry = 16
+	logCum   = 1 << 52
+)
+
+// binaryLogNumbers is logNumbers for the binary form.
+func binaryLogNumbers(raw string) ([]int64, error) {
+	if len(raw) < logHead || (len(raw)-logHead)%logEntry != 0 {
+		return nil, errNotALog
+	}
+	num := func(at int) (int64, bool) {
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[at : at+8])))
+		n := int64(f)
+		return n, f >= 0 && f < logCum && float64(n) == f
+	}
+	clock, ok1 := num(1)
+	prev, ok2 := num(9)
+	if !ok1 || !ok2 {
+		return nil, errNotALog
+	}
+	nums := []int64{clock}
+	for at := logHead; at < len(raw); at += logEntry {
+		t, ok1 := num(at)
+		c, ok2 := num(at + 8)
+		if !ok1 || !ok2 {
+			return nil, errNotALog
+		}
+		nums = append(nums, t, ((c-prev)%logCum+logCum)%logCum)
+		prev = c
+	}
+	return nums, nil
 }
 
 // Reset implements service.Store.

@@ -95,7 +95,7 @@ func script(kind algorithms.Kind) (string, error) {
 	case algorithms.FixedWindow:
 		return composeScript("", "lib.lua", "calendar.lua", "fixed_window_state.lua", "fixed_window.lua")
 	case algorithms.SlidingLog:
-		return composeScript("", "lib.lua", "sliding_log_state.lua", "sliding_log.lua")
+		return composeScript("", "lib.lua", "sliding_log_index.lua", "sliding_log.lua")
 	case algorithms.SlidingWindow:
 		return composeScript("", "lib.lua", "sliding_window.lua")
 	}

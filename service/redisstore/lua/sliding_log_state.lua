@@ -1,16 +1,32 @@
--- sliding_log_state.lua, preceded by lib.lua: reads the sliding log's state (sliding_log.lua and
--- sliding_log_undo.lua). State: a string "clock t1 n1 t2 n2 ...": the latest now seen and,
--- ascending, each admission time with its number of cost units (a run-length form of the
--- algorithms package's one entry per unit; at most Q units are kept). It sets clock, ts and ns,
--- and raw (nil: no key); an unusable state reads as a fresh one (clock 0, no runs).
+-- sliding_log_state.lua, preceded by lib.lua: reads the whole sliding log's state, in O(n) for n
+-- runs, for sliding_log_undo.lua (a decision reads it in O(log n): sliding_log_index.lua). State:
+-- a string "clock t1 n1 t2 n2 ...": the latest now seen and, ascending, each admission time with
+-- its number of cost units (a run-length form of the algorithms package's one entry per unit; at
+-- most Q units are kept), or the binary form a decision writes (sliding_log_index.lua), decoded to
+-- the same. It sets clock, ts and ns, and raw (nil: no key); an unusable state reads as a fresh
+-- one (clock 0, no runs).
 
 
 local clock = 0
 local ts, ns = {}, {}
 local raw = redis.call('GET', key)
+-- binaryText returns the text form of a binary state, or '' (unusable).
+local function binaryText(s)
+  if #s < 17 or (#s - 17) % 16 ~= 0 then return '' end
+  local c, prev = struct.unpack('<dd', s, 2)
+  local vals = {str(c)}
+  for pos = 18, #s, 16 do
+    local t, cum = struct.unpack('<dd', s, pos)
+    vals[#vals + 1], vals[#vals + 2] = str(t), str((cum - prev) % 4503599627370496)
+    prev = cum
+  end
+  return table.concat(vals, ' ')
+end
 if raw then
   local vals = {}
-  for v in string.gmatch(raw, '%S+') do vals[#vals + 1] = v end
+  local text = raw
+  if string.sub(raw, 1, 1) == 'L' then text = binaryText(raw) end
+  for v in string.gmatch(text, '%S+') do vals[#vals + 1] = v end
   local ok = #vals % 2 == 1
   local c = ok and field(vals[1], MAX_TIME)
   if c == nil then ok = false end
