@@ -34,14 +34,7 @@ func (s *Store) DecideAll(ctx context.Context, reqs []service.Request, out []alg
 	if len(reqs) == 1 || !s.oneSlot(reqs) {
 		return service.DecideEach(ctx, s, reqs, out)
 	}
-	keys := make([]string, len(reqs))
-	args := make([]string, 0, decideAllStride*len(reqs))
-	for i, r := range reqs {
-		l := r.Limit
-		keys[i] = s.stateKey(l.Kind, r.Key)
-		args = append(args, strconv.Itoa(int(l.Kind)))
-		args = scriptArgs(args, l, r.Cost, pexpireMs(l.TTL()), r.Now, "")
-	}
+	keys, args := s.batchCall(reqs)
 	rows, err := s.scripts.all.Exec(ctx, s.client, keys, args).ToArray()
 	if err != nil {
 		if err = s.redisErr(err); errors.Is(err, service.ErrStoreFull) {
@@ -66,6 +59,32 @@ func (s *Store) DecideAll(ctx context.Context, reqs []service.Request, out []alg
 		return 0, fmt.Errorf("redisstore: the batch script stopped after %d of %d requests without a denial", n, len(reqs))
 	}
 	return len(rows), nil
+}
+
+// batchCall returns the keys and arguments of the batch script for reqs. The digits of every
+// argument are written into one buffer and every key into another, each made a string once, and
+// the arguments and keys are slices of those: four allocations whatever the number of requests.
+func (s *Store) batchCall(reqs []service.Request) (keys, args []string) {
+	var buf []byte
+	ends := make([]int32, 0, decideAllStride*len(reqs)+len(reqs))
+	for _, r := range reqs {
+		l := r.Limit
+		buf = strconv.AppendInt(buf, int64(l.Kind), 10)
+		ends = append(ends, int32(len(buf)))
+		buf, ends = appendScriptArgs(buf, ends, l, r.Cost, pexpireMs(l.TTL()), r.Now)
+	}
+	for _, r := range reqs {
+		buf = s.appendKey(buf, r.Limit.Kind.String(), -1, r.Key)
+		ends = append(ends, int32(len(buf)))
+	}
+	all := string(buf)
+	strs := make([]string, len(ends))
+	start := int32(0)
+	for i, end := range ends {
+		strs[i], start = all[start:end], end
+	}
+	n := decideAllStride * len(reqs)
+	return strs[n:], strs[:n]
 }
 
 // oneSlot reports whether one script may hold every request's key: always outside a Cluster;

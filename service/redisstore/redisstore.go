@@ -136,24 +136,25 @@ func (s *Store) keyAt(kind string, at int64, key string) string {
 	if at >= 0 {
 		n += 21 // up to 20 digits and a ':'
 	}
-	var b strings.Builder
-	b.Grow(n)
-	b.WriteString(s.prefix)
-	b.WriteByte('{')
+	return string(s.appendKey(make([]byte, 0, n), kind, at, key))
+}
+
+// appendKey appends to b the key that keyAt returns.
+func (s *Store) appendKey(b []byte, kind string, at int64, key string) []byte {
+	b = append(b, s.prefix...)
+	b = append(b, '{')
 	h := s.tag(key)
 	for shift := 60; shift >= 0; shift -= 4 {
-		b.WriteByte("0123456789abcdef"[h>>uint(shift)&0xf])
+		b = append(b, "0123456789abcdef"[h>>uint(shift)&0xf])
 	}
-	b.WriteString("}:")
-	b.WriteString(kind)
-	b.WriteByte(':')
+	b = append(b, "}:"...)
+	b = append(b, kind...)
+	b = append(b, ':')
 	if at >= 0 {
-		var num [20]byte
-		b.Write(strconv.AppendInt(num[:0], at, 10))
-		b.WriteByte(':')
+		b = strconv.AppendInt(b, at, 10)
+		b = append(b, ':')
 	}
-	b.WriteString(key)
-	return b.String()
+	return append(b, key...)
 }
 
 // tagKeyOf derives the SipHash key of a Config.TagKey; nil for none.
@@ -264,6 +265,27 @@ func scriptArgs(args []string, l algorithms.Limit, amount, ttlMs int64, now time
 		strconv.Itoa(int(c.Unit)),
 		strconv.FormatInt(int64(c.Offset/time.Microsecond), 10),
 	)
+}
+
+// appendScriptArgs is scriptArgs for a decision (no age) into one buffer: it appends the digits
+// of each of the nine arguments to buf and the end of each in buf to ends.
+func appendScriptArgs(buf []byte, ends []int32, l algorithms.Limit, amount, ttlMs int64, now time.Time) ([]byte, []int32) {
+	num := func(v int64) {
+		buf = strconv.AppendInt(buf, v, 10)
+		ends = append(ends, int32(len(buf)))
+	}
+	num(l.Quota)
+	num(int64(l.Window / time.Microsecond))
+	num(l.Burst)
+	num(amount)
+	num(max(ttlMs, 1))
+	if !now.IsZero() {
+		buf = strconv.AppendInt(buf, clampUs(now), 10)
+	}
+	ends = append(ends, int32(len(buf)), int32(len(buf))) // now_us (empty: Redis TIME), no age
+	num(int64(l.Calendar.Unit))
+	num(int64(l.Calendar.Offset / time.Microsecond))
+	return buf, ends
 }
 
 // scriptArgCount is the number of arguments scriptArgs appends.
