@@ -74,7 +74,7 @@ func (s *Store) readState(ctx context.Context, req service.Request) ([]byte, err
 
 // encodeLog turns the sliding log's state into the algorithms package's encoding: the clock,
 // then one entry per unit. The state is the run-length string "clock t1 n1 t2 n2 ..." or the
-// binary form a decision writes (lua/sliding_log_index.lua).
+// ring form a decision writes (lua/sliding_log_index.lua).
 func encodeLog(raw string) ([]byte, error) {
 	nums, err := logNumbers(raw)
 	if err != nil {
@@ -97,8 +97,8 @@ var errNotALog = errors.New("redisstore: sliding log: not a state")
 // logNumbers returns a sliding log's state as the numbers of its text form: the clock, then each
 // run's time and units.
 func logNumbers(raw string) ([]int64, error) {
-	if strings.HasPrefix(raw, "L") {
-		return binaryLogNumbers(raw)
+	if strings.HasPrefix(raw, "R") {
+		return ringLogNumbers(raw)
 	}
 	vals := strings.Fields(raw)
 	if len(vals)%2 != 1 {
@@ -115,31 +115,39 @@ func logNumbers(raw string) ([]int64, error) {
 	return nums, nil
 }
 
-// logHead and logEntry are the sizes of the binary form's header ('L', clock, base) and of a run
-// (time, cumulative units modulo logCum), little-endian doubles.
+// logHead and logEntry are the sizes of the ring form's header ('R', clock, base, start, count,
+// cap) and of a run (time, cumulative units modulo logCum), little-endian doubles
+// (lua/sliding_log_index.lua).
 const (
-	logHead  = 17
+	logHead  = 41
 	logEntry = 16
 	logCum   = 1 << 52
 )
 
-// binaryLogNumbers is logNumbers for the binary form.
-func binaryLogNumbers(raw string) ([]int64, error) {
-	if len(raw) < logHead || (len(raw)-logHead)%logEntry != 0 {
-		return nil, errNotALog
-	}
+// ringLogNumbers is logNumbers for the ring form.
+func ringLogNumbers(raw string) ([]int64, error) {
 	num := func(at int) (int64, bool) {
+		if at+8 > len(raw) {
+			return 0, false
+		}
 		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[at : at+8])))
 		n := int64(f)
 		return n, f >= 0 && f < logCum && float64(n) == f
 	}
-	clock, ok1 := num(1)
-	prev, ok2 := num(9)
-	if !ok1 || !ok2 {
+	var h [5]int64 // clock, base, start, count, cap
+	for i := range h {
+		var ok bool
+		if h[i], ok = num(1 + 8*i); !ok {
+			return nil, errNotALog
+		}
+	}
+	clock, prev, start, count, capacity := h[0], h[1], h[2], h[3], h[4]
+	if int64(len(raw)) != logHead+logEntry*capacity || count > capacity || count > 0 && start >= capacity {
 		return nil, errNotALog
 	}
 	nums := []int64{clock}
-	for at := logHead; at < len(raw); at += logEntry {
+	for i := range count {
+		at := logHead + logEntry*int((start+i)%capacity)
 		t, ok1 := num(at)
 		c, ok2 := num(at + 8)
 		if !ok1 || !ok2 {

@@ -1,6 +1,8 @@
--- sliding_log.lua, preceded by lib.lua and sliding_log_index.lua: a decision of the sliding log, in
--- O(log n) interpreted steps for n runs (four binary searches and a few reads; the state's bytes
--- are copied once, in C, by GET, string.sub and SET: at most 17 + 16 × 10^4 bytes).
+-- sliding_log.lua, preceded by lib.lua and sliding_log_index.lua: a decision of the sliding log.
+-- It reads O(log d) runs for d runs expired or holding the units a search looks for (four
+-- galloping searches from the first live run, and a few reads), in blocks of 32 runs, and writes
+-- a run and the header: about ten commands whatever the log's length, and once per doubling of
+-- the ring a copy of part of it.
 
 local eff = math.max(now, clock)
 local cut = eff - W
@@ -51,23 +53,10 @@ if o <= n then oldest = t(o) end
 local effective = oldest + W - now
 
 -- Keep the live runs, at most the newest Q units of them (the base moves past the dropped
--- units), then the admitted units: merged into the last run when it has this time.
+-- units), then the admitted units.
 local drop = math.max(live - Q, 0)
 local keep = search(first, n, function(i) return units(i) > drop end)
-local nb = (cb + drop) % CUM
-local head = 'L' .. struct.pack('<dd', eff, nb)
-local state
-if allowed == 0 then
-  state = head .. entries(keep, n)
-else
-  local last, lastc = 0, nb
-  if keep <= n then last, lastc = at(n) end
-  if keep <= n and last == eff then
-    state = head .. entries(keep, n - 1) .. struct.pack('<dd', eff, (lastc + cost) % CUM)
-  else
-    state = head .. entries(keep, n) .. struct.pack('<dd', eff, (lastc + cost) % CUM)
-  end
-end
-
-redis.call('SET', key, state, 'PX', ttl)
+local admitted = 0
+if allowed == 1 then admitted = cost end
+writeLog(eff, keep, (cb + drop) % CUM, admitted, Q)
 return {allowed, remaining, reset, retry, 0, effective}

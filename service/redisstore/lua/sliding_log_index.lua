@@ -1,78 +1,145 @@
--- sliding_log_index.lua, preceded by lib.lua: the sliding log's state as a decision reads it
--- (sliding_log.lua), in O(log n) interpreted steps for n runs.
+-- sliding_log_index.lua, preceded by lib.lua: the sliding log's state as a decision reads and
+-- writes it (sliding_log.lua), without bringing the log into Lua: the script reads the header and
+-- the few blocks of 32 runs its searches land in (GETRANGE), and writes a run and the header in
+-- place (SETRANGE). A Lua string of the whole log would cost its every byte (Redis hashes each
+-- Lua string whole): 54 µs for 1,500 runs.
 --
--- Binary form, written by every decision: 'L', then struct '<dd' of clock (the latest now seen)
--- and base, then one '<dd' entry per run, ascending in time: the run's admission time and its
--- cumulative count c, the units of every run up to and including it plus base, modulo CUM. A run's
--- units are c(i) - c(i-1) (c(0) = base), so the units between two runs are one subtraction and the
--- run holding the j-th live unit a binary search: no decision walks the log. The text form of
--- sliding_log_state.lua ("clock t1 n1 t2 n2 ...", which the undo script writes) is read too,
--- converted once in O(n). Every entry read goes through touch (counted by the tests).
--- It sets clock, base, n (runs), the accessors at(i) -> t, c and, for the writer, entries(i, j),
--- the bytes of runs i..j.
+-- Ring form, written by every decision: 'R', then struct '<ddddd' of clock (the latest now seen),
+-- base, start, count and cap, then cap slots of '<dd' each. The count runs are the slots start,
+-- start+1, ... (mod cap), ascending in time: a run's admission time and its cumulative count c,
+-- the units of every run up to and including it plus base, modulo CUM. A run's units are
+-- c(i) - c(i-1) (c(0) = base), so the units between two runs are one subtraction, and the run
+-- holding the j-th live unit is a search: no decision walks the log. Dropping the oldest runs moves
+-- start; a full ring doubles its cap (at most Q), moving the smaller of its two parts.
+-- The text form of sliding_log_state.lua ("clock t1 n1 t2 n2 ...", which the undo script writes)
+-- is read too, converted once in O(n). Every run read goes through touch (counted by the tests).
+-- It sets clock, base, n (runs), at(i) -> t, c (run i, 1 <= i <= n), search, and the writer
+-- writeLog.
 
 local CUM = 4503599627370496 -- 2^52: counts are kept modulo it (a log holds at most 10^4 units)
-local HEAD, SIZE = 17, 16
+local HEAD, SIZE, BLOCK = 41, 16, 32
 local function touch() end
 
-local raw = redis.call('GET', key)
-local clock, base, n = 0, 0, 0
-local blob = ''
+local clock, base, start, n, cap = 0, 0, 0, 0, 0
+local fresh = true -- no usable state in the ring form: the writer writes the key whole
 
--- fromText converts a state of the text form into the binary form, or returns nil (unusable).
-local function fromText(s)
-  local vals = {}
-  for v in string.gmatch(s, '%S+') do vals[#vals + 1] = v end
+-- toRing returns the ring form of clock c and the runs of text form vals, or nil (unusable).
+local function toRing(vals)
   if #vals % 2 ~= 1 then return nil end
   local c = field(vals[1], MAX_TIME)
   if c == nil then return nil end
-  local parts, prev, cum = {'L', struct.pack('<dd', c, 0)}, 0, 0
+  local slots, prev, cum = {}, 0, 0
   for i = 2, #vals - 1, 2 do
     touch()
     local t, u = field(vals[i], MAX_TIME), field(vals[i + 1], MAX_QUOTA)
     if t == nil or u == nil or u < 1 or t < prev or t > c then return nil end
     cum, prev = (cum + u) % CUM, t
-    parts[#parts + 1] = struct.pack('<dd', t, cum)
+    slots[#slots + 1] = struct.pack('<dd', t, cum)
   end
-  return table.concat(parts)
+  return 'R' .. struct.pack('<ddddd', c, 0, 0, #slots, #slots) .. table.concat(slots)
 end
 
-if raw and string.sub(raw, 1, 1) ~= 'L' then raw = fromText(raw) end
-if raw and #raw >= HEAD and (#raw - HEAD) % SIZE == 0 then
-  local c, b = struct.unpack('<dd', raw, 2)
-  if field(c, MAX_TIME) ~= nil and field(b, CUM - 1) ~= nil then
-    clock, base, n, blob = c, b, (#raw - HEAD) / SIZE, raw
+local head = redis.call('GETRANGE', key, 0, HEAD - 1)
+if head ~= '' and string.sub(head, 1, 1) ~= 'R' then
+  local vals = {}
+  for v in string.gmatch(redis.call('GET', key), '%S+') do vals[#vals + 1] = v end
+  local ring = toRing(vals)
+  if ring then
+    redis.call('SET', key, ring, 'KEEPTTL')
+    head = string.sub(ring, 1, HEAD)
+  end
+end
+if #head == HEAD and string.sub(head, 1, 1) == 'R' then
+  local c, b, s, m, k = struct.unpack('<ddddd', head, 2)
+  if field(c, MAX_TIME) ~= nil and field(b, CUM - 1) ~= nil and field(k, MAX_QUOTA) ~= nil and
+      field(m, k) ~= nil and (field(s, k - 1) ~= nil or k == 0 and s == 0) and
+      redis.call('STRLEN', key) == HEAD + k * SIZE then
+    clock, base, start, n, cap, fresh = c, b, s, m, k, false
   end
 end
 
+local blocks = {}
 -- at returns run i's time and cumulative count.
 local function at(i)
   touch()
-  return struct.unpack('<dd', blob, HEAD + (i - 1) * SIZE + 1)
-end
-
--- An unusable binary state (not ours: only a decision writes this form) reads as a fresh one. Its
--- ends are checked: the first and the last run within the clock, in order.
-if n > 0 then
-  local t1 = at(1)
-  local tn = at(n)
-  if field(t1, MAX_TIME) == nil or field(tn, MAX_TIME) == nil or t1 > tn or tn > clock then
-    clock, base, n, blob = 0, 0, 0, ''
+  local p = (start + i - 1) % cap
+  local b = floor(p / BLOCK)
+  local blk = blocks[b]
+  if blk == nil then
+    local from = HEAD + b * BLOCK * SIZE
+    blk = redis.call('GETRANGE', key, from, from + BLOCK * SIZE - 1)
+    blocks[b] = blk
   end
-end
-
--- entries returns the bytes of runs i..j (empty when j < i).
-local function entries(i, j)
-  if j < i then return '' end
-  return string.sub(blob, HEAD + (i - 1) * SIZE + 1, HEAD + j * SIZE)
+  return struct.unpack('<dd', blk, (p - b * BLOCK) * SIZE + 1)
 end
 
 -- search returns the first i in [lo, hi] for which pred(i) holds, or hi + 1; pred is false and
--- then true over the range.
+-- then true over the range. It gallops from lo, so that it reads O(log d) runs for an answer d
+-- runs after lo (the expired runs, or the runs that hold a cost's units).
 local function search(lo, hi, pred)
+  local step = 1
+  while lo <= hi do
+    local probe = math.min(lo + step - 1, hi)
+    if pred(probe) then
+      hi = probe - 1
+      break
+    end
+    lo, step = probe + 1, step * 2
+  end
   while lo <= hi do
     local mid = floor((lo + hi) / 2)
     if pred(mid) then hi = mid - 1 else lo = mid + 1 end
   end
   return lo
+end
+
+-- slot writes run (t, c) at ring slot p.
+local function slot(p, t, c)
+  redis.call('SETRANGE', key, HEAD + p * SIZE, struct.pack('<dd', t, c))
+end
+
+-- grow doubles the ring's cap (at least 4, at most q unless more are needed), moving the
+-- smaller of the ring's two parts: [0, start) after the old slots, or [start, cap) to the end.
+local function grow(q)
+  local k = math.max(math.min(math.max(4, 2 * cap), q), n + 1)
+  if cap == 0 or fresh then
+    redis.call('SET', key, 'R' .. struct.pack('<ddddd', 0, 0, 0, 0, k) .. string.rep('\0', k * SIZE))
+    start, n, cap, fresh = 0, 0, k, false
+    return
+  end
+  local tail = cap - start
+  if start == 0 then
+    redis.call('SETRANGE', key, HEAD + k * SIZE - 1, '\0')
+  elseif start <= tail and cap + start <= k then
+    local part = redis.call('GETRANGE', key, HEAD, HEAD + start * SIZE - 1)
+    redis.call('SETRANGE', key, HEAD + cap * SIZE, part)
+    if cap + start < k then redis.call('SETRANGE', key, HEAD + k * SIZE - 1, '\0') end
+  else
+    local part = redis.call('GETRANGE', key, HEAD + start * SIZE, HEAD + cap * SIZE - 1)
+    redis.call('SETRANGE', key, HEAD + (k - tail) * SIZE, part)
+    start = k - tail
+  end
+  cap = k
+end
+
+-- writeLog keeps runs keep..n (with base nb before them), then appends the admitted cost at eff,
+-- merged into the last kept run when it has that time (cost 0: none), and writes the clock eff,
+-- the header, and the TTL (ttl, lib.lua). q is the quota, the most runs a ring needs.
+local function writeLog(eff, keep, nb, cost, q)
+  if n > 0 then start = (start + keep - 1) % cap end
+  n = n - keep + 1
+  if cost > 0 then
+    local last, lastc = 0, nb
+    if n > 0 then last, lastc = at(n) end
+    if n > 0 and last == eff then
+      slot((start + n - 1) % cap, eff, (lastc + cost) % CUM)
+    else
+      if n >= cap or fresh then grow(q) end
+      slot((start + n) % cap, eff, (lastc + cost) % CUM)
+      n = n + 1
+    end
+  end
+  if fresh then grow(q) end
+  redis.call('SETRANGE', key, 0, 'R' .. struct.pack('<ddddd', eff, nb, start, n, cap))
+  redis.call('PEXPIRE', key, ttl)
 end

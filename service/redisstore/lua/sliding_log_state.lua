@@ -2,7 +2,7 @@
 -- runs, for sliding_log_undo.lua (a decision reads it in O(log n): sliding_log_index.lua). State:
 -- a string "clock t1 n1 t2 n2 ...": the latest now seen and, ascending, each admission time with
 -- its number of cost units (a run-length form of the algorithms package's one entry per unit; at
--- most Q units are kept), or the binary form a decision writes (sliding_log_index.lua), decoded to
+-- most Q units are kept), or the ring form a decision writes (sliding_log_index.lua), decoded to
 -- the same. It sets clock, ts and ns, and raw (nil: no key); an unusable state reads as a fresh
 -- one (clock 0, no runs).
 
@@ -10,13 +10,15 @@
 local clock = 0
 local ts, ns = {}, {}
 local raw = redis.call('GET', key)
--- binaryText returns the text form of a binary state, or '' (unusable).
-local function binaryText(s)
-  if #s < 17 or (#s - 17) % 16 ~= 0 then return '' end
-  local c, prev = struct.unpack('<dd', s, 2)
+-- ringText returns the text form of a state of the ring form (sliding_log_index.lua), or ''
+-- (unusable).
+local function ringText(s)
+  if #s < 41 then return '' end
+  local c, prev, start, count, cap = struct.unpack('<ddddd', s, 2)
+  if #s ~= 41 + 16 * cap or count > cap or count > 0 and start >= cap then return '' end
   local vals = {str(c)}
-  for pos = 18, #s, 16 do
-    local t, cum = struct.unpack('<dd', s, pos)
+  for i = 0, count - 1 do
+    local t, cum = struct.unpack('<dd', s, 42 + 16 * ((start + i) % cap))
     vals[#vals + 1], vals[#vals + 2] = str(t), str((cum - prev) % 4503599627370496)
     prev = cum
   end
@@ -25,7 +27,7 @@ end
 if raw then
   local vals = {}
   local text = raw
-  if string.sub(raw, 1, 1) == 'L' then text = binaryText(raw) end
+  if string.sub(raw, 1, 1) == 'R' then text = ringText(raw) end
   for v in string.gmatch(text, '%S+') do vals[#vals + 1] = v end
   local ok = #vals % 2 == 1
   local c = ok and field(vals[1], MAX_TIME)

@@ -1,0 +1,153 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/algorithms"
+	"github.com/meshlimit/meshlimit/internal/redistest"
+	"github.com/meshlimit/meshlimit/service"
+)
+
+// The bounds of a check's work on Redis (review: one /v1/check of 64 descriptors, each on a
+// sliding log of ~1,500 entries, held Redis 373–527 ms in one script, every entry of every log
+// parsed and written back by interpreted Lua). The work is counted, never timed: the entries of a
+// log the scripts read (through lua/sliding_log_index.lua's touch, counted by countingBatch) and
+// the commands Redis ran (INFO commandstats, calls only).
+
+// bigLog is a sliding log limit whose log may hold the largest number of entries a limit allows.
+var bigLog = algorithms.Limit{Kind: algorithms.SlidingLog, Quota: algorithms.MaxLogQuota, Window: time.Hour}
+
+// entriesPerDecision bounds the entries of a log of n runs that one decision reads: four
+// binary searches of at most bits.Len(n) probes each, and at most eight reads besides.
+func entriesPerDecision(n int) int { return 4*bits.Len(uint(n)) + 8 }
+
+// fillLog gives key a sliding log of n runs of one unit, one µs apart from logStart (µs), through
+// the store's own decisions (in batches, one script each).
+func fillLog(t *testing.T, s *Store, key string, n int, logStart int64) {
+	t.Helper()
+	ctx := context.Background()
+	for done := 0; done < n; {
+		reqs := make([]service.Request, min(64, n-done))
+		for i := range reqs {
+			reqs[i] = service.Request{Key: key, Limit: bigLog, Cost: 1, Now: time.UnixMicro(logStart + int64(done+i))}
+		}
+		got, err := s.DecideAll(ctx, reqs, make([]algorithms.Decision, len(reqs)))
+		require.NoError(t, err)
+		require.Equal(t, len(reqs), got, "every unit of the fill is admitted")
+		done += len(reqs)
+	}
+}
+
+// bigLogs makes keys descriptors' logs of n runs each, begun a minute ago: the first filled, the
+// others its copies. The requests it returns are at the end of the logs.
+func bigLogs(t *testing.T, rs *redistest.Server, s *Store, keys, n int) []service.Request {
+	t.Helper()
+	logStart := time.Now().Add(-time.Minute).UnixMicro()
+	fillLog(t, s, "log 0", n, logStart)
+	reqs := make([]service.Request, keys)
+	for i := range reqs {
+		key := fmt.Sprintf("log %d", i)
+		if i > 0 {
+			_, err := rs.Do("COPY", s.stateKey(bigLog.Kind, "log 0"), s.stateKey(bigLog.Kind, key))
+			require.NoError(t, err)
+		}
+		reqs[i] = service.Request{Key: key, Limit: bigLog, Cost: 1, Now: time.UnixMicro(logStart + int64(n) + 1000)}
+	}
+	return reqs
+}
+
+// countingBatch runs the store's batch script for reqs with every log entry it reads counted;
+// it returns the decisions made and the count.
+func countingBatch(t *testing.T, s *Store, reqs []service.Request) (int, int) {
+	t.Helper()
+	src, err := decideAllScript()
+	require.NoError(t, err)
+	const touch, ret = "local function touch() end", "\nreturn out\n"
+	require.Equal(t, 1, strings.Count(src, touch), "the sliding log reads its entries through touch")
+	require.Equal(t, 1, strings.Count(src, ret))
+	src = strings.Replace(src, touch, "local function touch() WORK[1] = WORK[1] + 1 end", 1)
+	src = "local WORK = {0}\n" + strings.Replace(src, ret, "\nout[#out + 1] = WORK[1]\nreturn out\n", 1)
+	keys, args := s.batchCall(reqs)
+	rows, err := rueidis.NewLuaScript(src).Exec(context.Background(), s.client, keys, args).ToArray()
+	require.NoError(t, err)
+	n, err := rows[len(rows)-1].AsInt64()
+	require.NoError(t, err)
+	return len(rows) - 1, int(n)
+}
+
+// commandCalls returns the calls of each command since the last CONFIG RESETSTAT.
+func commandCalls(t *testing.T, rs *redistest.Server) map[string]int {
+	t.Helper()
+	info, err := rs.Do("INFO", "commandstats")
+	require.NoError(t, err)
+	calls := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		require.NoError(t, err)
+		calls[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return calls
+}
+
+// One check of 64 descriptors, each on a sliding log of 1,500 runs (the review's attack) or of
+// the most a limit allows, reads a logarithm of each log, not its entries: at most
+// entriesPerDecision(n) each (the scripts read 96,000 entries for the review's check before, every
+// run of every log). And the whole check is one script that reads Redis TIME once and each log
+// with one GET and one SET.
+func TestOneCheckOfSixtyFourDescriptorsOnBigSlidingLogsReadsALogarithmOfEachLog(t *testing.T) {
+	t.Parallel()
+	for _, runs := range []int{1500, int(algorithms.MaxLogQuota) - 2} {
+		t.Run(strconv.Itoa(runs), func(t *testing.T) {
+			t.Parallel()
+			rs := redistest.Start(t)
+			s := newStore(t, rs.Addr())
+			reqs := bigLogs(t, rs, s, 64, runs)
+
+			decided, touched := countingBatch(t, s, reqs)
+			assert.Equal(t, 64, decided, "every descriptor is admitted: its log has room")
+			assert.LessOrEqual(t, touched, 64*entriesPerDecision(runs+1))
+			t.Logf("%d runs per log: %d entries read for 64 decisions (%d per decision at most)", runs, touched, entriesPerDecision(runs+1))
+
+			for i := range reqs {
+				reqs[i].Now = time.Time{} // Redis TIME, as in production: within the logs' hour
+			}
+			_, err := rs.Do("CONFIG", "RESETSTAT")
+			require.NoError(t, err)
+			got, err := s.DecideAll(context.Background(), reqs, make([]algorithms.Decision, len(reqs)))
+			require.NoError(t, err)
+			assert.Equal(t, 64, got)
+			calls := commandCalls(t, rs)
+			assert.Equal(t, 1, calls["evalsha"], "one script for the check")
+			assert.Equal(t, 64, calls["get"], "one GET per log")
+			assert.Equal(t, 64, calls["set"], "one SET per log")
+			assert.Equal(t, 1, calls["time"], "Redis TIME once for the check")
+			stats, err := rs.Do("INFO", "commandstats")
+			require.NoError(t, err)
+			t.Logf("Redis's own figures for the check (reported, not asserted): %s", evalshaStats(stats))
+		})
+	}
+}
+
+// evalshaStats is the evalsha line of INFO commandstats.
+func evalshaStats(info string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return "none"
+}
