@@ -31,6 +31,12 @@ var bigLog = algorithms.Limit{Kind: algorithms.SlidingLog, Quota: algorithms.Max
 // binary searches of at most bits.Len(n) probes each, and at most eight reads besides.
 func entriesPerDecision(n int) int { return 4*bits.Len(uint(n)) + 8 }
 
+// commandsPerDecision bounds the commands a sliding-log decision of a check that neither grows
+// the ring nor converts a text log runs besides its PEXPIRE: the header's GETRANGE and STRLEN,
+// a GETRANGE of a block for each of the first four runs its searches and reads land in, and
+// the SETRANGEs of a run and the header.
+const commandsPerDecision = 8
+
 // fillLog gives key a sliding log of n runs of one unit, one µs apart from logStart (µs), through
 // the store's own decisions (in batches, one script each).
 func fillLog(t *testing.T, s *Store, key string, n int, logStart int64) {
@@ -50,7 +56,7 @@ func fillLog(t *testing.T, s *Store, key string, n int, logStart int64) {
 
 // bigLogs makes keys descriptors' logs of n runs each, begun a minute ago: the first filled, the
 // others its copies. The requests it returns are at the end of the logs.
-func bigLogs(t *testing.T, rs *redistest.Server, s *Store, keys, n int) []service.Request {
+func bigLogs(t *testing.T, rs *redistest.Server, s *Store, keys, n int) ([]service.Request, int64) {
 	t.Helper()
 	logStart := time.Now().Add(-time.Minute).UnixMicro()
 	fillLog(t, s, "log 0", n, logStart)
@@ -63,7 +69,7 @@ func bigLogs(t *testing.T, rs *redistest.Server, s *Store, keys, n int) []servic
 		}
 		reqs[i] = service.Request{Key: key, Limit: bigLog, Cost: 1, Now: time.UnixMicro(logStart + int64(n) + 1000)}
 	}
-	return reqs
+	return reqs, logStart
 }
 
 // countingBatch runs the store's batch script for reqs with every log entry it reads counted;
@@ -105,9 +111,10 @@ func commandCalls(t *testing.T, rs *redistest.Server) map[string]int {
 
 // One check of 64 descriptors, each on a sliding log of 1,500 runs (the review's attack) or of
 // the most a limit allows, reads a logarithm of each log, not its entries: at most
-// entriesPerDecision(n) each (the scripts read 96,000 entries for the review's check before, every
-// run of every log). And the whole check is one script that reads Redis TIME once and each log
-// with one GET and one SET.
+// entriesPerDecision(n) runs each (the scripts parsed and rewrote 96,000 runs for the review's
+// check before, every run of every log, with one GET, one SET and one TIME per log). The whole
+// check is one script that reads Redis TIME once and never a whole log: a few commands per log,
+// none moving more than a block of 32 runs.
 func TestOneCheckOfSixtyFourDescriptorsOnBigSlidingLogsReadsALogarithmOfEachLog(t *testing.T) {
 	t.Parallel()
 	for _, runs := range []int{1500, int(algorithms.MaxLogQuota) - 2} {
@@ -115,7 +122,7 @@ func TestOneCheckOfSixtyFourDescriptorsOnBigSlidingLogsReadsALogarithmOfEachLog(
 			t.Parallel()
 			rs := redistest.Start(t)
 			s := newStore(t, rs.Addr())
-			reqs := bigLogs(t, rs, s, 64, runs)
+			reqs, logStart := bigLogs(t, rs, s, 64, runs)
 
 			decided, touched := countingBatch(t, s, reqs)
 			assert.Equal(t, 64, decided, "every descriptor is admitted: its log has room")
@@ -132,12 +139,23 @@ func TestOneCheckOfSixtyFourDescriptorsOnBigSlidingLogsReadsALogarithmOfEachLog(
 			assert.Equal(t, 64, got)
 			calls := commandCalls(t, rs)
 			assert.Equal(t, 1, calls["evalsha"], "one script for the check")
-			assert.Equal(t, 64, calls["get"], "one GET per log")
-			assert.Equal(t, 64, calls["set"], "one SET per log")
 			assert.Equal(t, 1, calls["time"], "Redis TIME once for the check")
+			assert.Zero(t, calls["get"]+calls["set"], "no log is read or written whole")
+			assert.Equal(t, 64, calls["pexpire"])
+			assert.LessOrEqual(t, calls["getrange"]+calls["strlen"]+calls["setrange"], 64*commandsPerDecision,
+				"at most %d commands per decision, each of at most %d bytes", commandsPerDecision, 32*16)
 			stats, err := rs.Do("INFO", "commandstats")
 			require.NoError(t, err)
 			t.Logf("Redis's own figures for the check (reported, not asserted): %s", evalshaStats(stats))
+
+			// Half of every log expired: each decision searches deep into its log once.
+			for i := range reqs {
+				reqs[i].Now = time.UnixMicro(logStart + int64(bigLog.Window/time.Microsecond) + int64(runs/2))
+			}
+			decided, touched = countingBatch(t, s, reqs)
+			assert.Equal(t, 64, decided)
+			assert.LessOrEqual(t, touched, 64*entriesPerDecision(runs+2))
+			t.Logf("half of each log expired: %d entries read for 64 decisions", touched)
 		})
 	}
 }
