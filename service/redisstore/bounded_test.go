@@ -169,3 +169,67 @@ func evalshaStats(info string) string {
 	}
 	return "none"
 }
+
+// ringBytes is the length of a sliding log's state of cap slots (lua/sliding_log_index.lua).
+func ringBytes(cap int) int { return logHead + logEntry*cap }
+
+// A sliding log's ring holds at most its quota's slots: it doubles while it fills (4, 8, 16,
+// ...), stops at the quota, and one admission past the quota is denied and grows nothing.
+func TestASlidingLogsRingGrowsByDoublingAndNeverPastItsQuota(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	s := newStore(t, rs.Addr())
+	ctx := context.Background()
+	l := algorithms.Limit{Kind: algorithms.SlidingLog, Quota: 20, Window: time.Hour}
+	key := s.stateKey(l.Kind, "ring")
+	start := time.Now().UnixMicro()
+	want := []int{4, 4, 4, 4, 8, 8, 8, 8, 16, 16, 16, 16, 16, 16, 16, 16, 20, 20, 20, 20}
+	for i, cap := range want {
+		d, err := s.Decide(ctx, service.Request{Key: "ring", Limit: l, Cost: 1, Now: time.UnixMicro(start + int64(i))})
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		n, err := rs.Do("STRLEN", key)
+		require.NoError(t, err)
+		assert.Equal(t, strconv.Itoa(ringBytes(cap)), n, "after %d runs", i+1)
+	}
+	d, err := s.Decide(ctx, service.Request{Key: "ring", Limit: l, Cost: 1, Now: time.UnixMicro(start + 100)})
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "one past the quota")
+	n, err := rs.Do("STRLEN", key)
+	require.NoError(t, err)
+	assert.Equal(t, strconv.Itoa(ringBytes(20)), n, "a denial grows nothing")
+}
+
+// A sliding log in the text form (written before the ring, and by the undo script) is decided
+// as the ring would be, converted once: the next decision reads a logarithm of it.
+func TestASlidingLogInTheTextFormIsConvertedOnceThenReadInBlocks(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	s := newStore(t, rs.Addr())
+	const runs = 1000
+	logStart := time.Now().Add(-time.Minute).UnixMicro()
+	text := []string{strconv.FormatInt(logStart+runs-1, 10)}
+	for i := range runs {
+		text = append(text, strconv.FormatInt(logStart+int64(i), 10), "1")
+	}
+	fillLog(t, s, "ring", runs, logStart)
+	_, err := rs.Do("SET", s.stateKey(bigLog.Kind, "text"), strings.Join(text, " "))
+	require.NoError(t, err)
+
+	for i, want := range []struct{ min, max int }{{runs, runs + entriesPerDecision(runs+1)}, {0, entriesPerDecision(runs + 2)}} {
+		now := time.UnixMicro(logStart + runs + 10 + int64(i))
+		var ds [2]algorithms.Decision
+		for j, key := range []string{"ring", "text"} {
+			reqs := []service.Request{{Key: key, Limit: bigLog, Cost: 1, Now: now}}
+			_, touched := countingBatch(t, s, reqs)
+			if key == "text" {
+				assert.GreaterOrEqual(t, touched, want.min, "decision %d", i)
+				assert.LessOrEqual(t, touched, want.max, "decision %d", i)
+			}
+			var err error
+			ds[j], err = s.Decide(context.Background(), reqs[0])
+			require.NoError(t, err)
+		}
+		assert.Equal(t, ds[0], ds[1], "decision %d: the text log decides as the ring", i)
+	}
+}
