@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"strings"
 
 	"github.com/redis/rueidis"
 
@@ -62,22 +62,27 @@ func (s *Store) DecideAll(ctx context.Context, reqs []service.Request, out []alg
 }
 
 // batchCall returns the keys and arguments of the batch script for reqs. The digits of every
-// argument are written into one buffer and every key into another, each made a string once, and
-// the arguments and keys are slices of those: four allocations whatever the number of requests.
+// argument and every key are written into one buffer, made a string once, and the arguments
+// and keys are slices of it: three allocations whatever the number of requests.
 func (s *Store) batchCall(reqs []service.Request) (keys, args []string) {
-	var buf []byte
+	var b strings.Builder
+	size := 0
+	for _, r := range reqs {
+		size += batchArgBytes + s.keyLen(r.Limit.Kind.String(), -1, r.Key)
+	}
+	b.Grow(size)
 	ends := make([]int32, 0, decideAllStride*len(reqs)+len(reqs))
 	for _, r := range reqs {
 		l := r.Limit
-		buf = strconv.AppendInt(buf, int64(l.Kind), 10)
-		ends = append(ends, int32(len(buf)))
-		buf, ends = appendScriptArgs(buf, ends, l, r.Cost, pexpireMs(l.TTL()), r.Now)
+		writeInt(&b, int64(l.Kind))
+		ends = append(ends, int32(b.Len()))
+		ends = writeScriptArgs(&b, ends, l, r.Cost, pexpireMs(l.TTL()), r.Now)
 	}
 	for _, r := range reqs {
-		buf = s.appendKey(buf, r.Limit.Kind.String(), -1, r.Key)
-		ends = append(ends, int32(len(buf)))
+		s.writeKey(&b, r.Limit.Kind.String(), -1, r.Key)
+		ends = append(ends, int32(b.Len()))
 	}
-	all := string(buf)
+	all := b.String()
 	strs := make([]string, len(ends))
 	start := int32(0)
 	for i, end := range ends {
@@ -86,6 +91,11 @@ func (s *Store) batchCall(reqs []service.Request) (keys, args []string) {
 	n := decideAllStride * len(reqs)
 	return strs[n:], strs[:n]
 }
+
+// batchArgBytes is room for the digits of a request's ten arguments in the batch script: the
+// kind, the quota and the burst (13 digits at most each), the window (14), the amount (13), the
+// TTL (11), now (16) and the calendar (1 and 12).
+const batchArgBytes = 96
 
 // oneSlot reports whether one script may hold every request's key: always outside a Cluster;
 // in one, when their hash tags are equal.

@@ -132,29 +132,43 @@ func (s *Store) key(kind, key string) string { return s.keyAt(kind, -1, key) }
 // keyAt returns KeyPrefix + "{" + tag + "}:" + kind + ":" + key, with ":" + at after kind
 // when at >= 0, in one allocation.
 func (s *Store) keyAt(kind string, at int64, key string) string {
+	var b strings.Builder
+	b.Grow(s.keyLen(kind, at, key))
+	s.writeKey(&b, kind, at, key)
+	return b.String()
+}
+
+// keyLen bounds the length of the key that keyAt returns.
+func (s *Store) keyLen(kind string, at int64, key string) int {
 	n := len(s.prefix) + 20 + len(kind) + len(key) // prefix, {16 hex digits}, two ':'
 	if at >= 0 {
 		n += 21 // up to 20 digits and a ':'
 	}
-	return string(s.appendKey(make([]byte, 0, n), kind, at, key))
+	return n
 }
 
-// appendKey appends to b the key that keyAt returns.
-func (s *Store) appendKey(b []byte, kind string, at int64, key string) []byte {
-	b = append(b, s.prefix...)
-	b = append(b, '{')
+// writeKey writes to b the key that keyAt returns.
+func (s *Store) writeKey(b *strings.Builder, kind string, at int64, key string) {
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
 	h := s.tag(key)
 	for shift := 60; shift >= 0; shift -= 4 {
-		b = append(b, "0123456789abcdef"[h>>uint(shift)&0xf])
+		b.WriteByte("0123456789abcdef"[h>>uint(shift)&0xf])
 	}
-	b = append(b, "}:"...)
-	b = append(b, kind...)
-	b = append(b, ':')
+	b.WriteString("}:")
+	b.WriteString(kind)
+	b.WriteByte(':')
 	if at >= 0 {
-		b = strconv.AppendInt(b, at, 10)
-		b = append(b, ':')
+		writeInt(b, at)
+		b.WriteByte(':')
 	}
-	return append(b, key...)
+	b.WriteString(key)
+}
+
+// writeInt writes v's decimal digits to b.
+func writeInt(b *strings.Builder, v int64) {
+	var num [20]byte
+	b.Write(strconv.AppendInt(num[:0], v, 10))
 }
 
 // tagKeyOf derives the SipHash key of a Config.TagKey; nil for none.
@@ -267,12 +281,12 @@ func scriptArgs(args []string, l algorithms.Limit, amount, ttlMs int64, now time
 	)
 }
 
-// appendScriptArgs is scriptArgs for a decision (no age) into one buffer: it appends the digits
-// of each of the nine arguments to buf and the end of each in buf to ends.
-func appendScriptArgs(buf []byte, ends []int32, l algorithms.Limit, amount, ttlMs int64, now time.Time) ([]byte, []int32) {
+// writeScriptArgs is scriptArgs for a decision (no age) into one buffer: it writes the digits of
+// each of the nine arguments to b and appends the end of each in b to ends.
+func writeScriptArgs(b *strings.Builder, ends []int32, l algorithms.Limit, amount, ttlMs int64, now time.Time) []int32 {
 	num := func(v int64) {
-		buf = strconv.AppendInt(buf, v, 10)
-		ends = append(ends, int32(len(buf)))
+		writeInt(b, v)
+		ends = append(ends, int32(b.Len()))
 	}
 	num(l.Quota)
 	num(int64(l.Window / time.Microsecond))
@@ -280,12 +294,12 @@ func appendScriptArgs(buf []byte, ends []int32, l algorithms.Limit, amount, ttlM
 	num(amount)
 	num(max(ttlMs, 1))
 	if !now.IsZero() {
-		buf = strconv.AppendInt(buf, clampUs(now), 10)
+		writeInt(b, clampUs(now))
 	}
-	ends = append(ends, int32(len(buf)), int32(len(buf))) // now_us (empty: Redis TIME), no age
+	ends = append(ends, int32(b.Len()), int32(b.Len())) // now_us (empty: Redis TIME), no age
 	num(int64(l.Calendar.Unit))
 	num(int64(l.Calendar.Offset / time.Microsecond))
-	return buf, ends
+	return ends
 }
 
 // scriptArgCount is the number of arguments scriptArgs appends.
