@@ -92,10 +92,10 @@ func (s *Store) batchCall(reqs []service.Request) (keys, args []string) {
 	return strs[n:], strs[:n]
 }
 
-// batchArgBytes is room for the digits of a request's ten arguments in the batch script: the
-// kind, the quota and the burst (13 digits at most each), the window (14), the amount (13), the
-// TTL (11), now (16) and the calendar (1 and 12).
-const batchArgBytes = 96
+// batchArgBytes is room for the digits of a request's ten arguments in the batch script as a check
+// usually has them (a quota of 9 digits, a window of up to a day in µs, a TTL in ms, a burst, a
+// cost and a calendar of one digit, now from Redis TIME): more (up to 96) grows the buffer once.
+const batchArgBytes = 48
 
 // oneSlot reports whether one script may hold every request's key: always outside a Cluster;
 // in one, when their hash tags are equal.
