@@ -233,3 +233,25 @@ func TestASlidingLogInTheTextFormIsConvertedOnceThenReadInBlocks(t *testing.T) {
 		assert.Equal(t, ds[0], ds[1], "decision %d: the text log decides as the ring", i)
 	}
 }
+
+// A sliding log's ring never needs more than its quota's slots, and the quota is bounded: one
+// past algorithms.MaxLogQuota is refused, naming the quota, before Redis runs anything; a check
+// holding such a descriptor is refused whole.
+func TestASlidingLogOnePastTheLargestQuotaIsRefusedBeforeRedisRunsAnything(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	s := newStore(t, rs.Addr())
+	ctx := context.Background()
+	_, err := rs.Do("CONFIG", "RESETSTAT")
+	require.NoError(t, err)
+	over := bigLog
+	over.Quota++
+	_, err = s.Decide(ctx, service.Request{Key: "over", Limit: over, Cost: 1})
+	require.ErrorContains(t, err, "sliding_log quota must be <= 10000")
+	reqs := []service.Request{{Key: "ok", Limit: bigLog, Cost: 1}, {Key: "over", Limit: over, Cost: 1}}
+	_, err = s.DecideAll(ctx, reqs, make([]algorithms.Decision, 2))
+	require.ErrorContains(t, err, "sliding_log quota must be <= 10000")
+	assert.Zero(t, commandCalls(t, rs)["evalsha"], "nothing ran")
+	_, err = s.Decide(ctx, service.Request{Key: "at the bound", Limit: bigLog, Cost: algorithms.MaxLogQuota})
+	require.NoError(t, err, "the largest quota and cost are decided")
+}
