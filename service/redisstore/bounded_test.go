@@ -138,6 +138,7 @@ func TestOneCheckOfSixtyFourDescriptorsOnBigSlidingLogsReadsALogarithmOfEachLog(
 			require.NoError(t, err)
 			assert.Equal(t, 64, got)
 			calls := commandCalls(t, rs)
+			t.Logf("commands of the check: %v", calls)
 			assert.Equal(t, 1, calls["evalsha"], "one script for the check")
 			assert.Equal(t, 1, calls["time"], "Redis TIME once for the check")
 			assert.Zero(t, calls["get"]+calls["set"], "no log is read or written whole")
