@@ -2,9 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -12,9 +15,9 @@ import (
 	"github.com/meshlimit/meshlimit/service"
 )
 
-// decideAllStride is the arguments of one request in the batch script (lua/decide_all.lua): its
-// kind and the nine of its own script.
-const decideAllStride = 1 + scriptArgCount
+// batchSlot is the bytes of one request's numbers in the batch script's first argument
+// (lua/decide_all.lua): eight little-endian doubles.
+const batchSlot = 8 * 8
 
 // DecideAll implements service.BatchDecider: the requests go to Redis as one script
 // (lua/decide_all.lua), which runs each request's own decision script in order and stops after
@@ -61,41 +64,50 @@ func (s *Store) DecideAll(ctx context.Context, reqs []service.Request, out []alg
 	return len(rows), nil
 }
 
-// batchCall returns the keys and arguments of the batch script for reqs. The digits of every
-// argument and every key are written into one buffer, made a string once, and the arguments
-// and keys are slices of it: three allocations whatever the number of requests.
+// batchCall returns the keys and arguments of the batch script for reqs (lua/decide_all.lua):
+// ARGV[1] holds every request's numbers as doubles (exact: each is an integer below 2^53, or a
+// cost past every quota, which any rounding keeps past it), so that Redis makes no Lua string of
+// them and the script parses none; ARGV[1+i] is request i's TTL in milliseconds, which the script
+// hands to PEXPIRE as it is. The keys and the TTLs are slices of one string: four allocations
+// whatever the number of requests.
 func (s *Store) batchCall(reqs []service.Request) (keys, args []string) {
 	var b strings.Builder
-	size := 0
+	size := batchSlot * len(reqs)
 	for _, r := range reqs {
-		size += batchArgBytes + s.keyLen(r.Limit.Kind.String(), -1, r.Key)
+		size += 11 + s.keyLen(r.Limit.Kind.String(), -1, r.Key)
 	}
 	b.Grow(size)
-	ends := make([]int32, 0, decideAllStride*len(reqs)+len(reqs))
 	for _, r := range reqs {
 		l := r.Limit
-		writeInt(&b, int64(l.Kind))
-		ends = append(ends, int32(b.Len()))
-		ends = writeScriptArgs(&b, ends, l, r.Cost, pexpireMs(l.TTL()), r.Now)
+		nowUs := int64(-1) // Redis TIME
+		if !r.Now.IsZero() {
+			nowUs = clampUs(r.Now)
+		}
+		for _, v := range [batchSlot / 8]int64{int64(l.Kind), l.Quota, int64(l.Window / time.Microsecond), l.Burst,
+			r.Cost, nowUs, int64(l.Calendar.Unit), int64(l.Calendar.Offset / time.Microsecond)} {
+			var d [8]byte
+			binary.LittleEndian.PutUint64(d[:], math.Float64bits(float64(v)))
+			b.Write(d[:])
+		}
+	}
+	ends := make([]int, 0, 2*len(reqs)+1)
+	ends = append(ends, b.Len())
+	for _, r := range reqs {
+		writeInt(&b, max(pexpireMs(r.Limit.TTL()), 1))
+		ends = append(ends, b.Len())
 	}
 	for _, r := range reqs {
 		s.writeKey(&b, r.Limit.Kind.String(), -1, r.Key)
-		ends = append(ends, int32(b.Len()))
+		ends = append(ends, b.Len())
 	}
 	all := b.String()
 	strs := make([]string, len(ends))
-	start := int32(0)
+	start := 0
 	for i, end := range ends {
 		strs[i], start = all[start:end], end
 	}
-	n := decideAllStride * len(reqs)
-	return strs[n:], strs[:n]
+	return strs[1+len(reqs):], strs[:1+len(reqs)]
 }
-
-// batchArgBytes is room for the digits of a request's ten arguments in the batch script as a check
-// usually has them (a quota of 9 digits, a window of up to a day in µs, a TTL in ms, a burst, a
-// cost and a calendar of one digit, now from Redis TIME): more (up to 96) grows the buffer once.
-const batchArgBytes = 48
 
 // oneSlot reports whether one script may hold every request's key: always outside a Cluster;
 // in one, when their hash tags are equal.

@@ -281,27 +281,6 @@ func scriptArgs(args []string, l algorithms.Limit, amount, ttlMs int64, now time
 	)
 }
 
-// writeScriptArgs is scriptArgs for a decision (no age) into one buffer: it writes the digits of
-// each of the nine arguments to b and appends the end of each in b to ends.
-func writeScriptArgs(b *strings.Builder, ends []int32, l algorithms.Limit, amount, ttlMs int64, now time.Time) []int32 {
-	num := func(v int64) {
-		writeInt(b, v)
-		ends = append(ends, int32(b.Len()))
-	}
-	num(l.Quota)
-	num(int64(l.Window / time.Microsecond))
-	num(l.Burst)
-	num(amount)
-	num(max(ttlMs, 1))
-	if !now.IsZero() {
-		writeInt(b, clampUs(now))
-	}
-	ends = append(ends, int32(b.Len()), int32(b.Len())) // now_us (empty: Redis TIME), no age
-	num(int64(l.Calendar.Unit))
-	num(int64(l.Calendar.Offset / time.Microsecond))
-	return ends
-}
-
 // scriptArgCount is the number of arguments scriptArgs appends.
 const scriptArgCount = 9
 
