@@ -157,6 +157,15 @@ func TestOneCheckOfSixtyFourDescriptorsOnBigSlidingLogsReadsALogarithmOfEachLog(
 			assert.Equal(t, 64, decided)
 			assert.LessOrEqual(t, touched, 64*entriesPerDecision(runs+2))
 			t.Logf("half of each log expired: %d entries read for 64 decisions", touched)
+
+			// A cost of the whole quota is denied only after the search for when its units free up,
+			// which ends at the log's newest run: still a logarithm.
+			big := []service.Request{reqs[0]}
+			big[0].Cost = algorithms.MaxLogQuota
+			decided, touched = countingBatch(t, s, big)
+			assert.Equal(t, 1, decided)
+			assert.LessOrEqual(t, touched, entriesPerDecision(runs+2))
+			t.Logf("a cost of the whole quota: %d entries read", touched)
 		})
 	}
 }
