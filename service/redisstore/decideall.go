@@ -74,7 +74,7 @@ func (s *Store) batchCall(reqs []service.Request) (keys, args []string) {
 	var b strings.Builder
 	size := batchSlot * len(reqs)
 	for _, r := range reqs {
-		size += 11 + s.keyLen(r.Limit.Kind.String(), -1, r.Key)
+		size += 11 + s.keyLen(stateKind(r.Limit.Kind), -1, r.Key)
 	}
 	b.Grow(size)
 	for _, r := range reqs {
@@ -97,7 +97,7 @@ func (s *Store) batchCall(reqs []service.Request) (keys, args []string) {
 		ends = append(ends, b.Len())
 	}
 	for _, r := range reqs {
-		s.writeKey(&b, r.Limit.Kind.String(), -1, r.Key)
+		s.writeKey(&b, stateKind(r.Limit.Kind), -1, r.Key)
 		ends = append(ends, b.Len())
 	}
 	all := b.String()

@@ -190,7 +190,24 @@ func (s *Store) tag(key string) uint64 {
 }
 
 // stateKey returns the Redis key that holds the state of key under limit kind k.
-func (s *Store) stateKey(k algorithms.Kind, key string) string { return s.key(k.String(), key) }
+func (s *Store) stateKey(k algorithms.Kind, key string) string { return s.key(stateKind(k), key) }
+
+// ringLogKind names the sliding log's keys since its state became the ring form
+// (lua/sliding_log_index.lua). A service of an earlier version reads a sliding log's key as
+// text and starts afresh on anything else, so were both forms kept under one key, every decision
+// of an older replica during a rolling upgrade would wipe the log the newer ones keep: a limit
+// open without bound for as long as the rollout lasts. Under a name of their own the two
+// versions count apart, so while both run a key admits at most twice its quota in a window, and
+// the upgrade starts each sliding log afresh once.
+const ringLogKind = "sliding_log_ring"
+
+// stateKind returns the kind's part of its state keys.
+func stateKind(k algorithms.Kind) string {
+	if k == algorithms.SlidingLog {
+		return ringLogKind
+	}
+	return k.String()
+}
 
 // Decide implements service.Store.
 func (s *Store) Decide(ctx context.Context, req service.Request) (algorithms.Decision, error) {
