@@ -56,8 +56,28 @@ func NewTable(prefix string, slots int, limits, overflow []algorithms.Limit) (*T
 	}
 	t.layout, t.overLayout = newLayout(t.limits), newLayout(t.overflow)
 	// The overflow state's key names its limits, so that changed overflow limits start fresh.
-	t.overflowKey = records.OverflowKey() + "/" + strconv.FormatUint(fnv.AddBytes(fnv.Offset64, fmt.Appendf(nil, "%v", overflow)), 36)
+	t.overflowKey = records.OverflowKey() + "/" + strconv.FormatUint(fnv.AddBytes(fnv.Offset64, appendLimitsText(nil, overflow)), 36)
 	return t, nil
+}
+
+// appendLimitsText appends limits as fmt's %v writes them ("[{token_bucket 10 1s 5 none} ...]"),
+// the text the overflow key has always hashed, without linking fmt's reflection-driven printer at
+// configure time (the most expensive function of a V8 cold start to compile).
+func appendLimitsText(dst []byte, limits []algorithms.Limit) []byte {
+	dst = append(dst, '[')
+	for i, l := range limits {
+		if i > 0 {
+			dst = append(dst, ' ')
+		}
+		dst = append(dst, '{')
+		dst = append(dst, l.Kind.String()...)
+		dst = strconv.AppendInt(append(dst, ' '), l.Quota, 10)
+		dst = append(append(dst, ' '), l.Window.String()...)
+		dst = strconv.AppendInt(append(dst, ' '), l.Burst, 10)
+		dst = append(append(dst, ' '), l.Calendar.String()...)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
 }
 
 // prepareLimits validates and prepares a table's limits (see algorithms.Prepared).
