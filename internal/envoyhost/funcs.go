@@ -238,10 +238,17 @@ func wrap(id int, f *hostFunc) api.GoModuleFunction {
 		if v.allowed != nil && !v.allowed[id] {
 			panic(&restrictedError{fn: name})
 		}
+		var args []uint64
+		if v.trace != nil {
+			args = traceArgs(f, s)
+		}
 		prev := v.allocs
 		v.allocs = 0
 		f.impl(v, s)
 		v.allocs = prev
+		if v.trace != nil {
+			v.traceCall(f, args, s)
+		}
 	})
 }
 

@@ -57,6 +57,7 @@ type VM struct {
 	monoSkew   time.Duration // #533 poll_oneoff sleeps (see pollOneoff)
 
 	hostCalls, guestAllocs atomic.Int64 // see HostCalls
+	trace                  *[]HostCall  // see TraceHostCalls; nil = off
 
 	// Guarded by p.clock.mu.
 	tickPeriod time.Duration
