@@ -70,6 +70,10 @@ const cfg = (rules, extra = {}) => JSON.stringify(Object.assign({ rules }, extra
 // The lifecycle table's cases (e2e/lifecycle_bench_test.go's, the same configurations).
 const lifecycle = [
   { name: 'floor', title: 'pass-through (floor)', module: 'passthrough', config: '{}' },
+  // The pass-through plus the allowed request's host calls (cmd/hostfloor), with and without the
+  // quota headers: what the filter's six (four) host calls cost, no decision.
+  { name: 'hostfloor', title: 'host-call floor (the allowed request\'s host calls)', module: 'hostfloor', config: '{}' },
+  { name: 'hostfloornq', title: 'host-call floor, no quota headers', module: 'hostfloor', config: '{"quota_headers":false}' },
   { name: 'allowed', title: 'allowed, per-IP rule, quota headers', config: cfg([rate()]) },
   { name: 'noquota', title: 'allowed, no quota headers', config: cfg([rate()], { response: { quota_headers_on_allowed: false } }) },
   { name: 'denied', title: 'denied (429)', config: cfg([rate({ limits: [{ rate: '1/h' }] })]) },
@@ -107,8 +111,8 @@ function caseFile(o) {
   const cases = [];
   for (const c of [...lifecycle, ...scaling]) {
     if (o.only.length && !o.only.includes(c.name)) continue;
-    if (c.module === 'passthrough') {
-      cases.push({ name: c.name, module: path.join(build, 'passthrough.wasm'), config: c.config, response: c.response || ok });
+    if (c.module) { // a floor module: measured once, not before and after
+      cases.push({ name: c.name, module: path.join(build, `${c.module}.wasm`), config: c.config, response: c.response || ok });
       continue;
     }
     for (const [prefix, file] of mods) cases.push({ name: prefix + c.name, module: file, config: c.config, response: c.response || ok });
@@ -185,8 +189,8 @@ function table(first, rows, res, o) {
     const cells = [c.title + (c.status && !c.title.includes(String(c.status)) ? ` (${c.status})` : '')];
     for (const e of engines) {
       for (const [prefix] of mods) {
-        const name = c.module === 'passthrough' ? c.name : prefix + c.name;
-        const base = rows.base.module === 'passthrough' ? rows.base.name : prefix + rows.base.name;
+        const name = c.module ? c.name : prefix + c.name;
+        const base = rows.base.module ? rows.base.name : prefix + rows.base.name;
         const v = res[e][name] && res[e][name].ir;
         cells.push(k(v), c === rows.base ? '-' : x(v, res[e][base] && res[e][base].ir));
       }

@@ -47,6 +47,7 @@ var Policy = []Rule{
 	{"filter", []string{"abi", "algorithms", "messages", "rules", "rules/body", "shed", "sharedstate", "wire", "internal/fnv", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"cmd/filter", []string{"abi", "filter", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
 	{"cmd/passthrough", []string{"abi", "github.com/tetratelabs/proxy-wasm-go-sdk"}},
+	{"cmd/hostfloor", []string{"abi", "github.com/tetratelabs/proxy-wasm-go-sdk"}}, // the pass-through plus the allowed request's host calls
 	// The service: its API and the Store contract; one package per store, the Redis client in the
 	// Redis store only; the contract's test suite; the envoyproxy/ratelimit front and its YAML.
 	{"service", []string{"algorithms", "wire", "service/tracing", "github.com/prometheus"}},

@@ -65,7 +65,7 @@ func TestTheModuleFollowsItsImportPolicy(t *testing.T) {
 	require.NotEmpty(t, native)
 	assert.Empty(t, Check(native), "natively")
 
-	wasm := load(t, []string{"GOOS=wasip1", "GOARCH=wasm"}, "-tags", "tinygo", "./abi/", "./filter/", "./sharedstate/", "./rules/...", "./cmd/filter/", "./cmd/passthrough/")
+	wasm := load(t, []string{"GOOS=wasip1", "GOARCH=wasm"}, "-tags", "tinygo", "./abi/", "./filter/", "./sharedstate/", "./rules/...", "./cmd/filter/", "./cmd/passthrough/", "./cmd/hostfloor/")
 	require.NotEmpty(t, wasm)
 	assert.Empty(t, Check(wasm), "in the wasm build of the filter")
 }
