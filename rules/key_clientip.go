@@ -1,8 +1,9 @@
 package rules
 
 import (
-	"net/netip"
 	"strings"
+
+	"github.com/meshlimit/meshlimit/internal/ipaddr"
 )
 
 // ClientAddr is a client address parsed once: what source.address or an x-forwarded-for entry
@@ -11,13 +12,13 @@ import (
 // address appends it without rendering. Every key part and shedder share key of a request reads
 // the one parse of source.address (Request.SourceAddr).
 type ClientAddr struct {
-	addr netip.Addr
+	addr ipaddr.Addr
 	text string // the canonical IPv4 text of addr, or "" (render addr)
 	ok   bool   // false: not an address (the part is missing)
 }
 
 // ParseClientAddr parses s as parseClientAddr does. A canonical IPv4 address with an optional
-// port is parsed in one pass; every other form goes through netip. It does not allocate.
+// port is parsed in one pass; every other form goes through package ipaddr. It does not allocate.
 func ParseClientAddr(s string) ClientAddr {
 	if a, n, ok := parseIPv4Prefix(s); ok && (n == len(s) || s[n] == ':' && isPort(s[n+1:])) {
 		return ClientAddr{addr: a, text: s[:n], ok: true}
@@ -27,9 +28,9 @@ func ParseClientAddr(s string) ClientAddr {
 }
 
 // parseIPv4Prefix parses the canonical IPv4 address s starts with (four decimal fields from 0 to
-// 255 without leading zeros: the one form netip accepts and renders) and returns how many bytes
+// 255 without leading zeros: the one form ipaddr, like net/netip, accepts and renders) and returns how many bytes
 // it took; ok is false when s does not start with one.
-func parseIPv4Prefix(s string) (addr netip.Addr, n int, ok bool) {
+func parseIPv4Prefix(s string) (addr ipaddr.Addr, n int, ok bool) {
 	var b [4]byte
 	i := 0
 	for f := 0; f < 4; f++ {
@@ -49,7 +50,7 @@ func parseIPv4Prefix(s string) (addr netip.Addr, n int, ok bool) {
 		}
 		b[f] = byte(v)
 	}
-	return netip.AddrFrom4(b), i, true
+	return ipaddr.From4(b), i, true
 }
 
 // appendClientIP appends the client address, masked as configured. The address comes from
@@ -108,17 +109,17 @@ func forwardedFromRight(req Request, n int) (string, bool) {
 
 // appendMasked appends addr in key form: the masked prefix in CIDR form when the part's prefix
 // length for the address's family is shorter than the address, else the address.
-func (p *keyPart) appendMasked(dst []byte, addr netip.Addr) ([]byte, KeyStatus) {
+func (p *keyPart) appendMasked(dst []byte, addr ipaddr.Addr) ([]byte, KeyStatus) {
 	bits := p.v6Bits
 	if addr.Is4() {
 		bits = p.v4Bits
 	}
 	if bits < addr.BitLen() {
-		prefix, err := addr.Prefix(bits)
-		if err != nil {
+		dst, ok := addr.AppendPrefix(dst, bits)
+		if !ok {
 			return dst, KeySkip
 		}
-		return prefix.AppendTo(dst), KeyFound
+		return dst, KeyFound
 	}
 	return addr.AppendTo(dst), KeyFound
 }
@@ -156,21 +157,21 @@ func trimOWS(s string) string {
 // "192.0.2.1", "192.0.2.1:443", "2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:443", with an
 // optional "%zone" on IPv6. The result is unmapped (::ffff:192.0.2.1 becomes 192.0.2.1) and
 // has no zone. It does not allocate.
-func parseClientAddr(s string) (netip.Addr, bool) {
+func parseClientAddr(s string) (ipaddr.Addr, bool) {
 	host, ok := clientHost(s)
 	if !ok {
-		return netip.Addr{}, false
+		return ipaddr.Addr{}, false
 	}
-	addr, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}, false
+	addr, ok := ipaddr.ParseAddr(host)
+	if !ok {
+		return ipaddr.Addr{}, false
 	}
 	return addr.Unmap(), true
 }
 
 // clientHost returns the address text of s (see parseClientAddr) without brackets, port and zone,
-// or false when s cannot hold an address: it rejects cheaply what netip would reject with an
-// allocated error.
+// or false when s cannot hold an address: brackets, port and zone are checked here, the address
+// itself by ipaddr.ParseAddr.
 func clientHost(s string) (string, bool) {
 	if s == "" || len(s) > maxXFFItem {
 		return "", false
@@ -192,15 +193,14 @@ func clientHost(s string) (string, bool) {
 		}
 		host = s[:i]
 	}
-	// Drop the zone before parsing: netip interns zones, which allocates.
+	// Drop the zone: the key names the address without it.
 	if i := strings.IndexByte(host, '%'); i >= 0 {
 		if i == 0 || strings.IndexByte(host, '.') >= 0 && strings.IndexByte(host, ':') < 0 {
 			return "", false // an IPv4 address has no zone
 		}
 		host = host[:i]
 	}
-	// netip's parse errors allocate; most garbage ("unknown", host names, binary) is
-	// rejected here first, so only address-like garbage costs one small allocation.
+	// Most garbage ("unknown", host names, binary) is rejected here, in one pass.
 	for i := 0; i < len(host); i++ {
 		if c := host[i]; !isHex(c) && c != '.' && c != ':' {
 			return "", false

@@ -39,8 +39,9 @@ var Policy = []Rule{
 	{"internal/sfv", nil},
 	{"internal/siphash", nil},
 	{"internal/sha256", nil},
+	{"internal/ipaddr", nil},
 	{"rules/body", nil},
-	{"rules", []string{"algorithms", "shed", "wire", "rules/body", "internal/fnv", "internal/sfv", "internal/siphash", "internal/sha256"}},
+	{"rules", []string{"algorithms", "shed", "wire", "rules/body", "internal/fnv", "internal/sfv", "internal/siphash", "internal/sha256", "internal/ipaddr"}},
 	{"wire", []string{"algorithms", "internal/fnv"}},
 	{"sharedstate", []string{"algorithms", "shed", "internal/fnv", "internal/siphash"}},
 	{"abi", []string{"github.com/tetratelabs/proxy-wasm-go-sdk"}},
@@ -89,10 +90,11 @@ type Confinement struct {
 }
 
 // Forbidden lists what a package must never import, even indirectly: the wasm filter must not link
-// an HTTP stack or a Redis client, the service must not link the proxy-wasm side, and no part of the
+// an HTTP stack or a Redis client, nor net/netip (its initialiser's unique.Make runs in every VM's
+// start; internal/ipaddr parses client addresses instead), the service must not link the proxy-wasm side, and no part of the
 // service but the Redis store links the Redis client.
 var Forbidden = map[string][]string{
-	"cmd/filter":        {"net/http", "github.com/redis/rueidis", "google.golang.org/grpc", "go.opentelemetry.io"},
+	"cmd/filter":        {"net/http", "net/netip", "github.com/redis/rueidis", "google.golang.org/grpc", "go.opentelemetry.io"},
 	"service/...":       {Module + "/filter", Module + "/sharedstate", Module + "/rules", "github.com/tetratelabs/proxy-wasm-go-sdk"},
 	"service":           {"github.com/redis/rueidis"},
 	"service/memstore":  {"github.com/redis/rueidis"},
