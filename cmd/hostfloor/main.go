@@ -23,12 +23,11 @@ import (
 )
 
 // The filter's values for the bench request (GET bench.example/api/items from 203.0.113.77:40000,
-// rule "per-ip", 1000000000/s), byte for byte in length: the key its record lives under (without
-// the quota headers the rule's fingerprint, base 36 in the key, is one digit shorter), the record's
-// size and the quota headers.
+// rule "per-ip", 1000000000/s), byte for byte in length: the key its record lives under (ending in
+// its slot's number, in base 36: 3 digits for most slots, as here), the record's size and the quota
+// headers.
 const (
 	key        = "hostfloor/istio-system.meshlimit/per-ip/2lwqw4or5yzr3/v2/79o"
-	keyNoQuota = "hostfloor/istio-system.meshlimit/per-ip/2lwqw4or5yzr/v2/79o"
 	recordSize = 28
 	policyName = "ratelimit-policy"
 	policy     = `"per-ip";q=1000000000;w=1;qu="requests"`
@@ -53,7 +52,6 @@ func (*vm) NewPluginContext(uint32) types.PluginContext { return &plugin{} }
 type plugin struct {
 	types.DefaultPluginContext
 	quotaHeaders bool
-	key          string
 	path         []byte // source.address, encoded once
 	addr, record []byte // reused for the values the host returns
 }
@@ -74,10 +72,7 @@ func (p *plugin) OnPluginStart(int) types.OnPluginStartStatus {
 		proxywasm.LogCriticalf("hostfloor: configuration: quota_headers: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	p.quotaHeaders, p.key = c.QuotaHeaders == nil || *c.QuotaHeaders, key
-	if !p.quotaHeaders {
-		p.key = keyNoQuota
-	}
+	p.quotaHeaders = c.QuotaHeaders == nil || *c.QuotaHeaders
 	p.path = abi.PropertyPath("source", "address")
 	p.addr = make([]byte, 0, 64)
 	p.record = make([]byte, recordSize, 64)
@@ -100,14 +95,14 @@ func (s *stream) OnHttpRequestHeaders(int, bool) types.Action {
 	p := s.p
 	_ = abi.UnixNano()
 	p.addr, _ = abi.GetProperty(p.path, p.addr)
-	rec, cas, st := abi.GetSharedData(p.key, p.record)
+	rec, cas, st := abi.GetSharedData(key, p.record)
 	if st != abi.StatusOK || len(rec) != recordSize {
 		rec, cas = p.record[:recordSize], 0
 		clear(rec)
 	} else if cap(rec) > cap(p.record) {
 		p.record = rec
 	}
-	_ = abi.SetSharedData(p.key, rec, cas)
+	_ = abi.SetSharedData(key, rec, cas)
 	return types.ActionContinue
 }
 
