@@ -1,0 +1,125 @@
+package service_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshlimit/meshlimit/internal/redistest"
+	"github.com/meshlimit/meshlimit/service"
+	"github.com/meshlimit/meshlimit/service/memstore"
+)
+
+// floodTally counts the answers of one kind of caller in a flood.
+type floodTally struct{ answered, refused atomic.Int64 }
+
+func (f *floodTally) String() string {
+	a, r := f.answered.Load(), f.refused.Load()
+	return fmt.Sprintf("%d of %d answered, %d refused", a, a+r, r)
+}
+
+// floodBody is a check of n descriptors of fresh keys of caller c's i-th call, under a quota
+// no call reaches (every descriptor is decided: the most work a check can ask for).
+func floodBody(c, i, n int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"descriptors":[`)
+	for d := range n {
+		if d > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"key":"flood/%d/%d/%d","algorithm":"token_bucket","quota":1000000,"window_ms":60000}`, c, i, d)
+	}
+	b.WriteString(`]}`)
+	return b.Bytes()
+}
+
+func floodPost(client *http.Client, url string, body []byte, t *floodTally) {
+	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.refused.Add(1)
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		t.answered.Add(1)
+	} else {
+		t.refused.Add(1)
+	}
+}
+
+// scriptsRun is the number of scripts redis-server ran (EVALSHA and EVAL calls).
+func scriptsRun(t *testing.T, r *redistest.Server) int64 {
+	info, err := r.Do("INFO", "commandstats")
+	require.NoError(t, err)
+	var n int64
+	for _, m := range regexp.MustCompile(`cmdstat_(?:evalsha|eval):calls=(\d+)`).FindAllStringSubmatch(info, -1) {
+		v, _ := strconv.ParseInt(m[1], 10, 64)
+		n += v
+	}
+	return n
+}
+
+// TestTheFloodReport runs the attack of the admission finding against a real redis-server and
+// reports what it got, asserting nothing of the machine's speed (MESHLIMIT_FLOOD=1 runs it; see
+// BENCHMARKS.md, "Admission"): 32 callers send 16-descriptor checks at the default 10 ms
+// deadline while a victim sends 180 single-descriptor checks one after the other; the callers
+// stop when the victim is done. Each answered check ran one script, so the scripts Redis ran
+// beyond the answered checks are work whose answer nobody used.
+func TestTheFloodReport(t *testing.T) {
+	if os.Getenv("MESHLIMIT_FLOOD") == "" {
+		t.Skip("MESHLIMIT_FLOOD=1 runs the flood report (its figures depend on the machine)")
+	}
+	const callers, descriptors, victimChecks = 32, 16, 180
+	redis := redistest.Start(t)
+	h, err := service.NewHandler(service.Config{Store: floodStore(newRedisStore(t, redis.Addr()))})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	url := srv.URL + "/v1/check"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers + 1}, Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	before := scriptsRun(t, redis)
+	var attack, victim floodTally
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				floodPost(client, url, floodBody(c, i, descriptors), &attack)
+			}
+		}()
+	}
+	for i := range victimChecks {
+		floodPost(client, url, floodBody(callers, i, 1), &victim)
+	}
+	close(done)
+	wg.Wait()
+	ran := scriptsRun(t, redis) - before
+	used := attack.answered.Load() + victim.answered.Load()
+	t.Logf("flood: attackers %v; victim %v; Redis ran %d scripts, %d of them thrown away", &attack, &victim, ran, ran-used)
+}
+
+// floodStore is the store the service runs on Redis (cmd/meshlimit-service): a Gate of the
+// default bound in front of a FullFallback.
+func floodStore(s service.Store) service.Store {
+	return service.NewGate(&service.FullFallback{Store: s, MaxKeys: 1 << 20, Local: memstore.New(memstore.Config{})}, service.GateConfig{MaxWork: 128})
+}
