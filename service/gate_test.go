@@ -227,7 +227,7 @@ func TestAQueuedCallThatCanNoLongerBeServedInTimeIsRefusedWhenItsTurnComes(t *te
 	second := decideAsync(g, context.Background(), decideReq("second"))
 	other := <-h.calls
 	queued := decideAsync(g, within(t, c, 5*time.Millisecond), decideReq("queued"))
-	waitQueued(g, 1) // expected: 1ms of wait and 2ms at the store, within its 5ms
+	waitQueued(g, 1)                // expected: 1ms of wait and 2ms at the store, within its 5ms
 	c.Advance(4 * time.Millisecond) // the store is slower than measured: 1ms of 5 is left
 	close(held.done)
 	require.NoError(t, <-first)
