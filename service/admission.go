@@ -49,9 +49,17 @@ func (a *admission) storeTime() time.Duration {
 	return time.Duration(a.sumWL / a.sumW)
 }
 
+// maxStoreTimeJump bounds one call's time in the mean, as a multiple of the mean: one stall
+// (a descheduled process, a store timeout) raises the mean a fifth at most, where a store that
+// stays slow raises it call after call.
+const maxStoreTimeJump = 4
+
 // ended records a call of work units that spent d at the store.
 func (a *admission) ended(work int64, d time.Duration) {
 	a.inflight -= work
+	if mean := a.storeTime(); mean > 0 {
+		d = min(d, maxStoreTimeJump*mean)
+	}
 	a.sumWL = a.sumWL*(1-storeTimeDecay) + float64(work)*float64(d)
 	a.sumW = a.sumW*(1-storeTimeDecay) + float64(work)
 }

@@ -95,7 +95,7 @@ func TestTheFloodReport(t *testing.T) {
 	url := srv.URL + "/v1/check"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers + 1}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
-	before := scriptsRun(t, redis)
+	before, start := scriptsRun(t, redis), time.Now()
 	var attack, victim floodTally
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -118,12 +118,12 @@ func TestTheFloodReport(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
-	ran := scriptsRun(t, redis) - before
+	elapsed, ran := time.Since(start), scriptsRun(t, redis)-before
 	used := attack.answered.Load() + victim.answered.Load()
 	if g, ok := store.(interface{ StoreTime() time.Duration }); ok {
 		t.Logf("the gate's measure of the store's time per call: %v", g.StoreTime())
 	}
-	t.Logf("flood at a %v deadline: attackers %v; victim %v; Redis ran %d scripts, %d of them thrown away", timeout, &attack, &victim, ran, ran-used)
+	t.Logf("flood at a %v deadline, %v: attackers %v; victim %v; Redis ran %d scripts, %d of them thrown away", timeout, elapsed.Round(time.Millisecond), &attack, &victim, ran, ran-used)
 }
 
 // floodStore is the store the service runs on Redis (cmd/meshlimit-service): a Gate of the
