@@ -73,7 +73,8 @@ func scriptsRun(t *testing.T, r *redistest.Server) int64 {
 
 // TestTheFloodReport runs the attack of the admission finding against a real redis-server and
 // reports what it got, asserting nothing of the machine's speed (MESHLIMIT_FLOOD=1 runs it; see
-// BENCHMARKS.md, "Admission"; MESHLIMIT_FLOOD_TIMEOUT_MS sets the deadline): 32 callers send 16-descriptor checks at the default 10 ms
+// BENCHMARKS.md, "Admission"; MESHLIMIT_FLOOD_TIMEOUT_MS sets the deadline, MESHLIMIT_FLOOD_RATE
+// a rate of checks per caller and second instead of one check after the other): 32 callers send 16-descriptor checks at the default 10 ms
 // deadline while a victim sends 180 single-descriptor checks one after the other; the callers
 // stop when the victim is done. Each answered check ran one script, so the scripts Redis ran
 // beyond the answered checks are work whose answer nobody used.
@@ -93,16 +94,21 @@ func TestTheFloodReport(t *testing.T) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	url := srv.URL + "/v1/check"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers + 1}, Timeout: 5 * time.Second}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4 * callers}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	before, start := scriptsRun(t, redis), time.Now()
 	var attack, victim floodTally
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	rate, _ := strconv.Atoi(os.Getenv("MESHLIMIT_FLOOD_RATE"))
 	for c := range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if rate > 0 {
+				floodAtRate(client, url, c, descriptors, rate, done, &attack)
+				return
+			}
 			for i := 0; ; i++ {
 				select {
 				case <-done:
@@ -123,7 +129,28 @@ func TestTheFloodReport(t *testing.T) {
 	if g, ok := store.(interface{ StoreTime() time.Duration }); ok {
 		t.Logf("the gate's measure of the store's time per call: %v", g.StoreTime())
 	}
-	t.Logf("flood at a %v deadline, %v: attackers %v; victim %v; Redis ran %d scripts, %d of them thrown away", timeout, elapsed.Round(time.Millisecond), &attack, &victim, ran, ran-used)
+	t.Logf("flood at a %v deadline, rate %d, %v: attackers %v; victim %v; Redis ran %d scripts, %d of them thrown away", timeout, rate, elapsed.Round(time.Millisecond), &attack, &victim, ran, ran-used)
+}
+
+// floodAtRate sends caller c's checks at rate a second until done, each in its own goroutine,
+// whatever the answers: as proxies do, whose checks come with their clients' requests.
+func floodAtRate(client *http.Client, url string, c, descriptors, rate int, done <-chan struct{}, t *floodTally) {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			floodPost(client, url, floodBody(c, i, descriptors), t)
+		}()
+	}
 }
 
 // floodStore is the store the service runs on Redis (cmd/meshlimit-service): a Gate of the
