@@ -74,7 +74,8 @@ func scriptsRun(t *testing.T, r *redistest.Server) int64 {
 // TestTheFloodReport runs the attack of the admission finding against a real redis-server and
 // reports what it got, asserting nothing of the machine's speed (MESHLIMIT_FLOOD=1 runs it; see
 // BENCHMARKS.md, "Admission"; MESHLIMIT_FLOOD_TIMEOUT_MS sets the deadline, MESHLIMIT_FLOOD_RATE
-// a rate of checks per caller and second instead of one check after the other): 32 callers send 16-descriptor checks at the default 10 ms
+// a rate of checks per caller and second instead of one check after the other, the victim's
+// included): 32 callers send 16-descriptor checks at the default 10 ms
 // deadline while a victim sends 180 single-descriptor checks one after the other; the callers
 // stop when the victim is done. Each answered check ran one script, so the scripts Redis ran
 // beyond the answered checks are work whose answer nobody used.
@@ -96,11 +97,11 @@ func TestTheFloodReport(t *testing.T) {
 	url := srv.URL + "/v1/check"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4 * callers}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
+	rate, _ := strconv.Atoi(os.Getenv("MESHLIMIT_FLOOD_RATE"))
 	before, start := scriptsRun(t, redis), time.Now()
 	var attack, victim floodTally
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	rate, _ := strconv.Atoi(os.Getenv("MESHLIMIT_FLOOD_RATE"))
 	for c := range callers {
 		wg.Add(1)
 		go func() {
@@ -119,7 +120,16 @@ func TestTheFloodReport(t *testing.T) {
 			}
 		}()
 	}
+	var pace <-chan time.Time // the victim's checks one after the other, at the rate if set
+	if rate > 0 {
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		pace = tick.C
+	}
 	for i := range victimChecks {
+		if pace != nil {
+			<-pace
+		}
 		floodPost(client, url, floodBody(callers, i, 1), &victim)
 	}
 	close(done)
