@@ -10,11 +10,6 @@ import (
 // waiting for room, ordered by start-time fair queueing, and the measure of the store's time.
 type admission struct {
 	max      int64 // the bound of work in flight, in descriptors
-	// bound is the bound in force, at most max: lowered while the calls take longer than
-	// target at the store, raised back while they take less (with target 0, max).
-	bound    float64
-	target   time.Duration
-	lowered  time.Time // when bound was last lowered
 	inflight int64
 	queue    waitQueue
 	flows    map[any]*flow // the flows with calls in the queue
@@ -23,30 +18,6 @@ type admission struct {
 	// sumWL and sumW are decayed sums of work × time at the store and of work over the calls
 	// that ended: their ratio is the mean time a unit of work spends at the store.
 	sumWL, sumW float64
-}
-
-// The bound in force: lowered by lowerBound at most once per call's time at the store, never
-// below minBound descriptors (one full batch); raised by one descriptor per bound's worth of
-// work ended (additive increase, multiplicative decrease).
-const (
-	lowerBound = 0.9
-	minBound   = 16
-)
-
-// room is the bound in force, in whole descriptors.
-func (a *admission) room() int64 { return max(int64(a.bound), 1) }
-
-// adapt moves the bound in force after a call of work units that spent d at the store ended
-// at now.
-func (a *admission) adapt(work int64, d time.Duration, now time.Time) {
-	switch {
-	case a.target <= 0:
-	case d <= a.target:
-		a.bound = min(a.bound+float64(work)/a.bound, float64(a.max))
-	case now.Sub(a.lowered) >= d:
-		a.bound = max(a.bound*lowerBound, float64(min(a.max, minBound)))
-		a.lowered = now
-	}
 }
 
 // storeTimeDecay is the weight an ended call's time has in the mean (about the last 16 calls).
@@ -83,10 +54,9 @@ func (a *admission) storeTime() time.Duration {
 // stays slow raises it call after call.
 const maxStoreTimeJump = 4
 
-// ended records a call of work units that spent d at the store, ending at now.
-func (a *admission) ended(work int64, d time.Duration, now time.Time) {
+// ended records a call of work units that spent d at the store.
+func (a *admission) ended(work int64, d time.Duration) {
 	a.inflight -= work
-	a.adapt(work, d, now)
 	if mean := a.storeTime(); mean > 0 {
 		d = min(d, maxStoreTimeJump*mean)
 	}
@@ -104,7 +74,7 @@ func (a *admission) fits(now, dl time.Time, wait time.Duration) bool {
 // arrive decides what happens to a call of work units of flow key at now: it is admitted at
 // once (nil, true), refused at once (nil, false), or queued (the waiter, true).
 func (a *admission) arrive(key any, work int64, now, dl time.Time) (*waiter, bool) {
-	if len(a.queue) == 0 && a.inflight+work <= a.room() {
+	if len(a.queue) == 0 && a.inflight+work <= a.max {
 		if !a.fits(now, dl, 0) {
 			return nil, false
 		}
@@ -132,10 +102,10 @@ func (a *admission) arrive(key any, work int64, now, dl time.Time) (*waiter, boo
 }
 
 // wait is the expected wait of w for room: the work ahead of it and its own past the bound,
-// at the rate the store ends work when it holds the bound (Little's law: room units in flight,
+// at the rate the store ends work when it holds the bound (Little's law: max units in flight,
 // each storeTime at the store).
 func (a *admission) wait(w *waiter) time.Duration {
-	ahead := a.inflight + w.work - a.room()
+	ahead := a.inflight + w.work - a.max
 	for _, q := range a.queue {
 		if q.before(w) {
 			ahead += q.work
@@ -144,7 +114,7 @@ func (a *admission) wait(w *waiter) time.Duration {
 	if ahead <= 0 {
 		return 0
 	}
-	return time.Duration(ahead) * a.storeTime() / time.Duration(a.room())
+	return time.Duration(ahead) * a.storeTime() / time.Duration(a.max)
 }
 
 // dispatch admits the calls at the head of the queue while there is room, and refuses those
@@ -153,7 +123,7 @@ func (a *admission) wait(w *waiter) time.Duration {
 func (a *admission) dispatch(now time.Time) {
 	for len(a.queue) > 0 {
 		w := a.queue[0]
-		if a.inflight > 0 && a.inflight+w.work > a.room() {
+		if a.inflight > 0 && a.inflight+w.work > a.max {
 			return
 		}
 		heap.Pop(&a.queue)

@@ -15,10 +15,3 @@ func (g *Gate) StoreTime() time.Duration {
 	defer g.mu.Unlock()
 	return g.adm.storeTime()
 }
-
-// Bound is the work the gate allows in flight now.
-func (g *Gate) Bound() int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.adm.room()
-}

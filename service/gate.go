@@ -28,19 +28,13 @@ type GateConfig struct {
 	// deadline (default DefaultStoreTimeout): it ends the calls to a store that does not
 	// answer at all.
 	StoreTimeout time.Duration
-	// Target is the time a call should take at the store: while calls take longer, the work
-	// allowed in flight is lowered below MaxWork (down to 16 descriptors), so that the store's
-	// own queue, and so every call's time, shrinks; it is raised back while they take less. 0
-	// keeps the bound at MaxWork.
-	Target time.Duration
 	// Now is the gate's clock (default time.Now), which measures the store's time and compares
 	// it with the callers' deadlines.
 	Now func() time.Time
 }
 
 // Gate admits to its Store only the calls the store can answer within their deadline. A call
-// waits for room in the work in flight (GateConfig.MaxWork descriptors, fewer while the store
-// is slower than GateConfig.Target), the flows (WithFlow)
+// waits for room in the work in flight (GateConfig.MaxWork descriptors), the flows (WithFlow)
 // served in turn and each flow first come first served. It is refused at once with
 // ErrOverloaded when its expected wait plus the store's time per call (both measured) would
 // pass its context's deadline, and while it waits when its context ends. Once admitted, a call
@@ -67,8 +61,7 @@ func NewGate(s Store, cfg GateConfig) *Gate {
 		cfg.Now = time.Now
 	}
 	return &Gate{Store: s, now: cfg.Now, storeTimeout: cfg.StoreTimeout,
-		adm: admission{max: int64(max(cfg.MaxWork, 1)), bound: float64(max(cfg.MaxWork, 1)),
-			target: cfg.Target, flows: map[any]*flow{}}}
+		adm: admission{max: int64(max(cfg.MaxWork, 1)), flows: map[any]*flow{}}}
 }
 
 // pass is a call admitted to the store: its work and deadline, and when it was sent.
@@ -125,7 +118,7 @@ func (g *Gate) await(ctx context.Context, w *waiter) error {
 func (g *Gate) leave(p pass) {
 	g.mu.Lock()
 	now := g.now()
-	g.adm.ended(p.work, now.Sub(p.sent), now)
+	g.adm.ended(p.work, now.Sub(p.sent))
 	g.adm.dispatch(now)
 	g.mu.Unlock()
 	if !p.deadline.IsZero() && now.After(p.deadline) {

@@ -336,29 +336,3 @@ func TestABatchTakesAsMuchRoomAsItHasDescriptorsAndCountsInOrder(t *testing.T) {
 	var _ service.BatchCounter = g
 	var _ service.BatchDecider = g
 }
-
-func TestWhileTheStoreIsSlowerThanItsTargetTheGateAllowsLessWorkInFlight(t *testing.T) {
-	h := newHeldStore(t)
-	c := newFakeClock()
-	g := service.NewGate(h, service.GateConfig{MaxWork: 64, Target: 5 * time.Millisecond, Now: c.Now})
-	teach(t, g, h, c, 10*time.Millisecond)
-	assert.Equal(t, int64(57), g.Bound(), "a call over the target lowers the bound a tenth")
-	for range 40 {
-		teach(t, g, h, c, 10*time.Millisecond)
-	}
-	assert.Equal(t, int64(16), g.Bound(), "never below one full batch")
-	errs := []<-chan error{decideAsync(g, context.Background(), batch("batch", 16)...)}
-	held := <-h.calls
-	errs = append(errs, decideAsync(g, context.Background(), decideReq("waits")))
-	waitQueued(g, 1) // 17 descriptors would pass the bound in force, not MaxWork
-	c.Advance(time.Millisecond)
-	close(held.done)
-	close((<-h.calls).done)
-	for _, errc := range errs {
-		require.NoError(t, <-errc)
-	}
-	for range 16 {
-		teach(t, g, h, c, time.Millisecond)
-	}
-	assert.Greater(t, g.Bound(), int64(16), "calls within the target raise it back")
-}

@@ -298,12 +298,11 @@ func openStore(o options, log *slog.Logger) (service.Store, error) {
 	}
 	// While Redis is full, it decides the keys it holds; new keys are decided in this replica's
 	// memory, bounded by -max-keys, instead of falling to their rules' failure_mode. At most
-	// -store-max-inflight descriptors are on Redis at once, fewer while calls take longer than
-	// half the -timeout.
+	// -store-max-inflight decision calls are on Redis at once.
 	log.Info("store", "kind", "redis", "max_inflight", o.storeMaxInflight, "store_timeout", o.storeTimeout)
 	return service.NewGate(&service.FullFallback{Store: s, MaxKeys: o.maxKeys,
 		Local: memstore.New(memstore.Config{MaxKeys: service.LocalMaxKeys(o.maxKeys)})},
-		service.GateConfig{MaxWork: o.storeMaxInflight, StoreTimeout: o.storeTimeout, Target: o.timeout / 2}), nil
+		service.GateConfig{MaxWork: o.storeMaxInflight, StoreTimeout: o.storeTimeout}), nil
 }
 
 // defaultStoreMaxInflight is -store-max-inflight's default, in descriptors: twice the 64
