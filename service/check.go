@@ -42,7 +42,8 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, traced bool, td 
 		storeStart = time.Now()
 	}
 
-	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
+	// The client connection is the flow a Gate shares the store fairly between.
+	ctx, cancel := context.WithTimeout(WithFlow(r.Context(), r.RemoteAddr), h.timeout)
 	defer cancel()
 	var pc permitCounts
 	var err error
@@ -107,8 +108,8 @@ func (h *Handler) storeFailed(ctx context.Context, err error) int {
 	switch {
 	case errors.Is(err, ErrStoreFull):
 		kind = errStoreFull
-	case timedOut(ctx, err):
-		kind = errTimeout
+	case errors.Is(err, ErrOverloaded) || timedOut(ctx, err):
+		kind = errTimeout // a refusal by the Gate: the store could not answer in time
 	}
 	h.metrics.error(kind)
 	h.logStoreError(err, kind)

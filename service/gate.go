@@ -4,92 +4,199 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/meshlimit/meshlimit/algorithms"
 )
 
-// ErrOverloaded is wrapped by the error of a decision call that waited for a Gate's slot until
-// its context ended: the call never reached the store. It also wraps the context's error, so
-// that a call past its deadline is counted as a timeout.
-var ErrOverloaded = errors.New("service: the store is at its bound of calls in flight")
+// ErrOverloaded is wrapped by the error of a store call a Gate refused before the store: the
+// work ahead of it would not have been done within its deadline. A call refused after waiting
+// until its context ended also wraps the context's error.
+var ErrOverloaded = errors.New("service: the store cannot answer in time (overloaded)")
 
-// Gate bounds the decision calls in flight on its Store (Decide, CountWindow, CountWindows; the
-// rest of the Store is its own): at most Max at once, the others queued, first come first
-// served, each for as long as its context allows. So a burst past what the store answers in
-// time waits in this process instead of piling up at the store, where every call in the pile
-// would be late and still cost the store its work; a call whose deadline passes in the queue
-// fails (ErrOverloaded) without costing the store anything. Stats counts the calls refused so.
+// DefaultStoreTimeout is a GateConfig's StoreTimeout when zero.
+const DefaultStoreTimeout = 250 * time.Millisecond
+
+// GateConfig configures a Gate.
+type GateConfig struct {
+	// MaxWork bounds the work in flight on the store, in descriptors: a batch of n counts n,
+	// any other call 1 (at least 1; a batch larger than MaxWork counts MaxWork).
+	MaxWork int
+	// StoreTimeout bounds a call once it is sent to the store, in place of its caller's
+	// deadline (default DefaultStoreTimeout): it ends the calls to a store that does not
+	// answer at all.
+	StoreTimeout time.Duration
+	// Now is the gate's clock (default time.Now), which measures the store's time and compares
+	// it with the callers' deadlines.
+	Now func() time.Time
+}
+
+// Gate admits to its Store only the calls the store can answer within their deadline. A call
+// waits for room in the work in flight (GateConfig.MaxWork descriptors), the flows (WithFlow)
+// served in turn and each flow first come first served. It is refused at once with
+// ErrOverloaded when its expected wait plus the store's time per call (both measured) would
+// pass its context's deadline, and while it waits when its context ends. Once admitted, a call
+// is sent under GateConfig.StoreTimeout, not its caller's deadline: its answer is always
+// read and returned, never thrown away after the store has done its work. Every store call but
+// the rest of the Store (Ping, Stats, Close, keys, resets) goes through the gate. Stats counts
+// the calls refused and the answers that came after their caller's deadline.
 type Gate struct {
 	Store
-	slots chan struct{}
-	shed  atomic.Int64
+	now          func() time.Time
+	storeTimeout time.Duration
+	mu           sync.Mutex
+	adm          admission
+	refused      atomic.Int64
+	late         atomic.Int64
 }
 
-// NewGate returns a Gate of at most limit decision calls in flight on s (at least 1).
-func NewGate(s Store, limit int) *Gate {
-	return &Gate{Store: s, slots: make(chan struct{}, max(limit, 1))}
-}
-
-// enter takes a slot, waiting until one is free or ctx ends.
-func (g *Gate) enter(ctx context.Context) error {
-	select {
-	case g.slots <- struct{}{}:
-		return nil
-	default:
+// NewGate returns a Gate of cfg in front of s.
+func NewGate(s Store, cfg GateConfig) *Gate {
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Gate{Store: s, now: cfg.Now, storeTimeout: cfg.StoreTimeout,
+		adm: admission{max: int64(max(cfg.MaxWork, 1)), flows: map[any]*flow{}}}
+}
+
+// pass is a call admitted to the store: its work and deadline, and when it was sent.
+type pass struct {
+	work     int64
+	deadline time.Time
+	sent     time.Time
+}
+
+// enter admits a call of work units under ctx, waiting for room if it must, or refuses it.
+func (g *Gate) enter(ctx context.Context, work int) (pass, error) {
+	dl, _ := ctx.Deadline()
+	p := pass{work: min(max(int64(work), 1), g.adm.max), deadline: dl}
+	g.mu.Lock()
+	now := g.now()
+	w, ok := g.adm.arrive(flowOf(ctx), p.work, now, dl)
+	g.mu.Unlock()
+	if !ok {
+		g.refused.Add(1)
+		return p, ErrOverloaded
+	}
+	if w != nil {
+		if err := g.await(ctx, w); err != nil {
+			g.refused.Add(1)
+			return p, err
+		}
+	}
+	p.sent = g.now()
+	return p, nil
+}
+
+// await waits until w leaves the queue, or ctx ends first.
+func (g *Gate) await(ctx context.Context, w *waiter) error {
 	select {
-	case g.slots <- struct{}{}:
-		return nil
+	case <-w.ready:
 	case <-ctx.Done():
-		g.shed.Add(1)
-		return fmt.Errorf("%w: %w", ErrOverloaded, ctx.Err())
+		g.mu.Lock()
+		queued := g.adm.cancel(w)
+		if queued {
+			g.adm.dispatch(g.now()) // room may now fit the next in turn
+		}
+		g.mu.Unlock()
+		if queued {
+			return fmt.Errorf("%w: %w", ErrOverloaded, ctx.Err())
+		}
+	}
+	if !w.admitted {
+		return ErrOverloaded
+	}
+	return nil
+}
+
+// leave ends an admitted call, and admits those its room now fits.
+func (g *Gate) leave(p pass) {
+	g.mu.Lock()
+	now := g.now()
+	g.adm.ended(p.work, now.Sub(p.sent))
+	g.adm.dispatch(now)
+	g.mu.Unlock()
+	if !p.deadline.IsZero() && now.After(p.deadline) {
+		g.late.Add(1)
 	}
 }
 
-func (g *Gate) leave() { <-g.slots }
+// gated runs call on the store as a call of work units admitted by g under ctx.
+func gated[T any](g *Gate, ctx context.Context, work int, call func(context.Context) (T, error)) (T, error) {
+	p, err := g.enter(ctx, work)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.storeTimeout)
+	defer cancel()
+	defer g.leave(p)
+	return call(sctx)
+}
 
 // Decide implements Store.
 func (g *Gate) Decide(ctx context.Context, req Request) (algorithms.Decision, error) {
-	if err := g.enter(ctx); err != nil {
-		return algorithms.Decision{}, err
-	}
-	defer g.leave()
-	return g.Store.Decide(ctx, req)
+	return gated(g, ctx, 1, func(ctx context.Context) (algorithms.Decision, error) { return g.Store.Decide(ctx, req) })
+}
+
+// DecideAll implements BatchDecider: a batch is one call of len(reqs) units.
+func (g *Gate) DecideAll(ctx context.Context, reqs []Request, out []algorithms.Decision) (int, error) {
+	return gated(g, ctx, len(reqs), func(ctx context.Context) (int, error) { return DecideAll(ctx, g.Store, reqs, out) })
+}
+
+// windowCount is CountWindow's answer.
+type windowCount struct {
+	n     int64
+	reset time.Duration
 }
 
 // CountWindow implements Store.
 func (g *Gate) CountWindow(ctx context.Context, req CountRequest) (int64, time.Duration, error) {
-	if err := g.enter(ctx); err != nil {
-		return 0, 0, err
-	}
-	defer g.leave()
-	return g.Store.CountWindow(ctx, req)
+	c, err := gated(g, ctx, 1, func(ctx context.Context) (windowCount, error) {
+		n, reset, err := g.Store.CountWindow(ctx, req)
+		return windowCount{n, reset}, err
+	})
+	return c.n, c.reset, err
 }
 
-// CountWindows implements BatchCounter: a batch is one call (one round trip) and takes one slot.
+// CountWindows implements BatchCounter: a batch is one call of len(reqs) units.
 func (g *Gate) CountWindows(ctx context.Context, reqs []CountRequest, out []CountResult) error {
-	if err := g.enter(ctx); err != nil {
-		return err
-	}
-	defer g.leave()
-	return CountWindows(ctx, g.Store, reqs, out)
+	_, err := gated(g, ctx, len(reqs), func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, CountWindows(ctx, g.Store, reqs, out)
+	})
+	return err
 }
 
-// Stats implements Store: the Store's, with the calls the Gate refused.
+// Settle implements Store.
+func (g *Gate) Settle(ctx context.Context, req SettleRequest) error {
+	_, err := gated(g, ctx, 1, func(ctx context.Context) (struct{}, error) { return struct{}{}, g.Store.Settle(ctx, req) })
+	return err
+}
+
+// Acquire implements Store.
+func (g *Gate) Acquire(ctx context.Context, req PermitRequest) (PermitResult, error) {
+	return gated(g, ctx, 1, func(ctx context.Context) (PermitResult, error) { return g.Store.Acquire(ctx, req) })
+}
+
+// Renew implements Store.
+func (g *Gate) Renew(ctx context.Context, req PermitRequest) (bool, error) {
+	return gated(g, ctx, 1, func(ctx context.Context) (bool, error) { return g.Store.Renew(ctx, req) })
+}
+
+// Release implements Store.
+func (g *Gate) Release(ctx context.Context, req PermitRequest) (bool, error) {
+	return gated(g, ctx, 1, func(ctx context.Context) (bool, error) { return g.Store.Release(ctx, req) })
+}
+
+// Stats implements Store: the Store's, with the calls the Gate refused and the answers that
+// came after their caller's deadline.
 func (g *Gate) Stats() Stats {
 	st := g.Store.Stats()
-	st.Overloaded, st.Gated = g.shed.Load(), true
+	st.Overloaded, st.Late, st.Gated = g.refused.Load(), g.late.Load(), true
 	return st
-}
-
-// DecideAll implements BatchDecider: a batch is one call (one round trip on Redis) and takes one
-// slot.
-func (g *Gate) DecideAll(ctx context.Context, reqs []Request, out []algorithms.Decision) (int, error) {
-	if err := g.enter(ctx); err != nil {
-		return 0, err
-	}
-	defer g.leave()
-	return DecideAll(ctx, g.Store, reqs, out)
 }

@@ -39,7 +39,8 @@ type Config struct {
 	MetricsToken string
 	// Timeout bounds the store work of one check (default DefaultTimeout, half the filter's
 	// default global.timeout of 20ms, so that a slow store is answered with a 503 before the
-	// proxy gives up on the call). When it passes, the check is answered 503 at once.
+	// proxy gives up on the call). When it passes, the check is answered 503 at once. Behind a
+	// Gate it bounds the wait for the store, not a call the Gate has sent (see Gate).
 	Timeout time.Duration
 	// MaxBodyBytes bounds a check body (default and upper bound wire.MaxBodyBytes, 64 KiB;
 	// larger bodies get 413).

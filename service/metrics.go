@@ -222,7 +222,7 @@ func (m *Metrics) StoreFailed(ctx context.Context, err error) (timeout bool) {
 	switch {
 	case errors.Is(err, ErrStoreFull):
 		kind = errStoreFull
-	case timedOut(ctx, err):
+	case errors.Is(err, ErrOverloaded) || timedOut(ctx, err):
 		kind = errTimeout
 	}
 	m.error(kind)
@@ -255,20 +255,25 @@ func (m *Metrics) request(front, code int, start time.Time) {
 // writeTo writes every metric in the Prometheus text exposition format (version 0.0.4), with
 // the store's figures: st.Keys, when >= 0, as the meshlimit_memory_keys gauge; st.Evicted, when
 // >= 0, as the meshlimit_store_evicted_keys_total counter; st.FullFallbacks, when > 0, as the
-// meshlimit_store_full_fallbacks_total counter; st.Overloaded, when a Gate is in front
-// of the store (st.Gated) or > 0, as the meshlimit_store_overloaded_total counter.
+// meshlimit_store_full_fallbacks_total counter; st.Overloaded and st.Late, when a Gate is in
+// front of the store (st.Gated) or > 0, as the meshlimit_store_overloaded_total and
+// meshlimit_store_late_answers_total counters.
 func (m *Metrics) writeTo(w io.Writer, st Stats) error {
 	m.init()
-	keys, evicted, fallbacks, overloaded := st.Keys, st.Evicted, st.FullFallbacks, st.Overloaded
+	keys, evicted, fallbacks, overloaded, late := st.Keys, st.Evicted, st.FullFallbacks, st.Overloaded, st.Late
 	gs := prometheus.Gatherers{m.reg}
-	gated := st.Gated || overloaded > 0
+	gated := st.Gated || overloaded > 0 || late > 0
 	if keys >= 0 || evicted >= 0 || fallbacks > 0 || gated {
 		store := prometheus.NewRegistry()
 		if gated {
 			store.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "meshlimit_store_overloaded_total",
-				Help: "Decision calls refused before the store: their deadline passed while they waited for one of the calls in flight (-store-max-inflight) to end.",
+				Help: "Store calls refused before the store: the work ahead of them (-store-max-inflight descriptors in flight, the queue) would not have been done within their deadline. Each is also a timeout error.",
 			}, func() float64 { return float64(overloaded) }))
+			store.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "meshlimit_store_late_answers_total",
+				Help: "Store calls admitted whose answer came after their caller's deadline: answered all the same, never thrown away.",
+			}, func() float64 { return float64(late) }))
 		}
 		if fallbacks > 0 {
 			store.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

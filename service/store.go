@@ -74,9 +74,12 @@ type Stats struct {
 	// FullFallbacks is the number of decisions a FullFallback made in its local store while
 	// the store was full (meshlimit_store_full_fallbacks_total, shown once there is one).
 	FullFallbacks int64
-	// Overloaded is the number of decision calls a Gate refused, their deadline passed while
-	// they waited for a slot (0 without a Gate).
+	// Overloaded is the number of store calls a Gate refused before the store: they could not
+	// be answered within their deadline (0 without a Gate).
 	Overloaded int64
+	// Late is the number of store calls a Gate admitted whose answer came after their caller's
+	// deadline: answered, not thrown away, but a sign that the Gate's estimate was short.
+	Late int64
 	// Gated says a Gate stands in front of the store: meshlimit_store_overloaded_total is
 	// then exported from the start, at 0 until a call is refused.
 	Gated bool

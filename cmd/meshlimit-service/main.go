@@ -18,8 +18,12 @@
 //	-idle-timeout       MESHLIMIT_IDLE_TIMEOUT       how long a keep-alive connection may idle (default 30s)
 //	-max-keys           MESHLIMIT_MAX_KEYS           in-memory store key bound, also of the keys decided in
 //	                                                 memory while Redis is full (default 1048576)
-//	-store-max-inflight MESHLIMIT_STORE_MAX_INFLIGHT decision calls in flight on Redis at once; the
-//	                                                 others wait within their deadline (default 128)
+//	-store-max-inflight MESHLIMIT_STORE_MAX_INFLIGHT descriptors in flight on Redis at once (a check's
+//	                                                 batch counts its descriptors); the others wait
+//	                                                 if they can be answered within their deadline,
+//	                                                 else are refused at once (default 128)
+//	-store-timeout      MESHLIMIT_STORE_TIMEOUT      bound of a call once sent to Redis, which the
+//	                                                 caller's deadline does not cancel (default 250ms)
 //	-allow-client-time  MESHLIMIT_ALLOW_CLIENT_TIME  accept now_us in checks (tests only)
 //	-log-level          MESHLIMIT_LOG_LEVEL          debug, info, warn or error (default info)
 //	-shutdown-grace     MESHLIMIT_SHUTDOWN_GRACE     time to finish requests on SIGTERM (default 10s)
@@ -114,6 +118,7 @@ type options struct {
 	drain                       time.Duration
 	maxKeys, maxConns           int
 	storeMaxInflight            int
+	storeTimeout                time.Duration
 	allowClientTime             bool
 	redis                       redisOptions
 	rls                         rlsOptions
@@ -133,7 +138,8 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.duration(&o.grace, "shutdown-grace", 10*time.Second, 0, forever, "`duration` given to the requests in flight on shutdown")
 	f.duration(&o.drain, "shutdown-drain", 5*time.Second, 0, forever, "on SIGTERM, how long /readyz and gRPC health report not serving while the service still answers, before its listeners close: a `duration` for load balancers to take it out of rotation")
 	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound (also of the new keys decided in memory while Redis is full), a positive `int`")
-	f.positiveInt(&o.storeMaxInflight, "store-max-inflight", defaultStoreMaxInflight, "decision calls in flight on Redis at once, a positive `int`; the others wait their turn within their deadline (service.Gate)")
+	f.positiveInt(&o.storeMaxInflight, "store-max-inflight", defaultStoreMaxInflight, "descriptors in flight on Redis at once (a batch counts its descriptors), a positive `int`; the others wait their turn when they can be answered within their deadline, and are refused at once otherwise (service.Gate)")
+	f.duration(&o.storeTimeout, "store-timeout", service.DefaultStoreTimeout, 1, forever, "bound of a store call once sent to Redis, a positive `duration`: the caller's deadline bounds its wait to be sent, never the call, so that Redis never does work whose answer is thrown away")
 	f.bool(&o.allowClientTime, "allow-client-time", false, "accept now_us in checks (tests only)")
 	f.bool(&o.requireSecret, "require-secret", false, "refuse to start without MESHLIMIT_SECRET (the shipped manifests set it)")
 	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once on -listen and -grpc-listen together, a positive `int`; at the cap a quiet one (no completed request or RPC first) is closed for the new one")
@@ -293,14 +299,16 @@ func openStore(o options, log *slog.Logger) (service.Store, error) {
 	// While Redis is full, it decides the keys it holds; new keys are decided in this replica's
 	// memory, bounded by -max-keys, instead of falling to their rules' failure_mode. At most
 	// -store-max-inflight decision calls are on Redis at once.
-	log.Info("store", "kind", "redis", "max_inflight", o.storeMaxInflight)
+	log.Info("store", "kind", "redis", "max_inflight", o.storeMaxInflight, "store_timeout", o.storeTimeout)
 	return service.NewGate(&service.FullFallback{Store: s, MaxKeys: o.maxKeys,
-		Local: memstore.New(memstore.Config{MaxKeys: service.LocalMaxKeys(o.maxKeys)})}, o.storeMaxInflight), nil
+		Local: memstore.New(memstore.Config{MaxKeys: service.LocalMaxKeys(o.maxKeys)})},
+		service.GateConfig{MaxWork: o.storeMaxInflight, StoreTimeout: o.storeTimeout}), nil
 }
 
-// defaultStoreMaxInflight is -store-max-inflight's default: twice the 64 requests in flight of
-// the load figures (service/BENCHMARKS.md), so that it never holds back a load Redis answers
-// in time, and bounds a burst past it.
+// defaultStoreMaxInflight is -store-max-inflight's default, in descriptors: twice the 64
+// single-descriptor requests in flight of the load figures (service/BENCHMARKS.md), so that it
+// never holds back a load Redis answers in time, and bounds the queue at Redis (so its time per
+// call) to what Redis does in a few milliseconds.
 const defaultStoreMaxInflight = 128
 
 // serve serves srv on ln, and the gRPC front, until ctx ends or one of them fails; when ctx

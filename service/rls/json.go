@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/tracing"
 )
 
@@ -75,5 +76,5 @@ func (s *Server) serveJSON(r *http.Request, traced bool, td *tracing.Decision) (
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, "body: "+err.Error())
 	}
-	return s.decide(r.Context(), &req, traced, td)
+	return s.decide(service.WithFlow(r.Context(), r.RemoteAddr), &req, traced, td)
 }

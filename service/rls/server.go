@@ -11,6 +11,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -115,6 +116,9 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, traced bo
 	}
 	if err := s.checkBounds(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if p, ok := peer.FromContext(ctx); ok { // the gRPC connection is the flow a Gate shares fairly
+		ctx = service.WithFlow(ctx, p.Addr.String())
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
