@@ -44,30 +44,45 @@ func (rs *ruleState) newTables(base, fp string) error {
 
 // tablesAt creates one table per limit set under base.
 func (rs *ruleState) tablesAt(base, fp string) ([]*sharedstate.Table, error) {
-	var tables []*sharedstate.Table
 	r := rs.rule
 	var overflow []algorithms.Limit // nil: the rule's own limits
 	if o := r.Overflow(); o != nil {
 		overflow, rs.overflow = limitsOf(o.Limits), o.Limits
 	}
+	tables := make([]*sharedstate.Table, 0, len(r.LimitSets()))
+	alike := map[*rules.LimitSpec]*sharedstate.Table{} // overrides that share a list of limits share its prepared limits
 	for _, set := range r.LimitSets() {
-		prefix := base + fp
-		if set.Override != "" || set.Index > 0 {
-			// An override's table holds one key value; its name carries that value's hash, so that two
-			// overrides with the same limits never share a slot.
-			prefix = base + "override/" + strconv.FormatUint(fnv.String(set.Override), 36) + "/" + strconv.FormatUint(set.Fingerprint, 36)
+		if set.Override == "" && set.Index == 0 {
+			t, err := sharedstate.NewTable(base+fp, set.Slots, limitsOf(set.Limits), overflow)
+			if err != nil {
+				return nil, err
+			}
+			tables = append(tables, t)
+			continue
 		}
-		var o []algorithms.Limit
-		if set.Index == 0 {
-			o = overflow // an override's table holds its one key: it never overflows
-		}
-		t, err := sharedstate.NewTable(prefix, set.Slots, limitsOf(set.Limits), o)
+		// An override's table holds one key value, so it never overflows; its name carries that
+		// value's hash, so that two overrides with the same limits never share a slot.
+		prefix := base + "override/" + strconv.FormatUint(fnv.String(set.Override), 36) + "/" + strconv.FormatUint(set.Fingerprint, 36)
+		t, err := overrideTable(alike, prefix, set)
 		if err != nil {
 			return nil, err
 		}
 		tables = append(tables, t)
 	}
 	return tables, nil
+}
+
+// overrideTable creates the table of an override's set under prefix, sharing the prepared limits
+// of an earlier override's table whose set has the same list of limits (rules shares equal lists).
+func overrideTable(alike map[*rules.LimitSpec]*sharedstate.Table, prefix string, set rules.LimitSet) (*sharedstate.Table, error) {
+	if t, ok := alike[&set.Limits[0]]; ok {
+		return t.Alike(prefix)
+	}
+	t, err := sharedstate.NewTable(prefix, set.Slots, limitsOf(set.Limits), nil)
+	if err == nil {
+		alike[&set.Limits[0]] = t
+	}
+	return t, err
 }
 
 // globalRecords creates what only a global rule has: its over-limit cache, its lease records and its

@@ -9,11 +9,14 @@ import (
 // validator collects field errors while compiling.
 type validator struct {
 	errs []error
+	// overrideCount counts the overrides of the rules compiled so far, and overrideLimits the limits of
+	// their distinct limit lists (compile_overrides.go): both are bounded per configuration.
+	overrideCount, overrideLimits int
 }
 
 func (v *validator) failf(path, format string, args ...any) {
 	if len(v.errs) < maxErrors {
-		v.errs = append(v.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+		v.errs = append(v.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, bounded(args)...)})
 	}
 }
 

@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"fmt"
 	"regexp"
 	"regexp/syntax"
 	"strconv"
@@ -140,7 +139,7 @@ func compileRegex(re string) (*regexp.Regexp, error) {
 		return nil, err
 	}
 	if n > maxRegexProgram {
-		return nil, fmt.Errorf("%q compiles to %d instructions: at most %d are allowed (like Envoy's re2.max_program_size); simplify counted repetitions such as {n,m}", re, n, maxRegexProgram)
+		return nil, errorf("%q compiles to %d instructions: at most %d are allowed (like Envoy's re2.max_program_size); simplify counted repetitions such as {n,m}", re, n, maxRegexProgram)
 	}
 	return regexp.Compile(anchored)
 }

@@ -1,14 +1,19 @@
 package rules
 
 import (
-	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
 
+// overrides compiles a rule's overrides into r.sets and returns the map from each override's
+// value to its set's index (-1: unlimited). Overrides whose limits compile alike share one
+// []LimitSpec (sharedLimits), so a configuration of many overrides and a few tiers holds each
+// tier's limits once. The configuration's overrides are bounded (maxOverrides), and so are the
+// limits of their distinct lists (maxOverrideLimits): what a VM holds for them is bounded.
 func (v *validator) overrides(path string, ojs []overrideJSON, r *Rule) map[string]int {
-	if len(ojs) > maxOverrides {
-		v.failf(path, "%d overrides: at most %d are allowed", len(ojs), maxOverrides)
+	if v.overrideCount += len(ojs); v.overrideCount > maxOverrides {
+		v.failf(path, "%d overrides, %d in the configuration so far: at most %d are allowed in the whole configuration", len(ojs), v.overrideCount, maxOverrides)
 		return nil
 	}
 	if len(r.key) == 0 {
@@ -16,6 +21,8 @@ func (v *validator) overrides(path string, ojs []overrideJSON, r *Rule) map[stri
 		return nil
 	}
 	m := make(map[string]int, len(ojs))
+	r.sets = slices.Grow(r.sets, len(ojs))
+	shared := map[uint64][]LimitSpec{}
 	for i := range ojs {
 		oj := &ojs[i]
 		op := path + "[" + strconv.Itoa(i) + "]"
@@ -24,13 +31,7 @@ func (v *validator) overrides(path string, ojs []overrideJSON, r *Rule) map[stri
 			continue
 		}
 		val := *oj.Value
-		if val == "" && r.MissingKey != MissingKeyDefault {
-			v.failf(op+".value", `"" names the shared bucket of missing_key "default", which this rule does not use`)
-		} else if val != "" {
-			if err := checkKeyValue(val, r.key); err != nil {
-				v.failf(op+".value", "%v", err)
-			}
-		}
+		v.overrideValue(op+".value", val, r)
 		if _, dup := m[val]; dup {
 			v.failf(op+".value", "%q is overridden twice", val)
 		}
@@ -44,10 +45,55 @@ func (v *validator) overrides(path string, ojs []overrideJSON, r *Rule) map[stri
 			v.failf(op+".limits", "%d limits: at most %d are allowed", len(oj.Limits), maxLimits)
 		case !oj.Unlimited:
 			m[val] = len(r.sets)
-			r.sets = append(r.sets, newLimitSet(len(r.sets), v.limits(op+".limits", oj.Limits, r.Name), 1, val))
+			r.sets = append(r.sets, newLimitSet(len(r.sets), v.sharedLimits(op+".limits", oj.Limits, r.Name, shared), 1, val))
 		}
 	}
 	return m
+}
+
+// overrideValue checks an override's value against the rule's key.
+func (v *validator) overrideValue(path, val string, r *Rule) {
+	if val == "" && r.MissingKey != MissingKeyDefault {
+		v.failf(path, `"" names the shared bucket of missing_key "default", which this rule does not use`)
+	} else if val != "" {
+		if err := checkKeyValue(val, r.key); err != nil {
+			v.failf(path, "%v", err)
+		}
+	}
+}
+
+// sharedLimits compiles an override's limits and returns, when an earlier override of the rule
+// compiled to equal limits, that override's list instead (seen maps a list's set fingerprint to
+// the first list with it). The limits of each new list count against maxOverrideLimits.
+func (v *validator) sharedLimits(path string, ljs []limitJSON, rule string, seen map[uint64][]LimitSpec) []LimitSpec {
+	specs := v.limits(path, ljs, rule)
+	fp := newLimitSet(0, specs, 1, "").Fingerprint
+	prev, ok := seen[fp]
+	if ok && equalLimits(prev, specs) {
+		return prev
+	}
+	if !ok {
+		seen[fp] = specs
+	}
+	before := v.overrideLimits
+	if v.overrideLimits += len(specs); v.overrideLimits > maxOverrideLimits && before <= maxOverrideLimits {
+		v.failf(path, "the overrides' distinct limit lists hold %d limits so far: at most %d are allowed in the whole configuration (overrides with equal limits share one list and count once)", v.overrideLimits, maxOverrideLimits)
+	}
+	return specs
+}
+
+// equalLimits reports whether two compiled limit lists are the same limits in the same order.
+func equalLimits(a, b []LimitSpec) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := &a[i], &b[i]
+		if x.Name != y.Name || x.Limit != y.Limit || x.Concurrency != y.Concurrency || x.ContentBytes != y.ContentBytes || x.Index != y.Index || x.Fingerprint != y.Fingerprint {
+			return false
+		}
+	}
+	return true
 }
 
 // checkKeyValue checks that an override value is a well-formed key value for the parts:
@@ -67,7 +113,7 @@ func checkKeyValue(val string, parts []keyPart) error {
 		switch c {
 		case '\\':
 			if i+1 >= len(val) || (val[i+1] != '\\' && val[i+1] != '|') {
-				return fmt.Errorf(`invalid escape at byte %d: only \\ and \| are escapes`, i)
+				return errorf(`invalid escape at byte %d: only \\ and \| are escapes`, i)
 			}
 			i++
 			part = append(part, val[i])
@@ -85,7 +131,7 @@ func checkKeyValue(val string, parts []keyPart) error {
 		return err
 	}
 	if idx+1 != len(parts) {
-		return fmt.Errorf("%d parts, but the key has %d (%s); separate parts with \"|\"", idx+1, len(parts), describeKey(parts))
+		return errorf("%d parts, but the key has %d (%s); separate parts with \"|\"", idx+1, len(parts), describeKey(parts))
 	}
 	return nil
 }
@@ -94,19 +140,19 @@ func checkKeyValue(val string, parts []keyPart) error {
 // not empty, not hashed, and written as the key holds it.
 func checkOverridePart(idx int, p *keyPart, part string) error {
 	if len(part) == 0 {
-		return fmt.Errorf("part %d (%s) is empty, and an empty part is never a key value", idx+1, p.kind)
+		return errorf("part %d (%s) is empty, and an empty part is never a key value", idx+1, p.kind)
 	}
 	if len(part) > maxPartLen {
-		return fmt.Errorf("part %d (%s) is longer than %d bytes: such values are hashed and cannot be overridden", idx+1, p.kind, maxPartLen)
+		return errorf("part %d (%s) is longer than %d bytes: such values are hashed and cannot be overridden", idx+1, p.kind, maxPartLen)
 	}
 	if p.kind == keyClientIP {
 		var buf [64]byte
 		want, ok := p.canonicalIP(buf[:0], part)
 		if !ok {
-			return fmt.Errorf("part %d (client_ip) %q is not an IP address", idx+1, part)
+			return errorf("part %d (client_ip) %q is not an IP address", idx+1, part)
 		}
 		if string(want) != part {
-			return fmt.Errorf("part %d (client_ip) %q never matches: the key holds %q", idx+1, part, want)
+			return errorf("part %d (client_ip) %q never matches: the key holds %q", idx+1, part, want)
 		}
 	}
 	return checkNormalizedPart(idx, p, part)
@@ -145,7 +191,7 @@ func checkNormalizedPart(idx int, p *keyPart, part string) error {
 		return nil
 	}
 	if want != part {
-		return fmt.Errorf("part %d (%s) %q never matches: the key holds %q", idx+1, p.kind, part, want)
+		return errorf("part %d (%s) %q never matches: the key holds %q", idx+1, p.kind, part, want)
 	}
 	return nil
 }

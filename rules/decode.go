@@ -227,7 +227,7 @@ func (s *shapeChecker) mapping(data []byte, v reflect.Value, path string) bool {
 	t := v.Type()
 	out := reflect.MakeMap(t)
 	s.eachMember(data, path, func(key string, raw []byte) {
-		p := path + "[" + strconv.Quote(key) + "]"
+		p := path + "[" + quoteInput(key) + "]"
 		e := reflect.New(t.Elem()).Elem()
 		if !s.check(raw, e, p) {
 			s.unsure = append(s.unsure, p)

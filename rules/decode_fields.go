@@ -118,7 +118,7 @@ func fieldNames(t reflect.Type) []string {
 // it, if one is near: the value was meant for that field, so compilation's errors about it (it is
 // required, say) are follow-ons.
 func (s *shapeChecker) unknownField(path, key string, names []string) {
-	p := joinPath(path, key)
+	p := joinPath(path, echoText(key))
 	s.unsure = append(s.unsure, p)
 	if near := nearestName(key, names); near != "" {
 		s.fail(p, "unknown field (known fields: %s); did you mean %q?", strings.Join(names, ", "), near)
@@ -136,12 +136,17 @@ func nearestName(key string, names []string) string {
 		if strings.EqualFold(n, key) {
 			return n
 		}
+		if abs(len(key)-len(n)) >= bestD {
+			continue // the distance is at least the difference in length: a long key is near nothing
+		}
 		if d := editDistance(key, n); d < bestD {
 			best, bestD = n, d
 		}
 	}
 	return best
 }
+
+func abs(n int) int { return max(n, -n) }
 
 // editDistance is the Levenshtein distance of a and b (short field names only).
 func editDistance(a, b string) int {
@@ -170,7 +175,7 @@ func (s *shapeChecker) eachMember(data []byte, path string, f func(key string, r
 	seen := map[string]bool{}
 	eachRawMember(data, func(key string, raw []byte) {
 		if seen[key] {
-			s.fail(joinPath(path, key), "duplicate field")
+			s.fail(joinPath(path, echoText(key)), "duplicate field")
 			return
 		}
 		seen[key] = true
@@ -180,5 +185,5 @@ func (s *shapeChecker) eachMember(data []byte, path string, f func(key string, r
 
 // failure is the *FieldError at path.
 func failure(path, format string, args ...any) *FieldError {
-	return &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)}
+	return &FieldError{Path: path, Msg: fmt.Sprintf(format, bounded(args)...)}
 }

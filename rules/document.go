@@ -311,7 +311,7 @@ func (k *keyPartJSON) UnmarshalJSON(b []byte) error {
 		case "route_name":
 			k.RouteName = &t
 		default:
-			return fmt.Errorf(`unknown key part %q: want "client_ip", "path", "method", "host", "route_name", or an object such as {"header": "x-api-key"}`, s)
+			return errorf(`unknown key part %q: want "client_ip", "path", "method", "host", "route_name", or an object such as {"header": "x-api-key"}`, s)
 		}
 		return nil
 	}
@@ -353,6 +353,9 @@ func (c *costJSON) UnmarshalJSON(b []byte) error {
 	}
 	var n optInt
 	if err := n.UnmarshalJSON(b); err != nil {
+		if jsonKind(b) == "a number" {
+			return err // out of range, or not an integer: say which
+		}
 		return fmt.Errorf(`want an integer or an object such as {"header": "x-cost"}, got %s`, jsonKind(b))
 	}
 	*c = costJSON{constant: n}

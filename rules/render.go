@@ -24,6 +24,9 @@ func (c *Config) renderPolicies() {
 
 // renderSet renders the limits of one set in dialect d (see renderPolicies).
 func renderSet(limits []LimitSpec, d *dialect) {
+	if len(limits) > 0 && limits[0].policyOf == d {
+		return // a list that overrides share (compile_overrides.go), rendered already
+	}
 	var field []byte
 	whole := len(limits) > 0
 	for i := range limits {

@@ -2,7 +2,6 @@ package rules
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -36,10 +35,10 @@ func parseDuration(s string) (time.Duration, error) {
 			i++
 		}
 		if i == 0 {
-			return 0, fmt.Errorf("invalid duration %q: want terms like \"250ms\", \"30s\", \"1m30s\", \"1h\" or \"7d\"", s)
+			return 0, errorf("invalid duration %q: want terms like \"250ms\", \"30s\", \"1m30s\", \"1h\" or \"7d\"", s)
 		}
 		if i > 12 {
-			return 0, fmt.Errorf("invalid duration %q: number too large", s)
+			return 0, errorf("invalid duration %q: number too large", s)
 		}
 		n, _ := strconv.ParseInt(rest[:i], 10, 64) // at most 12 digits: cannot fail
 		rest = rest[i:]
@@ -60,17 +59,17 @@ func parseDuration(s string) (time.Duration, error) {
 		case "d":
 			unit = 24 * time.Hour
 		case "":
-			return 0, fmt.Errorf("invalid duration %q: missing unit (ms, s, m, h or d)", s)
+			return 0, errorf("invalid duration %q: missing unit (ms, s, m, h or d)", s)
 		default:
-			return 0, fmt.Errorf("invalid duration %q: unknown unit %q (want ms, s, m, h or d)", s, rest[:j])
+			return 0, errorf("invalid duration %q: unknown unit %q (want ms, s, m, h or d)", s, rest[:j])
 		}
 		rest = rest[j:]
 		if n > int64(maxDuration/unit) {
-			return 0, fmt.Errorf("invalid duration %q: longer than 366d", s)
+			return 0, errorf("invalid duration %q: longer than 366d", s)
 		}
 		total += time.Duration(n) * unit
 		if total > maxDuration {
-			return 0, fmt.Errorf("invalid duration %q: longer than 366d", s)
+			return 0, errorf("invalid duration %q: longer than 366d", s)
 		}
 	}
 	return total, nil
@@ -80,24 +79,24 @@ func parseDuration(s string) (time.Duration, error) {
 func parseRate(s string) (quota int64, window time.Duration, err error) {
 	q, w, ok := strings.Cut(s, "/")
 	if !ok {
-		return 0, 0, fmt.Errorf("invalid rate %q: want \"<quota>/<window>\", e.g. \"100/s\", \"1000/h\" or \"5/30s\"", s)
+		return 0, 0, errorf("invalid rate %q: want \"<quota>/<window>\", e.g. \"100/s\", \"1000/h\" or \"5/30s\"", s)
 	}
 	quota, err = strconv.ParseInt(q, 10, 64)
 	if err != nil || quota <= 0 || q[0] == '+' {
-		return 0, 0, fmt.Errorf("invalid rate %q: quota must be a positive integer", s)
+		return 0, 0, errorf("invalid rate %q: quota must be a positive integer", s)
 	}
 	switch {
 	case w == "s" || w == "m" || w == "h" || w == "d":
 		w = "1" + w
 	case w != "" && (w[0] < '0' || w[0] > '9'):
-		return 0, 0, fmt.Errorf("invalid rate %q: unknown unit %q (want s, m, h, d, day, week, month, year, or a duration such as \"30s\")", s, w)
+		return 0, 0, errorf("invalid rate %q: unknown unit %q (want s, m, h, d, day, week, month, year, or a duration such as \"30s\")", s, w)
 	}
 	window, err = parseDuration(w)
 	if err != nil {
-		return 0, 0, fmt.Errorf("invalid rate %q: window: %w", s, err)
+		return 0, 0, errorf("invalid rate %q: window: %w", s, err)
 	}
 	if window <= 0 {
-		return 0, 0, fmt.Errorf("invalid rate %q: window must be positive", s)
+		return 0, 0, errorf("invalid rate %q: window must be positive", s)
 	}
 	return quota, window, nil
 }
@@ -161,7 +160,7 @@ func (o *optInt) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	if len(s) == 0 || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9')) {
-		return fmt.Errorf("want an integer, got %s", jsonKind(b))
+		return errorf("want an integer, got %s", jsonKind(b))
 	}
 	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
 		*o = optInt{Value: v, Set: true}
@@ -169,13 +168,32 @@ func (o *optInt) UnmarshalJSON(b []byte) error {
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsInf(f, 0) || math.Abs(f) > maxExactFloat {
-		return fmt.Errorf("want an integer, got %s (out of range)", s)
+		return errorf("want an integer, got %s (out of range)", echoText(s))
 	}
-	if f != math.Trunc(f) {
-		return fmt.Errorf("want an integer, got %s", s)
+	if !integralLiteral(s) {
+		return errorf("want an integer, got %s", echoText(s))
 	}
 	*o = optInt{Value: int64(f), Set: true}
 	return nil
+}
+
+// integralLiteral reports whether the JSON number s is an integer as written, in decimal: 1e2,
+// 100.0 and 1.5e1 are (a protobuf Struct may hand an integer over so), 99.99999999999999999 and
+// 1e-996 are not, though a float64 rounds them to 100 and 0.
+func integralLiteral(s string) bool {
+	mant, exp, _ := strings.Cut(strings.ToLower(s), "e")
+	intPart, frac, _ := strings.Cut(strings.TrimPrefix(mant, "-"), ".")
+	digits := strings.TrimRight(intPart+frac, "0")
+	if strings.Trim(digits, "0") == "" {
+		return true // zero, whatever its exponent
+	}
+	// The value is digits × 10^(e - len(frac) + the zeros trimmed): an integer when that power
+	// is not negative. An exponent too long to parse is out of range or below every integer.
+	e, err := strconv.Atoi(strings.TrimPrefix(exp, "+"))
+	if exp == "" {
+		e, err = 0, nil
+	}
+	return err == nil && e-len(frac)+len(intPart+frac)-len(digits) >= 0
 }
 
 // MarshalJSON implements json.Marshaler, for round trips in tests and tools.

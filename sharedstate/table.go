@@ -80,6 +80,20 @@ func appendLimitsText(dst []byte, limits []algorithms.Limit) []byte {
 	return append(dst, ']')
 }
 
+// Alike returns a table of t's slots and limits stored under keys that start with prefix, as
+// NewTable(prefix, slots, limits, overflow) with t's would, sharing t's prepared limits and layouts:
+// many tables of the same limits (one per override of a tier) hold them once.
+func (t *Table) Alike(prefix string) (*Table, error) {
+	records, err := NewRecords(prefix, int(t.records.slots))
+	if err != nil {
+		return nil, err
+	}
+	u := *t
+	u.records = records
+	u.overflowKey = records.OverflowKey() + t.overflowKey[len(t.records.OverflowKey()):]
+	return &u, nil
+}
+
 // prepareLimits validates and prepares a table's limits (see algorithms.Prepared).
 func prepareLimits(what string, limits []algorithms.Limit) ([]algorithms.Prepared, error) {
 	if len(limits) == 0 || len(limits) > 255 {
