@@ -51,16 +51,16 @@ const (
 	// permit descriptor, which the service bounds so.
 	maxConcurrency = wire.MaxConcurrency
 
-	maxRules           = 256
-	maxLimits          = 8 // of a rule, an override, a fallback or an overflow
-	maxKeyParts        = 8
+	maxRules    = 256
+	maxLimits   = 8 // of a rule, an override, a fallback or an overflow
+	maxKeyParts = 8
 	// maxOverrides bounds the overrides of the whole configuration, and maxOverrideLimits the
 	// limits of their distinct lists (overrides whose limits compile alike share one list). A VM
 	// holds about 1 KiB per override and 1 KiB per distinct limit, plus what the collector leaves
 	// free (docs/configuration.md "Bounds", BenchmarkConfigureMemory): at both bounds well under
 	// Envoy's 1 GiB per VM (docs/envoy-host.md §7).
-	maxOverrides      = 100_000
-	maxOverrideLimits = 100_000
+	maxOverrides       = 100_000
+	maxOverrideLimits  = 100_000
 	maxListItems       = 256 // route_names, hosts, methods, headers of one match; classes, routes of a shedder
 	maxStatusRanges    = 32  // count_on.status
 	maxResponseHeaders = 32  // count_on.headers
