@@ -51,16 +51,10 @@ const (
 	// permit descriptor, which the service bounds so.
 	maxConcurrency = wire.MaxConcurrency
 
-	maxRules    = 256
-	maxLimits   = 8 // of a rule, an override, a fallback or an overflow
-	maxKeyParts = 8
-	// maxOverrides bounds the overrides of the whole configuration, and maxOverrideLimits the
-	// limits of their distinct lists (overrides whose limits compile alike share one list). A VM
-	// holds about 1 KiB per override and 1 KiB per distinct limit, plus what the collector leaves
-	// free (docs/configuration.md "Bounds", BenchmarkConfigureMemory): at both bounds well under
-	// Envoy's 1 GiB per VM (docs/envoy-host.md §7).
-	maxOverrides       = 100_000
-	maxOverrideLimits  = 100_000
+	maxRules           = 256
+	maxLimits          = 8 // of a rule, an override, a fallback or an overflow
+	maxKeyParts        = 8
+	maxOverrides       = 100_000 // of the whole configuration (see maxOverrideLimits)
 	maxListItems       = 256 // route_names, hosts, methods, headers of one match; classes, routes of a shedder
 	maxStatusRanges    = 32  // count_on.status
 	maxResponseHeaders = 32  // count_on.headers
@@ -109,6 +103,12 @@ const (
 	// the program-size bound (maxRegexProgram) it bounds the work of one regex on one value.
 	maxRegexInput = 4096
 )
+
+// maxOverrideLimits bounds the limits of the configuration's distinct override limit lists
+// (overrides whose limits compile alike share one list, and count once), as maxOverrides bounds
+// its overrides: what a VM holds for them is bounded, well under Envoy's 1 GiB per VM at both
+// bounds (docs/configuration.md "Memory per override", BenchmarkConfigureMemory; docs/envoy-host.md §7).
+const maxOverrideLimits = 100_000
 
 // A rule name is never hashed in a descriptor key (see maxRuleName): the constant below overflows
 // a uint if the configuration allowed a longer name than wire sends as is.
