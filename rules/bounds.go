@@ -54,7 +54,7 @@ const (
 	maxRules           = 256
 	maxLimits          = 8 // of a rule, an override, a fallback or an overflow
 	maxKeyParts        = 8
-	maxOverrides       = 100_000 // of the whole configuration (see maxOverrideLimits)
+	maxOverrides       = 100_000
 	maxListItems       = 256 // route_names, hosts, methods, headers of one match; classes, routes of a shedder
 	maxStatusRanges    = 32  // count_on.status
 	maxResponseHeaders = 32  // count_on.headers
