@@ -170,9 +170,12 @@ func (v *validator) extraHeaders(headers map[string]string) (extra []Field) {
 		v.failf("response.headers", "%d headers: at most %d are allowed", len(headers), maxExtraHeaders)
 	}
 	for name, value := range headers {
-		p := "response.headers[" + strconv.Quote(name) + "]"
+		p := "response.headers[" + quoteInput(name) + "]"
 		lower := strings.ToLower(name)
 		switch {
+		case len(name) > maxHeaderValue:
+			v.failf(p, "name longer than %d bytes", maxHeaderValue)
+			continue
 		case !isToken(name):
 			v.failf(p, "%q is not a valid header name", name)
 			continue

@@ -443,7 +443,7 @@ func (v *validator) classFrom(path string, cj *classFromJSON, s *Shed, classes [
 		case val == "":
 			v.failf(path+".classes", "an empty value: a missing part never names a class")
 		case c < 0:
-			v.failf(path+".classes["+strconv.Quote(val)+"]", "unknown class %q", class)
+			v.failf(path+".classes["+quoteInput(val)+"]", "unknown class %q", class)
 		default:
 			s.fromMap[string(appendPart(nil, val))] = c
 		}
