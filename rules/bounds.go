@@ -110,6 +110,10 @@ const (
 // bounds (docs/configuration.md "Memory per override", BenchmarkConfigureMemory; docs/envoy-host.md §7).
 const maxOverrideLimits = 100_000
 
+// maxOverrideLimitsWritten bounds the limits the configuration's overrides write, shared or not:
+// the decoded document, most of a VM's peak while it compiles, holds every one.
+const maxOverrideLimitsWritten = 200_000
+
 // A rule name is never hashed in a descriptor key (see maxRuleName): the constant below overflows
 // a uint if the configuration allowed a longer name than wire sends as is.
 const _ uint = wire.MaxRuleBytes - maxRuleName

@@ -9,9 +9,10 @@ import (
 // validator collects field errors while compiling.
 type validator struct {
 	errs []error
-	// overrideCount counts the overrides of the rules compiled so far, and overrideLimits the limits of
-	// their distinct limit lists (compile_overrides.go): both are bounded per configuration.
-	overrideCount, overrideLimits int
+	// overrideCount counts the overrides of the rules compiled so far, overrideLimits the limits of
+	// their distinct limit lists, overrideLimitsWritten all they write (compile_overrides.go): each
+	// is bounded per configuration.
+	overrideCount, overrideLimits, overrideLimitsWritten int
 }
 
 func (v *validator) failf(path, format string, args ...any) {

@@ -10,7 +10,8 @@ import (
 // value to its set's index (-1: unlimited). Overrides whose limits compile alike share one
 // []LimitSpec (sharedLimits), so a configuration of many overrides and a few tiers holds each
 // tier's limits once. The configuration's overrides are bounded (maxOverrides), and so are the
-// limits of their distinct lists (maxOverrideLimits): what a VM holds for them is bounded.
+// limits they write (maxOverrideLimitsWritten) and those of their distinct lists
+// (maxOverrideLimits): what a VM holds for them is bounded.
 func (v *validator) overrides(path string, ojs []overrideJSON, r *Rule) map[string]int {
 	if v.overrideCount += len(ojs); v.overrideCount > maxOverrides {
 		v.failf(path, "%d overrides, %d in the configuration so far: at most %d are allowed in the whole configuration", len(ojs), v.overrideCount, maxOverrides)
@@ -44,6 +45,7 @@ func (v *validator) overrides(path string, ojs []overrideJSON, r *Rule) map[stri
 		case len(oj.Limits) > maxLimits:
 			v.failf(op+".limits", "%d limits: at most %d are allowed", len(oj.Limits), maxLimits)
 		case !oj.Unlimited:
+			v.countWritten(op+".limits", len(oj.Limits))
 			m[val] = len(r.sets)
 			r.sets = append(r.sets, newLimitSet(len(r.sets), v.sharedLimits(op+".limits", oj.Limits, r.Name, shared), 1, val))
 		}
@@ -80,6 +82,15 @@ func (v *validator) sharedLimits(path string, ljs []limitJSON, rule string, seen
 		v.failf(path, "the overrides' distinct limit lists hold %d limits so far: at most %d are allowed in the whole configuration (overrides with equal limits share one list and count once)", v.overrideLimits, maxOverrideLimits)
 	}
 	return specs
+}
+
+// countWritten counts n limits an override writes against maxOverrideLimitsWritten, reporting
+// the override where the bound is passed.
+func (v *validator) countWritten(path string, n int) {
+	before := v.overrideLimitsWritten
+	if v.overrideLimitsWritten += n; v.overrideLimitsWritten > maxOverrideLimitsWritten && before <= maxOverrideLimitsWritten {
+		v.failf(path, "the overrides write %d limits so far: at most %d are allowed in the whole configuration", v.overrideLimitsWritten, maxOverrideLimitsWritten)
+	}
 }
 
 // equalLimits reports whether two compiled limit lists are the same limits in the same order.

@@ -2,7 +2,6 @@ package rules
 
 import (
 	"bytes"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -300,15 +299,6 @@ func (e *FieldError) Error() string {
 	return "config: " + e.Path + ": " + e.Msg
 }
 
-// largeConfig is the size past which ParseConfig runs the collector more often while it works
-// (GOGC largeConfigGC instead of the default 100): the decoded document of a large configuration
-// (100000 overrides) is most of what a VM holds at its peak, a wasm VM keeps its peak for good,
-// and the peak is the live heap times 1+GOGC/100. A small configuration decodes as before.
-const (
-	largeConfig   = 1 << 20
-	largeConfigGC = 25
-)
-
 // ParseConfig decodes, validates and compiles a configuration. Decoding is strict: unknown
 // or duplicate fields, wrong types and trailing data are errors. Every error is a
 // *FieldError naming its field; when there are several, they are joined with errors.Join
@@ -318,9 +308,6 @@ const (
 func ParseConfig(data []byte) (*Config, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, &FieldError{Msg: `empty configuration: want a JSON object such as {"rules": [...]} in the WasmPlugin's pluginConfig`}
-	}
-	if len(data) > largeConfig {
-		defer debug.SetGCPercent(debug.SetGCPercent(largeConfigGC))
 	}
 	var doc configJSON
 	d := decodeAll(data, &doc)

@@ -63,7 +63,7 @@ func TestOverridesWhoseLimitsDifferOnlyInNameDoNotShare(t *testing.T) {
 
 func TestAConfigurationAtTheBoundsOfOverridesAndTheirLimitsCompiles(t *testing.T) {
 	if testing.Short() {
-		t.Skip("compiles four configurations of 100000 overrides (seconds); e2e's TestAConfigurationAtTheBoundsOfOverridesAndLimitsStarts starts them too")
+		t.Skip("compiles five configurations of up to 100000 overrides (seconds); e2e's TestAConfigurationAtTheBoundsOfOverridesAndLimitsStarts starts them too")
 	}
 	for _, tc := range []struct {
 		name string
@@ -71,7 +71,8 @@ func TestAConfigurationAtTheBoundsOfOverridesAndTheirLimitsCompiles(t *testing.T
 	}{
 		{"100000 overrides of one distinct limit each", rulesDoc(overridesRule("a", maxOverrides, 1, maxOverrides))},
 		{"12500 overrides of 8 distinct limits each", rulesDoc(overridesRule("a", maxOverrideLimits/8, 8, maxOverrideLimits/8))},
-		{"100000 overrides of 8 limits in 4 tiers", rulesDoc(overridesRule("a", maxOverrides, 8, 4))},
+		{"100000 overrides of 2 limits in 4 tiers", rulesDoc(overridesRule("a", maxOverrides, 2, 4))},
+		{"25000 overrides of 8 limits in 4 tiers", rulesDoc(overridesRule("a", maxOverrideLimitsWritten/8, 8, 4))},
 		{"the overrides of two rules, 100000 in all", rulesDoc(overridesRule("a", 60_000, 1, 4), overridesRule("b", 40_000, 1, 4))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,6 +92,8 @@ func TestAConfigurationPastTheBoundsOfOverridesOrTheirLimitsIsRefusedNamingTheFi
 			"rules[1].overrides", "40001 overrides, 100001 in the configuration so far: at most 100000 are allowed in the whole configuration"},
 		{"12501 overrides of 8 distinct limits", rulesDoc(overridesRule("a", maxOverrideLimits/8+1, 8, maxOverrideLimits)),
 			"rules[0].overrides[12500].limits", "the overrides' distinct limit lists hold 100008 limits so far: at most 100000 are allowed in the whole configuration (overrides with equal limits share one list and count once)"},
+		{"100000 overrides writing 3 limits each", rulesDoc(overridesRule("a", maxOverrides, 3, 4)),
+			"rules[0].overrides[66666].limits", "the overrides write 200001 limits so far: at most 200000 are allowed in the whole configuration"},
 		{"distinct limits of two rules past the bound", rulesDoc(overridesRule("a", 50_000, 1, 50_000), overridesRule("b", 25_001, 2, 25_001)),
 			"rules[1].overrides[25000].limits", "the overrides' distinct limit lists hold 100002 limits so far: at most 100000 are allowed in the whole configuration (overrides with equal limits share one list and count once)"},
 	} {
