@@ -88,7 +88,7 @@ func BenchmarkConfigureMemory(b *testing.B) {
 	wasm := module(b, "meshlimit")
 	base := load(b, wasm, boundsConfig(1, 1, 1), 0).VM(0).MemoryBytes()
 	for _, c := range []struct{ n, limits, distinct int }{
-		{10_000, 1, 1}, {10_000, 8, 1}, {10_000, 8, 10_000}, {12_500, 8, 12_500}, {100_000, 1, 100_000}, {100_000, 2, 4}, {25_000, 8, 4},
+		{10_000, 1, 1}, {10_000, 8, 1}, {10_000, 8, 10_000}, {12_500, 8, 12_500}, {100_000, 1, 1}, {100_000, 1, 100_000}, {100_000, 2, 4}, {25_000, 8, 4},
 	} {
 		name := strconv.Itoa(c.n) + "x" + strconv.Itoa(c.limits) + "/distinct-" + strconv.Itoa(c.distinct)
 		b.Run(name, func(b *testing.B) {
