@@ -47,16 +47,17 @@ func asUser(user string) [2]string { return [2]string{"x-user", user} }
 
 func TestAConfigurationAtTheBoundsOfOverridesAndLimitsStarts(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts three configurations of up to 100000 overrides: minutes under wazero on a loaded machine")
+		t.Skip("starts a configuration of 100000 overrides: minutes under wazero on a loaded machine")
 	}
 	wasm := module(t, "meshlimit")
 	for _, c := range []struct {
 		name                string
 		n, limits, distinct int
 	}{
+		// The most a VM holds at the bounds (257 MiB); 12,500 overrides of 8 distinct limits
+		// (143 MiB) and 100,000 of 2 limits in 4 tiers (239 MiB) hold less and are measured by
+		// BenchmarkConfigureMemory, to keep make test's e2e stage within its minutes.
 		{"100000 overrides of one distinct limit each", 100_000, 1, 100_000},
-		{"12500 overrides of 8 distinct limits each", 12_500, 8, 12_500},
-		{"100000 overrides of 2 limits in 4 tiers", 100_000, 2, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := boundsConfig(c.n, c.limits, c.distinct)
