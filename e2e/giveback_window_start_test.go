@@ -34,7 +34,7 @@ func sendTenantUser(t *testing.T, vm *envoyhost.VM, tenant, user string) bool {
 }
 
 // TestAUserOverItsGlobalLimitSpendsNothingOfItsTenantsGlobalQuota: rules tenant (global, 5 per
-// window, listed first) and user (global, 1 per minute), the service on a real Redis at 100 ms
+// window, listed first) and user (global, 1 per minute, asking the service every time), the service on a real Redis at 100 ms
 // into the windows. u1's 30 requests: the first is admitted, each of the 29 others is admitted by
 // tenant and denied by user, and tenant's unit is given back into the window that took it. So
 // four more users of the tenant are admitted, and a fifth is denied.
@@ -51,7 +51,7 @@ func TestAUserOverItsGlobalLimitSpendsNothingOfItsTenantsGlobalQuota(t *testing.
 			redis := redistest.Start(t)
 			svc := startSettleServiceAt(t, redis.Addr(), windowStart)
 			cfg := globalConfig(`{"name": "tenant", "scope": "global", "key": [{"header": "x-tenant"}], "limits": [{` + tenant + `}]},
-				{"name": "user", "scope": "global", "key": [{"header": "x-user"}], "limits": [{"rate": "1/m"}]}`)
+				{"name": "user", "scope": "global", "key": [{"header": "x-user"}], "cache_denials": false, "limits": [{"rate": "1/m"}]}`)
 			p := load(t, module(t, "meshlimit"), cfg, 2, toReplica(svc.addr))
 			admitted := 0
 			for i := range 30 {
