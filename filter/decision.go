@@ -153,7 +153,7 @@ func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []by
 		d.taken.add(rs, set.Index, key, &out, out.Cost)
 	}
 	if enforced {
-		d.outcomesOf(specs, out.Decisions, p.cfg.Response.Partition(r, key), now, out.Allowed)
+		d.outcomesOf(specs, out.Decisions, partitionOf(p.cfg.Response, r, key, out.Placement), now, out.Allowed)
 	}
 	return enforced && !out.Allowed
 }

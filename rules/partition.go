@@ -37,6 +37,21 @@ func (r *Response) partition(rule *Rule, key []byte) PartitionKey {
 	return pk
 }
 
+// OverflowPartition returns the partition key of rule's overflow state, when response.partition_key
+// is on: the one count that the keys finding no slot of their own in the rule's table share
+// (sharedstate: the bounded table's overflow record), so they all show this one pk, as they share
+// one quota. It is SipHash-2-4 of the rule's fingerprint alone under a key derived from the
+// secret (its first half flipped), so it is no key value's pk, and like them reveals nothing. It
+// does not allocate.
+func (r *Response) OverflowPartition(rule *Rule) PartitionKey {
+	if !r.partitionKey || rule == nil {
+		return PartitionKey{}
+	}
+	pk := PartitionKey{set: true}
+	binary.BigEndian.PutUint64(pk.sum[:], siphash.Sum64(^r.pkKey[0], r.pkKey[1], rule.fingerprint, nil))
+	return pk
+}
+
 // PartitionString is Partition for a key held as a string.
 func (r *Response) PartitionString(rule *Rule, key string) PartitionKey {
 	if !r.partitionKey || rule == nil {
