@@ -70,8 +70,8 @@ func (t *takenTimes) of(k int) int64 {
 	return 0
 }
 
-// entryAppender appends entry i of a settle list: wire.AppendSettleAt (units settled) or
-// wire.AppendUndoAt (units given back), naming the decision's time atUs when known, else age.
+// entryAppender appends entry i of a settle list: wire.AppendSettle (units settled) or
+// wire.AppendUndo (units given back), naming the decision's time atUs when known, else age.
 type entryAppender func(b []byte, i int, k wire.Key, l algorithms.Limit, units int64, age time.Duration, atUs int64) []byte
 
 // appendEntries appends to b one settle-list entry per limit r charged, numbered from n on, each

@@ -83,7 +83,7 @@ func (s *settler) sendGiveBacks(list []reservation, now int64) {
 	n := 0
 	for i := range list {
 		r := &list[i]
-		b, n = s.appendEntries(b, n, r, wire.AppendUndoAt, r.reserved, undoAge(r.at, now, g.cfg.Timeout))
+		b, n = s.appendEntries(b, n, r, wire.AppendUndo, r.reserved, undoAge(r.at, now, g.cfg.Timeout))
 	}
 	g.body = wire.AppendRequestEnd(b)
 	g.metrics.giveBackCalls.inc(1)

@@ -52,7 +52,7 @@ func (s *settler) settleGlobal(r *reservation, delta, now int64) {
 		m.callFailed.inc(1)
 		return
 	}
-	b, _ := s.appendEntries(wire.AppendSettleListStart(g.body[:0], false), 0, r, wire.AppendSettleAt, delta, time.Duration(max(now-r.at, 0)))
+	b, _ := s.appendEntries(wire.AppendSettleListStart(g.body[:0], false), 0, r, wire.AppendSettle, delta, time.Duration(max(now-r.at, 0)))
 	g.body = wire.AppendRequestEnd(b)
 	err := s.host.dispatch(g.cfg.Cluster, g.headers, g.body, g.timeout, func(numHeaders, _, _ int) {
 		s.onSettleAnswer(m, numHeaders)

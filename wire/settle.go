@@ -64,15 +64,10 @@ func AppendSettleListStart(b []byte, afterDescriptors bool) []byte {
 // AppendSettle appends entry i (0 for the first) of a settle list: delta units to key k under
 // l, for a reservation decided age ago (sent in whole milliseconds, rounded up: a reservation
 // looks older, never younger, so a fixed window never refunds into a window that did not hold
-// it). The caller keeps l valid, of a kind that settles, and delta non-zero within
-// ±algorithms.MaxQuota.
-func AppendSettle(b []byte, i int, k Key, l algorithms.Limit, delta int64, age time.Duration) []byte {
-	return AppendSettleAt(b, i, k, l, delta, age, 0)
-}
-
-// AppendSettleAt is AppendSettle for a reservation the store decided at atUs (its decision's
-// AtUs), which the entry names instead of age when atUs > 0.
-func AppendSettleAt(b []byte, i int, k Key, l algorithms.Limit, delta int64, age time.Duration, atUs int64) []byte {
+// it). With atUs > 0, the store's time of the reservation's decision (its Decision.AtUs), the entry
+// names that instead of age. The caller keeps l valid, of a kind that settles, and delta non-zero
+// within ±algorithms.MaxQuota.
+func AppendSettle(b []byte, i int, k Key, l algorithms.Limit, delta int64, age time.Duration, atUs int64) []byte {
 	b = appendKeyAndLimit(b, i, k, l)
 	return appendDeltaWhen(b, delta, age, atUs)
 }
@@ -80,14 +75,10 @@ func AppendSettleAt(b []byte, i int, k Key, l algorithms.Limit, delta int64, age
 // AppendUndo appends entry i (0 for the first) of a settle list that gives back cost units key k
 // took under l age ago (an undo, of any algorithm): sent as AppendSettle sends a refund, the age
 // rounded up (an admission looks older, never younger, so a window never gives back into one that
-// did not count it). The caller keeps l valid and cost within 1 to algorithms.MaxQuota.
-func AppendUndo(b []byte, i int, k Key, l algorithms.Limit, cost int64, age time.Duration) []byte {
-	return AppendUndoAt(b, i, k, l, cost, age, 0)
-}
-
-// AppendUndoAt is AppendUndo for an admission the store decided at atUs (its decision's AtUs),
-// which the entry names instead of age when atUs > 0: the undo is then exact whenever it comes.
-func AppendUndoAt(b []byte, i int, k Key, l algorithms.Limit, cost int64, age time.Duration, atUs int64) []byte {
+// did not count it). With atUs > 0, the store's time of the admission's decision (its
+// Decision.AtUs), the entry names that instead of age: the undo is then exact whenever it comes.
+// The caller keeps l valid and cost within 1 to algorithms.MaxQuota.
+func AppendUndo(b []byte, i int, k Key, l algorithms.Limit, cost int64, age time.Duration, atUs int64) []byte {
 	b = appendKeyAndLimit(b, i, k, l)
 	b = append(b, `,"undo":true`...)
 	return appendDeltaWhen(b, -cost, age, atUs)

@@ -26,9 +26,9 @@ func TestTheTimeOfAnAdmissionGoesToTheFilterAndComesBackWithItsUndoAndSettle(t *
 	l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 5, Window: time.Minute}
 	k := Key{Plugin: "p", Rule: "r", Value: "v"}
 	s := AppendSettleListStart(nil, false)
-	s = AppendUndoAt(s, 0, k, l, 1, time.Second, ds[0].AtUs)
-	s = AppendSettleAt(s, 1, k, l, -2, time.Second, ds[0].AtUs)
-	s = AppendUndoAt(s, 2, k, l, 1, time.Second, 0)
+	s = AppendUndo(s, 0, k, l, 1, time.Second, ds[0].AtUs)
+	s = AppendSettle(s, 1, k, l, -2, time.Second, ds[0].AtUs)
+	s = AppendUndo(s, 2, k, l, 1, time.Second, 0)
 	s = AppendRequestEnd(s)
 	var req Request
 	require.NoError(t, DecodeRequest(s, DecodeOptions{}, &req), "%s", s)
