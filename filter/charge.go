@@ -112,7 +112,7 @@ func (c *charger) check(rs *ruleState, set *rules.LimitSet, key []byte, cost, no
 	}
 	allowed, placement := out.Allowed, out.Placement
 	if !allowed && enforced {
-		pk := partitionOf(c.cfg.Response, r, key, placement)
+		pk := c.cfg.Response.PartitionIn(r, key, placement == sharedstate.Overflow)
 		for j := range set.Limits {
 			d.outcome(&set.Limits[j], out.Decisions[j], pk, now)
 		}
