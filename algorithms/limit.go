@@ -269,6 +269,11 @@ type Decision struct {
 	// always set it; a decision rebuilt from fewer fields (another process's answer) may leave
 	// it 0, and Limit.EffectiveWindowOf then tells what those fields allow.
 	EffectiveWindow time.Duration
+	// At is, for a decision a store of the decision service made, the time it decided at (unix
+	// nanoseconds, on the store's clock: Redis TIME), which an undo or a settle of what it
+	// admitted names to be applied in the window, the log and the state that took it (wire's
+	// at_us); 0 when not known. Decide and Peek leave it 0: the caller knows its now.
+	At int64
 }
 
 // Decide decides a request of the given cost at time now (unix nanoseconds) against the encoded

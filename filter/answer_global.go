@@ -41,22 +41,47 @@ func chargedMask(spec []rules.LimitSpec, decisions []wire.Decision) uint64 {
 }
 
 // admission is what the service admitted for it in a check sent at sent: the limits in charged,
-// each its cost. The admission is no older than sent, so an age taken from it is never understated.
-func (it *globalItem) admission(charged uint64, sent int64) reservation {
-	return reservation{rs: it.rs, key: it.key, at: sent, reserved: it.cost, spec: it.spec, charged: charged}
+// each its cost, decided at the store's times of ds. The admission is no older than sent, so an
+// age taken from it is never understated.
+func (it *globalItem) admission(charged uint64, sent int64, ds []wire.Decision) reservation {
+	return reservation{rs: it.rs, key: it.key, at: sent, reserved: it.cost, spec: it.spec, charged: charged, taken: takenAt(ds, charged)}
+}
+
+// takenTimes holds the store's time of the decision of each limit of a rule (unix µs, the
+// answer's at_us; at most rules' 8 limits), 0 where the answer carried none (a service before
+// at_us): a settle or an undo of such a limit then names its age instead.
+type takenTimes [8]int64
+
+// takenAt returns the store's times of the decisions ds of the limits in charged.
+func takenAt(ds []wire.Decision, charged uint64) (t takenTimes) {
+	for k := 0; k < len(ds) && k < len(t); k++ {
+		if charged&(1<<k) != 0 && ds[k].AtUs > 0 && ds[k].AtUs <= wire.MaxTimeUs {
+			t[k] = ds[k].AtUs
+		}
+	}
+	return t
+}
+
+// of returns the store's time of limit k's decision, 0 when not known.
+func (t *takenTimes) of(k int) int64 {
+	if k < len(t) {
+		return t[k]
+	}
+	return 0
 }
 
 // entryAppender appends entry i of a settle list: wire.AppendSettle (units settled) or
-// wire.AppendUndo (units given back).
-type entryAppender func(b []byte, i int, k wire.Key, l algorithms.Limit, units int64, age time.Duration) []byte
+// wire.AppendUndo (units given back), naming the decision's time atUs when known, else age.
+type entryAppender func(b []byte, i int, k wire.Key, l algorithms.Limit, units int64, age time.Duration, atUs int64) []byte
 
 // appendEntries appends to b one settle-list entry per limit r charged, numbered from n on, each
-// of units at age, and returns b and the next entry's number.
+// of units, at the store's time of its decision (r.taken) or, where not known, at age; and
+// returns b and the next entry's number.
 func (s *settler) appendEntries(b []byte, n int, r *reservation, entry entryAppender, units int64, age time.Duration) ([]byte, int) {
 	for k := range r.spec {
 		if k < 64 && r.charged&(1<<k) != 0 {
 			key := wire.Key{Plugin: s.name, Rule: r.rs.rule.Name, Fingerprint: r.spec[k].Fingerprint, Value: r.key}
-			b = entry(b, n, key, r.spec[k].Limit, units, age)
+			b = entry(b, n, key, r.spec[k].Limit, units, age, r.taken.of(k))
 			n++
 		}
 	}

@@ -206,6 +206,9 @@ func (s *bodyStage) decideReserved(st *settling, pb pendingBody, cost, now int64
 	if enforced {
 		specs := rs.placed(out.Placement, r.LimitSets()[pb.set].Limits)
 		pk := s.cfg.Response.PartitionString(r, pb.key)
+		if out.Placement == sharedstate.Overflow { // one shared count, one pk
+			pk = s.cfg.Response.PartitionIn(r, nil, true)
+		}
 		for j := range specs {
 			d.outcome(&specs[j], out.Decisions[j], pk, now)
 		}

@@ -47,6 +47,7 @@ type charge struct {
 	// same cost again (0: none), which a counted response puts into the penalty box.
 	charged   uint64
 	exhausted int
+	taken     takenTimes // the store's time of each charged limit's decision
 	// inCheck: the request's check carried the charge and its answer has not been read; if the
 	// stream ends first, the service decided the charge and the filter leaves it so.
 	inCheck bool
@@ -111,7 +112,7 @@ func (c *charger) check(rs *ruleState, set *rules.LimitSet, key []byte, cost, no
 	}
 	allowed, placement := out.Allowed, out.Placement
 	if !allowed && enforced {
-		pk := c.cfg.Response.Partition(r, key)
+		pk := c.cfg.Response.PartitionIn(r, key, placement == sharedstate.Overflow)
 		for j := range set.Limits {
 			d.outcome(&set.Limits[j], out.Decisions[j], pk, now)
 		}
@@ -248,7 +249,7 @@ func (c *charger) giveBack(h *httpContext, ch *charge, key string) {
 	if rs.rule.Scope != rules.ScopeLocal {
 		if ch.charged != 0 {
 			spec := rs.rule.LimitSets()[ch.set].Limits
-			h.taken.global = append(h.taken.global, reservation{rs: rs, key: key, at: ch.at, reserved: ch.cost, spec: spec, charged: ch.charged})
+			h.taken.global = append(h.taken.global, reservation{rs: rs, key: key, at: ch.at, reserved: ch.cost, spec: spec, charged: ch.charged, taken: ch.taken})
 		}
 		return
 	}

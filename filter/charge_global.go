@@ -38,6 +38,7 @@ func (c *charger) admitted(h *httpContext, items []globalItem, decisions []wire.
 		}
 		charged := chargedMask(it.spec, ds) // a counted rule has no concurrency limit
 		ch.charged |= charged
+		ch.taken = takenAt(ds, charged) // only this check carries the charge (checked)
 		for k := 0; k < len(ds) && ch.exhausted == 0; k++ {
 			if charged&(1<<k) != 0 && ds[k].Remaining < it.cost {
 				ch.exhausted = k + 1

@@ -200,7 +200,7 @@ func (c *permits) acquireOwned(rs *ruleState, rec *sharedstate.Records, spec, ov
 	}
 	d.count(rs, e.Allowed, enforced)
 	if enforced {
-		d.outcome(spec, rules.ConcurrencyDecision(spec.Concurrency, e.Total, e.Allowed), c.cfg.Response.Partition(r, key), now)
+		d.outcome(spec, rules.ConcurrencyDecision(spec.Concurrency, e.Total, e.Allowed), c.cfg.Response.PartitionIn(r, key, res.Placement == sharedstate.Overflow), now)
 	}
 	return enforced && !e.Allowed, h, e.Admitted
 }

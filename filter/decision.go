@@ -5,6 +5,7 @@ import (
 
 	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/rules"
+	"github.com/meshlimit/meshlimit/sharedstate"
 )
 
 // decision is the request being decided: its view of the host's request, the key of the rule at
@@ -153,7 +154,7 @@ func (p *pluginContext) decideLocal(rs *ruleState, set *rules.LimitSet, key []by
 		d.taken.add(rs, set.Index, key, &out, out.Cost)
 	}
 	if enforced {
-		d.outcomesOf(specs, out.Decisions, p.cfg.Response.Partition(r, key), now, out.Allowed)
+		d.outcomesOf(specs, out.Decisions, p.cfg.Response.PartitionIn(r, key, out.Placement == sharedstate.Overflow), now, out.Allowed)
 	}
 	return enforced && !out.Allowed
 }

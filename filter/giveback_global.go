@@ -13,12 +13,18 @@ import (
 // the request is denied after all (another global limit of the same answer, a body-stage rule or
 // call, the over-limit cache), giveBackGlobal sends the service one settle call of undo entries
 // (service/API.md, "Undo"): each gives back exactly what the admission took, for every algorithm,
-// whatever others took since. A global counted rule's charge, made in the check, is given back the
+// whatever others took since, in the window and state that took it: the entry names the store's
+// time of the decision, which the answer carried (at_us; takenTimes), however soon after a window
+// began the take was and however late the undo comes. (Only an answer without it, from a service
+// before at_us, leaves the entry an age: the time since the check was sent plus the call's
+// timeout, which names the window before for a take within that margin of its window's start, and
+// gives back nothing there; undoAge.) A global counted rule's charge, made in the check, is given back the
 // same way when its answer does not count (charge_global.go), by the response or the stream's end
 // (giveBackCounted: only those charges; an admitted request's other admissions are spent). The call
 // is never waited for, and is one per denied request or uncounted response, of at most the
 // descriptors its checks carried (rules.checkGlobalBounds bounds them all to wire.MaxDescriptors).
-// What is given back is counted per rule in given_back, sent or not; the calls in:
+// What is given back is counted per rule in given_back when its call is sent (not when the breaker
+// is open or the cluster refuses it: then nothing is given back); the calls in:
 //
 //	meshlimit.global.give_back_calls   undo calls sent to the service
 //	meshlimit.global.give_back_failed  those that could not be sent (breaker open, cluster refused) or were not applied (an answer other than 200 while the stream lived)
@@ -34,7 +40,7 @@ func (s *settler) takeGlobal(h *httpContext, items []globalItem, decisions []wir
 			continue
 		}
 		if charged := chargedMask(it.spec, ds); charged != 0 {
-			h.taken.global = append(h.taken.global, it.admission(charged, sent))
+			h.taken.global = append(h.taken.global, it.admission(charged, sent, ds))
 		}
 	}
 }
@@ -63,19 +69,13 @@ func (s *settler) giveBackCounted(h *httpContext, now int64) {
 }
 
 // sendGiveBacks sends the service one call of undo entries that give back list, counted per rule in
-// given_back; the call is never waited for.
+// given_back once the call is sent; the call is never waited for.
 func (s *settler) sendGiveBacks(list []reservation, now int64) {
-	if len(list) == 0 {
-		return
-	}
 	g := s.g
-	for i := range list {
-		list[i].rs.metrics.givenBack.inc(1)
-	}
-	if g == nil {
+	if len(list) == 0 || g == nil {
 		return
 	}
-	if g.breaker.open() { // no call, and no probe taken
+	if g.breaker.open() { // no call, and no probe taken: nothing is given back
 		g.metrics.giveBackFailed.inc(1)
 		return
 	}
@@ -93,6 +93,10 @@ func (s *settler) sendGiveBacks(list []reservation, now int64) {
 	if err != nil {
 		g.metrics.giveBackFailed.inc(1)
 		logf(s.host, logWarn, "meshlimit: giving back global admissions (of a denied request, or count_on charges not counted) in cluster %q: %v", g.cfg.Cluster, err)
+		return
+	}
+	for i := range list {
+		list[i].rs.metrics.givenBack.inc(1)
 	}
 }
 
@@ -105,8 +109,8 @@ func (s *settler) onGiveBackAnswer(g *globalClient, numHeaders int) {
 	}
 }
 
-// undoAge is the age sent with the undo of an admission whose check was sent at sent: the time
-// since, plus the call's timeout, which the undo takes at most to reach the service. The service
+// undoAge is the age sent with the undo of an admission whose check was sent at sent, when its
+// answer did not carry the store's time of the decision: the time since, plus the call's timeout, which the undo takes at most to reach the service. The service
 // gives back the admission's units at or after now - age (a sliding log drops the oldest units from
 // then on; a window gives back into the one holding that time), so the age must not understate
 // the admission's: an older one only ever gives back less (another admission's units, just as

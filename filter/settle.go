@@ -113,6 +113,9 @@ type reservation struct {
 	// (settle_global.go); charged has bit k set when it charged spec[k].
 	spec    []rules.LimitSpec
 	charged uint64
+	// taken is the store's time of each charged limit's decision (wire.Decision.AtUs): what its
+	// settle or undo names, so that the service applies it in the window and state that took it.
+	taken takenTimes
 }
 
 // pendingBody is a rule whose reservation waits for the request body.

@@ -39,7 +39,7 @@ func (s *settler) reserveGlobal(h *httpContext, decisions []wire.Decision, sent 
 		if h.settle == nil {
 			h.newSettling()
 		}
-		h.settle.res = append(h.settle.res, it.admission(charged, sent))
+		h.settle.res = append(h.settle.res, it.admission(charged, sent, ds))
 		s.askReadable(h.settle, it.rs) // the request is still paused at its headers, unless at the body stage
 	}
 }

@@ -37,6 +37,28 @@ func (r *Response) partition(rule *Rule, key []byte) PartitionKey {
 	return pk
 }
 
+// PartitionIn is Partition for a key decided in its own state, or, with overflow, in the rule's
+// overflow state: the one count that the keys finding no slot of their own in the rule's table
+// share (sharedstate: the bounded table's overflow record), so they all show that count's one pk,
+// as they share one quota. The overflow's pk is SipHash-2-4 of the rule's fingerprint alone under
+// a key derived from the secret (its first half flipped): no key value's pk, and like them it
+// reveals nothing. It does not allocate, and is inlined as Partition is.
+func (r *Response) PartitionIn(rule *Rule, key []byte, overflow bool) PartitionKey {
+	if !r.partitionKey || rule == nil {
+		return PartitionKey{}
+	}
+	return r.partitionIn(rule, key, overflow)
+}
+
+func (r *Response) partitionIn(rule *Rule, key []byte, overflow bool) PartitionKey {
+	if !overflow {
+		return r.partition(rule, key)
+	}
+	pk := PartitionKey{set: true}
+	binary.BigEndian.PutUint64(pk.sum[:], siphash.Sum64(^r.pkKey[0], r.pkKey[1], rule.fingerprint, nil))
+	return pk
+}
+
 // PartitionString is Partition for a key held as a string.
 func (r *Response) PartitionString(rule *Rule, key string) PartitionKey {
 	if !r.partitionKey || rule == nil {

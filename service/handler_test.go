@@ -89,6 +89,7 @@ type checkAnswer struct {
 		DelayMs      int64 `json:"delay_ms"`
 		EffectiveMs  int64 `json:"effective_ms"`
 		Skipped      bool  `json:"skipped"`
+		AtUs         int64 `json:"at_us"`
 	} `json:"decisions"`
 	Error string `json:"error"`
 }

@@ -24,13 +24,29 @@ type SettleStore interface {
 // decision admitted Age before now, for a request that was then not served (a later rule denied
 // it, or its answer is one a count_on rule does not count). An undo is exact for every kind; its
 // Delta is < 0.
+//
+// A non-zero At is the time the store decided the admission or the reservation at, on its own
+// clock (algorithms.Decision.At, which the answer carried as at_us and the settle carries back):
+// the entry then applies as of At, and Age is not used. So an undo (a refund) reaches exactly the
+// window, the log entries or the counts that took it, however long it took to come and however
+// soon after a window began the take was; an age can only bound that time from below.
 type SettleRequest struct {
 	Key   string
 	Limit algorithms.Limit
 	Delta int64
 	Age   time.Duration
+	At    time.Time
 	Now   time.Time
 	Undo  bool
+}
+
+// TakenAt is when the settled admission or reservation was decided (unix ns), for a settle applied
+// at now (unix ns): At when set, else now - Age.
+func (r SettleRequest) TakenAt(now int64) int64 {
+	if !r.At.IsZero() {
+		return r.At.UnixNano()
+	}
+	return now - int64(r.Age)
 }
 
 // Validate reports what is wrong with r; a settle of a kind that keeps no exact state to refund
@@ -45,6 +61,8 @@ func (r SettleRequest) Validate() error {
 		return fmt.Errorf("service: %v does not settle a cost", r.Limit.Kind)
 	case r.Age < 0:
 		return errors.New("service: negative settle age")
+	case !r.At.IsZero() && (r.At.UnixMicro() < 0 || r.At.UnixMicro() > wire.MaxTimeUs):
+		return fmt.Errorf("service: a settle's time %v is out of range", r.At)
 	}
 	return r.Limit.Validate()
 }
@@ -52,7 +70,11 @@ func (r SettleRequest) Validate() error {
 // settle applies a check's settle list, in order, and returns how many entries it applied.
 func (l *limiter) settle(ctx context.Context, list []wire.Settle, now time.Time) (int, error) {
 	for i, s := range list {
-		err := l.store.Settle(ctx, SettleRequest{Key: s.Key, Limit: s.Limit, Delta: s.Delta, Age: s.Age, Now: now, Undo: s.Undo})
+		req := SettleRequest{Key: s.Key, Limit: s.Limit, Delta: s.Delta, Age: s.Age, Now: now, Undo: s.Undo}
+		if s.AtUs > 0 {
+			req.At = time.UnixMicro(s.AtUs)
+		}
+		err := l.store.Settle(ctx, req)
 		if err != nil {
 			return i, err
 		}

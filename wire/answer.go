@@ -30,6 +30,10 @@ type Decision struct {
 	// Skipped reports that the descriptor was not evaluated (nor charged): an earlier one
 	// denied the request. Only Limit is set.
 	Skipped bool
+	// AtUs is the store's time of the decision in unix µs (algorithms.Decision.At), sent as at_us
+	// when > 0: an undo or a settle of what it admitted carries it back (Settle.AtUs), so that the
+	// store applies it in the window and state that took it. 0 from a service before the member.
+	AtUs int64
 }
 
 // FromAlgorithms returns the wire form of an algorithms decision (durations rounded up to
@@ -37,6 +41,9 @@ type Decision struct {
 func FromAlgorithms(d algorithms.Decision, skipped bool) Decision {
 	w := Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, ResetMs: ceilMs(d.Reset),
 		DelayMs: ceilMs(d.Delay), EffectiveMs: ceilMs(d.EffectiveWindow), Skipped: skipped}
+	if d.Allowed && !skipped { // what took something: what an undo or a settle may name
+		w.AtUs = d.At / int64(time.Microsecond)
+	}
 	if d.RetryAfter == algorithms.RetryNever {
 		w.RetryAfterMs = -1
 	} else {
@@ -98,6 +105,10 @@ func AppendDecision(b []byte, i int, d Decision) []byte {
 	}
 	if d.Skipped {
 		b = append(b, `,"skipped":true`...)
+	}
+	if d.AtUs > 0 {
+		b = append(b, `,"at_us":`...)
+		b = strconv.AppendInt(b, d.AtUs, 10)
 	}
 	return append(b, '}')
 }
@@ -239,6 +250,7 @@ const (
 	dDelay
 	dSkipped
 	dEffective
+	dAt
 )
 
 func decisionField(name []byte) (int, string) {
@@ -259,6 +271,8 @@ func decisionField(name []byte) (int, string) {
 		return dSkipped, "skipped"
 	case "effective_ms":
 		return dEffective, "effective_ms"
+	case "at_us":
+		return dAt, "at_us"
 	}
 	return 0, ""
 }
@@ -281,6 +295,8 @@ func (s *scanner) decisionValue(bit int, at loc, d *Decision) (err *FieldError) 
 		d.DelayMs, err = s.integer(at)
 	case dEffective:
 		d.EffectiveMs, err = s.integer(at)
+	case dAt:
+		d.AtUs, err = s.integer(at)
 	}
 	return err
 }

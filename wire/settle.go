@@ -26,14 +26,24 @@ import (
 // (algorithms.Limit.Undo): -delta units (delta < 0) that a descriptor admitted age_ms ago, for a
 // request that was then not served (a later rule denied it; a count_on rule's answer did not
 // count). A service older than undo refuses the member (400, naming settle[i].undo).
+//
+// An entry may name, instead of an age, the store's time of the decision that took what it
+// settles or gives back: at_us, the decision's own (Decision.AtUs), carried back unchanged. The
+// store then applies it as of that time, exactly: in the window that counted it, to the log's
+// entries of that instant, however soon after a window began it was taken (an age, measured by
+// the proxy, can only be an upper bound, which names the window before when the take was that
+// early in its own). at_us and age_ms are exclusive. A service older than at_us refuses it (400,
+// naming settle[i].at_us).
 
 // Settle is one entry of a settle list: apply Delta cost units to Key under Limit, for a
-// reservation decided Age ago; with Undo, give back -Delta units admitted Age ago.
+// reservation decided Age ago; with Undo, give back -Delta units admitted Age ago. A non-zero AtUs
+// is the time the store decided it at (unix µs, the store's clock): Age is then 0 and unused.
 type Settle struct {
 	Key   string
 	Limit algorithms.Limit
 	Delta int64
 	Age   time.Duration
+	AtUs  int64
 	Undo  bool
 }
 
@@ -54,27 +64,35 @@ func AppendSettleListStart(b []byte, afterDescriptors bool) []byte {
 // AppendSettle appends entry i (0 for the first) of a settle list: delta units to key k under
 // l, for a reservation decided age ago (sent in whole milliseconds, rounded up: a reservation
 // looks older, never younger, so a fixed window never refunds into a window that did not hold
-// it). The caller keeps l valid, of a kind that settles, and delta non-zero within
-// ±algorithms.MaxQuota.
-func AppendSettle(b []byte, i int, k Key, l algorithms.Limit, delta int64, age time.Duration) []byte {
+// it). With atUs > 0, the store's time of the reservation's decision (its Decision.AtUs), the entry
+// names that instead of age. The caller keeps l valid, of a kind that settles, and delta non-zero
+// within ±algorithms.MaxQuota.
+func AppendSettle(b []byte, i int, k Key, l algorithms.Limit, delta int64, age time.Duration, atUs int64) []byte {
 	b = appendKeyAndLimit(b, i, k, l)
-	return appendDeltaAge(b, delta, age)
+	return appendDeltaWhen(b, delta, age, atUs)
 }
 
 // AppendUndo appends entry i (0 for the first) of a settle list that gives back cost units key k
 // took under l age ago (an undo, of any algorithm): sent as AppendSettle sends a refund, the age
 // rounded up (an admission looks older, never younger, so a window never gives back into one that
-// did not count it). The caller keeps l valid and cost within 1 to algorithms.MaxQuota.
-func AppendUndo(b []byte, i int, k Key, l algorithms.Limit, cost int64, age time.Duration) []byte {
+// did not count it). With atUs > 0, the store's time of the admission's decision (its
+// Decision.AtUs), the entry names that instead of age: the undo is then exact whenever it comes.
+// The caller keeps l valid and cost within 1 to algorithms.MaxQuota.
+func AppendUndo(b []byte, i int, k Key, l algorithms.Limit, cost int64, age time.Duration, atUs int64) []byte {
 	b = appendKeyAndLimit(b, i, k, l)
 	b = append(b, `,"undo":true`...)
-	return appendDeltaAge(b, -cost, age)
+	return appendDeltaWhen(b, -cost, age, atUs)
 }
 
-func appendDeltaAge(b []byte, delta int64, age time.Duration) []byte {
+// appendDeltaWhen appends an entry's delta and its time: at_us when atUs > 0 (within MaxTimeUs),
+// else age_ms when age > 0.
+func appendDeltaWhen(b []byte, delta int64, age time.Duration, atUs int64) []byte {
 	b = append(b, `,"delta":`...)
 	b = strconv.AppendInt(b, delta, 10)
-	if age > 0 {
+	if atUs > 0 {
+		b = append(b, `,"at_us":`...)
+		b = strconv.AppendInt(b, min(atUs, MaxTimeUs), 10)
+	} else if age > 0 {
 		b = append(b, `,"age_ms":`...)
 		b = strconv.AppendInt(b, min(ceilMs(age), MaxSettleAgeMs), 10)
 	}
@@ -102,6 +120,7 @@ const (
 	fDelta = 1 << (iota + 16)
 	fAge
 	fUndo
+	fAt
 )
 
 // settleEntry decodes and validates entry i of the settle list into out.
@@ -120,6 +139,8 @@ func (d *requestDecoder) settleEntry(i int, out *Settle) *FieldError {
 			bit, field = fAge, "age_ms"
 		case "undo":
 			bit, field = fUndo, "undo"
+		case "at_us":
+			bit, field = fAt, "at_us"
 		}
 		at := loc{desc: i, arr: "settle", field: field}
 		switch {
@@ -137,6 +158,8 @@ func (d *requestDecoder) settleEntry(i int, out *Settle) *FieldError {
 			ageMs, err = d.integer(at)
 		case fUndo:
 			out.Undo, err = d.boolean(at)
+		case fAt:
+			out.AtUs, err = d.integer(at)
 		default:
 			err = d.descriptorValue(bit, at, &desc, &x)
 		}
@@ -171,6 +194,10 @@ func validateSettle(here loc, seen int, out *Settle, desc *Descriptor, x extras,
 			strconv.FormatInt(algorithms.MaxQuota, 10)+" and not 0, got "+strconv.FormatInt(out.Delta, 10))
 	case ageMs < 0 || ageMs > MaxSettleAgeMs:
 		return at("age_ms").err(false, between(0, MaxSettleAgeMs, ageMs))
+	case seen&fAt != 0 && (out.AtUs < 1 || out.AtUs > MaxTimeUs):
+		return at("at_us").err(false, between(1, MaxTimeUs, out.AtUs))
+	case seen&fAt != 0 && seen&fAge != 0:
+		return at("at_us").err(false, "given with age_ms: an entry names its time once")
 	}
 	out.Key, out.Limit, out.Age = desc.Key, desc.Limit, time.Duration(ageMs)*time.Millisecond
 	return nil

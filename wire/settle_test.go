@@ -39,7 +39,7 @@ func TestEverySettleFieldTheFilterSendsIsWhatTheServiceDecodes(t *testing.T) {
 	b := AppendDescriptor(AppendRequestStart(nil), 0, Key{Plugin: "p", Rule: "r", Value: "v"}, sent[0].l, 3)
 	b = AppendSettleListStart(b, true)
 	for i, e := range sent {
-		b = AppendSettle(b, i, e.k, e.l, e.delta, e.age)
+		b = AppendSettle(b, i, e.k, e.l, e.delta, e.age, 0)
 	}
 	b = AppendRequestEnd(b)
 
@@ -58,7 +58,7 @@ func TestEverySettleFieldTheFilterSendsIsWhatTheServiceDecodes(t *testing.T) {
 func TestASettleOnlyRequestNeedsNoDescriptor(t *testing.T) {
 	l := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 10, Window: time.Second}
 	b := AppendSettleListStart(nil, false)
-	b = AppendSettle(b, 0, Key{Plugin: "p", Rule: "r", Value: "v"}, l, -4, 1200*time.Microsecond)
+	b = AppendSettle(b, 0, Key{Plugin: "p", Rule: "r", Value: "v"}, l, -4, 1200*time.Microsecond, 0)
 	b = AppendRequestEnd(b)
 	assert.Equal(t, `{"settle":[{"key":"p/r/0/v","algorithm":"fixed_window","quota":10,"window_ms":1000,"delta":-4,"age_ms":2}]}`, string(b))
 	var req Request
@@ -139,7 +139,7 @@ func TestEncodingSettlesDoesNotAllocate(t *testing.T) {
 	buf := make([]byte, 0, 1024)
 	assert.Zero(t, testing.AllocsPerRun(100, func() {
 		b := AppendSettleListStart(buf[:0], false)
-		b = AppendSettle(b, 0, k, l, -120, time.Second)
+		b = AppendSettle(b, 0, k, l, -120, time.Second, 0)
 		_ = AppendRequestEnd(b)
 	}))
 }

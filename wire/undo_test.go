@@ -18,7 +18,7 @@ func TestEveryUndoTheFilterSendsIsWhatTheServiceDecodesForEveryKind(t *testing.T
 	for i, kind := range algorithms.Kinds {
 		l := algorithms.Limit{Kind: kind, Quota: 100, Window: time.Minute}
 		k := Key{Plugin: "p", Rule: "r", Value: kind.String()}
-		b = AppendUndo(b, i, k, l, int64(i+1), 1500*time.Microsecond)
+		b = AppendUndo(b, i, k, l, int64(i+1), 1500*time.Microsecond, 0)
 		want = append(want, Settle{Key: "p/r/0/" + kind.String(), Limit: l, Delta: -int64(i + 1), Age: 2 * time.Millisecond, Undo: true})
 	}
 	b = AppendRequestEnd(b)

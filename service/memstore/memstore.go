@@ -138,6 +138,7 @@ func (s *Store) Decide(ctx context.Context, req service.Request) (algorithms.Dec
 	}
 	e.limit, e.state = req.Limit, next
 	e.expires = max(e.expires, ns+int64(req.Limit.TTL()))
+	d.At = ns
 	return d, nil
 }
 
@@ -161,9 +162,10 @@ func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 			return req.Limit.Undo(state, now, at, -delta, dst)
 		}
 	}
-	next, err := apply(e.state, ns, ns-int64(req.Age), req.Delta, e.state)
+	at := req.TakenAt(ns)
+	next, err := apply(e.state, ns, at, req.Delta, e.state)
 	if errors.Is(err, algorithms.ErrMalformedState) {
-		next, err = apply(nil, ns, ns-int64(req.Age), req.Delta, e.state)
+		next, err = apply(nil, ns, at, req.Delta, e.state)
 	}
 	if err != nil {
 		return err

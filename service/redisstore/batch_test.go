@@ -79,6 +79,9 @@ func TestABatchDecidesEveryDescriptorExactlyAsItsOwnScript(t *testing.T) {
 						*d = d.Round(time.Minute)
 					}
 				}
+				// So does the time of the decision, which each reads from TIME.
+				require.Positive(t, out[i].At)
+				want.At, out[i].At = 0, 0
 			}
 			require.Equal(t, want, out[i], "round %d descriptor %d: %+v", round, i, req)
 			decided++

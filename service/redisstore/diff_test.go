@@ -225,7 +225,10 @@ func runDiffTrace(store *Store, k algorithms.Kind, id int, l algorithms.Limit, s
 		if err != nil {
 			return fmt.Sprintf("trace %d step %d: Redis: %v", id, i, err)
 		}
-		if got != want {
+		if got.At != min(max(s.nowUs, 0), wire.MaxTimeUs)*int64(time.Microsecond) {
+			return fmt.Sprintf("trace %d step %d: Redis decided at %d ns, not at now_us %d", id, i, got.At, s.nowUs)
+		}
+		if got.At = 0; got != want {
 			return fmt.Sprintf("trace %d step %d of %+v: at %d µs cost %d:\n  Go:  %+v\n  Lua: %+v\n  steps so far: %v",
 				id, i, l, s.nowUs, s.cost, want, got, steps[:i+1])
 		}

@@ -235,10 +235,11 @@ func (s *Store) decide(ctx context.Context, req service.Request, ttlMs int64) (a
 	return decision(l, v)
 }
 
-// decision is the Decision of limit l that a decision script returned as v (lua/lib.lua).
+// decision is the Decision of limit l that a decision script returned as v: lua/lib.lua's six
+// values, then the script's now (µs), the decision's At.
 func decision(l algorithms.Limit, v []int64) (algorithms.Decision, error) {
-	if len(v) != 6 {
-		return algorithms.Decision{}, fmt.Errorf("redisstore: script returned %d values, want 6", len(v))
+	if len(v) != 7 {
+		return algorithms.Decision{}, fmt.Errorf("redisstore: script returned %d values, want 7", len(v))
 	}
 	d := algorithms.Decision{
 		Allowed:    v[0] == 1,
@@ -249,6 +250,7 @@ func decision(l algorithms.Limit, v []int64) (algorithms.Decision, error) {
 		Delay:      time.Duration(v[4]) * time.Microsecond,
 		// The effective window, computed by the script as algorithms.Decide does.
 		EffectiveWindow: time.Duration(v[5]) * time.Microsecond,
+		At:              v[6] * int64(time.Microsecond),
 	}
 	if v[3] < 0 {
 		d.RetryAfter = algorithms.RetryNever

@@ -144,7 +144,7 @@ func settleScript(kind algorithms.Kind) (string, error) {
 	case algorithms.LeakyBucket:
 		return composeScript("local LEAKY = true\n", "lib.lua", "gcra_state.lua", "gcra_settle.lua")
 	case algorithms.FixedWindow:
-		return composeScript("", "lib.lua", "calendar.lua", "fixed_window_state.lua", "fixed_window_settle.lua")
+		return composeScript("", "lib.lua", "calendar.lua", "fixed_window_state.lua", "taken_at.lua", "fixed_window_settle.lua")
 	}
 	return "", fmt.Errorf("redisstore: %v does not settle a cost", kind)
 }
@@ -155,9 +155,9 @@ func settleScript(kind algorithms.Kind) (string, error) {
 func undoScript(kind algorithms.Kind) (string, error) {
 	switch kind {
 	case algorithms.SlidingLog:
-		return composeScript("", "lib.lua", "sliding_log_state.lua", "sliding_log_undo.lua")
+		return composeScript("", "lib.lua", "sliding_log_state.lua", "taken_at.lua", "sliding_log_undo.lua")
 	case algorithms.SlidingWindow:
-		return composeScript("", "lib.lua", "sliding_window_undo.lua")
+		return composeScript("", "lib.lua", "taken_at.lua", "sliding_window_undo.lua")
 	}
 	return "", fmt.Errorf("redisstore: %v has no undo script", kind)
 }

@@ -42,8 +42,9 @@ func TestLuaUndoMatchesAlgorithmsForEveryKind(t *testing.T) {
 	t.Logf("%d admissions given back", undone)
 }
 
-// admission is a decision the trace admitted: its time and cost.
-type admission struct{ nowUs, cost int64 }
+// admission is a decision the trace admitted: its time, the time the script reported (the
+// decision's At, in µs), and its cost.
+type admission struct{ nowUs, atUs, cost int64 }
 
 // runUndoTrace runs the decisions of steps through both implementations, giving back a pending
 // admission at about one step in four, and describes the first difference, or returns "".
@@ -59,8 +60,12 @@ func runUndoTrace(store *Store, r *rand.Rand, k algorithms.Kind, id int, l algor
 			a := pending[j]
 			pending = append(pending[:j], pending[j+1:]...)
 			nowUs := max(s.nowUs, a.nowUs) // an undo comes after its admission
+			atUs := a.atUs                 // named as the filter names it, by the decision's time
+			if r.IntN(2) == 0 {
+				atUs = 0 // by its age, as from a service before at_us
+			}
 			var msg string
-			if state, msg = diffUndo(store, key, l, state, nowUs, nowUs-a.nowUs, a.cost); msg != "" {
+			if state, msg = diffUndo(store, key, l, state, nowUs, nowUs-a.nowUs, atUs, a.cost); msg != "" {
 				return undone, fmt.Sprintf("trace %d step %d: %s", id, i, msg)
 			}
 			undone++
@@ -74,25 +79,29 @@ func runUndoTrace(store *Store, r *rand.Rand, k algorithms.Kind, id int, l algor
 		if err != nil {
 			return undone, fmt.Sprintf("trace %d step %d: Redis: %v", id, i, err)
 		}
-		if got != want {
-			return undone, fmt.Sprintf("trace %d step %d of %+v: at %d µs cost %d:\n  Go:  %+v\n  Lua: %+v", id, i, l, s.nowUs, s.cost, want, got)
+		atUs := got.At / int64(time.Microsecond)
+		if got.At = 0; got != want || atUs != min(max(s.nowUs, 0), wire.MaxTimeUs) {
+			return undone, fmt.Sprintf("trace %d step %d of %+v: at %d µs cost %d:\n  Go:  %+v\n  Lua: %+v at %d µs", id, i, l, s.nowUs, s.cost, want, got, atUs)
 		}
 		if want.Allowed {
-			pending = append(pending, admission{s.nowUs, s.cost})
+			pending = append(pending, admission{s.nowUs, atUs, s.cost})
 		}
 	}
 	return undone, ""
 }
 
-// diffUndo gives back cost units admitted ageUs before nowUs in both implementations and returns
-// Go's next state.
-func diffUndo(store *Store, key string, l algorithms.Limit, state []byte, nowUs, ageUs, cost int64) ([]byte, string) {
+// diffUndo gives back cost units admitted ageUs before nowUs (or, when atUs > 0, at atUs: the
+// decision's time) in both implementations and returns Go's next state.
+func diffUndo(store *Store, key string, l algorithms.Limit, state []byte, nowUs, ageUs, atUs, cost int64) ([]byte, string) {
 	takenUs := min(max(nowUs, 0), wire.MaxTimeUs) - ageUs // the script's admission time
+	req := service.SettleRequest{Key: key, Limit: l, Delta: -cost, Age: time.Duration(ageUs) * time.Microsecond, Now: time.UnixMicro(nowUs), Undo: true}
+	if atUs > 0 {
+		takenUs, req.Age, req.At = atUs, 0, time.UnixMicro(atUs)
+	}
 	next, err := l.Undo(state, nowUs*1000, takenUs*1000, cost, nil)
 	if err != nil {
 		return nil, fmt.Sprintf("Go Undo: %v", err)
 	}
-	req := service.SettleRequest{Key: key, Limit: l, Delta: -cost, Age: time.Duration(ageUs) * time.Microsecond, Now: time.UnixMicro(nowUs), Undo: true}
 	if err := store.settleAt(context.Background(), req, int64(time.Hour/time.Millisecond)); err != nil {
 		return nil, fmt.Sprintf("Redis undo: %v", err)
 	}

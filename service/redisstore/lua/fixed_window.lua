@@ -17,4 +17,4 @@ local effective = after(quotas(math.max(k, Q))) - now -- once remaining is spent
 
 redis.call('HSET', key, 's', str(s), 'k', str(k))
 redis.call('PEXPIRE', key, expiry(reset))
-return {allowed, remaining, reset, retry, 0, effective}
+return {allowed, remaining, reset, retry, 0, effective, now} -- now: the time of the decision (algorithms.Decision.At), which an undo names

@@ -1,19 +1,18 @@
 -- fixed_window_settle.lua: a settle of the fixed window (algorithms.Limit.Adjust), preceded by
 -- lib.lua, calendar.lua and fixed_window_state.lua. ARGV[4] is the signed delta, ARGV[7] the
--- reservation's age in µs. An over-run is counted even past the quota, up to (MAX_DEBT+1)×Q (a
+-- reservation's age in µs, ARGV[10] (when given) its time (taken_at.lua). An over-run is counted even past the quota, up to (MAX_DEBT+1)×Q (a
 -- debt of MAX_DEBT quotas, carried into the windows after this one); a refund applies only when the
 -- reservation was decided in the current window (refunding into a later one would admit more
 -- than the limit), never below 0. The state is written as Adjust writes it, and kept while its
 -- debt lasts. Returns 1.
 
 local delta = cost
-local age = tonumber(ARGV[7]) or 0
 
 if delta > 0 then
   local ceiling = (MAX_DEBT + 1) * Q
   k = math.min(k + math.min(delta, ceiling), ceiling)
 else
-  local at = now - age
+  local at = taken_at()
   if at < 0 then at = 0 end
   if s <= at and at < e then -- decided in this window
     k = math.max(k + math.max(delta, -Q), 0)

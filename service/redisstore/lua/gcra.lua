@@ -32,4 +32,4 @@ local effective = ceil(sub(ei, ef, li, lf))
 
 redis.call('HSET', key, 'i', str(ti), 'f', str(tf))
 redis.call('PEXPIRE', key, expiry(reset))
-return {allowed, remaining, reset, retry, delay, effective}
+return {allowed, remaining, reset, retry, delay, effective, now} -- now: the time of the decision (algorithms.Decision.At), which an undo names

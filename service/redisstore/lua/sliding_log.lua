@@ -59,4 +59,4 @@ local keep = search(first, n, function(i) return units(i) > drop end)
 local admitted = 0
 if allowed == 1 then admitted = cost end
 writeLog(eff, keep, (cb + drop) % CUM, admitted, Q)
-return {allowed, remaining, reset, retry, 0, effective}
+return {allowed, remaining, reset, retry, 0, effective, now} -- now: the time of the decision (algorithms.Decision.At), which an undo names

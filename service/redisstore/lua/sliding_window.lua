@@ -58,4 +58,4 @@ local effective = retry_at(k + remaining, 1) - now
 
 redis.call('HSET', key, 's', str(s), 'p', str(p), 'k', str(k))
 redis.call('PEXPIRE', key, ttl)
-return {allowed, remaining, reset, retry, 0, effective}
+return {allowed, remaining, reset, retry, 0, effective, now} -- now: the time of the decision (algorithms.Decision.At), which an undo names

@@ -1,6 +1,6 @@
 -- sliding_window_undo.lua, preceded by lib.lua: gives back an admission of the sliding window
 -- counter (algorithms.Limit.Undo). ARGV[4] is the signed delta (< 0: -delta units were admitted),
--- ARGV[7] how long ago in µs. The windows roll as a decision rolls them, then the count of the
+-- ARGV[7] how long ago in µs, or ARGV[10] when (taken_at.lua). The windows roll as a decision rolls them, then the count of the
 -- window that holds the admission's time (the current or the previous one) drops by the units,
 -- never below 0: the estimate is what it would be had the request not come. A key without state
 -- is left alone; the TTL is kept. Returns 1.
@@ -11,8 +11,7 @@ if s == nil or p == nil or k == nil then
   return 1 -- no state (or an unusable one, which a decision reads as fresh): nothing to give back
 end
 local undo = -cost
-local at = now - (tonumber(ARGV[7]) or 0)
-if at < 0 then at = 0 end
+local at = taken_at()
 
 s = s - s % W
 local cur = now - now % W
