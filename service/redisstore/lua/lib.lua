@@ -17,7 +17,8 @@
 --                         none; with one, window_us is 0 and the window is the period)
 --   ARGV[9]  offset_us    the calendar's UTC offset in µs (calendar.lua)
 -- A decision returns {allowed (0|1), remaining, reset_us, retry_after_us (-1: never), delay_us,
--- effective_us} (effective_us: algorithms.Decision.EffectiveWindow, draft -11's effective window).
+-- effective_us, now_us} (effective_us: algorithms.Decision.EffectiveWindow, draft -11's effective
+-- window; now_us: the instant it decided at, algorithms.Decision.At, which an undo names).
 -- The service validates the arguments (algorithms.Limit.Validate) before calling.
 
 local MAX_TIME = 4503599627370496     -- 2^52 µs, the latest representable now
