@@ -24,6 +24,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, eos bool) (act types.Action) {
 			act = h.panicked("the request headers", r)
 		}
 	}()
+	if h.plugin.local {
+		return h.plugin.localHeaders(h)
+	}
 	return h.requestHeaders(eos)
 }
 

@@ -67,6 +67,7 @@ type pluginContext struct {
 	configErrors counter
 	free         []*httpContext       // contexts of finished streams, for the next streams (see recycle)
 	ends         []func(*httpContext) // the features' ends of a stream, in order (endHooks)
+	local        bool                 // the configuration uses only local rate rules (plansLocally)
 
 	global  *globalClient // nil without a global object in the configuration
 	leases  leaser
@@ -178,6 +179,8 @@ func (p *pluginContext) startFeatures(owner uint64) {
 	p.msgs.start(e, p.rules)
 	p.ends = p.endHooks()
 	p.markGiveBacks()
+	p.d.reset(true) // nothing a configuration before left in the scratch: localHeaders resets only its own parts
+	p.local = p.plansLocally()
 }
 
 // markGiveBacks tells each rule whether a decision after it may deny a request it admitted
