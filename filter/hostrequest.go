@@ -25,7 +25,12 @@ type hostRequest struct {
 	methodBuf, pathBuf, authorityBuf       []byte           // and method, path and authority when read one by one
 	headerBuf                              []byte           // what Header's last value read alone views
 	propPath                               []byte           // Property's encoded path, reused
-	addr                                   rules.ClientAddr // source parsed (readAddr)
+	// The last source address parsed (readAddr: this request's), kept across requests (one
+	// decision per plugin: per VM), so that a client that comes back is not parsed again:
+	// lastAddr is lastSource parsed, and its text views lastSource, which only SourceAddr writes.
+	lastSource []byte
+	lastAddr   rules.ClientAddr
+	lastKnown  bool
 }
 
 const (
@@ -146,13 +151,17 @@ func (r *hostRequest) SourceAddress() string {
 }
 
 // SourceAddr implements Request: source.address is parsed once, for every key part and shedder
-// share key of the request.
+// share key of the request, and not at all when it is the address the request before parsed.
 func (r *hostRequest) SourceAddr() rules.ClientAddr {
 	if r.read&readAddr == 0 {
-		r.addr = rules.ParseClientAddr(r.SourceAddress())
+		src := r.SourceAddress()
+		if !r.lastKnown || src != bytesString(r.lastSource) {
+			r.lastSource = append(r.lastSource[:0], src...)
+			r.lastAddr, r.lastKnown = rules.ParseClientAddr(bytesString(r.lastSource)), true
+		}
 		r.read |= readAddr
 	}
-	return r.addr
+	return r.lastAddr
 }
 
 // Property implements Request. The value is received into fresh memory: a request may hold several.
