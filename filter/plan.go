@@ -45,6 +45,7 @@ func (p *pluginContext) localHeaders(h *httpContext) types.Action {
 		}
 	}
 	d.deciding = -1
+	h.planned = true
 	if denied {
 		h.deny()
 		d.taken.reset(0)
