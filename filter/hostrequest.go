@@ -19,12 +19,12 @@ type hostRequest struct {
 	host                                   host
 	read                                   uint8 // bit set of the values already read
 	method, path, authority, route, source string
-	headers                                [][2]string      // every request header, in the host's order
-	norm                                   []byte           // the normalized path; its buffer is kept across requests
-	routeBuf, sourceBuf                    []byte           // what route and source view
-	methodBuf, pathBuf, authorityBuf       []byte           // and method, path and authority when read one by one
-	headerBuf                              []byte           // what Header's last value read alone views
-	propPath                               []byte           // Property's encoded path, reused
+	headers                                [][2]string // every request header, in the host's order
+	norm                                   []byte      // the normalized path; its buffer is kept across requests
+	routeBuf, sourceBuf                    []byte      // what route and source view
+	methodBuf, pathBuf, authorityBuf       []byte      // and method, path and authority when read one by one
+	headerBuf                              []byte      // what Header's last value read alone views
+	propPath                               []byte      // Property's encoded path, reused
 	// The last source address parsed (readAddr: this request's), kept across requests (one
 	// decision per plugin: per VM), so that a client that comes back is not parsed again:
 	// lastAddr is lastSource parsed, and its text views lastSource, which only SourceAddr writes.
