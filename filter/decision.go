@@ -167,8 +167,8 @@ func (d *decision) outcomesOf(specs []rules.LimitSpec, ds []algorithms.Decision,
 	d.outcomes = slices.Grow(d.outcomes, len(specs))[:n+len(specs)]
 	added, ds := d.outcomes[n:], ds[:len(specs)]
 	for j := range added {
-		spec := &specs[j]
-		added[j] = rules.Outcome{Limit: spec, Decision: ds[j], Partition: pk, Period: spec.PeriodAt(now)}
+		spec, o := &specs[j], &added[j] // by field: no composite to copy in
+		o.Limit, o.Decision, o.Partition, o.Period, o.Abnormal, o.Cost = spec, ds[j], pk, spec.PeriodAt(now), false, 0
 		if dl := int64(ds[j].Delay); allowed && dl > d.delay {
 			d.delay = dl
 		}

@@ -34,7 +34,7 @@ func (p *pluginContext) localHeaders(h *httpContext) types.Action {
 	d := &p.d
 	d.req.reset()
 	d.outcomes, d.denier = d.outcomes[:0], nil
-	now := p.host.now()
+	now := p.raw.now()
 	d.taken.at = now
 	p.cfg.Select(&d.req, &d.selected)
 	denied := false
@@ -55,7 +55,7 @@ func (p *pluginContext) localHeaders(h *httpContext) types.Action {
 		d.taken.reset(0) // admitted: its takes are spent
 	}
 	if len(d.outcomes) > 0 && p.cfg.Response.QuotaHeadersOnAllowed {
-		h.quota.set(d.outcomes)
+		h.quota.adopt(&d.outcomes)
 	}
 	return types.ActionContinue
 }

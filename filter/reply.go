@@ -67,6 +67,6 @@ func (r *replier) addFields(outcomes []rules.Outcome) {
 	}
 	r.fields, r.buf = r.cfg.Response.AppendAllowed(r.fields[:0], r.buf[:0], outcomes, random)
 	for _, f := range r.fields {
-		r.host.addHeader(responsePart, f.Name, f.Value) // the host copies the value
+		r.raw.addHeader(responsePart, f.Name, f.Value) // the host copies the value
 	}
 }

@@ -106,6 +106,15 @@ func (q *quotaStream) forget() {
 	q.outcomes = nil
 }
 
+// adopt keeps the decision's outcomes without copying them: the stream takes the decision's array
+// and gives it its spare one (emptied) for the next request. Each array belongs to the decision or
+// to one context, never to two, so that a warm request allocates nothing once every context in
+// use has one.
+func (q *quotaStream) adopt(outcomes *[]rules.Outcome) {
+	q.outcomes, *outcomes = *outcomes, q.spare[:0]
+	q.spare = q.outcomes[:0]
+}
+
 func (q *quotaStream) reset() {
 	spare := q.spare
 	clear(spare[:cap(spare)]) // no outcome keeps the old configuration's rules alive
