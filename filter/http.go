@@ -174,6 +174,11 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 	p := h.plugin
 	defer p.panics.recoverPanic("the response headers")
 	testPanic(p.host, panicResponseHeaders)
+	if h.planned && p.local { // the local plan's stream: only its quota fields
+		h.responded = true
+		p.replies.addQuota(h)
+		return types.ActionContinue
+	}
 	paused := p.charges.respond(h)
 	h.served()
 	p.settle.responseHeaders(h, eos)
