@@ -3,7 +3,13 @@
 // function and by host function, from two callgrind dumps of one case (n1 and n2 requests) and
 // the perf map wazero wrote for its compiled code (`make attribute-instructions`).
 //
+//   node scripts/attribute-instructions.js --run CASE [--top K]
 //   node scripts/attribute-instructions.js PERFMAP DUMP1 N1 DUMP2 N2 [--top K] [--floor DUMP1 N1 DUMP2 N2]
+//
+// --run CASE runs the pass-through floor and CASE (a case name of scripts/bench-instructions.js)
+// under callgrind with build/e2e-perfmap.test (the e2e test binary built with -tags perfmap, see
+// `make attribute-instructions`), then prints the tables for those dumps; the second form reads
+// dumps already made.
 //
 // The dumps come from valgrind --tool=callgrind --dump-instr=yes around the measured loops of the
 // e2e binary's BenchmarkInstructionsWazero, built with -tags perfmap (wazero then writes
@@ -12,6 +18,8 @@
 // native function callgrind names (the host: the Go test host, wazero's runtime). Per request is
 // (cost in dump2 - cost in dump1) / (n2 - n1), as scripts/bench-instructions.js counts.
 const fs = require('fs');
+const path = require('path');
+const { spawnSync } = require('child_process');
 
 // perfMap reads "ADDR SIZE NAME" lines into sorted ranges (a later entry for the same address
 // wins: wazero appends a module's functions each time it compiles one).
@@ -106,9 +114,40 @@ function group(name) {
   return `guest: ${pkg}`;
 }
 
+// run runs the floor and name under callgrind and returns the arguments of the second form.
+function run(name) {
+  const root = path.resolve(__dirname, '..');
+  const dir = path.join(root, 'build', 'attr');
+  fs.mkdirSync(dir, { recursive: true });
+  for (const f of fs.readdirSync(dir)) fs.unlinkSync(path.join(dir, f));
+  const { caseFile, parseArgs } = require('./bench-instructions.js');
+  const spec = caseFile(Object.assign(parseArgs([]), { only: ['floor', name] }));
+  if (spec.cases.length !== 2) throw new Error(`no case ${name} in scripts/bench-instructions.js`);
+  const cases = path.join(dir, 'cases.json');
+  fs.writeFileSync(cases, JSON.stringify(spec));
+  // No ENVOYHOST_CACHE_DIR: wazero compiles the module in the process, and writes its perf map.
+  const r = spawnSync('valgrind', ['--tool=callgrind', '--smc-check=all-non-file', '--instr-atstart=no', '--dump-instr=yes',
+    `--callgrind-out-file=${path.join(dir, 'cg.out')}`, path.join(root, 'build', 'e2e-perfmap.test'), '-test.run', '^$',
+    '-test.bench', '^BenchmarkInstructionsWazero$', '-test.benchtime', '1x', '-instr.cases', cases],
+  { cwd: path.join(root, 'e2e'), env: Object.assign({}, process.env, { GOGC: 'off', GODEBUG: 'asyncpreemptoff=1', GOMAXPROCS: '1' }), encoding: 'utf8', maxBuffer: 1 << 26 });
+  if (r.status !== 0) throw new Error(`valgrind exited ${r.status}:\n${r.stdout}\n${(r.stderr || '').slice(-3000)}`);
+  const perf = `/tmp/perf-${r.pid}.map`;
+  fs.renameSync(perf, path.join(dir, 'perf.map'));
+  // "instr CASE N STATUS" lines, in the order of the dumps (line k is dump k+1).
+  const dumps = {};
+  r.stdout.split('\n').filter((l) => l.startsWith('instr ')).forEach((l, k) => {
+    const [, c, n] = l.split(' ');
+    dumps[`${c} ${n}`] = path.join(dir, `cg.out.${k + 1}`);
+  });
+  const pick = (c) => [dumps[`${c} ${spec.n1}`], spec.n1, dumps[`${c} ${spec.n2}`], spec.n2];
+  return [path.join(dir, 'perf.map'), ...pick(name), '--floor', ...pick('floor')].map(String);
+}
+
 function main(argv) {
   const o = { top: 40 };
   const pos = [];
+  const at = argv.indexOf('--run');
+  if (at >= 0) argv = [...run(argv[at + 1]), ...argv.slice(0, at), ...argv.slice(at + 2)];
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === '--top') o.top = Number(argv[++i]);
     else if (argv[i] === '--floor') o.floor = argv.slice(i + 1, i + 5), (i += 4);
