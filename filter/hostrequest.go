@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"encoding/binary"
 	"unsafe"
 
 	"github.com/meshlimit/meshlimit/rules"
@@ -155,7 +156,7 @@ func (r *hostRequest) SourceAddress() string {
 func (r *hostRequest) SourceAddr() rules.ClientAddr {
 	if r.read&readAddr == 0 {
 		src := r.SourceAddress()
-		if !r.lastKnown || src != bytesString(r.lastSource) {
+		if !r.lastKnown || !sameBytes(r.lastSource, src) {
 			r.lastSource = append(r.lastSource[:0], src...)
 			r.lastAddr, r.lastKnown = rules.ParseClientAddr(bytesString(r.lastSource)), true
 		}
@@ -212,3 +213,24 @@ func (r *hostResponse) HeaderValue(name string, i int) (string, bool) {
 // bytesString views b as a string without copying. Only for bytes that nothing modifies while the
 // string is in use: the host's fresh copy, or a receive buffer within the request that filled it.
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// sameBytes reports whether b holds s, comparing 8 bytes at a time: on wasm a string comparison
+// calls memequal, which costs more than an address's few words.
+func sameBytes(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	t := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		if binary.LittleEndian.Uint64(b[i:]) != binary.LittleEndian.Uint64(t[i:]) {
+			return false
+		}
+	}
+	for ; i < len(b); i++ {
+		if b[i] != t[i] {
+			return false
+		}
+	}
+	return true
+}

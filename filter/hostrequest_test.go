@@ -122,3 +122,11 @@ func TestASourceAddressIsParsedOnlyWhenItIsNotTheOneTheRequestBeforeParsed(t *te
 	f.props[string(sourceAddressPath)] = "192.0.2.10:5556"
 	assert.Equal(t, rules.ParseClientAddr("192.0.2.10:5556"), r.SourceAddr(), "another source is parsed")
 }
+
+func TestSameBytesIsStringEquality(t *testing.T) {
+	for _, a := range []string{"", "1", "192.0.2.10:5555", "192.0.2.10:5556", "[2001:db8::1]:443", "12345678", "12345679", "123456789abcdefg"} {
+		for _, b := range []string{"", "1", "192.0.2.10:5555", "192.0.2.10:5556", "[2001:db8::1]:443", "12345678", "12345679", "123456789abcdefh"} {
+			assert.Equal(t, a == b, sameBytes([]byte(a), b), "%q %q", a, b)
+		}
+	}
+}
