@@ -68,27 +68,12 @@ func (p *pluginContext) localHeaders(h *httpContext) types.Action {
 // decidePlanned is decide for a rule of a plugin that plansLocally: match, key, limits, cost, and
 // the decision against its table.
 func (p *pluginContext) decidePlanned(rs *ruleState, now int64) (denied bool) {
-	d, r := &p.d, rs.rule
-	if !r.Matches(&d.req) {
-		return false
+	r := rs.rule
+	key, set, applies, denied := p.keyed(rs)
+	if !applies {
+		return denied
 	}
-	testPanic(p.host, panicRequestHeaders)
-	key, st := r.AppendKey(d.key[:0], &d.req)
-	d.key = key
-	switch st {
-	case rules.KeySkip:
-		return false
-	case rules.KeyConflict:
-		return d.count(rs, false, p.cfg.Enforce && !r.Shadow)
-	}
-	set, unlimited := r.Limits(key)
-	if unlimited {
-		return false
-	}
-	cost, err := r.Cost(&d.req)
-	if err != nil && p.debugging() {
-		logf(p.host, logDebug, "meshlimit: rule %s: %v; charging %d", r.Name, err, cost)
-	}
+	cost := p.cost(r)
 	enforced := p.cfg.Enforce && !r.Shadow && (r.EnforcePercent == 100 || r.EnforcedFor(key))
 	return p.decideLocal(rs, set, key, cost, now, enforced)
 }
