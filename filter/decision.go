@@ -77,12 +77,18 @@ func (d *decision) count(rs *ruleState, allowed, enforced bool) (denied bool) {
 
 // decideRules decides the rules the request may match, in order, up to the first that denies it,
 // and reports whether one did. The others (rules.Config.Select) cannot match it: they cost nothing.
-func (p *pluginContext) decideRules(now int64) (denied bool) {
+// planned decides each with the local plan's decidePlanned (localHeaders), else with decide.
+func (p *pluginContext) decideRules(now int64, planned bool) (denied bool) {
 	d := &p.d
 	p.cfg.Select(&d.req, &d.selected)
 	for i := d.selected.Next(0); i >= 0; i = d.selected.Next(i + 1) {
 		d.deciding = i
-		if denied = p.decide(&p.rules[i], now); denied {
+		if planned {
+			denied = p.decidePlanned(&p.rules[i], now)
+		} else {
+			denied = p.decide(&p.rules[i], now)
+		}
+		if denied {
 			break
 		}
 	}

@@ -51,7 +51,7 @@ func (h *httpContext) decideHeaders(eos bool) types.Action {
 	d.reset(eos)
 	now := p.host.now()
 	d.taken.reset(now)
-	denied := p.decideRules(now)
+	denied := p.decideRules(now, false)
 	p.settle.adopt(h, denied, now)
 	if denied {
 		p.permits.releaseAcquired(now)

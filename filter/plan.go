@@ -36,20 +36,14 @@ func (p *pluginContext) localHeaders(h *httpContext) types.Action {
 	d.outcomes, d.denier = d.outcomes[:0], nil
 	now := p.raw.now()
 	d.taken.at = now
-	denied := false
+	var denied bool
 	if len(p.rules) == 1 { // Matches decides alone what the selection would narrow first
 		d.deciding = 0
 		denied = p.decidePlanned(&p.rules[0], now)
+		d.deciding = -1
 	} else {
-		p.cfg.Select(&d.req, &d.selected)
-		for i := d.selected.Next(0); i >= 0; i = d.selected.Next(i + 1) {
-			d.deciding = i
-			if denied = p.decidePlanned(&p.rules[i], now); denied {
-				break
-			}
-		}
+		denied = p.decideRules(now, true)
 	}
-	d.deciding = -1
 	h.planned = true
 	if denied {
 		h.deny()
