@@ -154,7 +154,7 @@ bench: wasm ## benchmarks (medians over BENCHCOUNT runs; feed the output to benc
 	@$(MAKE) --no-print-directory bench-instructions
 
 # The V8 host (e2e/v8host) runs the module on Node's V8, the engine Envoy uses, with Envoy's V8 flags.
-.PHONY: need-node test-v8 bench-lifecycle bench-buffering coldstart-v8 coldbytes-v8 bench-instructions
+.PHONY: need-node test-v8 bench-lifecycle bench-buffering coldstart-v8 coldbytes-v8 bench-instructions attribute-instructions
 V8FLAGS := --no-liftoff --wasm-max-mem-pages=16384
 
 # The shared scenarios run the module on V8 (the engine Envoy and Istio use) under node.
@@ -178,6 +178,14 @@ bench-instructions: need-node wasm $(BUILD)/callgrind.node ## instructions per r
 	@sh scripts/need valgrind:valgrind
 	$(GO) test -c -o $(BUILD)/e2e.test ./e2e/
 	node scripts/bench-instructions.js $(if $(AGAINST),--against $(AGAINST)) $(INSTRFLAGS) | tee $(BUILD)/bench-instructions.md
+
+# Where a warm request's instructions go on wazero (scripts/attribute-instructions.js): callgrind
+# with --dump-instr=yes on an e2e binary built with -tags perfmap, whose wazero maps its compiled
+# functions; CASE is a case of scripts/bench-instructions.js (default allowed), against the floor.
+attribute-instructions: wasm ## where CASE's (default allowed) instructions per request go on wazero: by guest package, guest function and host, against the pass-through floor
+	@sh scripts/need valgrind:valgrind
+	$(GO) test -c -tags perfmap -o $(BUILD)/e2e-perfmap.test ./e2e/
+	node scripts/attribute-instructions.js --run $(or $(CASE),allowed) | tee $(BUILD)/attribute-instructions.md
 
 # The addon through which e2e/v8host/instr.js sends callgrind's client requests.
 $(BUILD)/callgrind.node: scripts/callgrind-node.c

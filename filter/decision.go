@@ -77,12 +77,18 @@ func (d *decision) count(rs *ruleState, allowed, enforced bool) (denied bool) {
 
 // decideRules decides the rules the request may match, in order, up to the first that denies it,
 // and reports whether one did. The others (rules.Config.Select) cannot match it: they cost nothing.
-func (p *pluginContext) decideRules(now int64) (denied bool) {
+// planned decides each with the local plan's decidePlanned (localHeaders), else with decide.
+func (p *pluginContext) decideRules(now int64, planned bool) (denied bool) {
 	d := &p.d
 	p.cfg.Select(&d.req, &d.selected)
 	for i := d.selected.Next(0); i >= 0; i = d.selected.Next(i + 1) {
 		d.deciding = i
-		if denied = p.decide(&p.rules[i], now); denied {
+		if planned {
+			denied = p.decidePlanned(&p.rules[i], now)
+		} else {
+			denied = p.decide(&p.rules[i], now)
+		}
+		if denied {
 			break
 		}
 	}
@@ -94,22 +100,10 @@ func (p *pluginContext) decideRules(now int64) (denied bool) {
 // matches the rule, builds its key, picks its limits and cost, and hands it to the feature the rule
 // is of. The outcomes of enforced rules are appended for the response headers.
 func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
-	d, r := &p.d, rs.rule
-	if !r.Matches(&d.req) {
-		return false
-	}
-	testPanic(p.host, panicRequestHeaders)
-	key, st := r.AppendKey(d.key[:0], &d.req)
-	d.key = key
-	switch st {
-	case rules.KeySkip:
-		return false
-	case rules.KeyConflict: // a key header or parameter repeated with different values is refused
-		return d.count(rs, false, p.cfg.Enforce && !r.Shadow)
-	}
-	set, unlimited := r.Limits(key)
-	if unlimited {
-		return false
+	r := rs.rule
+	key, set, applies, denied := p.keyed(rs)
+	if !applies {
+		return denied
 	}
 	if r.Messages() != nil { // the stream's messages are charged, not the request
 		p.msgs.adopt(rs, set, key, p.cfg.Enforce && !r.Shadow && (r.EnforcePercent == 100 || r.EnforcedFor(key)))
@@ -118,10 +112,7 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 	if r.ReservesFromBody() && p.body.deferToBody(rs, set, key) { // a reservation read from the body
 		return false
 	}
-	cost, err := r.Cost(&d.req)
-	if err != nil && p.debugging() {
-		logf(p.host, logDebug, "meshlimit: rule %s: %v; charging %d", r.Name, err, cost)
-	}
+	cost := p.cost(r)
 	if r.CountOn != nil {
 		return p.charges.check(rs, set, key, cost, now)
 	}
@@ -133,6 +124,37 @@ func (p *pluginContext) decide(rs *ruleState, now int64) (denied bool) {
 		return p.permits.acquire(rs, key, now, enforced)
 	}
 	return p.decideLocal(rs, set, key, cost, now, enforced)
+}
+
+// keyed matches rs against the current request and builds its key and its limit set: applies is
+// false when the rule leaves the request alone (no match, a key part missing with missing_key
+// skip, an unlimited key) or decided it already (a conflicting key, counted: denied says whether
+// it denies).
+func (p *pluginContext) keyed(rs *ruleState) (key []byte, set *rules.LimitSet, applies, denied bool) {
+	d, r := &p.d, rs.rule
+	if !r.Matches(&d.req) {
+		return nil, nil, false, false
+	}
+	testPanic(p.host, panicRequestHeaders)
+	key, st := r.AppendKey(d.key[:0], &d.req)
+	d.key = key
+	switch st {
+	case rules.KeySkip:
+		return key, nil, false, false
+	case rules.KeyConflict: // a key header or parameter repeated with different values is refused
+		return key, nil, false, d.count(rs, false, p.cfg.Enforce && !r.Shadow)
+	}
+	set, unlimited := r.Limits(key)
+	return key, set, !unlimited, false
+}
+
+// cost is the cost of the current request for rule r (a header it cannot read is logged at debug).
+func (p *pluginContext) cost(r *rules.Rule) int64 {
+	cost, err := r.Cost(&p.d.req)
+	if err != nil && p.debugging() {
+		logf(p.host, logDebug, "meshlimit: rule %s: %v; charging %d", r.Name, err, cost)
+	}
+	return cost
 }
 
 // decideLocal decides a rule's key against its shared-data table, records the outcome and reports
@@ -167,8 +189,8 @@ func (d *decision) outcomesOf(specs []rules.LimitSpec, ds []algorithms.Decision,
 	d.outcomes = slices.Grow(d.outcomes, len(specs))[:n+len(specs)]
 	added, ds := d.outcomes[n:], ds[:len(specs)]
 	for j := range added {
-		spec := &specs[j]
-		added[j] = rules.Outcome{Limit: spec, Decision: ds[j], Partition: pk, Period: spec.PeriodAt(now)}
+		spec, o := &specs[j], &added[j] // by field: no composite to copy in
+		o.Limit, o.Decision, o.Partition, o.Period, o.Abnormal, o.Cost = spec, ds[j], pk, spec.PeriodAt(now), false, 0
 		if dl := int64(ds[j].Delay); allowed && dl > d.delay {
 			d.delay = dl
 		}

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"encoding/binary"
 	"unsafe"
 
 	"github.com/meshlimit/meshlimit/rules"
@@ -19,13 +20,18 @@ type hostRequest struct {
 	host                                   host
 	read                                   uint8 // bit set of the values already read
 	method, path, authority, route, source string
-	headers                                [][2]string      // every request header, in the host's order
-	norm                                   []byte           // the normalized path; its buffer is kept across requests
-	routeBuf, sourceBuf                    []byte           // what route and source view
-	methodBuf, pathBuf, authorityBuf       []byte           // and method, path and authority when read one by one
-	headerBuf                              []byte           // what Header's last value read alone views
-	propPath                               []byte           // Property's encoded path, reused
-	addr                                   rules.ClientAddr // source parsed (readAddr)
+	headers                                [][2]string // every request header, in the host's order
+	norm                                   []byte      // the normalized path; its buffer is kept across requests
+	routeBuf, sourceBuf                    []byte      // what route and source view
+	methodBuf, pathBuf, authorityBuf       []byte      // and method, path and authority when read one by one
+	headerBuf                              []byte      // what Header's last value read alone views
+	propPath                               []byte      // Property's encoded path, reused
+	// The last source address parsed (readAddr: this request's), kept across requests (one
+	// decision per plugin: per VM), so that a client that comes back is not parsed again:
+	// lastAddr is lastSource parsed, and its text views lastSource, which only SourceAddr writes.
+	lastSource []byte
+	lastAddr   rules.ClientAddr
+	lastKnown  bool
 }
 
 const (
@@ -146,13 +152,17 @@ func (r *hostRequest) SourceAddress() string {
 }
 
 // SourceAddr implements Request: source.address is parsed once, for every key part and shedder
-// share key of the request.
+// share key of the request, and not at all when it is the address the request before parsed.
 func (r *hostRequest) SourceAddr() rules.ClientAddr {
 	if r.read&readAddr == 0 {
-		r.addr = rules.ParseClientAddr(r.SourceAddress())
+		src := r.SourceAddress()
+		if !r.lastKnown || !sameBytes(r.lastSource, src) {
+			r.lastSource = append(r.lastSource[:0], src...)
+			r.lastAddr, r.lastKnown = rules.ParseClientAddr(bytesString(r.lastSource)), true
+		}
 		r.read |= readAddr
 	}
-	return r.addr
+	return r.lastAddr
 }
 
 // Property implements Request. The value is received into fresh memory: a request may hold several.
@@ -203,3 +213,24 @@ func (r *hostResponse) HeaderValue(name string, i int) (string, bool) {
 // bytesString views b as a string without copying. Only for bytes that nothing modifies while the
 // string is in use: the host's fresh copy, or a receive buffer within the request that filled it.
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// sameBytes reports whether b holds s, comparing 8 bytes at a time: on wasm a string comparison
+// calls memequal, which costs more than an address's few words.
+func sameBytes(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	t := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		if binary.LittleEndian.Uint64(b[i:]) != binary.LittleEndian.Uint64(t[i:]) {
+			return false
+		}
+	}
+	for ; i < len(b); i++ {
+		if b[i] != t[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -102,3 +102,31 @@ func TestTheSourceAddressIsParsedOncePerRequestForEveryPartThatKeysOnIt(t *testi
 	r.reset()
 	assert.Equal(t, rules.ParseClientAddr("198.51.100.1:1"), r.SourceAddr(), "a new request parses its own")
 }
+
+func TestASourceAddressIsParsedOnlyWhenItIsNotTheOneTheRequestBeforeParsed(t *testing.T) {
+	f := newFakeHost(t)
+	f.cur = &fakeStream{req: fakeReq("/")}
+	r := hostRequest{host: f}
+	for i, src := range []string{"192.0.2.10:5555", "192.0.2.10:5555", "192.0.2.1:5555", "192.0.2.10:5555", "[2001:db8::1]:443",
+		"[2001:db8::1]:443", "not an address", "", "192.0.2.10:5555", "192.0.2.10", "192.0.2.10:5555"} {
+		r.reset()
+		f.props[string(sourceAddressPath)] = src
+		assert.Equal(t, rules.ParseClientAddr(src), r.SourceAddr(), "request %d: %q", i, src)
+	}
+
+	marked := rules.ParseClientAddr("198.51.100.9")
+	r.lastAddr = marked // what a repeat gets is the parse kept, not a new one
+	r.reset()
+	assert.Equal(t, marked, r.SourceAddr(), "the same source again")
+	r.reset()
+	f.props[string(sourceAddressPath)] = "192.0.2.10:5556"
+	assert.Equal(t, rules.ParseClientAddr("192.0.2.10:5556"), r.SourceAddr(), "another source is parsed")
+}
+
+func TestSameBytesIsStringEquality(t *testing.T) {
+	for _, a := range []string{"", "1", "192.0.2.10:5555", "192.0.2.10:5556", "[2001:db8::1]:443", "12345678", "12345679", "123456789abcdefg"} {
+		for _, b := range []string{"", "1", "192.0.2.10:5555", "192.0.2.10:5556", "[2001:db8::1]:443", "12345678", "12345679", "123456789abcdefh"} {
+			assert.Equal(t, a == b, sameBytes([]byte(a), b), "%q %q", a, b)
+		}
+	}
+}

@@ -24,6 +24,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, eos bool) (act types.Action) {
 			act = h.panicked("the request headers", r)
 		}
 	}()
+	if h.plugin.local {
+		return h.plugin.localHeaders(h)
+	}
 	return h.requestHeaders(eos)
 }
 
@@ -48,7 +51,7 @@ func (h *httpContext) decideHeaders(eos bool) types.Action {
 	d.reset(eos)
 	now := p.host.now()
 	d.taken.reset(now)
-	denied := p.decideRules(now)
+	denied := p.decideRules(now, false)
 	p.settle.adopt(h, denied, now)
 	if denied {
 		p.permits.releaseAcquired(now)
@@ -171,6 +174,11 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, eos bool) types.Action {
 	p := h.plugin
 	defer p.panics.recoverPanic("the response headers")
 	testPanic(p.host, panicResponseHeaders)
+	if h.planned && p.local { // the local plan's stream: only its quota fields
+		h.responded = true
+		p.replies.addQuota(h)
+		return types.ActionContinue
+	}
 	paused := p.charges.respond(h)
 	h.served()
 	p.settle.responseHeaders(h, eos)

@@ -11,6 +11,9 @@ type stream struct {
 	// responded is set when the upstream's response headers came: the request was served, so a
 	// later denial (a body-stage rule) resets the stream and gives nothing back (served).
 	responded bool
+	// planned is set when the plugin's local plan decided the request (localHeaders): the stream
+	// then sets nothing but its id, responded and its quota outcomes (see resetPlanned).
+	planned bool
 
 	quota     quotaStream  // replier: what to report on the upstream's response
 	call      callStream   // global client: the call the stream waits for
@@ -28,7 +31,7 @@ type stream struct {
 // a warm request allocate nothing are kept, and nothing an old configuration's rules left stays
 // reachable.
 func (s *stream) reset() {
-	s.id, s.calls, s.settle, s.permits, s.responded = 0, 0, nil, nil, false
+	s.id, s.calls, s.settle, s.permits, s.responded, s.planned = 0, 0, nil, nil, false, false
 	if s.quota.outcomes != nil || cap(s.quota.spare) > 0 {
 		s.quota.reset()
 	}
@@ -53,6 +56,15 @@ func (s *stream) reset() {
 
 // newSettling gives the stream a fresh settling: the one it kept from an earlier stream (arrays
 // kept, everything else cleared), so that a warm request with reservations allocates none.
+// resetPlanned is reset for a stream the local plan decided under a plugin that still plans
+// locally: no other part of the stream was set, so only these are cleared.
+func (s *stream) resetPlanned() {
+	s.id, s.responded, s.planned = 0, false, false
+	if s.quota.outcomes != nil {
+		s.quota.forget()
+	}
+}
+
 func (s *stream) newSettling() *settling {
 	st := s.settleMem
 	if st == nil {
@@ -82,6 +94,24 @@ func (q *quotaStream) set(outcomes []rules.Outcome) {
 		return
 	}
 	q.outcomes = append(q.spare[:0], outcomes...)
+	q.spare = q.outcomes[:0]
+}
+
+// forget drops the outcomes that set kept, in inline or in spare: the old rules they point to are
+// not kept reachable, and the rest of each outcome is overwritten by the next set.
+func (q *quotaStream) forget() {
+	for i := range q.outcomes {
+		q.outcomes[i].Limit = nil
+	}
+	q.outcomes = nil
+}
+
+// adopt keeps the decision's outcomes without copying them: the stream takes the decision's array
+// and gives it its spare one (emptied) for the next request. Each array belongs to the decision or
+// to one context, never to two, so that a warm request allocates nothing once every context in
+// use has one.
+func (q *quotaStream) adopt(outcomes *[]rules.Outcome) {
+	q.outcomes, *outcomes = *outcomes, q.spare[:0]
 	q.spare = q.outcomes[:0]
 }
 
@@ -157,6 +187,10 @@ func (h *httpContext) recycle() {
 	if h.calls > 0 || len(p.free) >= maxFreeContexts {
 		return
 	}
-	h.stream.reset()
+	if h.planned && p.local {
+		h.stream.resetPlanned()
+	} else {
+		h.stream.reset()
+	}
 	p.free = append(p.free, h)
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
 // assertCleared requires that a recycled stream holds nothing of the stream before it: only the
@@ -19,6 +20,10 @@ func assertCleared(t *testing.T, s *stream, cfg string) {
 	assert.Equal(t, shedSlot{}, s.shed, cfg)
 	assert.Nil(t, s.quota.outcomes, cfg)
 	assert.Empty(t, s.quota.inline[0].Limit, cfg)
+	for _, o := range s.quota.spare[:cap(s.quota.spare)] {
+		assert.Nil(t, o.Limit, cfg)
+	}
+	assert.False(t, s.planned, cfg)
 	for _, c := range s.charges.list[:cap(s.charges.list)] {
 		assert.Nil(t, c.rs, cfg)
 	}
@@ -78,4 +83,21 @@ func TestOnlyARuleThatALaterDecisionMayOverruleRecordsItsTakes(t *testing.T) {
 		require.NotNil(t, f.of(h).reply, "b denies the second request")
 		assert.Equal(t, int64(1), f.counter("meshlimit.rule.a.given_back"), "and a's take is given back")
 	})
+}
+
+func TestAStreamThePlanDecidedIsClearedWhateverConfigurationItEndsUnder(t *testing.T) {
+	local := `{"rules": [{"name": "ip", "key": ["client_ip"], "limits": [{"rate": "100/s"}, {"rate": "1000/m"}, {"rate": "9000/h"}]}]}`
+	counted := `{"rules": [{"name": "ip", "key": ["client_ip"], "limits": [{"rate": "100/s"}], "count_on": {"status": ["401"], "penalty": "1m"}}]}`
+	for _, next := range []string{local, counted} {
+		f := newFakeHost(t)
+		p := f.start(local)
+		h, _ := f.open(p, fakeReq("/"), true)
+		require.True(t, h.planned)
+		f.cfg = []byte(next)
+		require.Equal(t, types.OnPluginStartStatusOK, p.OnPluginStart(0))
+		f.respond(h, [][2]string{{":status", "401"}}, true)
+		f.end(h)
+		require.Contains(t, p.free, h, next)
+		assertCleared(t, &h.stream, next)
+	}
 }

@@ -310,7 +310,11 @@ async function main() {
   console.log('CPU time beside it: `make bench-lifecycle` (alternated, both engines).');
 }
 
-main().catch((err) => {
-  console.error(`bench-instructions: ${err.message}`);
-  process.exit(1);
-});
+module.exports = { caseFile, parseArgs }; // scripts/attribute-instructions.js runs the same cases
+
+if (require.main === module) {
+  main().catch((err) => {
+    console.error(`bench-instructions: ${err.message}`);
+    process.exit(1);
+  });
+}
