@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"encoding/binary"
+	"math"
 	"time"
 )
 
@@ -28,6 +29,18 @@ type gcraParams struct {
 	// arithmetic, instead of mulDivMod's 128-bit one (a software loop on wasm). A Limit's own
 	// methods leave it false: they are the reference the prepared form is tested against.
 	prepared bool
+	// cFit and iFit, set by Limit.Prepare (0 otherwise), bound where times and tokens multiply
+	// exactly in 64 bits with one division: c×t.f fits for c <= cFit, s.i×Q + s.f for s.i <= iFit.
+	cFit, iFit int64
+}
+
+// fit sets cFit and iFit (see gcraParams).
+func (g *gcraParams) fit() {
+	g.cFit = math.MaxInt64
+	if g.t.f > 0 {
+		g.cFit = math.MaxInt64 / g.t.f
+	}
+	g.iFit = (math.MaxInt64 - g.q) / g.q
 }
 
 // gcra returns the constants of l, a bucket with a valid Quota and Window. ok is false if τ
@@ -44,6 +57,16 @@ func (l Limit) gcra() (g gcraParams, ok bool) {
 
 // times returns c×t. It requires c×t.i <= 2×maxWindowUs (true for c <= 2×Capacity).
 func (g *gcraParams) times(c int64) rat {
+	if c <= g.cFit { // c×t.f fits: one division, no float
+		p := uint64(c) * uint64(g.t.f)
+		q := p / uint64(g.q)
+		return rat{c*g.t.i + int64(q), int64(p - q*uint64(g.q))}
+	}
+	return g.timesWide(c)
+}
+
+// timesWide is times for a product c×t.f that may not fit in 64 bits.
+func (g *gcraParams) timesWide(c int64) rat {
 	if g.prepared && c <= g.c+1 { // the quotient is below c
 		q, r := mulAddDiv(c, g.t.f, 0, g.q)
 		return rat{c*g.t.i + q, r}
@@ -77,6 +100,14 @@ func (g *gcraParams) sub(a, b rat) rat {
 // tokens returns floor(s/t), the whole cost units that fit in the non-negative span s
 // (s.i <= maxWindowUs): floor((s.i×Q + s.f)/W).
 func (g *gcraParams) tokens(s rat) int64 {
+	if s.i <= g.iFit { // s.i×Q + s.f fits: one division
+		return int64((uint64(s.i)*uint64(g.q) + uint64(s.f)) / uint64(g.w))
+	}
+	return g.tokensWide(s)
+}
+
+// tokensWide is tokens for a product s.i×Q that may not fit in 64 bits.
+func (g *gcraParams) tokensWide(s rat) int64 {
 	if g.prepared && s.i <= g.tau.i { // the quotient is at most Capacity
 		q, _ := mulAddDiv(s.i, g.q, s.f, g.w)
 		return q
@@ -102,14 +133,16 @@ const bucketSize = 1 + 8 + 8
 func (g *gcraParams) decode(b []byte, k Kind) (rat, error) {
 	if len(b) == bucketSize && b[0] == header(k) { // a well-formed state: no call on the way
 		i, f := binary.BigEndian.Uint64(b[1:]), binary.BigEndian.Uint64(b[9:])
-		switch {
-		case i > uint64(maxTimeUs+maxWindowUs) || f > uint64(MaxQuota-1): // out of range: the checks below say how
-		case int64(f) >= g.q:
-			return rat{int64(i) + 1, 0}, nil
-		default:
+		if i <= uint64(maxTimeUs+maxWindowUs) && f < uint64(g.q) {
 			return rat{int64(i), int64(f)}, nil
 		}
 	}
+	return g.decodeSlow(b, k)
+}
+
+// decodeSlow is decode for a state that is not well-formed under this Quota: a fraction >= Quota,
+// or out of range (the checks say how), or not a bucket state of kind k.
+func (g *gcraParams) decodeSlow(b []byte, k Kind) (rat, error) {
 	if err := checkHeader(b, k, len(b) == bucketSize, "17"); err != nil {
 		return rat{}, err
 	}
@@ -128,22 +161,59 @@ func (g *gcraParams) decode(b []byte, k Kind) (rat, error) {
 }
 
 func (l *Limit) decideBucket(g *gcraParams, state []byte, n, cost int64, dst []byte) ([]byte, Decision, error) {
+	var d Decision
+	tat, err := l.stepBucket(g, state, n, cost, &d)
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	return appendBucket(dst[:0], l.Kind, tat), d, nil
+}
+
+// appendBucket appends the encoding of a bucket state of kind k whose TAT is tat.
+func appendBucket(dst []byte, k Kind, tat rat) []byte {
+	dst = append(dst, header(k))
+	dst = appendField(dst, tat.i)
+	return appendField(dst, tat.f)
+}
+
+// stepBucket is decideBucket without the encoding: it decides cost at n µs on state into d and
+// returns the next TAT. d is left as it was when the state does not decode. The common cases of
+// decode, times and tokens are written out in line (Go inlines none of them, and a call costs more
+// than the arithmetic on wasm); the others call them.
+func (l *Limit) stepBucket(g *gcraParams, state []byte, n, cost int64, d *Decision) (rat, error) {
 	now := rat{n, 0}
-	tat := now
-	if len(state) > 0 {
-		var err error
-		if tat, err = g.decode(state, l.Kind); err != nil {
-			return nil, Decision{}, err
+	tat, slow := now, false
+	if len(state) == bucketSize && state[0] == header(l.Kind) {
+		i, f := binary.BigEndian.Uint64(state[1:]), binary.BigEndian.Uint64(state[9:])
+		tat = rat{int64(i), int64(f)}
+		if i > uint64(maxTimeUs+maxWindowUs) || f >= uint64(g.q) {
+			slow = true // out of range, or a fraction of a larger Quota: decodeSlow says what it is
 		}
-		if tat.less(now) {
-			tat = now // a full bucket: the same state, with now recorded
+	} else if len(state) > 0 {
+		slow = true
+	}
+	if slow {
+		var err error
+		if tat, err = g.decodeSlow(state, l.Kind); err != nil {
+			return rat{}, err
 		}
 	}
+	if tat.less(now) {
+		tat = now // a full bucket: the same state, with now recorded
+	}
 	limit := g.add(now, g.tau) // the latest TAT that conforms
-	d := Decision{Limit: l.Quota}
+	*d = Decision{Limit: l.Quota}
+	ct := rat{} // cost×T: times, in line
+	if cost <= g.cFit {
+		p := uint64(cost) * uint64(g.t.f)
+		q := p / uint64(g.q)
+		ct = rat{cost*g.t.i + int64(q), int64(p - q*uint64(g.q))}
+	} else if cost <= g.c {
+		ct = g.timesWide(cost)
+	}
 	if cost > g.c {
 		d.RetryAfter = RetryNever
-	} else if next := g.add(tat, g.times(cost)); !limit.less(next) {
+	} else if next := g.add(tat, ct); !limit.less(next) {
 		d.Allowed = true
 		if l.Kind == LeakyBucket {
 			d.Delay = time.Duration(usToDuration(g.sub(tat, now).ceil()))
@@ -153,15 +223,26 @@ func (l *Limit) decideBucket(g *gcraParams, state []byte, n, cost int64, dst []b
 		d.RetryAfter = time.Duration(usToDuration(g.sub(next, limit).ceil()))
 	}
 	if !limit.less(tat) {
-		d.Remaining = g.tokens(g.sub(limit, tat))
+		s := g.sub(limit, tat)
+		if s.i <= g.iFit { // tokens, in line
+			d.Remaining = int64((uint64(s.i)*uint64(g.q) + uint64(s.f)) / uint64(g.w))
+		} else {
+			d.Remaining = g.tokensWide(s)
+		}
 	}
 	d.Reset = time.Duration(usToDuration(g.sub(tat, now).ceil()))
-	d.EffectiveWindow = g.effectiveWindow(tat, d.Remaining, n)
-
-	dst = append(dst[:0], header(l.Kind))
-	dst = appendField(dst, tat.i)
-	dst = appendField(dst, tat.f)
-	return dst, d, nil
+	// The effective window, with the limit computed above: one unit past Remaining conforms once
+	// tat + (Remaining+1)×T <= now + τ.
+	r1 := d.Remaining + 1
+	if r1 <= g.cFit {
+		p := uint64(r1) * uint64(g.t.f)
+		q := p / uint64(g.q)
+		ct = rat{r1*g.t.i + int64(q), int64(p - q*uint64(g.q))}
+	} else {
+		ct = g.timesWide(r1)
+	}
+	d.EffectiveWindow = time.Duration(usToDuration(g.sub(g.add(tat, ct), limit).ceil()))
+	return tat, nil
 }
 
 func (l Limit) idleBucket(g *gcraParams, state []byte, n int64) bool {

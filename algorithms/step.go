@@ -1,0 +1,54 @@
+package algorithms
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// DecideInPlace is Decide with dst = state[:0] for a state that lies in a larger buffer (a record
+// of several limits' states), with the decision written to *d instead of returned: the next state
+// replaces the old one where it lies, and neither a slice nor a Decision is copied on the way. It
+// requires a state of exactly StateSize bytes (what a fixed layout holds; an empty state is
+// Decide(nil, …)'s), and reports an error for any other length.
+//
+// It decides exactly as Decide: for every input, DecideInPlace leaves in state the bytes Decide
+// returns and in *d the Decision it returns, and it fails exactly when Decide fails, with the same
+// error, having written nothing to state (*d is then the zero Decision).
+func (p *Prepared) DecideInPlace(state []byte, now, cost int64, d *Decision) error {
+	if p.l.Kind.bucket() && cost >= 1 && len(state) == bucketSize {
+		tat, err := p.l.stepBucket(&p.g, state, quantize(now), cost, d)
+		if err != nil {
+			*d = Decision{}
+			return err
+		}
+		putBucket(state, p.l.Kind, tat)
+		return nil
+	}
+	return p.decideInPlace(state, now, cost, d)
+}
+
+// decideInPlace is DecideInPlace for the window kinds, and for what the buckets' fast path refuses.
+func (p *Prepared) decideInPlace(state []byte, now, cost int64, d *Decision) error {
+	if n := p.StateSize(); n == 0 || len(state) != n {
+		*d = Decision{}
+		if p.l.Kind == 0 {
+			return errUnprepared
+		}
+		return errInPlaceSize(p, len(state))
+	}
+	next, dd, err := p.Decide(state, now, cost, state[:0])
+	if err == nil && len(next) != len(state) { // never: StateSize is every state's size
+		dd, err = Decision{}, fmt.Errorf("algorithms: a %v state of %d bytes decided into %d", p.l.Kind, len(state), len(next))
+	}
+	*d = dd
+	return err
+}
+
+// putBucket writes the bucket state of kind k whose TAT is tat over state (bucketSize bytes): the
+// bytes appendBucket appends.
+func putBucket(state []byte, k Kind, tat rat) {
+	_ = state[bucketSize-1]
+	state[0] = header(k)
+	binary.BigEndian.PutUint64(state[1:], uint64(tat.i))
+	binary.BigEndian.PutUint64(state[9:], uint64(tat.f))
+}
