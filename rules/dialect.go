@@ -75,14 +75,7 @@ func appendStructured(d *dialect, dst []Field, buf []byte, outcomes []Outcome, j
 		dst = append(dst, Field{d.fields[0], buf[start:]})
 	}
 	start := len(buf)
-	var pk partitionParam
-	for i := range outcomes {
-		o := &outcomes[i]
-		buf = d.appendLimit(buf, o, jitter, i > 0)
-		if o.Partition.set {
-			buf = pk.append(buf, d, &o.Partition)
-		}
-	}
+	buf = appendLimitMembers(buf, d, outcomes, jitter)
 	return append(dst, Field{d.fields[1], buf[start:]}), buf
 }
 

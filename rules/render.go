@@ -67,3 +67,33 @@ func setPolicy(outcomes []Outcome, d *dialect) []byte {
 	}
 	return l.setPolicy
 }
+
+// appendLimitMembers appends the service-limit members of outcomes in dialect d (appendLimit's
+// members, one after the other, each with its partition parameter), in one pass: a member whose
+// head was rendered with the configuration in d and that carries no cost parameter is written by
+// one sfv.AppendMember (its head, r and t, with one check of buf's room); the others by appendLimit.
+func appendLimitMembers(buf []byte, d *dialect, outcomes []Outcome, jitter int64) []byte {
+	var pk partitionParam
+	for i := range outcomes {
+		o := &outcomes[i]
+		if l := o.Limit; l.policyOf == d && (d.cost == "" || o.Cost <= 0) {
+			head := l.headNext
+			if i == 0 {
+				head = head[2:]
+			}
+			param, t := d.effective, int64(0)
+			if param != "" && l.Concurrency == 0 {
+				t = effectiveSeconds(o, jitter)
+			} else {
+				param = "" // a concurrency limit has no effective window (see appendLimit)
+			}
+			buf = sfv.AppendMember(buf, head, max(o.Decision.Remaining, 0), param, t)
+		} else {
+			buf = d.appendLimit(buf, o, jitter, i > 0)
+		}
+		if o.Partition.set {
+			buf = pk.append(buf, d, &o.Partition)
+		}
+	}
+	return buf
+}
