@@ -3,6 +3,7 @@ package algorithms
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -162,25 +163,19 @@ func (g *gcraParams) decodeSlow(b []byte, k Kind) (rat, error) {
 
 func (l *Limit) decideBucket(g *gcraParams, state []byte, n, cost int64, dst []byte) ([]byte, Decision, error) {
 	var d Decision
-	tat, err := l.stepBucket(g, state, n, cost, &d)
-	if err != nil {
+	out := slices.Grow(dst[:0], bucketSize)[:bucketSize] // nothing written yet: dst may be state
+	if err := l.stepBucket(g, state, out, n, cost, &d); err != nil {
 		return nil, Decision{}, err
 	}
-	return appendBucket(dst[:0], l.Kind, tat), d, nil
+	return out, d, nil
 }
 
-// appendBucket appends the encoding of a bucket state of kind k whose TAT is tat.
-func appendBucket(dst []byte, k Kind, tat rat) []byte {
-	dst = append(dst, header(k))
-	dst = appendField(dst, tat.i)
-	return appendField(dst, tat.f)
-}
-
-// stepBucket is decideBucket without the encoding: it decides cost at n µs on state into d and
-// returns the next TAT. d is left as it was when the state does not decode. The common cases of
-// decode, times and tokens are written out in line (Go inlines none of them, and a call costs more
-// than the arithmetic on wasm); the others call them.
-func (l *Limit) stepBucket(g *gcraParams, state []byte, n, cost int64, d *Decision) (rat, error) {
+// stepBucket is decideBucket with the next state written to out (bucketSize bytes, which may be
+// state itself: the state is read before anything is written) and the decision to d. Nothing is
+// written when the state does not decode. The common cases of decode, times and tokens are written
+// out in line (Go inlines none of them, and a call costs more than the arithmetic on wasm); the
+// others call them.
+func (l *Limit) stepBucket(g *gcraParams, state, out []byte, n, cost int64, d *Decision) error {
 	now := rat{n, 0}
 	tat, slow := now, false
 	if len(state) == bucketSize && state[0] == header(l.Kind) {
@@ -195,7 +190,7 @@ func (l *Limit) stepBucket(g *gcraParams, state []byte, n, cost int64, d *Decisi
 	if slow {
 		var err error
 		if tat, err = g.decodeSlow(state, l.Kind); err != nil {
-			return rat{}, err
+			return err
 		}
 	}
 	if tat.less(now) {
@@ -242,7 +237,11 @@ func (l *Limit) stepBucket(g *gcraParams, state []byte, n, cost int64, d *Decisi
 		ct = g.timesWide(r1)
 	}
 	d.EffectiveWindow = time.Duration(usToDuration(g.sub(g.add(tat, ct), limit).ceil()))
-	return tat, nil
+	_ = out[bucketSize-1] // the encoding: header, TAT µs, TAT fraction
+	out[0] = header(l.Kind)
+	binary.BigEndian.PutUint64(out[1:], uint64(tat.i))
+	binary.BigEndian.PutUint64(out[9:], uint64(tat.f))
+	return nil
 }
 
 func (l Limit) idleBucket(g *gcraParams, state []byte, n int64) bool {

@@ -1,9 +1,6 @@
 package algorithms
 
-import (
-	"encoding/binary"
-	"fmt"
-)
+import "fmt"
 
 // DecideInPlace is Decide with dst = state[:0] for a state that lies in a larger buffer (a record
 // of several limits' states), with the decision written to *d instead of returned: the next state
@@ -16,13 +13,11 @@ import (
 // error, having written nothing to state (*d is then the zero Decision).
 func (p *Prepared) DecideInPlace(state []byte, now, cost int64, d *Decision) error {
 	if p.l.Kind.bucket() && cost >= 1 && len(state) == bucketSize {
-		tat, err := p.l.stepBucket(&p.g, state, quantize(now), cost, d)
+		err := p.l.stepBucket(&p.g, state, state, quantize(now), cost, d)
 		if err != nil {
 			*d = Decision{}
-			return err
 		}
-		putBucket(state, p.l.Kind, tat)
-		return nil
+		return err
 	}
 	return p.decideInPlace(state, now, cost, d)
 }
@@ -42,13 +37,4 @@ func (p *Prepared) decideInPlace(state []byte, now, cost int64, d *Decision) err
 	}
 	*d = dd
 	return err
-}
-
-// putBucket writes the bucket state of kind k whose TAT is tat over state (bucketSize bytes): the
-// bytes appendBucket appends.
-func putBucket(state []byte, k Kind, tat rat) {
-	_ = state[bucketSize-1]
-	state[0] = header(k)
-	binary.BigEndian.PutUint64(state[1:], uint64(tat.i))
-	binary.BigEndian.PutUint64(state[9:], uint64(tat.f))
 }

@@ -102,9 +102,11 @@ func (e *limitEditor) editInScratch(p []byte) (write, ok bool) {
 
 // editOne decides the table's one limit on st where it lies and reports whether to write the record.
 func (e *limitEditor) editOne(st []byte) (write, ok bool) {
-	if err := e.decideInPlace(0, st); err != nil {
-		e.err, e.allowed = fmt.Errorf("sharedstate: limit 0: %w", err), false
-		return false, true
+	if err := e.limits[0].DecideInPlace(st, e.now, e.cost, &e.decisions[0]); err != nil {
+		if err = e.decideFreshInPlace(0, st, err); err != nil {
+			e.err, e.allowed = fmt.Errorf("sharedstate: limit 0: %w", err), false
+			return false, true
+		}
 	}
 	e.allowed = e.decisions[0].Allowed
 	return e.allowed, true
@@ -121,9 +123,12 @@ func (e *limitEditor) editEach(p []byte, restore bool) (write, ok bool) {
 	copy(old, p)
 	e.allowed = true
 	for i := range e.limits {
-		if err := e.decideInPlace(i, e.layout.state(p, i)); err != nil {
-			e.err, e.allowed = fmt.Errorf("sharedstate: limit %d: %w", i, err), false
-			break
+		st := e.layout.state(p, i)
+		if err := e.limits[i].DecideInPlace(st, e.now, e.cost, &e.decisions[i]); err != nil {
+			if err = e.decideFreshInPlace(i, st, err); err != nil {
+				e.err, e.allowed = fmt.Errorf("sharedstate: limit %d: %w", i, err), false
+				break
+			}
 		}
 		e.allowed = e.allowed && e.decisions[i].Allowed
 	}
@@ -150,16 +155,16 @@ func (e *limitEditor) editEach(p []byte, restore bool) (write, ok bool) {
 	return false, true
 }
 
-// decideInPlace is limit i's decision on st, a state of its fixed size, where it lies: decide's,
-// with a state that does not decode decided as a fresh one (see decide).
-func (e *limitEditor) decideInPlace(i int, st []byte) error {
-	err := e.limits[i].DecideInPlace(st, e.now, e.cost, &e.decisions[i])
-	if err != nil && errors.Is(err, algorithms.ErrMalformedState) {
-		var next []byte
-		next, e.decisions[i], err = e.limits[i].Decide(nil, e.now, e.cost, st[:0])
-		if err == nil && len(next) != len(st) {
-			err = fmt.Errorf("a state of %d bytes, want %d", len(next), len(st)) // never: algorithms.Prepared.StateSize
-		}
+// decideFreshInPlace is decide's path for a state of a fixed layout that DecideInPlace refused with
+// err: a state that does not decode is decided as a fresh one, where it lies (see decide).
+func (e *limitEditor) decideFreshInPlace(i int, st []byte, err error) error {
+	if !errors.Is(err, algorithms.ErrMalformedState) {
+		return err
+	}
+	var next []byte
+	next, e.decisions[i], err = e.limits[i].Decide(nil, e.now, e.cost, st[:0])
+	if err == nil && len(next) != len(st) {
+		err = fmt.Errorf("a state of %d bytes, want %d", len(next), len(st)) // never: algorithms.Prepared.StateSize
 	}
 	return err
 }
