@@ -71,29 +71,39 @@ func setPolicy(outcomes []Outcome, d *dialect) []byte {
 // appendLimitMembers appends the service-limit members of outcomes in dialect d (appendLimit's
 // members, one after the other, each with its partition parameter), in one pass: a member whose
 // head was rendered with the configuration in d and that carries no cost parameter is written by
-// one sfv.AppendMember (its head, r and t, with one check of buf's room); the others by appendLimit.
+// one sfv.AppendMember (its head, r, t and partition parameter, with one check of buf's room); the
+// others by appendLimit.
 func appendLimitMembers(buf []byte, d *dialect, outcomes []Outcome, jitter int64) []byte {
 	var pk partitionParam
 	for i := range outcomes {
 		o := &outcomes[i]
-		if l := o.Limit; l.policyOf == d && (d.cost == "" || o.Cost <= 0) {
-			head := l.headNext
-			if i == 0 {
-				head = head[2:]
-			}
-			param, t := d.effective, int64(0)
-			if param != "" && l.Concurrency == 0 {
-				t = effectiveSeconds(o, jitter)
-			} else {
-				param = "" // a concurrency limit has no effective window (see appendLimit)
-			}
-			buf = sfv.AppendMember(buf, head, max(o.Decision.Remaining, 0), param, t)
-		} else {
+		l := o.Limit
+		var tail []byte
+		one := l.policyOf == d && (d.cost == "" || o.Cost <= 0)
+		if one && o.Partition.set && d.partition != "" {
+			tail, one = pk.encoded(d, &o.Partition)
+		}
+		if !one {
 			buf = d.appendLimit(buf, o, jitter, i > 0)
+			if o.Partition.set {
+				buf = pk.append(buf, d, &o.Partition)
+			}
+			continue
 		}
-		if o.Partition.set {
-			buf = pk.append(buf, d, &o.Partition)
+		head := l.headNext
+		if i == 0 {
+			head = head[2:]
 		}
+		param, t := d.effective, int64(0)
+		switch {
+		case param == "" || l.Concurrency > 0: // a concurrency limit has no effective window (see appendLimit)
+			param = ""
+		case o.Decision.EffectiveWindow > 0: // effectiveSeconds, without its call
+			t = min(max(ceilSeconds(o.Decision.EffectiveWindow), 1)+jitter, sfv.MaxInteger)
+		default:
+			t = effectiveSeconds(o, jitter)
+		}
+		buf = sfv.AppendMember(buf, head, max(o.Decision.Remaining, 0), param, t, tail)
 	}
 	return buf
 }

@@ -7,21 +7,45 @@ import (
 )
 
 // AppendMember appends one member of a List whose value is an Integer, the shape of the members
-// the quota fields write for every response (RateLimit's `"name";r=5;t=30`): head, the member's
-// key and the start of its first parameter already encoded by the caller (`, "name";r=`), then
-// the Integer n, then, when param is not empty, the parameter param with the Integer m
-// (`;t=30`). n and m are clamped to ±MaxInteger as AppendInteger clamps them, and each is written
-// as AppendInteger writes it. It checks dst's room once and writes the digits eight at a time
-// (swarDigits): it runs once per limit of every response.
-func AppendMember(dst []byte, head []byte, n int64, param string, m int64) []byte {
+// the quota fields write for every response (RateLimit's `"name";r=5;t=30;pk=:…:`): head, the
+// member's key and the start of its first parameter already encoded by the caller (`, "name";r=`),
+// then the Integer n, then, when param is not empty, the parameter param with the Integer m
+// (`;t=30`), then tail, more parameters already encoded (`;pk=:…:`). n and m are clamped to
+// ±MaxInteger and written as AppendInteger writes them. It checks dst's room once and writes the
+// digits eight at a time (swarDigits), all in one function: it runs once per limit of every
+// response, and a call costs more than a digit on wasm.
+func AppendMember(dst, head []byte, n int64, param string, m int64, tail []byte) []byte {
 	const integer = 16 // a sign and 15 digits
 	start := len(dst)
-	need := len(head) + integer + 2 + len(param) + integer + 8 // + 8: putDigits stores 8 bytes at a time
+	need := len(head) + 2*integer + 2 + len(param) + len(tail) + 8 // + 8: the digits are stored 8 bytes at a time
 	dst = slices.Grow(dst, need)
 	b := dst[start : start+need]
 	i := copy(b, head)
-	i += putInteger(b[i:], n)
-	if param != "" {
+	for v := n; ; v, param = m, "" {
+		v = min(max(v, -MaxInteger), MaxInteger)
+		u := uint64(v)
+		if v < 0 {
+			b[i], u = '-', uint64(-v)
+			i++
+		}
+		switch {
+		case u < 10:
+			b[i] = byte('0' + u)
+			i++
+		case u < 1e8:
+			k := digits8(u)
+			binary.LittleEndian.PutUint64(b[i:], swarDigits(u)>>(8*(8-k)))
+			i += k
+		default: // at most 15 digits: up to 7, then 8
+			hi := u / 1e8
+			k := digits8(hi)
+			binary.LittleEndian.PutUint64(b[i:], swarDigits(hi)>>(8*(8-k)))
+			binary.LittleEndian.PutUint64(b[i+k:], swarDigits(u-hi*1e8))
+			i += k + 8
+		}
+		if param == "" {
+			break
+		}
 		b[i] = ';'
 		if len(param) == 1 {
 			b[i+1] = param[0]
@@ -30,40 +54,12 @@ func AppendMember(dst []byte, head []byte, n int64, param string, m int64) []byt
 			i += 1 + copy(b[i+1:], param)
 		}
 		b[i] = '='
-		i += 1 + putInteger(b[i+1:], m)
+		i++
+	}
+	if len(tail) > 0 {
+		i += copy(b[i:], tail)
 	}
 	return dst[:start+i]
-}
-
-// putInteger writes n, clamped to ±MaxInteger, at the start of b, which has room for its sign,
-// its digits and 8 bytes more, and returns the number of bytes it takes.
-func putInteger(b []byte, n int64) int {
-	n = min(max(n, -MaxInteger), MaxInteger)
-	if n >= 0 {
-		return putDigits(b, uint64(n))
-	}
-	b[0] = '-'
-	return 1 + putDigits(b[1:], uint64(-n))
-}
-
-// putDigits writes u (at most MaxInteger: 15 digits) in decimal at the start of b, which has room
-// for its digits and 8 bytes more, and returns the number of digits. Up to 8 digits take one
-// swarDigits and one 8-byte store; more take a division by 10^8 and two of each.
-func putDigits(b []byte, u uint64) int {
-	if u < 10 {
-		b[0] = byte('0' + u)
-		return 1
-	}
-	if u < 1e8 {
-		k := digits8(u)
-		binary.LittleEndian.PutUint64(b, swarDigits(u)>>(8*(8-k)))
-		return k
-	}
-	hi, lo := u/1e8, u%1e8
-	k := digits8(hi)
-	binary.LittleEndian.PutUint64(b, swarDigits(hi)>>(8*(8-k)))
-	binary.LittleEndian.PutUint64(b[k:], swarDigits(lo))
-	return k + 8
 }
 
 // digits8 is the number of decimal digits of 1 <= u < 10^8.

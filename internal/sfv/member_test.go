@@ -10,12 +10,12 @@ import (
 )
 
 // memberByAppends is AppendMember written with the package's other writers.
-func memberByAppends(dst, head []byte, n int64, param string, m int64) []byte {
+func memberByAppends(dst, head []byte, n int64, param string, m int64, tail []byte) []byte {
 	dst = AppendInteger(append(dst, head...), n)
-	if param == "" {
-		return dst
+	if param != "" {
+		dst = AppendInteger(append(append(append(dst, ';'), param...), '='), m)
 	}
-	return AppendInteger(append(append(append(dst, ';'), param...), '='), m)
+	return append(dst, tail...)
 }
 
 func TestAMemberIsWhatTheIntegerWriterWritesAfterItsHead(t *testing.T) {
@@ -40,10 +40,11 @@ func TestAMemberIsWhatTheIntegerWriterWritesAfterItsHead(t *testing.T) {
 		head, n, m := heads[r.IntN(len(heads))], values(), values()
 		param := []string{"", "t", "cost"}[r.IntN(3)]
 		prefix := []byte("x, ")[:r.IntN(4)]
-		want := memberByAppends(append([]byte(nil), prefix...), head, n, param, m)
-		got := AppendMember(append([]byte(nil), prefix...), head, n, param, m)
+		tail := []byte(";pk=:AAECAwQFBgc=:")[:[]int{0, 0, 17}[r.IntN(3)]]
+		want := memberByAppends(append([]byte(nil), prefix...), head, n, param, m, tail)
+		got := AppendMember(append([]byte(nil), prefix...), head, n, param, m, tail)
 		if string(got) != string(want) {
-			require.Equal(t, string(want), string(got), "head %q n %d param %q m %d", head, n, param, m)
+			require.Equal(t, string(want), string(got), "head %q n %d param %q m %d tail %q", head, n, param, m, tail)
 		}
 	}
 }
@@ -52,7 +53,7 @@ func TestEveryNumberBelowTenThousandAndEveryDigitPositionIsWrittenAsTheIntegerWr
 	for n := int64(0); n < 10_000; n++ {
 		for _, scale := range []int64{1, 10_000, 100_000_000, 10_000_000_000} {
 			v := n * scale
-			if got, want := string(AppendMember(nil, nil, v, "", 0)), string(AppendInteger(nil, v)); got != want {
+			if got, want := string(AppendMember(nil, nil, v, "", 0, nil)), string(AppendInteger(nil, v)); got != want {
 				require.Equal(t, want, got, "%d", v)
 			}
 		}
@@ -63,9 +64,9 @@ func TestAMemberIsWrittenWithoutAllocatingWhenTheBufferHasRoom(t *testing.T) {
 	buf := make([]byte, 0, 256)
 	head := []byte(`, "per-ip";r=`)
 	allocs := testing.AllocsPerRun(100, func() {
-		buf = AppendMember(buf[:0], head, 999_999_999, "t", 1)
-		buf = AppendMember(buf, head, -MaxInteger, "cost", MaxInteger)
+		buf = AppendMember(buf[:0], head, 999_999_999, "t", 1, nil)
+		buf = AppendMember(buf, head, -MaxInteger, "cost", MaxInteger, []byte(";pk=:AA==:"))
 	})
 	assert.Zero(t, allocs)
-	assert.Equal(t, `, "per-ip";r=999999999;t=1, "per-ip";r=-999999999999999;cost=999999999999999`, string(buf))
+	assert.Equal(t, `, "per-ip";r=999999999;t=1, "per-ip";r=-999999999999999;cost=999999999999999;pk=:AA==:`, string(buf))
 }
