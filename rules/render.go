@@ -1,6 +1,10 @@
 package rules
 
-import "github.com/meshlimit/meshlimit/internal/sfv"
+import (
+	"time"
+
+	"github.com/meshlimit/meshlimit/internal/sfv"
+)
 
 // renderPolicies renders what the quota fields write of every limit of the configuration whatever
 // the decision, once, at the end of its compilation (nothing changes a LimitSpec afterwards), in
@@ -99,11 +103,29 @@ func appendLimitMembers(buf []byte, d *dialect, outcomes []Outcome, jitter int64
 		case param == "" || l.Concurrency > 0: // a concurrency limit has no effective window (see appendLimit)
 			param = ""
 		case o.Decision.EffectiveWindow > 0: // effectiveSeconds, without its call
-			t = min(max(ceilSeconds(o.Decision.EffectiveWindow), 1)+jitter, sfv.MaxInteger)
+			t = min(max(ceilSecondsOf(o.Decision.EffectiveWindow), 1)+jitter, sfv.MaxInteger)
 		default:
 			t = effectiveSeconds(o, jitter)
 		}
 		buf = sfv.AppendMember(buf, head, max(o.Decision.Remaining, 0), param, t, tail)
 	}
 	return buf
+}
+
+// ceilSecondsOf is ceilSeconds for d > 0, from a float64 division corrected by the exact remainder
+// (the estimate is within 2 of the quotient): Go divides an int64 by a constant with a 128-bit
+// product by its reciprocal, a long software sequence on wasm, and this runs once per limit of
+// every response.
+func ceilSecondsOf(d time.Duration) int64 {
+	s := int64(float64(d) / float64(time.Second))
+	for s > 0 && time.Duration(s)*time.Second > d {
+		s--
+	}
+	for d-time.Duration(s)*time.Second >= time.Second {
+		s++
+	}
+	if time.Duration(s)*time.Second < d {
+		s++
+	}
+	return min(s, sfv.MaxInteger)
 }

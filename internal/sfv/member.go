@@ -34,13 +34,13 @@ func AppendMember(dst, head []byte, n int64, param string, m int64, tail []byte)
 			i++
 		case u < 1e8:
 			k := digits8(u)
-			binary.LittleEndian.PutUint64(b[i:], swarDigits(u)>>(8*(8-k)))
+			binary.LittleEndian.PutUint64(b[i:], swarDigits(uint32(u))>>(8*(8-k)&63))
 			i += k
 		default: // at most 15 digits: up to 7, then 8
-			hi := u / 1e8
+			hi := div1e8(u)
 			k := digits8(hi)
-			binary.LittleEndian.PutUint64(b[i:], swarDigits(hi)>>(8*(8-k)))
-			binary.LittleEndian.PutUint64(b[i+k:], swarDigits(u-hi*1e8))
+			binary.LittleEndian.PutUint64(b[i:], swarDigits(uint32(hi))>>(8*(8-k)&63))
+			binary.LittleEndian.PutUint64(b[i+k:], swarDigits(uint32(u-hi*1e8)))
 			i += k + 8
 		}
 		if param == "" {
@@ -71,14 +71,29 @@ func digits8(u uint64) int {
 	return t + 1
 }
 
+// div1e8 returns u / 10^8 for u < 2^53, from a float64 division corrected by the exact remainder:
+// Go divides a uint64 by a constant with a multiplication by its reciprocal's 128-bit product, a
+// long software sequence on wasm; the float estimate is within 1 of the quotient.
+func div1e8(u uint64) uint64 {
+	q := uint64(float64(u) / 1e8)
+	for q*1e8 > u {
+		q--
+	}
+	for u-q*1e8 >= 1e8 {
+		q++
+	}
+	return q
+}
+
 // swarDigits returns the 8 decimal digits of u < 10^8, leading zeros included, as ASCII bytes in
 // a uint64 whose little-endian encoding is the text (the first digit in the low byte): the two
 // halves of four digits split into pairs, then into digits, each step on every lane at once with
 // a multiplication by a reciprocal that is exact on the lanes' range (x/100 = x×10486>>20 for
-// x < 10^4, x/10 = x×103>>10 for x < 100).
-func swarDigits(u uint64) uint64 {
+// x < 10^4, x/10 = x×103>>10 for x < 100). u is a uint32: its division by 10^4 is one
+// multiplication, not the 64-bit sequence.
+func swarDigits(u uint32) uint64 {
 	hi := u / 10000
-	v := hi | (u-hi*10000)<<32 // two 32-bit lanes of 4 digits: the first four in the low lane
+	v := uint64(hi) | uint64(u-hi*10000)<<32 // two 32-bit lanes of 4 digits: the first four in the low lane
 	q := (v * 10486 >> 20) & 0x0000007f_0000007f
 	v = q | (v-q*100)<<16 // four 16-bit lanes of 2 digits
 	q = (v * 103 >> 10) & 0x000f_000f_000f_000f
