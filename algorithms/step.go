@@ -38,3 +38,39 @@ func (p *Prepared) decideInPlace(state []byte, now, cost int64, d *Decision) err
 	*d = dd
 	return err
 }
+
+// DecideEachInPlace is DecideInPlace for every limit of a record of fixed layout, in one call (a
+// call per limit costs on wasm what a decision does): for i from 0 it decides limits[i] on its state
+// where it lies, record[offs[i]:offs[i]+limits[i].StateSize()], into ds[i] (len(ds) and len(offs) are
+// at least len(limits)), exactly as limits[i].DecideInPlace would, until one fails. It returns
+// failed = len(limits) and a nil error when none fails, else the index of the one that failed and its
+// error, having decided the limits before it; and whether every limit it decided (before the one
+// that failed) admitted the request.
+// A state that does not fit in record fails with an error.
+func DecideEachInPlace(limits []Prepared, record []byte, offs []uint16, now, cost int64, ds []Decision) (failed int, allowed bool, err error) {
+	us := quantize(now)
+	ds, offs = ds[:len(limits)], offs[:len(limits)]
+	allowed = true
+	for i := range limits {
+		p, off := &limits[i], int(offs[i])
+		end := off + p.StateSize()
+		if end > len(record) {
+			ds[i] = Decision{}
+			return i, allowed, fmt.Errorf("algorithms: a %v state at %d of a record of %d bytes", p.l.Kind, off, len(record))
+		}
+		st := record[off:end:end]
+		if p.l.Kind.bucket() && cost >= 1 && len(st) == bucketSize {
+			err = p.l.stepBucket(&p.g, st, st, us, cost, &ds[i])
+			if err != nil {
+				ds[i] = Decision{}
+			}
+		} else {
+			err = p.decideInPlace(st, now, cost, &ds[i])
+		}
+		if err != nil {
+			return i, allowed, err
+		}
+		allowed = allowed && ds[i].Allowed
+	}
+	return len(limits), allowed, nil
+}

@@ -135,3 +135,66 @@ func FuzzStepMatchesDecide(f *testing.F) {
 		compareInPlace(t, l, &p, next, now+int64(span(l))/3, 1)
 	})
 }
+
+func TestDecidingEveryLimitOfARecordInOneCallIsDecidingEachWhereItLies(t *testing.T) {
+	r := rand.New(rand.NewPCG(22, 7))
+	for range 500 {
+		var limits []Prepared
+		var offs []uint16
+		size := 1
+		for range 1 + r.IntN(8) {
+			l := randomLimit(r)
+			if l.Kind == SlidingLog {
+				continue
+			}
+			p, err := l.Prepare()
+			require.NoError(t, err)
+			limits, offs = append(limits, p), append(offs, uint16(size+1))
+			size += 1 + p.StateSize()
+		}
+		record := make([]byte, size)
+		now := base + r.Int64N(int64(MaxWindow))
+		for range 20 {
+			now += r.Int64N(int64(time.Hour))
+			cost := 1 + r.Int64N(3)
+			if r.IntN(10) == 0 && len(limits) > 0 { // a state that does not decode somewhere
+				record[int(offs[r.IntN(len(offs))])] ^= 0xff
+			}
+			want, each := append([]byte(nil), record...), make([]Decision, len(limits))
+			wantFailed, wantAllowed, wantErr := len(limits), true, error(nil)
+			for i := range limits {
+				o := int(offs[i])
+				if err := limits[i].DecideInPlace(want[o:o+limits[i].StateSize()], now, cost, &each[i]); err != nil {
+					wantFailed, wantErr = i, err
+					break
+				}
+				wantAllowed = wantAllowed && each[i].Allowed
+			}
+			got := make([]Decision, len(limits))
+			failed, allowed, err := DecideEachInPlace(limits, record, offs, now, cost, got)
+			require.Equal(t, errText(wantErr), errText(err))
+			require.Equal(t, wantFailed, failed)
+			require.Equal(t, wantAllowed, allowed)
+			require.Equal(t, each, got)
+			require.Equal(t, want, record)
+			if err != nil {
+				record = make([]byte, size) // start again from fresh states
+			}
+		}
+	}
+}
+
+func TestAStateBeyondItsRecordIsNotDecided(t *testing.T) {
+	p, err := Limit{Kind: TokenBucket, Quota: 10, Window: time.Second}.Prepare()
+	require.NoError(t, err)
+	record := make([]byte, 30)
+	_, _, err = p.Decide(nil, base, 1, record[1:1])
+	require.NoError(t, err)
+	ds := []Decision{{}, {Allowed: true}}
+	failed, allowed, err := DecideEachInPlace([]Prepared{p, p}, record, []uint16{1, 19}, base, 1, ds)
+	require.Error(t, err)
+	assert.Equal(t, 1, failed)
+	assert.True(t, allowed, "the limit before it admitted")
+	assert.Equal(t, Decision{}, ds[1])
+	assert.True(t, ds[0].Allowed, "the limit before it is decided")
+}

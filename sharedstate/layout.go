@@ -122,13 +122,15 @@ func (e *limitEditor) editEach(p []byte, restore bool) (write, ok bool) {
 	old := e.scratch[:len(p)]
 	copy(old, p)
 	e.allowed = true
-	for i := range e.limits {
-		st := e.layout.state(p, i)
-		if err := e.limits[i].DecideInPlace(st, e.now, e.cost, &e.decisions[i]); err != nil {
-			if err = e.decideFreshInPlace(i, st, err); err != nil {
-				e.err, e.allowed = fmt.Errorf("sharedstate: limit %d: %w", i, err), false
-				break
-			}
+	for i := 0; i < len(e.limits); i++ { // one call for the limits up to one that fails, if any
+		failed, allowed, err := algorithms.DecideEachInPlace(e.limits[i:], p, e.layout.offs[i:], e.now, e.cost, e.decisions[i:])
+		e.allowed = e.allowed && allowed
+		if i += failed; err == nil {
+			break
+		}
+		if err = e.decideFreshInPlace(i, e.layout.state(p, i), err); err != nil {
+			e.err, e.allowed = fmt.Errorf("sharedstate: limit %d: %w", i, err), false
+			break
 		}
 		e.allowed = e.allowed && e.decisions[i].Allowed
 	}
