@@ -79,15 +79,12 @@ func setPolicy(outcomes []Outcome, d *dialect) []byte {
 // others by appendLimit.
 func appendLimitMembers(buf []byte, d *dialect, outcomes []Outcome, jitter int64) []byte {
 	var pk partitionParam
-	var tail []byte // pk's parameter, encoded; the outcomes of one rule share their key
 	for i := range outcomes {
 		o := &outcomes[i]
 		l := o.Limit
+		var tail []byte
 		one := l.policyOf == d && (d.cost == "" || o.Cost <= 0)
-		switch {
-		case !one || !o.Partition.set || d.partition == "":
-			tail = nil
-		case tail == nil || pk.key != o.Partition:
+		if one && o.Partition.set && d.partition != "" {
 			tail, one = pk.encoded(d, &o.Partition)
 		}
 		if !one {
