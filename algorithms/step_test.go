@@ -57,18 +57,9 @@ func TestAStepPutWhereTheStateLiesDecidesExactlyAsTheLimit(t *testing.T) {
 		require.NoError(t, err)
 		var state []byte
 		now := base + r.Int64N(int64(MaxWindow))
-		w := int64(span(l))
 		c := l.Capacity()
 		for range 30 {
-			switch r.IntN(6) {
-			case 0:
-				now -= r.Int64N(w/4 + 1) // the clock steps back
-			case 1: // the same instant
-			case 2:
-				now += r.Int64N(16*w + 1) // idle windows
-			default:
-				now += r.Int64N(w/max(l.Quota, 1)*4 + 1000) // about the rate
-			}
+			now = nextNow(r, l, now, 6)
 			if r.IntN(20) == 0 && len(state) > 0 {
 				// A state of the right size that may not decode.
 				state = append(garbage(r, state), make([]byte, p.StateSize())...)[:p.StateSize()]
