@@ -99,16 +99,9 @@ func (g *gcraParams) sub(a, b rat) rat {
 	return s
 }
 
-// tokens returns floor(s/t), the whole cost units that fit in the non-negative span s
-// (s.i <= maxWindowUs): floor((s.i×Q + s.f)/W).
-func (g *gcraParams) tokens(s rat) int64 {
-	if s.i <= g.iFit { // s.i×Q + s.f fits: one division
-		return int64((uint64(s.i)*uint64(g.q) + uint64(s.f)) / uint64(g.w))
-	}
-	return g.tokensWide(s)
-}
-
-// tokensWide is tokens for a product s.i×Q that may not fit in 64 bits.
+// tokensWide returns floor(s/t), the whole cost units that fit in the non-negative span s
+// (s.i <= maxWindowUs): floor((s.i×Q + s.f)/W), for a product s.i×Q that may not fit in 64 bits
+// (stepBucket divides the others in line).
 func (g *gcraParams) tokensWide(s rat) int64 {
 	if g.prepared && s.i <= g.tau.i { // the quotient is at most Capacity
 		q, _ := mulAddDiv(s.i, g.q, s.f, g.w)
