@@ -73,51 +73,43 @@ func setPolicy(outcomes []Outcome, d *dialect) []byte {
 }
 
 // appendLimitMembers appends the service-limit members of outcomes in dialect d (appendLimit's
-// members, one after the other, each with its partition parameter), in one pass: the members whose
-// head was rendered with the configuration in d and that carry no cost parameter are gathered, up
-// to eight at a time (and until their partition key changes: their tails are the bytes of pk), and
-// written by one sfv.AppendMembers call (their heads, r, t and partition parameters); the others by
-// appendLimit.
+// members, one after the other, each with its partition parameter), in one pass: a member whose
+// head was rendered with the configuration in d and that carries no cost parameter is written by
+// one sfv.AppendMember (its head, r, t and partition parameter, with one check of buf's room); the
+// others by appendLimit.
 func appendLimitMembers(buf []byte, d *dialect, outcomes []Outcome, jitter int64) []byte {
 	var pk partitionParam
-	var ms [8]sfv.IntMember
-	n := 0
 	for i := range outcomes {
 		o := &outcomes[i]
 		l := o.Limit
 		var tail []byte
 		one := l.policyOf == d && (d.cost == "" || o.Cost <= 0)
 		if one && o.Partition.set && d.partition != "" {
-			if n > 0 && pk.n > 0 && pk.key != o.Partition { // the gathered members' tails are pk's bytes
-				buf, n = sfv.AppendMembers(buf, d.effective, ms[:n]), 0
-			}
 			tail, one = pk.encoded(d, &o.Partition)
 		}
 		if !one {
-			buf, n = sfv.AppendMembers(buf, d.effective, ms[:n]), 0
 			buf = d.appendLimit(buf, o, jitter, i > 0)
 			if o.Partition.set {
 				buf = pk.append(buf, d, &o.Partition)
 			}
 			continue
 		}
-		m := sfv.IntMember{Head: l.headNext, N: max(o.Decision.Remaining, 0), Tail: tail}
+		head := l.headNext
 		if i == 0 {
-			m.Head = m.Head[2:]
+			head = head[2:]
 		}
-		switch m.NoParam = d.effective == "" || l.Concurrency > 0; { // a concurrency limit has no effective window (see appendLimit)
-		case m.NoParam:
+		param, t := d.effective, int64(0)
+		switch {
+		case param == "" || l.Concurrency > 0: // a concurrency limit has no effective window (see appendLimit)
+			param = ""
 		case o.Decision.EffectiveWindow > 0: // effectiveSeconds, without its call
-			m.M = min(max(ceilSecondsOf(o.Decision.EffectiveWindow), 1)+jitter, sfv.MaxInteger)
+			t = min(max(ceilSecondsOf(o.Decision.EffectiveWindow), 1)+jitter, sfv.MaxInteger)
 		default:
-			m.M = effectiveSeconds(o, jitter)
+			t = effectiveSeconds(o, jitter)
 		}
-		ms[n] = m
-		if n++; n == len(ms) {
-			buf, n = sfv.AppendMembers(buf, d.effective, ms[:n]), 0
-		}
+		buf = sfv.AppendMember(buf, head, max(o.Decision.Remaining, 0), param, t, tail)
 	}
-	return sfv.AppendMembers(buf, d.effective, ms[:n])
+	return buf
 }
 
 // ceilSecondsOf is ceilSeconds for d > 0, from a float64 division corrected by the exact remainder

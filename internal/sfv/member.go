@@ -6,81 +6,58 @@ import (
 	"slices"
 )
 
-// IntMember is one member of a List whose value is an Integer, the shape of the members the quota
-// fields write for every response (RateLimit's `"name";r=5;t=30;pk=:…:`), for AppendMembers.
-type IntMember struct {
-	// Head is the member's key and the start of its first parameter, already encoded
-	// (`, "name";r=`).
-	Head []byte
-	// N is the Integer after Head; M is the value of the parameter AppendMembers names, which the
-	// member has unless NoParam.
-	N, M    int64
-	NoParam bool
-	// Tail is more parameters, already encoded (`;pk=:…:`).
-	Tail []byte
-}
-
-// AppendMembers appends members one after the other: each one's Head, the Integer N, then unless
-// NoParam (or param is empty) the parameter param with the Integer M (`;t=30`), then its Tail. N and M
-// are clamped to ±MaxInteger and written as AppendInteger writes them. It checks dst's room once per
-// member and writes the digits eight at a time (swarDigits), all in one call for all the members:
-// it runs for every response, and on wasm a call with its arguments costs more than a member's
-// digits.
-func AppendMembers(dst []byte, param string, members []IntMember) []byte {
+// AppendMember appends one member of a List whose value is an Integer, the shape of the members
+// the quota fields write for every response (RateLimit's `"name";r=5;t=30;pk=:…:`): head, the
+// member's key and the start of its first parameter already encoded by the caller (`, "name";r=`),
+// then the Integer n, then, when param is not empty, the parameter param with the Integer m
+// (`;t=30`), then tail, more parameters already encoded (`;pk=:…:`). n and m are clamped to
+// ±MaxInteger and written as AppendInteger writes them. It checks dst's room once and writes the
+// digits eight at a time (swarDigits), all in one function: it runs once per limit of every
+// response, and a call costs more than a digit on wasm.
+func AppendMember(dst, head []byte, n int64, param string, m int64, tail []byte) []byte {
 	const integer = 16 // a sign and 15 digits
 	start := len(dst)
-	b := dst[start:cap(dst)]
-	i := 0
-	for j := range members {
-		m := &members[j]
-		// The member's room, with 8 bytes more: the digits are stored 8 bytes at a time.
-		if need := len(m.Head) + 2*integer + 2 + len(param) + len(m.Tail) + 8; len(b)-i < need {
-			dst = slices.Grow(dst[:start+i], need)
-			b = dst[start:cap(dst)]
-		}
-		i += copy(b[i:], m.Head)
-		p := param
-		if m.NoParam {
-			p = ""
-		}
-		for v := m.N; ; v, p = m.M, "" {
-			v = min(max(v, -MaxInteger), MaxInteger)
-			u := uint64(v)
-			if v < 0 {
-				b[i], u = '-', uint64(-v)
-				i++
-			}
-			switch {
-			case u < 10:
-				b[i] = byte('0' + u)
-				i++
-			case u < 1e8:
-				k := digits8(u)
-				binary.LittleEndian.PutUint64(b[i:], swarDigits(uint32(u))>>(8*(8-k)&63))
-				i += k
-			default: // at most 15 digits: up to 7, then 8
-				hi := div1e8(u)
-				k := digits8(hi)
-				binary.LittleEndian.PutUint64(b[i:], swarDigits(uint32(hi))>>(8*(8-k)&63))
-				binary.LittleEndian.PutUint64(b[i+k:], swarDigits(uint32(u-hi*1e8)))
-				i += k + 8
-			}
-			if p == "" {
-				break
-			}
-			b[i] = ';'
-			if len(p) == 1 {
-				b[i+1] = p[0]
-				i += 2
-			} else {
-				i += 1 + copy(b[i+1:], p)
-			}
-			b[i] = '='
+	need := len(head) + 2*integer + 2 + len(param) + len(tail) + 8 // + 8: the digits are stored 8 bytes at a time
+	dst = slices.Grow(dst, need)
+	b := dst[start : start+need]
+	i := copy(b, head)
+	for v := n; ; v, param = m, "" {
+		v = min(max(v, -MaxInteger), MaxInteger)
+		u := uint64(v)
+		if v < 0 {
+			b[i], u = '-', uint64(-v)
 			i++
 		}
-		if len(m.Tail) > 0 {
-			i += copy(b[i:], m.Tail)
+		switch {
+		case u < 10:
+			b[i] = byte('0' + u)
+			i++
+		case u < 1e8:
+			k := digits8(u)
+			binary.LittleEndian.PutUint64(b[i:], swarDigits(uint32(u))>>(8*(8-k)&63))
+			i += k
+		default: // at most 15 digits: up to 7, then 8
+			hi := div1e8(u)
+			k := digits8(hi)
+			binary.LittleEndian.PutUint64(b[i:], swarDigits(uint32(hi))>>(8*(8-k)&63))
+			binary.LittleEndian.PutUint64(b[i+k:], swarDigits(uint32(u-hi*1e8)))
+			i += k + 8
 		}
+		if param == "" {
+			break
+		}
+		b[i] = ';'
+		if len(param) == 1 {
+			b[i+1] = param[0]
+			i += 2
+		} else {
+			i += 1 + copy(b[i+1:], param)
+		}
+		b[i] = '='
+		i++
+	}
+	if len(tail) > 0 {
+		i += copy(b[i:], tail)
 	}
 	return dst[:start+i]
 }

@@ -42,29 +42,10 @@ func TestAMemberIsWhatTheIntegerWriterWritesAfterItsHead(t *testing.T) {
 		prefix := []byte("x, ")[:r.IntN(4)]
 		tail := []byte(";pk=:AAECAwQFBgc=:")[:[]int{0, 0, 17}[r.IntN(3)]]
 		want := memberByAppends(append([]byte(nil), prefix...), head, n, param, m, tail)
-		got := AppendMembers(append([]byte(nil), prefix...), param, []IntMember{{Head: head, N: n, M: m, Tail: tail}})
+		got := AppendMember(append([]byte(nil), prefix...), head, n, param, m, tail)
 		if string(got) != string(want) {
 			require.Equal(t, string(want), string(got), "head %q n %d param %q m %d tail %q", head, n, param, m, tail)
 		}
-	}
-}
-
-func TestMembersAreWrittenOneAfterTheOtherEachWithOrWithoutTheParameter(t *testing.T) {
-	r := rand.New(rand.NewPCG(22, 8))
-	for range 20_000 {
-		ms := make([]IntMember, r.IntN(12))
-		var want []byte
-		param := []string{"", "t", "cost"}[r.IntN(3)]
-		for j := range ms {
-			ms[j] = IntMember{Head: []byte(`, "l";r=`)[:2+r.IntN(7)], N: int64(r.Uint64() >> uint(r.IntN(64))), M: int64(r.IntN(100)) - 50,
-				NoParam: r.IntN(4) == 0, Tail: []byte(";pk=:AA==:")[:r.IntN(2)*10]}
-			p := param
-			if ms[j].NoParam {
-				p = ""
-			}
-			want = memberByAppends(want, ms[j].Head, ms[j].N, p, ms[j].M, ms[j].Tail)
-		}
-		require.Equal(t, string(want), string(AppendMembers(nil, param, ms)), "%+v", ms)
 	}
 }
 
@@ -72,7 +53,7 @@ func TestEveryNumberBelowTenThousandAndEveryDigitPositionIsWrittenAsTheIntegerWr
 	for n := int64(0); n < 10_000; n++ {
 		for _, scale := range []int64{1, 10_000, 100_000_000, 10_000_000_000} {
 			v := n * scale
-			if got, want := string(AppendMembers(nil, "", []IntMember{{N: v}})), string(AppendInteger(nil, v)); got != want {
+			if got, want := string(AppendMember(nil, nil, v, "", 0, nil)), string(AppendInteger(nil, v)); got != want {
 				require.Equal(t, want, got, "%d", v)
 			}
 		}
@@ -83,8 +64,8 @@ func TestAMemberIsWrittenWithoutAllocatingWhenTheBufferHasRoom(t *testing.T) {
 	buf := make([]byte, 0, 256)
 	head := []byte(`, "per-ip";r=`)
 	allocs := testing.AllocsPerRun(100, func() {
-		buf = AppendMembers(buf[:0], "t", []IntMember{{Head: head, N: 999_999_999, M: 1}})
-		buf = AppendMembers(buf, "cost", []IntMember{{Head: head, N: -MaxInteger, M: MaxInteger, Tail: []byte(";pk=:AA==:")}})
+		buf = AppendMember(buf[:0], head, 999_999_999, "t", 1, nil)
+		buf = AppendMember(buf, head, -MaxInteger, "cost", MaxInteger, []byte(";pk=:AA==:"))
 	})
 	assert.Zero(t, allocs)
 	assert.Equal(t, `, "per-ip";r=999999999;t=1, "per-ip";r=-999999999999999;cost=999999999999999;pk=:AA==:`, string(buf))
