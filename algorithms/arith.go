@@ -23,9 +23,18 @@ func quantize(now int64) int64 {
 	if now <= 0 {
 		return 0
 	}
-	us := now / nsPerUs
-	if us > maxTimeUs {
+	if now >= (maxTimeUs+1)*nsPerUs {
 		return maxTimeUs
+	}
+	// now / nsPerUs from a float64 division corrected by the exact remainder (the estimate is within
+	// 2 of the quotient): Go divides an int64 by a constant with a 128-bit product by its
+	// reciprocal, a long software sequence on wasm, and this runs once per limit of every request.
+	us := int64(float64(now) / nsPerUs)
+	for us*nsPerUs > now {
+		us--
+	}
+	for now-us*nsPerUs >= nsPerUs {
+		us++
 	}
 	return us
 }

@@ -60,3 +60,20 @@ func TestMulDivModInDoubles(t *testing.T) {
 		check(x, y, z)
 	}
 }
+
+func TestQuantizeIsTheClampedQuotientOfNanosecondsByAThousand(t *testing.T) {
+	want := func(now int64) int64 { return min(max(now/1000, 0), maxTimeUs) }
+	r := rand.New(rand.NewPCG(22, 5))
+	edges := []int64{math.MinInt64, -1, 0, 1, 999, 1000, 1001, 1 << 53, 1<<53 + 1, 1<<53 - 1,
+		maxTimeUs * 1000, maxTimeUs*1000 + 999, (maxTimeUs + 1) * 1000, (maxTimeUs+1)*1000 - 1, math.MaxInt64 - 1, math.MaxInt64}
+	for _, now := range edges {
+		require.Equal(t, want(now), quantize(now), "%d", now)
+	}
+	for range 1_000_000 {
+		now := int64(r.Uint64() >> uint(r.IntN(64)))
+		now += []int64{0, -1, 1, -999, 500}[r.IntN(5)]
+		if got := quantize(now); got != want(now) {
+			require.Equal(t, want(now), got, "%d", now)
+		}
+	}
+}

@@ -12,13 +12,9 @@ import (
 // oldest entries first, and the sliding window counter weighs a unit spent in the current window
 // less and less after it, one spent in the next window fully. The formulas are in doc.go.
 
-// effectiveWindow is the bucket's: with tat the state after the decision and r Remaining, spending r
+// The bucket's (stepBucket): with tat the state after the decision and r Remaining, spending r
 // moves tat to tat + r×T, and one more unit conforms once tat + (r+1)×T <= now + τ. It is > 0
 // because r = floor((now + τ − tat)/T).
-func (g *gcraParams) effectiveWindow(tat rat, r, n int64) time.Duration {
-	limit := g.add(rat{n, 0}, g.tau)
-	return time.Duration(usToDuration(g.sub(g.add(tat, g.times(r+1)), limit).ceil()))
-}
 
 // effectiveWindow is the sliding log's. The live entries are s's from first on, then those of the
 // request just admitted, at eff: count in all. Spending Remaining adds as many at eff, which makes

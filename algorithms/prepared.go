@@ -1,6 +1,9 @@
 package algorithms
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Prepared is a valid Limit with what its decisions need computed once (Limit.Prepare): a
 // configuration prepares its limits when it is loaded, and every request then decides on the
@@ -27,6 +30,9 @@ func (l Limit) Prepare() (Prepared, error) {
 		return Prepared{}, err
 	}
 	g.prepared = true
+	if l.Kind.bucket() {
+		g.fit()
+	}
 	return Prepared{l: l, g: g}, nil
 }
 
@@ -90,4 +96,12 @@ func (p *Prepared) StateSize() int {
 		return slidingSize
 	}
 	return 0
+}
+
+// errInPlaceSize is what DecideInPlace reports for a state of n bytes that is not StateSize's.
+func errInPlaceSize(p *Prepared, n int) error {
+	if p.StateSize() == 0 {
+		return fmt.Errorf("algorithms: a %v state has no fixed size to decide in place", p.l.Kind)
+	}
+	return fmt.Errorf("algorithms: a %v state decided in place has %d bytes, want %d", p.l.Kind, n, p.StateSize())
 }

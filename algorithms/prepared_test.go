@@ -197,17 +197,8 @@ func TestAPreparedLimitDecidesExactlyAsItsLimitOverRandomInputs(t *testing.T) {
 		}
 		var state []byte
 		now := base + r.Int64N(int64(MaxWindow))
-		w := int64(span(l))
 		for range 40 {
-			switch r.IntN(8) {
-			case 0:
-				now -= r.Int64N(w/4 + 1) // the clock steps back
-			case 1: // the same instant
-			case 2:
-				now += r.Int64N(16*w + 1) // idle windows
-			default:
-				now += r.Int64N(w/max(l.Quota, 1)*4 + 1000) // about the rate
-			}
+			now = nextNow(r, l, now, 8)
 			if r.IntN(50) == 0 {
 				state = garbage(r, state)
 			}
@@ -215,6 +206,22 @@ func TestAPreparedLimitDecidesExactlyAsItsLimitOverRandomInputs(t *testing.T) {
 		}
 	}
 	assert.Greater(t, wide, limits/50, "the random limits include buckets whose products need more than 64 bits")
+}
+
+// nextNow returns a next time after now for a trace of random operations on l: one in ways of
+// them steps the clock back, one stays at the same instant, one skips idle windows, and the others
+// follow about the rate.
+func nextNow(r *rand.Rand, l Limit, now int64, ways int) int64 {
+	w := int64(span(l))
+	switch r.IntN(ways) {
+	case 0:
+		return now - r.Int64N(w/4+1) // the clock steps back
+	case 1:
+		return now // the same instant
+	case 2:
+		return now + r.Int64N(16*w+1) // idle windows
+	}
+	return now + r.Int64N(w/max(l.Quota, 1)*4+1000) // about the rate
 }
 
 // garbage returns state with a random byte changed, truncated, or random bytes of a state's size.

@@ -75,14 +75,7 @@ func appendStructured(d *dialect, dst []Field, buf []byte, outcomes []Outcome, j
 		dst = append(dst, Field{d.fields[0], buf[start:]})
 	}
 	start := len(buf)
-	var pk partitionParam
-	for i := range outcomes {
-		o := &outcomes[i]
-		buf = d.appendLimit(buf, o, jitter, i > 0)
-		if o.Partition.set {
-			buf = pk.append(buf, d, &o.Partition)
-		}
-	}
+	buf = appendLimitMembers(buf, d, outcomes, jitter)
 	return append(dst, Field{d.fields[1], buf[start:]}), buf
 }
 
@@ -139,13 +132,22 @@ func (p *partitionParam) append(buf []byte, d *dialect, pk *PartitionKey) []byte
 	if d.partition == "" {
 		return buf
 	}
-	if len(d.partition) > len(p.param)-partitionValueLen-2 { // no room: encoded in place
-		return sfv.AppendByteSequence(appendParam(buf, d.partition), pk.sum[:])
+	if enc, ok := p.encoded(d, pk); ok {
+		return append(buf, enc...)
+	}
+	return sfv.AppendByteSequence(appendParam(buf, d.partition), pk.sum[:]) // no room: encoded in place
+}
+
+// encoded returns the partition parameter of pk in dialect d (which has one), encoded once for the
+// members that share pk, or ok=false when d's parameter name is too long to be kept in p.
+func (p *partitionParam) encoded(d *dialect, pk *PartitionKey) (param []byte, ok bool) {
+	if len(d.partition) > len(p.param)-partitionValueLen-2 {
+		return nil, false
 	}
 	if p.n == 0 || p.key != *pk {
 		p.key, p.n = *pk, len(sfv.AppendByteSequence(appendParam(p.param[:0], d.partition), pk.sum[:]))
 	}
-	return append(buf, p.param[:p.n]...)
+	return p.param[:p.n], true
 }
 
 // structured returns the enabled structured dialect, or the first of the table when none is.

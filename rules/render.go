@@ -1,6 +1,10 @@
 package rules
 
-import "github.com/meshlimit/meshlimit/internal/sfv"
+import (
+	"time"
+
+	"github.com/meshlimit/meshlimit/internal/sfv"
+)
 
 // renderPolicies renders what the quota fields write of every limit of the configuration whatever
 // the decision, once, at the end of its compilation (nothing changes a LimitSpec afterwards), in
@@ -66,4 +70,62 @@ func setPolicy(outcomes []Outcome, d *dialect) []byte {
 		}
 	}
 	return l.setPolicy
+}
+
+// appendLimitMembers appends the service-limit members of outcomes in dialect d (appendLimit's
+// members, one after the other, each with its partition parameter), in one pass: a member whose
+// head was rendered with the configuration in d and that carries no cost parameter is written by
+// one sfv.AppendMember (its head, r, t and partition parameter, with one check of buf's room); the
+// others by appendLimit.
+func appendLimitMembers(buf []byte, d *dialect, outcomes []Outcome, jitter int64) []byte {
+	var pk partitionParam
+	for i := range outcomes {
+		o := &outcomes[i]
+		l := o.Limit
+		var tail []byte
+		one := l.policyOf == d && (d.cost == "" || o.Cost <= 0)
+		if one && o.Partition.set && d.partition != "" {
+			tail, one = pk.encoded(d, &o.Partition)
+		}
+		if !one {
+			buf = d.appendLimit(buf, o, jitter, i > 0)
+			if o.Partition.set {
+				buf = pk.append(buf, d, &o.Partition)
+			}
+			continue
+		}
+		head := l.headNext
+		if i == 0 {
+			head = head[2:]
+		}
+		param, t := d.effective, int64(0)
+		switch {
+		case param == "" || l.Concurrency > 0: // a concurrency limit has no effective window (see appendLimit)
+			param = ""
+		case o.Decision.EffectiveWindow > 0: // effectiveSeconds, without its call
+			t = min(max(ceilSecondsOf(o.Decision.EffectiveWindow), 1)+jitter, sfv.MaxInteger)
+		default:
+			t = effectiveSeconds(o, jitter)
+		}
+		buf = sfv.AppendMember(buf, head, max(o.Decision.Remaining, 0), param, t, tail)
+	}
+	return buf
+}
+
+// ceilSecondsOf is ceilSeconds for d > 0, from a float64 division corrected by the exact remainder
+// (the estimate is within 2 of the quotient): Go divides an int64 by a constant with a 128-bit
+// product by its reciprocal, a long software sequence on wasm, and this runs once per limit of
+// every response.
+func ceilSecondsOf(d time.Duration) int64 {
+	s := int64(float64(d) / float64(time.Second))
+	for s > 0 && time.Duration(s)*time.Second > d {
+		s--
+	}
+	for d-time.Duration(s)*time.Second >= time.Second {
+		s++
+	}
+	if time.Duration(s)*time.Second < d {
+		s++
+	}
+	return min(s, sfv.MaxInteger)
 }

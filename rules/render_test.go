@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -212,4 +213,19 @@ func TestRenderingSeveralLimitsWithPartitionKeysDoesNotAllocate(t *testing.T) {
 		outcomes[1].Decision = denied(time.Second, time.Second)
 		buf = c.Response.Deny(&lr, buf[:0], outcomes, false, 0)
 	}), "Deny")
+}
+
+func TestTheSecondsOfAnEffectiveWindowAreCeilSecondsOfIt(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(22, 6))
+	edges := []time.Duration{1, time.Second - 1, time.Second, time.Second + 1, 1 << 53, 1<<53 + 1, math.MaxInt64 - 1, math.MaxInt64,
+		1e18, 1e18 + 1, 1e18 - 1}
+	for _, d := range edges {
+		require.Equal(t, ceilSeconds(d), ceilSecondsOf(d), "%d", d)
+	}
+	for range 1_000_000 {
+		d := max(time.Duration(rnd.Uint64()>>uint(1+rnd.IntN(63))), 1)
+		if got, want := ceilSecondsOf(d), ceilSeconds(d); got != want {
+			require.Equal(t, want, got, "%d", d)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package sharedstate
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/meshlimit/meshlimit/algorithms"
@@ -74,84 +75,98 @@ func (l *layout) split(p []byte, states [][]byte) bool {
 }
 
 // EditInPlace implements inPlaceEditor: when the payload has the table's fixed layout, every limit
-// decides on its state where it lies. A table of one limit decides straight into its state's bytes
-// (the algorithms read a state before writing the next one); on a denial they hold the state as
-// the denial normalized it, which is never written back: the buffer is the next read's. With more
-// limits the next states go to scratch first and are copied over the old ones only once every
-// limit has admitted the request, so that the limits that would have admitted a denied request
-// report their state without it, from the payload as it was (as Edit does). It reports ok=false,
-// having changed nothing, for any other payload.
+// decides on its state where it lies (algorithms.Prepared.DecideInPlace): no parse, no
+// re-serialization, no copy of a state. On a denial the states hold what the deciding left in them,
+// which is never written back: the buffer is the next read's. With more than one limit, the payload
+// as read is first copied once to scratch, so that the limits that would have admitted a denied
+// request report their state without it, from the payload as it was (as Edit does). It reports
+// ok=false, having changed nothing, for any other payload.
 func (e *limitEditor) EditInPlace(p []byte) (write, ok bool) {
 	if !e.layout.matches(p) {
 		return false, false
 	}
 	if len(e.limits) == 1 {
-		st := e.layout.state(p, 0)
-		return e.editOne(st, st[:0])
+		return e.editOne(e.layout.state(p, 0))
 	}
-	return e.editEach(p)
+	return e.editEach(p, false)
 }
 
 // editInScratch is EditInPlace for a payload that must stay as it was unless every limit admits
-// (TakeLocal's record, which the caller keeps).
+// (TakeLocal's record, which the caller keeps): a denial puts the payload as read back.
 func (e *limitEditor) editInScratch(p []byte) (write, ok bool) {
 	if !e.layout.matches(p) {
 		return false, false
 	}
-	return e.editEach(p)
+	return e.editEach(p, true)
 }
 
-// editOne decides the table's one limit on st into dst and reports whether to write the record.
-func (e *limitEditor) editOne(st, dst []byte) (write, ok bool) {
-	next, d, err := e.decide(0, st, dst)
-	if err == nil && len(next) != len(st) {
-		err = fmt.Errorf("a state of %d bytes, want %d", len(next), len(st)) // never: algorithms.Prepared.StateSize
+// editOne decides the table's one limit on st where it lies and reports whether to write the record.
+func (e *limitEditor) editOne(st []byte) (write, ok bool) {
+	if err := e.limits[0].DecideInPlace(st, e.now, e.cost, &e.decisions[0]); err != nil {
+		if err = e.decideFreshInPlace(0, st, err); err != nil {
+			e.err, e.allowed = fmt.Errorf("sharedstate: limit 0: %w", err), false
+			return false, true
+		}
 	}
-	if err != nil {
-		e.err, e.allowed = fmt.Errorf("sharedstate: limit 0: %w", err), false
+	e.allowed = e.decisions[0].Allowed
+	return e.allowed, true
+}
+
+// editEach decides every limit where its state lies, after one copy of the payload to scratch from
+// which a denial reports the limits that would have admitted (and, when restore is set, which it
+// puts back).
+func (e *limitEditor) editEach(p []byte, restore bool) (write, ok bool) {
+	if cap(e.scratch) < len(p) {
+		e.scratch = make([]byte, len(p))
+	}
+	old := e.scratch[:len(p)]
+	copy(old, p)
+	e.allowed = true
+	for i := 0; i < len(e.limits); i++ { // one call for the limits up to one that fails, if any
+		failed, allowed, err := algorithms.DecideEachInPlace(e.limits[i:], p, e.layout.offs[i:], e.now, e.cost, e.decisions[i:])
+		e.allowed = e.allowed && allowed
+		if i += failed; err == nil {
+			break
+		}
+		if err = e.decideFreshInPlace(i, e.layout.state(p, i), err); err != nil {
+			e.err, e.allowed = fmt.Errorf("sharedstate: limit %d: %w", i, err), false
+			break
+		}
+		e.allowed = e.allowed && e.decisions[i].Allowed
+	}
+	if e.allowed {
+		return true, true
+	}
+	if restore {
+		copy(p, old)
+	}
+	if e.err != nil {
 		return false, true
 	}
-	e.decisions[0], e.allowed = d, d.Allowed
-	return d.Allowed, true
-}
-
-// editEach decides every limit into scratch and copies the next states over the old ones when all
-// admit.
-func (e *limitEditor) editEach(p []byte) (write, ok bool) {
-	if cap(e.scratch) < e.layout.size {
-		e.scratch = make([]byte, e.layout.size)
-	}
-	e.allowed = true
 	for i := range e.limits {
-		off, n := int(e.layout.offs[i]), int(e.layout.lens[i])
-		next, d, err := e.decide(i, e.layout.state(p, i), e.scratch[off:off:off+n])
-		if err == nil && len(next) != n {
-			err = fmt.Errorf("a state of %d bytes, want %d", len(next), n) // never: algorithms.Prepared.StateSize
+		if !e.decisions[i].Allowed {
+			continue
 		}
+		d, err := e.peek(i, e.layout.state(old, i))
 		if err != nil {
-			e.err, e.allowed = fmt.Errorf("sharedstate: limit %d: %w", i, err), false
+			e.err = fmt.Errorf("sharedstate: limit %d: %w", i, err)
 			return false, true
 		}
 		e.decisions[i] = d
-		e.allowed = e.allowed && d.Allowed
 	}
-	if !e.allowed {
-		for i := range e.limits {
-			if !e.decisions[i].Allowed {
-				continue
-			}
-			d, err := e.peek(i, e.layout.state(p, i))
-			if err != nil {
-				e.err = fmt.Errorf("sharedstate: limit %d: %w", i, err)
-				return false, true
-			}
-			e.decisions[i] = d
-		}
-		return false, true
+	return false, true
+}
+
+// decideFreshInPlace is decide's path for a state of a fixed layout that DecideInPlace refused with
+// err: a state that does not decode is decided as a fresh one, where it lies (see decide).
+func (e *limitEditor) decideFreshInPlace(i int, st []byte, err error) error {
+	if !errors.Is(err, algorithms.ErrMalformedState) {
+		return err
 	}
-	for i := range e.limits {
-		off, n := int(e.layout.offs[i]), int(e.layout.lens[i])
-		copy(p[off:off+n], e.scratch[off:off+n])
+	var next []byte
+	next, e.decisions[i], err = e.limits[i].Decide(nil, e.now, e.cost, st[:0])
+	if err == nil && len(next) != len(st) {
+		err = fmt.Errorf("a state of %d bytes, want %d", len(next), len(st)) // never: algorithms.Prepared.StateSize
 	}
-	return true, true
+	return err
 }

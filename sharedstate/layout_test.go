@@ -276,3 +276,27 @@ func TestAKeyRememberedByTheCursorIsUpdatedWhereAFreshCursorWouldUpdateIt(t *tes
 		require.Equal(t, cold.entries, warm.entries, "request %d: the stored records", i)
 	}
 }
+
+func TestAStateThatDoesNotDecodeAmongSeveralIsDecidedFreshAndTheOthersWhereTheyLie(t *testing.T) {
+	s := knownSecretStore(t)
+	l := newLimiter(t, s)
+	tab := newTable(t, 1, tokenBucket(5, time.Hour), tokenBucket(7, time.Hour), tokenBucket(9, time.Hour))
+	_, err := l.Take(tab, []byte("k"), t0, 2)
+	require.NoError(t, err)
+	key := string(tab.records.SlotKey(nil, 0))
+	rec, _, err := l.Updater().Read(key)
+	require.NoError(t, err)
+	rec = append([]byte(nil), rec...)
+	off := recordHeader + int(tab.layout.offs[1])
+	clear(rec[off : off+int(tab.layout.lens[1])]) // the second limit's state: the right size, no valid header
+	require.NoError(t, s.Set(key, rec, 0))
+
+	out, err := l.Take(tab, []byte("k"), t0, 1)
+	require.NoError(t, err)
+	require.True(t, out.Allowed, "admitted: the broken state is decided as a fresh one")
+	remaining := []int64{out.Decisions[0].Remaining, out.Decisions[1].Remaining, out.Decisions[2].Remaining}
+	assert.Equal(t, []int64{5 - 3, 7 - 1, 9 - 3}, remaining, "the others decided on their own states")
+	out, err = l.Take(tab, []byte("k"), t0, 1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(7-2), out.Decisions[1].Remaining, "the fresh state was written back")
+}
