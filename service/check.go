@@ -45,10 +45,13 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, traced bool, td 
 	// The client connection is the flow a Gate shares the store fairly between.
 	ctx, cancel := context.WithTimeout(WithFlow(r.Context(), r.RemoteAddr), h.timeout)
 	defer cancel()
+	// The whole check is admitted to the store, or refused, before its first store call: a
+	// Gate never refuses its renewals after its releases went through.
+	ctx, release, err := Admit(ctx, h.store, checkWork(&s.req))
+	defer release() // (a panic's); done below as soon as the store work is
 	var pc permitCounts
-	var err error
 	lists := len(s.req.Renew)+len(s.req.Release) > 0
-	if lists { // releases first: they free what the descriptors may acquire
+	if err == nil && lists { // releases first: they free what the descriptors may acquire
 		pc, err = h.limiter.permits(ctx, s.req.Renew, s.req.Release, now)
 	}
 	// Settles before decisions: a refund frees what the descriptors may take.
@@ -60,6 +63,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, traced bool, td 
 	if err == nil && len(s.req.Descriptors) > 0 {
 		o, err = h.limiter.check(ctx, s.req.Descriptors, now, s.decs, &s.batch)
 	}
+	release() // the store's time the gate measures ends here, not after the answer is written
 	if traced {
 		td.Store = time.Since(storeStart)
 	}
@@ -86,6 +90,12 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, traced bool, td 
 	w.Header()["Content-Type"] = jsonContentType
 	_, _ = w.Write(s.out)
 	return http.StatusOK
+}
+
+// checkWork is the store work of a check, counted as a Gate counts it: one unit per release,
+// renewal, settle and descriptor.
+func checkWork(req *wire.Request) int {
+	return len(req.Release) + len(req.Renew) + len(req.Settle) + len(req.Descriptors)
 }
 
 // decidingKey is the key of the descriptor that decided o: the one that denied it, or the first.

@@ -126,16 +126,84 @@ func (g *Gate) leave(p pass) {
 	}
 }
 
-// gated runs call on the store as a call of work units admitted by g under ctx.
-func gated[T any](g *Gate, ctx context.Context, work int, call func(context.Context) (T, error)) (T, error) {
+// admittedKey is the context key of a request admitted whole by a Gate (Admit).
+type admittedKey struct{}
+
+// admitted is a request admitted whole by gate: the pass its store calls ride, and whether it
+// has been given back.
+type admitted struct {
+	gate *Gate
+	pass pass
+	done bool // set by release; guarded by gate.mu
+}
+
+// release gives the request's room back; a second release does nothing.
+func (a *admitted) release() {
+	a.gate.mu.Lock()
+	done := a.done
+	a.done = true
+	a.gate.mu.Unlock()
+	if !done {
+		a.gate.leave(a.pass)
+	}
+}
+
+// holds reports whether ctx carries a request admitted whole by g.
+func (g *Gate) holds(ctx context.Context) bool {
+	a, ok := ctx.Value(admittedKey{}).(*admitted)
+	return ok && a.gate == g
+}
+
+// Admit admits a request's whole store work, work units counted as the gate counts its calls
+// (a batch of n descriptors n, any other call 1), or refuses it whole, before any of its store
+// calls: it waits, or refuses with ErrOverloaded, as one call of work units would. Once
+// admitted, every store call made through g under the returned context (or one derived from
+// it) rides the admission: none waits, none is refused or cancelled by the gate, each runs
+// under GateConfig.StoreTimeout. The caller must call release when its store work is done
+// (after its last call; a second call does nothing): the time from Admit to release is the
+// store's time the gate measures for work units. Under a context that already carries g's
+// admission, or of no work (work <= 0), Admit admits nothing and its release does nothing.
+func (g *Gate) Admit(ctx context.Context, work int) (_ context.Context, release func(), err error) {
+	if work <= 0 || g.holds(ctx) {
+		return ctx, func() {}, nil
+	}
 	p, err := g.enter(ctx, work)
 	if err != nil {
-		var zero T
-		return zero, err
+		return ctx, func() {}, err
+	}
+	a := &admitted{gate: g, pass: p}
+	return context.WithValue(ctx, admittedKey{}, a), a.release, nil
+}
+
+// Admitter admits a request's whole store work before its first store call (Gate.Admit).
+type Admitter interface {
+	Admit(ctx context.Context, work int) (context.Context, func(), error)
+}
+
+// Admit admits the store work of one request, work units, whole on s when s is an Admitter (a
+// Gate), or refuses it whole before any store call; on any other store it admits at once. A
+// front that makes more than one store call for a request admits it first, so that a gate
+// cannot refuse a later call after earlier ones changed the store. See Gate.Admit.
+func Admit(ctx context.Context, s Store, work int) (context.Context, func(), error) {
+	if a, ok := s.(Admitter); ok {
+		return a.Admit(ctx, work)
+	}
+	return ctx, func() {}, nil
+}
+
+// gated runs call on the store as a call of work units admitted by g under ctx: on its own,
+// or riding the admission of its whole request (Admit) when ctx carries one of g's.
+func gated[T any](g *Gate, ctx context.Context, work int, call func(context.Context) (T, error)) (T, error) {
+	if !g.holds(ctx) {
+		p, err := g.enter(ctx, work)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		defer g.leave(p)
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.storeTimeout)
 	defer cancel()
-	defer g.leave(p)
 	return call(sctx)
 }
 
@@ -191,6 +259,13 @@ func (g *Gate) Renew(ctx context.Context, req PermitRequest) (bool, error) {
 // Release implements Store.
 func (g *Gate) Release(ctx context.Context, req PermitRequest) (bool, error) {
 	return gated(g, ctx, 1, func(ctx context.Context) (bool, error) { return g.Store.Release(ctx, req) })
+}
+
+// Queued is the number of calls (or requests, Admit) waiting in g's queue for room.
+func (g *Gate) Queued() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.adm.queue)
 }
 
 // Stats implements Store: the Store's, with the calls the Gate refused and the answers that

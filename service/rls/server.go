@@ -138,7 +138,13 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, traced bo
 	if traced {
 		storeStart = time.Now()
 	}
-	sts, err := s.decideAll(ctx, req, plans, now, sc)
+	// The request's store calls are admitted whole, or refused, before the first of them.
+	ctx, release, err := service.Admit(ctx, s.cfg.Store, countedWork(plans))
+	var sts []*pb.RateLimitResponse_DescriptorStatus
+	if err == nil {
+		sts, err = s.decideAll(ctx, req, plans, now, sc)
+	}
+	release()
 	if traced {
 		td.Store = time.Since(storeStart)
 	}
@@ -161,6 +167,18 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, traced bo
 		resp.DynamicMetadata = dynamicMetadata(req, sts, plans)
 	}
 	return resp, nil
+}
+
+// countedWork is the store work of a request's plans, as a service.Gate counts it: one unit per
+// counted descriptor.
+func countedWork(plans []plan) int {
+	n := 0
+	for i := range plans {
+		if plans[i].kind == planLimit {
+			n++
+		}
+	}
+	return n
 }
 
 // decideOne decides descriptor i of req by its plan p, its status in a.
