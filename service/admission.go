@@ -9,16 +9,35 @@ import (
 // admission is a Gate's state, guarded by Gate.mu: the work in flight on the store, the calls
 // waiting for room, ordered by start-time fair queueing, and the measure of the store's time.
 type admission struct {
-	max      int64 // the bound of work in flight, in descriptors
-	inflight int64
-	queue    waitQueue
-	flows    map[any]*flow // the flows with calls in the queue
-	vtime    int64         // the start tag of the last call admitted from the queue
-	seq      uint64
+	// max is the bound of work in flight in force, in descriptors: at least floor (the
+	// configured bound), raised while the store keeps up (see ended), at most
+	// maxBoundGrowth × floor.
+	max, floor int64
+	inflight   int64
+	queue      waitQueue
+	flows      map[any]*flow // the flows with calls in the queue
+	vtime      int64         // the start tag of the last call admitted from the queue
+	seq        uint64
 	// sumWL and sumW are decayed sums of work × time at the store and of work over the calls
 	// that ended: their ratio is the mean time a unit of work spends at the store.
 	sumWL, sumW float64
+	// least is the least time a call spent at the store lately (0 before any call ended): what
+	// the store takes when nothing queues in front of a call there.
+	least time.Duration
 }
+
+// maxBoundGrowth bounds the bound in force, as a multiple of the configured one.
+const maxBoundGrowth = 16
+
+// keptUp is how much longer than the least time a call may take at the store for the store to
+// count as keeping up with the work in flight: a store whose time grows with the work sent to
+// it (its own queue) passes it soon, one whose time is its round trip (a remote store, a
+// machine short of CPU) does not.
+const keptUp = 2
+
+// leastRise is how fast the least time follows calls that take longer (1/256 of the gap a
+// call): a store that became slower for good raises it within a few hundred calls.
+const leastRise = 256
 
 // storeTimeDecay is the weight an ended call's time has in the mean (about the last 16 calls).
 const storeTimeDecay = 1.0 / 16
@@ -54,9 +73,33 @@ func (a *admission) storeTime() time.Duration {
 // stays slow raises it call after call.
 const maxStoreTimeJump = 4
 
-// ended records a call of work units that spent d at the store.
+// ended records a call of work units that spent d at the store, and moves the bound in force:
+// a call answered within keptUp × the least time while others waited for room raises it by its
+// work (the store keeps up: more in flight costs nobody time, and callers who wait for room
+// would otherwise wait for the bound, not the store); a call that took longer lowers it by an
+// eighth, never under the configured bound. So the bound is the configured one for a store
+// whose time grows with the work in flight, and grows to what the callers ask of a store whose
+// time is its round trip.
 func (a *admission) ended(work int64, d time.Duration) {
 	a.inflight -= work
+	if d > 0 { // a clock that did not move measured nothing
+		least := a.least
+		if least == 0 {
+			least = d // the first measure
+		}
+		switch {
+		case d > keptUp*least:
+			a.max = max(a.floor, a.max-a.max/8)
+		case len(a.queue) > 0:
+			a.max = min(maxBoundGrowth*a.floor, a.max+work)
+		}
+		switch {
+		case a.least == 0 || d < a.least:
+			a.least = d
+		default:
+			a.least += (d - a.least) / leastRise
+		}
+	}
 	if mean := a.storeTime(); mean > 0 {
 		d = min(d, maxStoreTimeJump*mean)
 	}

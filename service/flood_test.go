@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/internal/redistest"
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/memstore"
@@ -75,7 +77,8 @@ func scriptsRun(t *testing.T, r *redistest.Server) int64 {
 // reports what it got, asserting nothing of the machine's speed (MESHLIMIT_FLOOD=1 runs it; see
 // BENCHMARKS.md, "Admission"; MESHLIMIT_FLOOD_TIMEOUT_MS sets the deadline, MESHLIMIT_FLOOD_RATE
 // a rate of checks per caller and second instead of one check after the other, the victim's
-// included): 32 callers send 16-descriptor checks at the default 10 ms
+// included; MESHLIMIT_FLOOD_STORE_MS a round trip added to every store call, as a remote Redis
+// or a machine short of CPU has): 32 callers send 16-descriptor checks at the default 10 ms
 // deadline while a victim sends 180 single-descriptor checks one after the other; the callers
 // stop when the victim is done. Each answered check ran one script, so the scripts Redis ran
 // beyond the answered checks are work whose answer nobody used.
@@ -89,7 +92,11 @@ func TestTheFloodReport(t *testing.T) {
 	if ms, err := strconv.Atoi(os.Getenv("MESHLIMIT_FLOOD_TIMEOUT_MS")); err == nil && ms > 0 {
 		timeout = time.Duration(ms) * time.Millisecond
 	}
-	store := floodStore(newRedisStore(t, redis.Addr()))
+	var under service.Store = newRedisStore(t, redis.Addr())
+	if ms, err := strconv.Atoi(os.Getenv("MESHLIMIT_FLOOD_STORE_MS")); err == nil && ms > 0 {
+		under = &roundTripStore{Store: under, rtt: time.Duration(ms) * time.Millisecond}
+	}
+	store := floodStore(under)
 	h, err := service.NewHandler(service.Config{Store: store, Timeout: timeout})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
@@ -139,7 +146,8 @@ func TestTheFloodReport(t *testing.T) {
 	if g, ok := store.(interface{ StoreTime() time.Duration }); ok {
 		t.Logf("the gate's measure of the store's time per call: %v", g.StoreTime())
 	}
-	t.Logf("flood at a %v deadline, rate %d, %v: attackers %v; victim %v; Redis ran %d scripts, %d of them thrown away", timeout, rate, elapsed.Round(time.Millisecond), &attack, &victim, ran, ran-used)
+	st := store.Stats()
+	t.Logf("flood at a %v deadline, rate %d, %v: attackers %v; victim %v; Redis ran %d scripts, %d of them thrown away; %d answered after their deadline, %d refused by the gate", timeout, rate, elapsed.Round(time.Millisecond), &attack, &victim, ran, ran-used, st.Late, st.Overloaded)
 }
 
 // floodAtRate sends caller c's checks at rate a second until done, each in its own goroutine,
@@ -167,4 +175,21 @@ func floodAtRate(client *http.Client, url string, c, descriptors, rate int, done
 // default bound in front of a FullFallback.
 func floodStore(s service.Store) service.Store {
 	return service.NewGate(&service.FullFallback{Store: s, MaxKeys: 1 << 20, Local: memstore.New(memstore.Config{})}, service.GateConfig{MaxWork: 128})
+}
+
+// roundTripStore is a store whose every decision call takes rtt more: a round trip that does
+// not grow with the calls in flight (a remote Redis, a machine short of CPU).
+type roundTripStore struct {
+	service.Store
+	rtt time.Duration
+}
+
+func (s *roundTripStore) Decide(ctx context.Context, r service.Request) (algorithms.Decision, error) {
+	time.Sleep(s.rtt)
+	return s.Store.Decide(ctx, r)
+}
+
+func (s *roundTripStore) DecideAll(ctx context.Context, reqs []service.Request, out []algorithms.Decision) (int, error) {
+	time.Sleep(s.rtt)
+	return service.DecideAll(ctx, s.Store, reqs, out)
 }

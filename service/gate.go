@@ -60,8 +60,9 @@ func NewGate(s Store, cfg GateConfig) *Gate {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	bound := int64(max(cfg.MaxWork, 1))
 	return &Gate{Store: s, now: cfg.Now, storeTimeout: cfg.StoreTimeout,
-		adm: admission{max: int64(max(cfg.MaxWork, 1)), flows: map[any]*flow{}}}
+		adm: admission{max: bound, floor: bound, flows: map[any]*flow{}}}
 }
 
 // pass is a call admitted to the store: its work and deadline, and when it was sent.
@@ -74,7 +75,7 @@ type pass struct {
 // enter admits a call of work units under ctx, waiting for room if it must, or refuses it.
 func (g *Gate) enter(ctx context.Context, work int) (pass, error) {
 	dl, _ := ctx.Deadline()
-	p := pass{work: min(max(int64(work), 1), g.adm.max), deadline: dl}
+	p := pass{work: min(max(int64(work), 1), g.adm.floor), deadline: dl}
 	g.mu.Lock()
 	now := g.now()
 	w, ok := g.adm.arrive(flowOf(ctx), p.work, now, dl)

@@ -142,7 +142,7 @@ func teach(t *testing.T, g *service.Gate, h *heldStore, c *fakeClock, d time.Dur
 
 func TestAGateLetsNoMoreThanItsBoundOfWorkReachTheStore(t *testing.T) {
 	h := newHeldStore(t)
-	g := service.NewGate(h, service.GateConfig{MaxWork: 4})
+	g := service.NewGate(h, service.GateConfig{MaxWork: 4, Now: newFakeClock().Now})
 	var errs []<-chan error
 	for i := range 5 {
 		errs = append(errs, decideAsync(g, context.Background(), batch(string(rune('a'+i)), 2)...))
@@ -239,7 +239,7 @@ func TestAQueuedCallThatCanNoLongerBeServedInTimeIsRefusedWhenItsTurnComes(t *te
 
 func TestACallWhoseContextEndsInTheGatesQueueNeverReachesTheStore(t *testing.T) {
 	h := newHeldStore(t)
-	g := service.NewGate(h, service.GateConfig{MaxWork: 1})
+	g := service.NewGate(h, service.GateConfig{MaxWork: 1, Now: newFakeClock().Now})
 	first := decideAsync(g, context.Background(), decideReq("first"))
 	held := <-h.calls // the only room is taken
 	ctx, cancel := context.WithCancel(context.Background())
@@ -260,7 +260,7 @@ func TestACallWhoseContextEndsInTheGatesQueueNeverReachesTheStore(t *testing.T) 
 
 func TestABigBatchCallerCannotStarveSingleDescriptorCallers(t *testing.T) {
 	h := newHeldStore(t)
-	g := service.NewGate(h, service.GateConfig{MaxWork: 16})
+	g := service.NewGate(h, service.GateConfig{MaxWork: 16, Now: newFakeClock().Now})
 	big := service.WithFlow(context.Background(), "big connection")
 	errs := []<-chan error{decideAsync(g, big, batch("big0", 16)...)}
 	first := <-h.calls // one batch of 16 fills the store
@@ -286,7 +286,7 @@ func TestABigBatchCallerCannotStarveSingleDescriptorCallers(t *testing.T) {
 
 func TestCallsOfOneFlowAreServedFirstComeFirstServed(t *testing.T) {
 	h := newHeldStore(t)
-	g := service.NewGate(h, service.GateConfig{MaxWork: 2})
+	g := service.NewGate(h, service.GateConfig{MaxWork: 2, Now: newFakeClock().Now})
 	errs := []<-chan error{decideAsync(g, context.Background(), batch("first", 2)...)}
 	first := <-h.calls
 	names := []string{"big", "one", "two"}
@@ -327,7 +327,7 @@ func TestAGateThatMeasuredASlowStoreStillSendsOneCallWhenTheStoreIsIdle(t *testi
 func TestABatchTakesAsMuchRoomAsItHasDescriptorsAndCountsInOrder(t *testing.T) {
 	m := memstore.New(memstore.Config{SweepInterval: -1})
 	t.Cleanup(func() { m.Close() })
-	g := service.NewGate(m, service.GateConfig{MaxWork: 1})
+	g := service.NewGate(m, service.GateConfig{MaxWork: 1, Now: newFakeClock().Now})
 	now := time.Unix(1_700_000_000, 0)
 	reqs := []service.CountRequest{{Key: "k", Window: time.Minute, Hits: 2, Now: now}, {Key: "k", Window: time.Minute, Hits: 3, Now: now}}
 	out := make([]service.CountResult, 2)
@@ -335,4 +335,77 @@ func TestABatchTakesAsMuchRoomAsItHasDescriptorsAndCountsInOrder(t *testing.T) {
 	assert.Equal(t, []int64{2, 5}, []int64{out[0].Count, out[1].Count})
 	var _ service.BatchCounter = g
 	var _ service.BatchDecider = g
+}
+
+// closedLoop runs callers that each send calls batches of work descriptors through g, each
+// under a deadline of deadline, the next when the last is answered or refused; the test plays
+// the store: every call in it is answered together, latency(work in the store) after the
+// last answers. It returns the calls answered and refused.
+func closedLoop(t *testing.T, g *service.Gate, h *heldStore, c *fakeClock, callers, calls, work int, deadline time.Duration, latency func(int64) time.Duration) (answered, refused int64) {
+	var ok, no, finished atomic.Int64
+	for i := range callers {
+		go func() {
+			defer finished.Add(1)
+			for j := range calls {
+				ctx, cancel := context.WithDeadline(context.Background(), c.Now().Add(deadline))
+				_, err := g.DecideAll(ctx, batch(string(rune('a'+i))+string(rune('a'+j)), work), make([]algorithms.Decision, work))
+				cancel()
+				if err != nil {
+					no.Add(1)
+				} else {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	var in, next []heldCall
+	// settle waits until every caller is in the store (held, or in next), in the gate's queue,
+	// or done: the answers of one round come one after the other, each caller's next call
+	// decided before the next answer.
+	settle := func(held int) {
+		for held+len(next)+g.Queued()+int(finished.Load()) != callers {
+			select {
+			case call := <-h.calls:
+				next = append(next, call)
+			default:
+				runtime.Gosched()
+			}
+		}
+	}
+	for {
+		settle(0)
+		if len(next) == 0 {
+			return ok.Load(), no.Load()
+		}
+		in, next = append(in[:0], next...), next[:0]
+		c.Advance(latency(h.in.Load()))
+		for i, call := range in {
+			close(call.done)
+			settle(len(in) - i - 1)
+		}
+	}
+}
+
+func TestCallersWhoSendTheirNextCallWhenTheLastIsAnsweredAreNeverRefusedWhileTheStoreKeepsUp(t *testing.T) {
+	h := newHeldStore(t)
+	c := newFakeClock()
+	g := service.NewGate(h, service.GateConfig{MaxWork: 8, Now: c.Now})
+	// 8 callers of 4 descriptors each at a bound of 8: at that bound a call waits 4 of the store's
+	// 10ms round trips, past its 35ms deadline, though the store answers any work in 10ms.
+	answered, refused := closedLoop(t, g, h, c, 8, 6, 4, 35*time.Millisecond, func(int64) time.Duration { return 10 * time.Millisecond })
+	assert.Zero(t, refused, "no call refused")
+	assert.Equal(t, int64(8*6), answered)
+	assert.Equal(t, int64(8*4), h.most.Load(), "the bound grew to every caller's work")
+}
+
+func TestAStoreWhoseTimeGrowsWithTheWorkInItKeepsTheGateNearItsBound(t *testing.T) {
+	h := newHeldStore(t)
+	c := newFakeClock()
+	g := service.NewGate(h, service.GateConfig{MaxWork: 8, Now: c.Now})
+	// The store takes 1ms a descriptor in it: more in flight only makes each call slower.
+	closedLoop(t, g, h, c, 32, 6, 4, time.Second, func(in int64) time.Duration { return time.Duration(in) * time.Millisecond })
+	// Each round trip the bound may double while the store answered within twice its least
+	// time (16 descriptors here): it passes that once, then comes back; it never grows to the
+	// 128 the callers ask for.
+	assert.LessOrEqual(t, h.most.Load(), int64(4*2*8), "the store never holds much more than twice the work it answers in its least time")
 }
