@@ -21,8 +21,10 @@ const DefaultStoreTimeout = 250 * time.Millisecond
 
 // GateConfig configures a Gate.
 type GateConfig struct {
-	// MaxWork bounds the work in flight on the store, in descriptors: a batch of n counts n,
-	// any other call 1 (at least 1; a batch larger than MaxWork counts MaxWork).
+	// MaxWork is the least bound of the work in flight on the store, in descriptors: a batch
+	// of n counts n, any other call 1 (at least 1; a batch larger than MaxWork counts MaxWork).
+	// The bound in force grows from it while the store keeps up, to at most 16 × MaxWork (see
+	// Gate).
 	MaxWork int
 	// StoreTimeout bounds a call once it is sent to the store, in place of its caller's
 	// deadline (default DefaultStoreTimeout): it ends the calls to a store that does not
@@ -34,12 +36,16 @@ type GateConfig struct {
 }
 
 // Gate admits to its Store only the calls the store can answer within their deadline. A call
-// waits for room in the work in flight (GateConfig.MaxWork descriptors), the flows (WithFlow)
-// served in turn and each flow first come first served. It is refused at once with
+// waits for room in the work in flight, the flows (WithFlow) served in turn and each flow first
+// come first served. The bound of the work in flight is GateConfig.MaxWork descriptors, raised
+// by the work of each call the store answered within twice the least time it took lately while
+// others waited for room (it keeps up: its time does not grow with the work sent), lowered by an
+// eighth by each call that took longer, never under MaxWork nor over 16 × MaxWork. It is refused at once with
 // ErrOverloaded when its expected wait plus the store's time per call (both measured) would
 // pass its context's deadline, and while it waits when its context ends. Once admitted, a call
 // is sent under GateConfig.StoreTimeout, not its caller's deadline: its answer is always
-// read and returned, never thrown away after the store has done its work. Every store call but
+// read and returned, never thrown away after the store has done its work. A request of more
+// than one store call is admitted whole (Admit) before its first call, or refused whole. Every store call but
 // the rest of the Store (Ping, Stats, Close, keys, resets) goes through the gate. Stats counts
 // the calls refused and the answers that came after their caller's deadline.
 type Gate struct {
