@@ -3,35 +3,17 @@ package rls
 import (
 	"context"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/meshlimit/meshlimit/algorithms"
 	"github.com/meshlimit/meshlimit/service"
 )
 
-// tallyStore counts the decision calls that reach its store.
-type tallyStore struct {
-	service.Store
-	calls atomic.Int64
-}
-
-func (s *tallyStore) Decide(ctx context.Context, r service.Request) (algorithms.Decision, error) {
-	s.calls.Add(1)
-	return s.Store.Decide(ctx, r)
-}
-
-func (s *tallyStore) CountWindow(ctx context.Context, r service.CountRequest) (int64, time.Duration, error) {
-	s.calls.Add(1)
-	return s.Store.CountWindow(ctx, r)
-}
-
 func TestARequestTheGateCannotAdmitWholeCountsNoneOfItsDescriptors(t *testing.T) {
-	tally := &tallyStore{Store: memoryStore(t)}
+	tally := &countingStore{Store: memoryStore(t)}
 	g := service.NewGate(tally, service.GateConfig{MaxWork: 2, StoreTimeout: time.Minute})
 	f := newFixture(t, g, HeadersOff)
 	// One of the two units is taken: each descriptor's call would fit alone, the request not.
