@@ -9,15 +9,15 @@ import (
 // admission is a Gate's state, guarded by Gate.mu: the work in flight on the store, the calls
 // waiting for room, ordered by start-time fair queueing, and the measure of the store's time.
 type admission struct {
-	// max is the bound of work in flight in force, in descriptors: at least floor (the
-	// configured bound), raised while the store keeps up (see ended), at most
-	// maxBoundGrowth × floor.
-	max, floor int64
-	inflight   int64
-	queue      waitQueue
-	flows      map[any]*flow // the flows with calls in the queue
-	vtime      int64         // the start tag of the last call admitted from the queue
-	seq        uint64
+	// max is the bound of work in flight in force, in descriptors: at least floor
+	// (GateConfig.MinWork), raised while the store keeps up (see ended), at most ceiling
+	// (GateConfig.MaxWork).
+	max, floor, ceiling int64
+	inflight            int64
+	queue               waitQueue
+	flows               map[any]*flow // the flows with calls in the queue
+	vtime               int64         // the start tag of the last call admitted from the queue
+	seq                 uint64
 	// sumWL and sumW are decayed sums of work × time at the store and of work over the calls
 	// that ended: their ratio is the mean time a unit of work spends at the store.
 	sumWL, sumW float64
@@ -25,9 +25,6 @@ type admission struct {
 	// the store takes when nothing queues in front of a call there.
 	least time.Duration
 }
-
-// maxBoundGrowth bounds the bound in force, as a multiple of the configured one.
-const maxBoundGrowth = 16
 
 // keptUp is how much longer than the least time a call may take at the store for the store to
 // count as keeping up with the work in flight: a store whose time grows with the work sent to
@@ -77,7 +74,7 @@ const maxStoreTimeJump = 4
 // a call answered within keptUp × the least time while others waited for room raises it by its
 // work (the store keeps up: more in flight costs nobody time, and callers who wait for room
 // would otherwise wait for the bound, not the store); a call that took longer lowers it by an
-// eighth, never under the configured bound. So the bound is the configured one for a store
+// eighth, never under floor. So the bound is the floor for a store
 // whose time grows with the work in flight, and grows to what the callers ask of a store whose
 // time is its round trip.
 func (a *admission) ended(work int64, d time.Duration) {
@@ -91,7 +88,7 @@ func (a *admission) ended(work int64, d time.Duration) {
 		case d > keptUp*least:
 			a.max = max(a.floor, a.max-a.max/8)
 		case len(a.queue) > 0:
-			a.max = min(maxBoundGrowth*a.floor, a.max+work)
+			a.max = min(a.ceiling, a.max+work)
 		}
 		switch {
 		case a.least == 0 || d < a.least:

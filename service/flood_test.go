@@ -172,9 +172,9 @@ func floodAtRate(client *http.Client, url string, c, descriptors, rate int, done
 }
 
 // floodStore is the store the service runs on Redis (cmd/meshlimit-service): a Gate of the
-// default bound in front of a FullFallback.
+// default bounds (-store-min-inflight, -store-max-inflight) in front of a FullFallback.
 func floodStore(s service.Store) service.Store {
-	return service.NewGate(&service.FullFallback{Store: s, MaxKeys: 1 << 20, Local: memstore.New(memstore.Config{})}, service.GateConfig{MaxWork: 128})
+	return service.NewGate(&service.FullFallback{Store: s, MaxKeys: 1 << 20, Local: memstore.New(memstore.Config{})}, service.GateConfig{MinWork: 128, MaxWork: 16 * 128})
 }
 
 // roundTripStore is a store whose every decision call takes rtt more: a round trip that does

@@ -21,10 +21,14 @@ const DefaultStoreTimeout = 250 * time.Millisecond
 
 // GateConfig configures a Gate.
 type GateConfig struct {
-	// MaxWork is the least bound of the work in flight on the store, in descriptors: a batch
-	// of n counts n, any other call 1 (at least 1; a batch larger than MaxWork counts MaxWork).
-	// The bound in force grows from it while the store keeps up, to at most 16 × MaxWork (see
-	// Gate).
+	// MinWork is the bound of the work in flight on the store the gate starts at and never goes
+	// under, in descriptors: a batch of n counts n, any other call 1 (at least 1; a batch larger
+	// than MinWork counts MinWork, so that it can always be admitted). Zero means MaxWork: a
+	// fixed bound.
+	MinWork int
+	// MaxWork is the most work in flight on the store the gate ever admits, in descriptors (at
+	// least MinWork). Between the two, the bound in force grows while the store keeps up and
+	// shrinks when it does not (see Gate).
 	MaxWork int
 	// StoreTimeout bounds a call once it is sent to the store, in place of its caller's
 	// deadline (default DefaultStoreTimeout): it ends the calls to a store that does not
@@ -37,10 +41,10 @@ type GateConfig struct {
 
 // Gate admits to its Store only the calls the store can answer within their deadline. A call
 // waits for room in the work in flight, the flows (WithFlow) served in turn and each flow first
-// come first served. The bound of the work in flight is GateConfig.MaxWork descriptors, raised
+// come first served. The bound of the work in flight starts at GateConfig.MinWork descriptors, raised
 // by the work of each call the store answered within twice the least time it took lately while
 // others waited for room (it keeps up: its time does not grow with the work sent), lowered by an
-// eighth by each call that took longer, never under MaxWork nor over 16 × MaxWork. It is refused at once with
+// eighth by each call that took longer, never under MinWork nor over MaxWork. It is refused at once with
 // ErrOverloaded when its expected wait plus the store's time per call (both measured) would
 // pass its context's deadline, and while it waits when its context ends. Once admitted, a call
 // is sent under GateConfig.StoreTimeout, not its caller's deadline: its answer is always
@@ -66,9 +70,13 @@ func NewGate(s Store, cfg GateConfig) *Gate {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	bound := int64(max(cfg.MaxWork, 1))
+	ceiling := int64(max(cfg.MaxWork, 1))
+	floor := ceiling
+	if cfg.MinWork > 0 {
+		floor = min(int64(cfg.MinWork), ceiling)
+	}
 	return &Gate{Store: s, now: cfg.Now, storeTimeout: cfg.StoreTimeout,
-		adm: admission{max: bound, floor: bound, flows: map[any]*flow{}}}
+		adm: admission{max: floor, floor: floor, ceiling: ceiling, flows: map[any]*flow{}}}
 }
 
 // pass is a call admitted to the store: its work and deadline, and when it was sent.

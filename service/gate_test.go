@@ -389,7 +389,7 @@ func closedLoop(t *testing.T, g *service.Gate, h *heldStore, c *fakeClock, calle
 func TestCallersWhoSendTheirNextCallWhenTheLastIsAnsweredAreNeverRefusedWhileTheStoreKeepsUp(t *testing.T) {
 	h := newHeldStore(t)
 	c := newFakeClock()
-	g := service.NewGate(h, service.GateConfig{MaxWork: 8, Now: c.Now})
+	g := service.NewGate(h, service.GateConfig{MinWork: 8, MaxWork: 128, Now: c.Now})
 	// 8 callers of 4 descriptors each at a bound of 8: at that bound a call waits 4 of the store's
 	// 10ms round trips, past its 35ms deadline, though the store answers any work in 10ms.
 	answered, refused := closedLoop(t, g, h, c, 8, 6, 4, 35*time.Millisecond, func(int64) time.Duration { return 10 * time.Millisecond })
@@ -401,11 +401,22 @@ func TestCallersWhoSendTheirNextCallWhenTheLastIsAnsweredAreNeverRefusedWhileThe
 func TestAStoreWhoseTimeGrowsWithTheWorkInItKeepsTheGateNearItsBound(t *testing.T) {
 	h := newHeldStore(t)
 	c := newFakeClock()
-	g := service.NewGate(h, service.GateConfig{MaxWork: 8, Now: c.Now})
+	g := service.NewGate(h, service.GateConfig{MinWork: 8, MaxWork: 128, Now: c.Now})
 	// The store takes 1ms a descriptor in it: more in flight only makes each call slower.
 	closedLoop(t, g, h, c, 32, 6, 4, time.Second, func(in int64) time.Duration { return time.Duration(in) * time.Millisecond })
 	// Each round trip the bound may double while the store answered within twice its least
 	// time (16 descriptors here): it passes that once, then comes back; it never grows to the
 	// 128 the callers ask for.
 	assert.LessOrEqual(t, h.most.Load(), int64(4*2*8), "the store never holds much more than twice the work it answers in its least time")
+}
+
+func TestTheBoundInForceNeverPassesMaxWork(t *testing.T) {
+	h := newHeldStore(t)
+	c := newFakeClock()
+	g := service.NewGate(h, service.GateConfig{MinWork: 8, MaxWork: 20, Now: c.Now})
+	// The store answers any work in 10ms: the bound would grow to the 32 descriptors the callers
+	// ask for, but MaxWork is the most the gate ever lets in.
+	closedLoop(t, g, h, c, 8, 6, 4, time.Hour, func(int64) time.Duration { return 10 * time.Millisecond })
+	assert.LessOrEqual(t, h.most.Load(), int64(20), "never more than MaxWork in flight")
+	assert.Greater(t, h.most.Load(), int64(8), "the bound grew past MinWork")
 }

@@ -268,7 +268,7 @@ func (m *Metrics) writeTo(w io.Writer, st Stats) error {
 		if gated {
 			store.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "meshlimit_store_overloaded_total",
-				Help: "Store calls refused before the store: the work ahead of them (-store-max-inflight descriptors in flight, the queue) would not have been done within their deadline. Each is also a timeout error.",
+				Help: "Store calls refused before the store: the work ahead of them (the bound in force of descriptors in flight, -store-min-inflight to -store-max-inflight, and the queue) would not have been done within their deadline. Each is also a timeout error.",
 			}, func() float64 { return float64(overloaded) }))
 			store.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "meshlimit_store_late_answers_total",

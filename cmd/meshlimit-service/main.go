@@ -117,6 +117,7 @@ type options struct {
 	timeout, grace, idleTimeout time.Duration
 	drain                       time.Duration
 	maxKeys, maxConns           int
+	storeMinInflight            int
 	storeMaxInflight            int
 	storeTimeout                time.Duration
 	allowClientTime             bool
@@ -138,7 +139,8 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.duration(&o.grace, "shutdown-grace", 10*time.Second, 0, forever, "`duration` given to the requests in flight on shutdown")
 	f.duration(&o.drain, "shutdown-drain", 5*time.Second, 0, forever, "on SIGTERM, how long /readyz and gRPC health report not serving while the service still answers, before its listeners close: a `duration` for load balancers to take it out of rotation")
 	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound (also of the new keys decided in memory while Redis is full), a positive `int`")
-	f.positiveInt(&o.storeMaxInflight, "store-max-inflight", defaultStoreMaxInflight, "descriptors in flight on Redis at once (a batch counts its descriptors), a positive `int`; the others wait their turn when they can be answered within their deadline, and are refused at once otherwise (service.Gate)")
+	f.positiveInt(&o.storeMinInflight, "store-min-inflight", defaultStoreMinInflight, "descriptors in flight on Redis at once (a batch counts its descriptors) that the store is always given, a positive `int` at most -store-max-inflight; the bound in force starts there and grows towards -store-max-inflight while Redis answers as fast as when idle; the calls past it wait their turn when they can be answered within their deadline, and are refused at once otherwise (service.Gate)")
+	f.positiveInt(&o.storeMaxInflight, "store-max-inflight", defaultStoreMaxInflight, "most descriptors in flight on Redis at once, a positive `int` (service.Gate)")
 	f.duration(&o.storeTimeout, "store-timeout", service.DefaultStoreTimeout, 1, forever, "bound of a store call once sent to Redis, a positive `duration`: the caller's deadline bounds its wait to be sent, never the call, so that Redis never does work whose answer is thrown away")
 	f.bool(&o.allowClientTime, "allow-client-time", false, "accept now_us in checks (tests only)")
 	f.bool(&o.requireSecret, "require-secret", false, "refuse to start without MESHLIMIT_SECRET (the shipped manifests set it)")
@@ -156,6 +158,9 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	}
 	if f.fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", f.fs.Args())
+	}
+	if o.storeMinInflight > o.storeMaxInflight {
+		return o, usageError{fmt.Errorf("-store-min-inflight %d: more than -store-max-inflight %d", o.storeMinInflight, o.storeMaxInflight)}
 	}
 	o.redis.readEnv(getenv)
 	if err := o.redis.check(); err != nil {
@@ -298,18 +303,22 @@ func openStore(o options, log *slog.Logger) (service.Store, error) {
 	}
 	// While Redis is full, it decides the keys it holds; new keys are decided in this replica's
 	// memory, bounded by -max-keys, instead of falling to their rules' failure_mode. At most
-	// -store-max-inflight decision calls are on Redis at once.
-	log.Info("store", "kind", "redis", "max_inflight", o.storeMaxInflight, "store_timeout", o.storeTimeout)
+	// -store-max-inflight descriptors are on Redis at once (service.Gate).
+	log.Info("store", "kind", "redis", "min_inflight", o.storeMinInflight, "max_inflight", o.storeMaxInflight, "store_timeout", o.storeTimeout)
 	return service.NewGate(&service.FullFallback{Store: s, MaxKeys: o.maxKeys,
 		Local: memstore.New(memstore.Config{MaxKeys: service.LocalMaxKeys(o.maxKeys)})},
-		service.GateConfig{MaxWork: o.storeMaxInflight, StoreTimeout: o.storeTimeout}), nil
+		service.GateConfig{MinWork: o.storeMinInflight, MaxWork: o.storeMaxInflight, StoreTimeout: o.storeTimeout}), nil
 }
 
-// defaultStoreMaxInflight is -store-max-inflight's default, in descriptors: twice the 64
+// defaultStoreMinInflight is -store-min-inflight's default, in descriptors: twice the 64
 // single-descriptor requests in flight of the load figures (service/BENCHMARKS.md), so that it
 // never holds back a load Redis answers in time, and bounds the queue at Redis (so its time per
 // call) to what Redis does in a few milliseconds.
-const defaultStoreMaxInflight = 128
+const defaultStoreMinInflight = 128
+
+// defaultStoreMaxInflight is -store-max-inflight's default: 16 × -store-min-inflight, room for
+// a store whose time is its round trip (a remote Redis) to be given what its callers ask.
+const defaultStoreMaxInflight = 16 * defaultStoreMinInflight
 
 // serve serves srv on ln, and the gRPC front, until ctx ends or one of them fails; when ctx
 // ends it drains (reports not ready while serving), then shuts both down, letting requests in

@@ -30,6 +30,15 @@ func TestParseOptions(t *testing.T) {
 	}
 }
 
+func TestAStoreMinInflightAboveTheMaxIsRefusedNamingBothFlags(t *testing.T) {
+	o, err := parseOptions(nil, func(string) string { return "" })
+	require.NoError(t, err)
+	assert.Equal(t, 128, o.storeMinInflight)
+	assert.Equal(t, 16*128, o.storeMaxInflight, "the bound may grow 16 times by default")
+	_, err = parseOptions([]string{"-store-min-inflight", "65", "-store-max-inflight", "64"}, func(string) string { return "" })
+	assert.EqualError(t, err, "-store-min-inflight 65: more than -store-max-inflight 64")
+}
+
 // A flag's environment variable is typed like the flag, and a bad value is named by the
 // variable it came from.
 func TestAnEnvironmentValueIsParsedAsItsFlag(t *testing.T) {

@@ -104,7 +104,7 @@ func TestGRPCLoadFigures(t *testing.T) {
 	require.NoError(t, err)
 
 	// The same server behind a Gate of MESHLIMIT_BENCH_GATE (16) descriptors in flight.
-	gated, err := NewServer(Config{Store: service.NewGate(store, service.GateConfig{MaxWork: benchEnv("MESHLIMIT_BENCH_GATE", 16)}), Rules: func() *rlsconfig.Config { return rules },
+	gated, err := NewServer(Config{Store: service.NewGate(store, service.GateConfig{MinWork: benchEnv("MESHLIMIT_BENCH_GATE", 16), MaxWork: 16 * benchEnv("MESHLIMIT_BENCH_GATE", 16)}), Rules: func() *rlsconfig.Config { return rules },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Timeout: timeout})
 	require.NoError(t, err)
 
