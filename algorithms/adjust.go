@@ -50,29 +50,37 @@ func (l Limit) adjust(g *gcraParams, state []byte, now, reservedAt, delta int64,
 	n := quantize(now)
 	switch l.Kind {
 	case TokenBucket, LeakyBucket:
-		return l.adjustBucket(g, state, n, delta, dst)
+		next, _, err = l.adjustBucket(g, state, n, delta, dst)
+		return next, err
 	case FixedWindow:
-		return l.adjustFixed(state, n, quantize(reservedAt), delta, dst)
+		next, _, err = l.adjustFixed(state, n, quantize(reservedAt), delta, dst)
+		return next, err
 	}
 	return nil, fmt.Errorf("algorithms: %v does not support settling a cost", l.Kind)
 }
 
-func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []byte) ([]byte, error) {
+// adjustBucket applies delta to a bucket; for a refund it also returns the units given back:
+// -delta up to the capacity when the bucket was not full, else 0.
+func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []byte) ([]byte, int64, error) {
 	now := rat{n, 0}
 	tat := now
 	if len(state) > 0 {
 		var err error
 		if tat, err = g.decode(state, l.Kind); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if tat.less(now) {
 		tat = now
 	}
+	given := int64(0)
 	switch {
 	case delta > 0:
 		tat = g.charge(tat, now, delta)
 	case delta < 0:
+		if now.less(tat) {
+			given = min(-delta, g.c)
+		}
 		back := g.times(min(-delta, g.c))
 		if tat = g.sub(tat, back); tat.less(now) {
 			tat = now
@@ -80,29 +88,33 @@ func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []b
 	}
 	dst = append(dst[:0], header(l.Kind))
 	dst = appendField(dst, tat.i)
-	return appendField(dst, tat.f), nil
+	return appendField(dst, tat.f), given, nil
 }
 
-func (l Limit) adjustFixed(state []byte, n, reservedAt, delta int64, dst []byte) ([]byte, error) {
+// adjustFixed applies delta to a fixed window; for a refund it also returns the units the
+// window's count lost.
+func (l Limit) adjustFixed(state []byte, n, reservedAt, delta int64, dst []byte) ([]byte, int64, error) {
 	q := l.Quota
 	s, k := n, int64(0)
 	if len(state) > 0 {
 		var err error
 		if s, k, err = decodeFixed(state); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	s, end, k := l.positionFixed(s, k, n)
+	given := int64(0)
 	switch {
 	case delta > 0:
 		ceiling := (MaxDebt + 1) * q
 		k = min(k+min(delta, ceiling), ceiling)
 	case delta < 0 && s <= reservedAt && reservedAt < end:
-		k = max(k+max(delta, -q), 0)
+		given = min(k, min(-delta, q))
+		k -= given
 	}
 	dst = append(dst[:0], header(FixedWindow))
 	dst = appendField(dst, s)
-	return appendField(dst, k), nil
+	return appendField(dst, k), given, nil
 }
 
 // charge returns tat after an over-run of delta > 0 units at now (tat >= now): tat + delta×t, at

@@ -62,7 +62,8 @@ func (p *Prepared) Undo(state []byte, now, takenAt, cost int64, dst []byte) (nex
 	if p.l.Kind == 0 {
 		return nil, errUnprepared
 	}
-	return p.l.undo(&p.g, state, now, takenAt, cost, dst)
+	next, _, err = p.l.undo(&p.g, state, now, takenAt, cost, dst)
+	return next, err
 }
 
 // Adjust is Limit.Adjust.

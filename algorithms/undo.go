@@ -15,29 +15,40 @@ import (
 //     within the quota, so none of it is in a debt carried on);
 //   - a sliding window counter's count of the window holding takenAt (the current or the previous
 //     one) drops by the cost: the estimate is then what it would be had the request not come;
-//   - a sliding log drops the cost oldest entries at or after takenAt, which are the admission's
-//     own (Decide stamps them with the latest now it has seen, and no earlier entry is later) or,
-//     when other admissions came at the same instant, entries equal to them; an admission that has
-//     left the window has nothing left to give back.
+//   - a sliding log drops at most cost of the entries stamped at exactly takenAt (µs), which are
+//     the admission's own (Decide stamps them with its now, the Decision's At) and those of any
+//     other admission at the same instant: never more than that instant holds and never an entry
+//     of another, so a repeated undo of one admission gives back nothing once they are gone; an
+//     admission that has left the window has nothing left to give back.
 //
 // Nothing is given back below a fresh state, and an empty state is returned as it is. Undo of a
 // cost that was never admitted gives away quota: callers undo only admissions they made. err is
 // non-nil for an invalid Limit, a cost < 1, or malformed state bytes (wrapping ErrMalformedState).
 func (l Limit) Undo(state []byte, now, takenAt, cost int64, dst []byte) (next []byte, err error) {
+	next, _, err = l.GiveBack(state, now, takenAt, cost, dst)
+	return next, err
+}
+
+// GiveBack is Undo that also returns the units it gave back (what a store counts): for the
+// windows and the log, the units the count or the log lost (0 when the admission's window has
+// rolled over, its entries have expired or were given back already, or takenAt names none); for
+// a bucket, the cost up to the capacity when the bucket was not full, else 0 (a full bucket has
+// nothing to give back).
+func (l Limit) GiveBack(state []byte, now, takenAt, cost int64, dst []byte) (next []byte, given int64, err error) {
 	g, err := l.check()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	return l.undo(&g, state, now, takenAt, cost, dst)
 }
 
-// undo is Undo for a valid l whose bucket constants are g.
-func (l Limit) undo(g *gcraParams, state []byte, now, takenAt, cost int64, dst []byte) (next []byte, err error) {
+// undo is GiveBack for a valid l whose bucket constants are g.
+func (l Limit) undo(g *gcraParams, state []byte, now, takenAt, cost int64, dst []byte) (next []byte, given int64, err error) {
 	if cost < 1 {
-		return nil, fmt.Errorf("algorithms: undo cost must be >= 1, got %d", cost)
+		return nil, 0, fmt.Errorf("algorithms: undo cost must be >= 1, got %d", cost)
 	}
 	if len(state) == 0 {
-		return append(dst[:0], state...), nil
+		return append(dst[:0], state...), 0, nil
 	}
 	n, at := quantize(now), quantize(takenAt)
 	switch l.Kind {
@@ -52,11 +63,11 @@ func (l Limit) undo(g *gcraParams, state []byte, now, takenAt, cost int64, dst [
 	}
 }
 
-func (l Limit) undoSliding(state []byte, n, at, cost int64, dst []byte) ([]byte, error) {
+func (l Limit) undoSliding(state []byte, n, at, cost int64, dst []byte) ([]byte, int64, error) {
 	w := l.windowUs()
 	s, p, k, err := decodeSliding(state)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	s, _, shift := roll(s, n, w)
 	switch shift {
@@ -65,34 +76,40 @@ func (l Limit) undoSliding(state []byte, n, at, cost int64, dst []byte) ([]byte,
 	case 2:
 		p, k = 0, 0
 	}
+	given := int64(0)
 	switch {
 	case s <= at && at < s+w:
-		k = max(k-cost, 0)
+		given = min(k, cost)
+		k -= given
 	case s-w <= at && at < s:
-		p = max(p-cost, 0)
+		given = min(p, cost)
+		p -= given
 	}
 	dst = append(dst[:0], header(SlidingWindow))
 	dst = appendField(dst, s)
 	dst = appendField(dst, p)
-	return appendField(dst, k), nil
+	return appendField(dst, k), given, nil
 }
 
-func (l Limit) undoLog(state []byte, n, at, cost int64, dst []byte) ([]byte, error) {
+func (l Limit) undoLog(state []byte, n, at, cost int64, dst []byte) ([]byte, int64, error) {
 	s, err := decodeLog(state)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if at <= max(n, s.clock)-l.windowUs() { // the admission has expired: nothing of it is left
-		return append(dst[:0], state...), nil
+		return append(dst[:0], state...), 0, nil
 	}
 	from := s.firstLive(at - 1) // the first entry at or after at
-	to := min(from+int(min(cost, int64(s.len()))), s.len())
+	to := from
+	for to < s.len() && s.at(to) == at && int64(to-from) < cost {
+		to++
+	}
 	if from == to {
-		return append(dst[:0], state...), nil
+		return append(dst[:0], state...), 0, nil
 	}
 	// dst may be state: each part moves down or stays (append copies with memmove).
 	out := append(dst[:0], header(SlidingLog))
 	out = binary.BigEndian.AppendUint64(out, uint64(s.clock))
 	out = append(out, s.entries[:8*from]...)
-	return append(out, s.slice(to)...), nil
+	return append(out, s.slice(to)...), int64(to - from), nil
 }

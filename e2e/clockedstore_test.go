@@ -42,6 +42,12 @@ func (c *clockedStore) Settle(ctx context.Context, req service.SettleRequest) er
 	return c.Store.Settle(ctx, req)
 }
 
+// GiveBack implements service.Store.
+func (c *clockedStore) GiveBack(ctx context.Context, req service.SettleRequest) (int64, error) {
+	req.Now = c.at(req.Now)
+	return c.Store.GiveBack(ctx, req)
+}
+
 // CountWindow implements service.Store.
 func (c *clockedStore) CountWindow(ctx context.Context, req service.CountRequest) (int64, time.Duration, error) {
 	req.Now = c.at(req.Now)

@@ -261,6 +261,11 @@ func (g *Gate) Settle(ctx context.Context, req SettleRequest) error {
 	return err
 }
 
+// GiveBack implements Store.
+func (g *Gate) GiveBack(ctx context.Context, req SettleRequest) (int64, error) {
+	return gated(g, ctx, 1, func(ctx context.Context) (int64, error) { return g.Store.GiveBack(ctx, req) })
+}
+
 // Acquire implements Store.
 func (g *Gate) Acquire(ctx context.Context, req PermitRequest) (PermitResult, error) {
 	return gated(g, ctx, 1, func(ctx context.Context) (PermitResult, error) { return g.Store.Acquire(ctx, req) })

@@ -15,6 +15,11 @@ import (
 // without a decision.
 type SettleStore interface {
 	Settle(ctx context.Context, req SettleRequest) error
+	// GiveBack applies req as Settle does and, for an undo, returns the units it actually gave
+	// back (algorithms.Limit.GiveBack): 0 when the admission's window has rolled over, its log
+	// entries expired or were given back already, or its time names none. For a settle that is
+	// not an undo it returns 0.
+	GiveBack(ctx context.Context, req SettleRequest) (int64, error)
 }
 
 // SettleRequest is one settle: Delta units (< 0 a refund, > 0 an over-run) to Key under Limit,
@@ -67,18 +72,26 @@ func (r SettleRequest) Validate() error {
 	return r.Limit.Validate()
 }
 
-// settle applies a check's settle list, in order, and returns how many entries it applied.
+// settle applies a check's settle list, in order, and returns how many entries it applied. An
+// undo counts the units its store gave back, not the ones it asked for.
 func (l *limiter) settle(ctx context.Context, list []wire.Settle, now time.Time) (int, error) {
 	for i, s := range list {
 		req := SettleRequest{Key: s.Key, Limit: s.Limit, Delta: s.Delta, Age: s.Age, Now: now, Undo: s.Undo}
 		if s.AtUs > 0 {
 			req.At = time.UnixMicro(s.AtUs)
 		}
-		err := l.store.Settle(ctx, req)
-		if err != nil {
+		if s.Undo {
+			given, err := l.store.GiveBack(ctx, req)
+			if err != nil {
+				return i, err
+			}
+			l.metrics.givenBack(given)
+			continue
+		}
+		if err := l.store.Settle(ctx, req); err != nil {
 			return i, err
 		}
-		l.metrics.settled(s.Delta, s.Undo)
+		l.metrics.settled(s.Delta)
 	}
 	return len(list), nil
 }

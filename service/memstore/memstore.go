@@ -142,24 +142,32 @@ func (s *Store) Decide(ctx context.Context, req service.Request) (algorithms.Dec
 	return d, nil
 }
 
-// Settle implements service.Store with algorithms.Limit.Adjust (an undo: Limit.Undo) under the
-// key's shard lock.
+// Settle implements service.Store with algorithms.Limit.Adjust (an undo: Limit.GiveBack) under
+// the key's shard lock.
 func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
+	_, err := s.GiveBack(ctx, req)
+	return err
+}
+
+// GiveBack implements service.Store: Settle, returning the units an undo gave back.
+func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64, error) {
 	if err := req.Validate(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return 0, err
 	}
 	ns := s.now(req.Now).UnixNano()
 	sh := s.shardOf(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.entry(entryKey{req.Limit.Kind, req.Key}, req.Limit, ns, s.perCap)
+	var given int64
 	apply := req.Limit.Adjust
 	if req.Undo {
-		apply = func(state []byte, now, at, delta int64, dst []byte) ([]byte, error) {
-			return req.Limit.Undo(state, now, at, -delta, dst)
+		apply = func(state []byte, now, at, delta int64, dst []byte) (next []byte, err error) {
+			next, given, err = req.Limit.GiveBack(state, now, at, -delta, dst)
+			return next, err
 		}
 	}
 	at := req.TakenAt(ns)
@@ -168,17 +176,17 @@ func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 		next, err = apply(nil, ns, at, req.Delta, e.state)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if req.Undo { // no debt: the entry lives as a decision left it
 		e.limit, e.state = req.Limit, next
-		return nil
+		return given, nil
 	}
 	// A debt lasts at most algorithms.MaxDebt capacities past the TTL (algorithms.Limit.Adjust);
 	// the sweep also asks IdleAt, which reads the debt from the state.
 	e.limit, e.state = req.Limit, next
 	e.expires = max(e.expires, ns+(algorithms.MaxDebt+1)*int64(req.Limit.TTL()))
-	return nil
+	return 0, nil
 }
 
 // entry returns the entry of k, made (after an eviction when the shard holds perCap keys)

@@ -248,7 +248,7 @@ func diffSettle(store *Store, key string, l algorithms.Limit, state []byte, s tr
 		return nil, fmt.Sprintf("Go Adjust: %v", err)
 	}
 	req := service.SettleRequest{Key: key, Limit: l, Delta: s.delta, Age: time.Duration(s.ageUs) * time.Microsecond, Now: time.UnixMicro(s.nowUs)}
-	if err := store.settleAt(context.Background(), req, int64(time.Hour/time.Millisecond)); err != nil {
+	if _, err := store.settleAt(context.Background(), req, int64(time.Hour/time.Millisecond)); err != nil {
 		return nil, fmt.Sprintf("Redis settle: %v", err)
 	}
 	return next, ""

@@ -116,11 +116,13 @@ func logNumbers(raw string) ([]int64, error) {
 }
 
 // logHead and logEntry are the sizes of the ring form's header ('R', clock, base, start, count,
-// cap) and of a run (time, cumulative units modulo logCum), little-endian doubles
+// cap) and of a run (time, cumulative units modulo logCum), little-endian doubles; after an undo,
+// the slots are followed by an offset per block of logBlock slots, to subtract from their counts
 // (lua/sliding_log_index.lua).
 const (
 	logHead  = 41
 	logEntry = 16
+	logBlock = 32
 	logCum   = 1 << 52
 )
 
@@ -142,16 +144,26 @@ func ringLogNumbers(raw string) ([]int64, error) {
 		}
 	}
 	clock, prev, start, count, capacity := h[0], h[1], h[2], h[3], h[4]
-	if int64(len(raw)) != logHead+logEntry*capacity || count > capacity || count > 0 && start >= capacity {
+	slots := logHead + logEntry*capacity
+	offsets := capacity > 0 && int64(len(raw)) == slots+8*((capacity+logBlock-1)/logBlock) // an undo's (lua/sliding_log_undo.lua)
+	if int64(len(raw)) != slots && !offsets || count > capacity || count > 0 && start >= capacity {
 		return nil, errNotALog
 	}
 	nums := []int64{clock}
 	for i := range count {
-		at := logHead + logEntry*int((start+i)%capacity)
+		p := (start + i) % capacity
+		at := logHead + logEntry*int(p)
 		t, ok1 := num(at)
 		c, ok2 := num(at + 8)
 		if !ok1 || !ok2 {
 			return nil, errNotALog
+		}
+		if offsets {
+			o, ok := num(int(slots + 8*(p/logBlock)))
+			if !ok {
+				return nil, errNotALog
+			}
+			c -= o
 		}
 		nums = append(nums, t, ((c-prev)%logCum+logCum)%logCum)
 		prev = c

@@ -155,7 +155,7 @@ func settleScript(kind algorithms.Kind) (string, error) {
 func undoScript(kind algorithms.Kind) (string, error) {
 	switch kind {
 	case algorithms.SlidingLog:
-		return composeScript("", "lib.lua", "sliding_log_state.lua", "taken_at.lua", "sliding_log_undo.lua")
+		return composeScript("", "lib.lua", "sliding_log_index.lua", "taken_at.lua", "sliding_log_undo.lua")
 	case algorithms.SlidingWindow:
 		return composeScript("", "lib.lua", "taken_at.lua", "sliding_window_undo.lua")
 	}

@@ -15,14 +15,22 @@ import (
 // request's At (the decision's time, on the Redis clock that made it) is the scripts' time of
 // the take instead of now - Age.
 func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
+	_, err := s.GiveBack(ctx, req)
+	return err
+}
+
+// GiveBack implements service.Store: Settle, returning the units an undo gave back (the scripts'
+// answer).
+func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64, error) {
 	if err := req.Validate(); err != nil {
-		return err
+		return 0, err
 	}
 	return s.settleAt(ctx, req, pexpireMs(req.Limit.TTL()))
 }
 
-// settleAt runs req's settle script with the given PEXPIRE in milliseconds.
-func (s *Store) settleAt(ctx context.Context, req service.SettleRequest, ttlMs int64) error {
+// settleAt runs req's settle script with the given PEXPIRE in milliseconds and returns, for an
+// undo, the units given back.
+func (s *Store) settleAt(ctx context.Context, req service.SettleRequest, ttlMs int64) (int64, error) {
 	l := req.Limit
 	args := scriptArgs(make([]string, 0, scriptArgCount+1), l, req.Delta, ttlMs, req.Now, strconv.FormatInt(int64(req.Age/time.Microsecond), 10))
 	if !req.At.IsZero() { // ARGV[10]: the decision's time, which the scripts use instead of the age (lua/taken_at.lua)
@@ -32,8 +40,12 @@ func (s *Store) settleAt(ctx context.Context, req service.SettleRequest, ttlMs i
 	if req.Undo && !l.Kind.Settles() {
 		script = s.scripts.undo[l.Kind]
 	}
-	if err := script.Exec(ctx, s.client, []string{s.stateKey(l.Kind, req.Key)}, args).Error(); err != nil {
-		return s.redisErr(err)
+	given, err := script.Exec(ctx, s.client, []string{s.stateKey(l.Kind, req.Key)}, args).AsInt64()
+	if err != nil {
+		return 0, s.redisErr(err)
 	}
-	return nil
+	if !req.Undo {
+		return 0, nil
+	}
+	return given, nil
 }

@@ -98,12 +98,16 @@ func diffUndo(store *Store, key string, l algorithms.Limit, state []byte, nowUs,
 	if atUs > 0 {
 		takenUs, req.Age, req.At = atUs, 0, time.UnixMicro(atUs)
 	}
-	next, err := l.Undo(state, nowUs*1000, takenUs*1000, cost, nil)
+	next, want, err := l.GiveBack(state, nowUs*1000, takenUs*1000, cost, nil)
 	if err != nil {
 		return nil, fmt.Sprintf("Go Undo: %v", err)
 	}
-	if err := store.settleAt(context.Background(), req, int64(time.Hour/time.Millisecond)); err != nil {
+	got, err := store.settleAt(context.Background(), req, int64(time.Hour/time.Millisecond))
+	if err != nil {
 		return nil, fmt.Sprintf("Redis undo: %v", err)
+	}
+	if got != want {
+		return nil, fmt.Sprintf("an undo of %d units at %d µs gave back %d in Redis, %d in Go", cost, takenUs, got, want)
 	}
 	return next, ""
 }

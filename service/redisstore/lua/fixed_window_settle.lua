@@ -4,9 +4,10 @@
 -- debt of MAX_DEBT quotas, carried into the windows after this one); a refund applies only when the
 -- reservation was decided in the current window (refunding into a later one would admit more
 -- than the limit), never below 0. The state is written as Adjust writes it, and kept while its
--- debt lasts. Returns 1.
+-- debt lasts. Returns the units the count lost (algorithms.Limit.GiveBack; 0 for an over-run).
 
 local delta = cost
+local given = 0
 
 if delta > 0 then
   local ceiling = (MAX_DEBT + 1) * Q
@@ -15,10 +16,11 @@ else
   local at = taken_at()
   if at < 0 then at = 0 end
   if s <= at and at < e then -- decided in this window
-    k = math.max(k + math.max(delta, -Q), 0)
+    given = math.min(k, -delta, Q)
+    k = k - given
   end
 end
 
 redis.call('HSET', key, 's', str(s), 'k', str(k))
 redis.call('PEXPIRE', key, expiry(reset_us()))
-return 1
+return given

@@ -3,7 +3,9 @@
 -- An over-run is charged whole even when it does not fit, up to a debt of MAX_DEBT capacities below
 -- empty whatever was left (the TAT at most now + (MAX_DEBT+1)τ, algorithms.MaxDebt); a refund never
 -- makes the bucket fuller than full. The state is written as
--- Adjust writes it (a refund to a key without state writes a full bucket). Returns 1.
+-- Adjust writes it (a refund to a key without state writes a full bucket). Returns the units given
+-- back (algorithms.Limit.GiveBack): for a refund, -delta up to the capacity when the bucket was not
+-- full, else 0.
 
 local MAX_DEBT = 64
 
@@ -14,6 +16,7 @@ local function times_tau(k)
 end
 
 local delta = cost
+local given = 0
 if delta > 0 then
   local di, df = times_tau(MAX_DEBT + 1)
   local mi, mf = add(now, 0, di, df) -- the ceiling: a debt of MAX_DEBT capacities
@@ -31,6 +34,7 @@ if delta > 0 then
   end
   if less(mi, mf, ti, tf) then ti, tf = mi, mf end
 elseif delta < 0 then
+  if less(now, 0, ti, tf) then given = math.min(-delta, C) end
   local bi, bf = times(math.min(-delta, C))
   ti, tf = sub(ti, tf, bi, bf)
   if less(ti, tf, now, 0) then ti, tf = now, 0 end
@@ -38,4 +42,4 @@ end
 
 redis.call('HSET', key, 'i', str(ti), 'f', str(tf))
 redis.call('PEXPIRE', key, expiry(ceil(sub(ti, tf, now, 0))))
-return 1
+return given

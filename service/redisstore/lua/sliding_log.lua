@@ -38,7 +38,12 @@ if allowed == 1 then
   count = count + cost
   newest = eff
 elseif count > 0 then
-  newest = t(n)
+  -- the newest run with units: an undo may have left the last runs with none
+  local last = n
+  if n > first and units(n - 1) == count then
+    last = search(first, n, function(i) return units(i) >= count end)
+  end
+  newest = t(last)
 end
 local remaining = math.max(Q - count, 0)
 local reset = 0

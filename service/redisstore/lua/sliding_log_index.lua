@@ -11,8 +11,15 @@
 -- c(i) - c(i-1) (c(0) = base), so the units between two runs are one subtraction, and the run
 -- holding the j-th live unit is a search: no decision walks the log. Dropping the oldest runs moves
 -- start; a full ring doubles its cap (at most Q), moving the smaller of its two parts.
--- The text form of sliding_log_state.lua ("clock t1 n1 t2 n2 ...", which the undo script writes)
--- is read too, converted once in O(n). Every run read goes through touch (counted by the tests).
+-- The text form ("clock t1 n1 t2 n2 ...", written before the ring) is read too, converted once in
+-- O(n). Every run read goes through touch (counted by the tests).
+--
+-- Offsets: an undo (sliding_log_undo.lua) takes units out of a run, which lowers the cumulative
+-- count of every run after it. Rather than rewrite them, it rewrites the few slots of the blocks
+-- the change begins and ends in, and adds the units to an offset per block of 32 slots, kept
+-- after the slots (cap/32 rounded up '<d' values; a key without them has none): a slot's stored
+-- count minus its block's offset is its count. A run left with no units stays in place (it
+-- counts nothing). A growth of the ring applies the offsets to the slots and drops them.
 -- It sets clock, base, n (runs), at(i) -> t, c (run i, 1 <= i <= n), search, and the writer
 -- writeLog.
 
@@ -22,6 +29,10 @@ local function touch() end
 
 local clock, base, start, n, cap = 0, 0, 0, 0, 0
 local fresh = true -- no usable state in the ring form: the writer writes the key whole
+local offs = false -- the key holds the blocks' offsets after its slots
+
+-- blockCount returns the number of blocks of a ring of k slots.
+local function blockCount(k) return floor((k + BLOCK - 1) / BLOCK) end
 
 -- toRing returns the ring form of clock c and the runs of text form vals, or nil (unusable).
 local function toRing(vals)
@@ -52,13 +63,28 @@ end
 if #head == HEAD and string.sub(head, 1, 1) == 'R' then
   local c, b, s, m, k = struct.unpack('<ddddd', head, 2)
   if field(c, MAX_TIME) ~= nil and field(b, CUM - 1) ~= nil and field(k, MAX_QUOTA) ~= nil and
-      field(m, k) ~= nil and (field(s, k - 1) ~= nil or k == 0 and s == 0) and
-      redis.call('STRLEN', key) == HEAD + k * SIZE then
-    clock, base, start, n, cap, fresh = c, b, s, m, k, false
+      field(m, k) ~= nil and (field(s, k - 1) ~= nil or k == 0 and s == 0) then
+    local len = redis.call('STRLEN', key)
+    if len == HEAD + k * SIZE or k > 0 and len == HEAD + k * SIZE + 8 * blockCount(k) then
+      clock, base, start, n, cap, fresh = c, b, s, m, k, false
+      offs = len ~= HEAD + k * SIZE
+    end
   end
 end
 
-local blocks = {}
+local blocks, offsets = {}, {}
+-- offset returns block b's offset (0 without offsets).
+local function offset(b)
+  if not offs then return 0 end
+  local o = offsets[b]
+  if o == nil then
+    local from = HEAD + cap * SIZE + 8 * b
+    o = struct.unpack('<d', redis.call('GETRANGE', key, from, from + 7))
+    offsets[b] = o
+  end
+  return o
+end
+
 -- at returns run i's time and cumulative count.
 local function at(i)
   touch()
@@ -70,7 +96,9 @@ local function at(i)
     blk = redis.call('GETRANGE', key, from, from + BLOCK * SIZE - 1)
     blocks[b] = blk
   end
-  return struct.unpack('<dd', blk, (p - b * BLOCK) * SIZE + 1)
+  local t, c = struct.unpack('<dd', blk, (p - b * BLOCK) * SIZE + 1)
+  if offs then c = (c - offset(b)) % CUM end
+  return t, c
 end
 
 -- search returns the first i in [lo, hi] for which pred(i) holds, or hi + 1; pred is false and
@@ -95,7 +123,22 @@ end
 
 -- slot writes run (t, c) at ring slot p.
 local function slot(p, t, c)
+  if offs then c = (c + offset(floor(p / BLOCK))) % CUM end
   redis.call('SETRANGE', key, HEAD + p * SIZE, struct.pack('<dd', t, c))
+end
+
+-- settle applies the blocks' offsets to their slots and drops them: O(cap), once per growth.
+local function settle()
+  local raw = redis.call('GETRANGE', key, HEAD, HEAD + cap * SIZE + 8 * blockCount(cap) - 1)
+  local out = {}
+  for p = 0, cap - 1 do
+    local b = floor(p / BLOCK)
+    local o = struct.unpack('<d', raw, cap * SIZE + 8 * b + 1)
+    local t, c = struct.unpack('<dd', raw, p * SIZE + 1)
+    out[p + 1] = struct.pack('<dd', t, (c - o) % CUM)
+  end
+  redis.call('SET', key, redis.call('GETRANGE', key, 0, HEAD - 1) .. table.concat(out), 'KEEPTTL')
+  offs, blocks, offsets = false, {}, {}
 end
 
 -- grow doubles the ring's cap (at least 4, at most q unless more are needed), moving the
@@ -107,6 +150,7 @@ local function grow(q)
     start, n, cap, fresh = 0, 0, k, false
     return
   end
+  if offs then settle() end
   local tail = cap - start
   if start == 0 then
     redis.call('SETRANGE', key, HEAD + k * SIZE - 1, '\0')

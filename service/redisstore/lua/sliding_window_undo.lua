@@ -3,12 +3,12 @@
 -- ARGV[7] how long ago in µs, or ARGV[10] when (taken_at.lua). The windows roll as a decision rolls them, then the count of the
 -- window that holds the admission's time (the current or the previous one) drops by the units,
 -- never below 0: the estimate is what it would be had the request not come. A key without state
--- is left alone; the TTL is kept. Returns 1.
+-- is left alone; the TTL is kept. Returns the units the count lost (algorithms.Limit.GiveBack).
 
 local st = redis.call('HMGET', key, 's', 'p', 'k')
 local s, p, k = field(st[1], MAX_TIME), field(st[2], MAX_QUOTA), field(st[3], MAX_QUOTA)
 if s == nil or p == nil or k == nil then
-  return 1 -- no state (or an unusable one, which a decision reads as fresh): nothing to give back
+  return 0 -- no state (or an unusable one, which a decision reads as fresh): nothing to give back
 end
 local undo = -cost
 local at = taken_at()
@@ -22,11 +22,14 @@ elseif cur - s == W then
 else
   s, p, k = cur, 0, 0
 end
+local given = 0
 if s <= at and at < s + W then
-  k = math.max(k - undo, 0)
+  given = math.min(k, undo)
+  k = k - given
 elseif s - W <= at and at < s then
-  p = math.max(p - undo, 0)
+  given = math.min(p, undo)
+  p = p - given
 end
 
 redis.call('HSET', key, 's', str(s), 'p', str(p), 'k', str(k))
-return 1
+return given
