@@ -45,6 +45,7 @@ func testUndos(t *testing.T, s service.Store) {
 	}
 	testUndosAcrossAWindowsStart(t, s, t0)
 	testUndosAtTheDecisionsTime(t, s)
+	testSlidingLogUndos(t, s)
 	t.Run("an undo must give back a cost", func(t *testing.T) {
 		for _, delta := range []int64{0, 1} {
 			err := s.Settle(ctx, service.SettleRequest{Key: "k", Limit: limits[4], Delta: delta, Undo: true})
