@@ -3,6 +3,7 @@ package service_test
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -64,5 +65,46 @@ func TestAFixedWindowRefundNeedsTheReservationsWindow(t *testing.T) {
 		assert.Contains(t, post(`"descriptors":[{`+limit+`}]`), `"allowed":false`, "a reservation of the last window refunds nothing")
 		post(`"settle":[{` + limit + `,"delta":-10,"age_ms":100}]`)
 		assert.Contains(t, post(`"descriptors":[{`+limit+`}]`), `"allowed":true`, "one of this window does")
+	})
+}
+
+// meshlimit_settled_units_total{kind="given_back"} counts the units the store gave back, not the
+// ones an undo asked for: an undo of an admission that has expired from its sliding log gives
+// nothing back and counts 0; an undo of a live one counts its units, and its repetition (the run
+// already given back) counts nothing more.
+func TestAnUndoOfAnExpiredAdmissionCountsNoUnitsGivenBack(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store service.Store) {
+		h := newTestHandler(t, service.Config{Store: store, Parse: wire.DecodeOptions{AllowClientTime: true}})
+		const limit = `"key":"log/alice","algorithm":"sliding_log","quota":5,"window_ms":3600000` // an hour: Redis's TTL (real time) never ends the log
+		const t0, hour = int64(1_800_000_000_000_000), int64(3_600_000_000)
+		post := func(nowUs int64, body string) string {
+			t.Helper()
+			code, out := serve(h, http.MethodPost, "/v1/check", `{"now_us":`+strconv.FormatInt(nowUs, 10)+`,`+body+`}`)
+			require.Equal(t, http.StatusOK, code, out)
+			return out
+		}
+		givenBack := func() string {
+			t.Helper()
+			_, m := serve(h, "GET", "/metrics", "")
+			for _, line := range strings.Split(m, "\n") {
+				if strings.HasPrefix(line, `meshlimit_settled_units_total{kind="given_back"} `) {
+					return strings.TrimPrefix(line, `meshlimit_settled_units_total{kind="given_back"} `)
+				}
+			}
+			return "absent"
+		}
+		undo := func(nowUs, atUs int64) {
+			t.Helper()
+			post(nowUs, `"settle":[{`+limit+`,"delta":-3,"undo":true,"at_us":`+strconv.FormatInt(atUs, 10)+`}]`)
+		}
+		require.True(t, decodeAnswer(t, post(t0, `"descriptors":[{`+limit+`,"cost":3}]`)).Allowed)
+		undo(t0+2*hour, t0) // two windows later: the admission's entries have expired
+		assert.Equal(t, "0", givenBack(), "an expired admission gives nothing back")
+		require.True(t, decodeAnswer(t, post(t0+3*hour, `"descriptors":[{`+limit+`,"cost":3}]`)).Allowed)
+		undo(t0+3*hour+100, t0+3*hour)
+		assert.Equal(t, "3", givenBack(), "a live admission gives its units back")
+		undo(t0+3*hour+200, t0+3*hour)
+		assert.Equal(t, "3", givenBack(), "a repeated undo gives nothing more")
 	})
 }
