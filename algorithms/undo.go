@@ -15,35 +15,42 @@ import (
 //     within the quota, so none of it is in a debt carried on);
 //   - a sliding window counter's count of the window holding takenAt (the current or the previous
 //     one) drops by the cost: the estimate is then what it would be had the request not come;
-//   - a sliding log drops at most cost of the entries stamped at exactly takenAt (µs), which are
-//     the admission's own (Decide stamps them with its now, the Decision's At) and those of any
-//     other admission at the same instant: never more than that instant holds and never an entry
-//     of another, so a repeated undo of one admission gives back nothing once they are gone; an
-//     admission that has left the window has nothing left to give back.
+//   - a sliding log drops the cost oldest entries at or after takenAt, which are the admission's
+//     own (Decide stamps them with the latest now it has seen, and no earlier entry is later) or,
+//     when other admissions came at the same instant, entries equal to them; an admission that has
+//     left the window has nothing left to give back.
 //
 // Nothing is given back below a fresh state, and an empty state is returned as it is. Undo of a
 // cost that was never admitted gives away quota: callers undo only admissions they made. err is
 // non-nil for an invalid Limit, a cost < 1, or malformed state bytes (wrapping ErrMalformedState).
 func (l Limit) Undo(state []byte, now, takenAt, cost int64, dst []byte) (next []byte, err error) {
-	next, _, err = l.GiveBack(state, now, takenAt, cost, dst)
+	g, err := l.check()
+	if err != nil {
+		return nil, err
+	}
+	next, _, err = l.undo(&g, state, now, takenAt, cost, false, dst)
 	return next, err
 }
 
-// GiveBack is Undo that also returns the units it gave back (what a store counts): for the
-// windows and the log, the units the count or the log lost (0 when the admission's window has
-// rolled over, its entries have expired or were given back already, or takenAt names none); for
-// a bucket, the cost up to the capacity when the bucket was not full, else 0 (a full bucket has
-// nothing to give back).
+// GiveBack is the decision service's undo (its stores' SettleRequest with Undo), which an
+// untrusted caller may send for any time, as often as it likes: Undo, except that a sliding log
+// drops at most cost of the entries stamped at exactly takenAt (µs: the admission's Decision.At,
+// which is when a store's decision stamps them) — never more than that instant holds and never an
+// entry of a later admission, so a repeated undo, or one naming a time no admission had, gives
+// nothing back. It also returns the units it gave back: for the windows and the log, the units the
+// count or the log lost (0 when the admission's window has rolled over or its entries have
+// expired or are gone); for a bucket, the cost up to the capacity when the bucket was not full,
+// else 0 (a full bucket has nothing to give back).
 func (l Limit) GiveBack(state []byte, now, takenAt, cost int64, dst []byte) (next []byte, given int64, err error) {
 	g, err := l.check()
 	if err != nil {
 		return nil, 0, err
 	}
-	return l.undo(&g, state, now, takenAt, cost, dst)
+	return l.undo(&g, state, now, takenAt, cost, true, dst)
 }
 
-// undo is GiveBack for a valid l whose bucket constants are g.
-func (l Limit) undo(g *gcraParams, state []byte, now, takenAt, cost int64, dst []byte) (next []byte, given int64, err error) {
+// undo is Undo (GiveBack when exact) for a valid l whose bucket constants are g.
+func (l Limit) undo(g *gcraParams, state []byte, now, takenAt, cost int64, exact bool, dst []byte) (next []byte, given int64, err error) {
 	if cost < 1 {
 		return nil, 0, fmt.Errorf("algorithms: undo cost must be >= 1, got %d", cost)
 	}
@@ -57,7 +64,7 @@ func (l Limit) undo(g *gcraParams, state []byte, now, takenAt, cost int64, dst [
 	case FixedWindow:
 		return l.adjustFixed(state, n, at, -cost, dst)
 	case SlidingLog:
-		return l.undoLog(state, n, at, cost, dst)
+		return l.undoLog(state, n, at, cost, exact, dst)
 	default:
 		return l.undoSliding(state, n, at, cost, dst)
 	}
@@ -91,7 +98,8 @@ func (l Limit) undoSliding(state []byte, n, at, cost int64, dst []byte) ([]byte,
 	return appendField(dst, k), given, nil
 }
 
-func (l Limit) undoLog(state []byte, n, at, cost int64, dst []byte) ([]byte, int64, error) {
+// undoLog drops the cost oldest entries at or after at; when exact, only entries at at.
+func (l Limit) undoLog(state []byte, n, at, cost int64, exact bool, dst []byte) ([]byte, int64, error) {
 	s, err := decodeLog(state)
 	if err != nil {
 		return nil, 0, err
@@ -100,9 +108,12 @@ func (l Limit) undoLog(state []byte, n, at, cost int64, dst []byte) ([]byte, int
 		return append(dst[:0], state...), 0, nil
 	}
 	from := s.firstLive(at - 1) // the first entry at or after at
-	to := from
-	for to < s.len() && s.at(to) == at && int64(to-from) < cost {
-		to++
+	to := min(from+int(min(cost, int64(s.len()))), s.len())
+	if exact {
+		to = from
+		for to < s.len() && s.at(to) == at && int64(to-from) < cost {
+			to++
+		}
 	}
 	if from == to {
 		return append(dst[:0], state...), 0, nil

@@ -100,3 +100,26 @@ func TestUndoRefusesACostBelowOne(t *testing.T) {
 	_, err := undoLimits[0].Undo(nil, 1, 1, 0, nil)
 	assert.ErrorContains(t, err, "undo cost")
 }
+
+// A sliding log's undo gives back only from the entries stamped at its admission's time: never
+// more than they are, never from a later admission's, so a repeated undo (or one asking for more
+// than its admission took) gives nothing more back, and GiveBack reports what it gave.
+func TestARepeatedUndoOfASlidingLogAdmissionGivesNothingMoreBack(t *testing.T) {
+	l := undoLimits[3]
+	t0 := int64(1_700_000_000_000_000_000)
+	t1 := t0 + int64(time.Millisecond)
+	state := decideAll(t, l, nil, t0, 2)
+	state = decideAll(t, l, state, t1, 3)
+	for i, c := range []struct {
+		cost, given, remaining int64
+	}{{3, 2, 7}, {2, 0, 7}, {1, 0, 7}} {
+		next, given, err := l.GiveBack(state, t1, t0, c.cost, nil)
+		require.NoError(t, err)
+		assert.Equal(t, c.given, given, "undo %d of %d units", i, c.cost)
+		assert.Equal(t, c.remaining, remaining(t, l, next, t1), "undo %d: the admission at t1 keeps its 3", i)
+		state = next
+	}
+	_, given, err := l.GiveBack(state, t1, t0+1000, 1, nil)
+	require.NoError(t, err)
+	assert.Zero(t, given, "a time no admission had gives nothing back")
+}

@@ -113,4 +113,11 @@ func TestAnUndoOnASlidingLogOf1500RunsReadsAndWritesABoundedNumberOfBytes(t *tes
 	decided, touched := countingBatch(t, s, reqs)
 	assert.Equal(t, 1, decided)
 	assert.LessOrEqual(t, touched, entriesPerDecision(runs+1), "a decision after undos still reads a logarithm of the log")
+	_, err = rs.Do("CONFIG", "RESETSTAT")
+	require.NoError(t, err)
+	_, err = s.Decide(context.Background(), service.Request{Key: "big", Limit: bigLog, Cost: 1, Now: now.Add(time.Microsecond)})
+	require.NoError(t, err)
+	calls = commandCalls(t, rs)
+	t.Logf("a decision on the log after the undos: %v", calls)
+	assert.LessOrEqual(t, calls["getrange"]+calls["setrange"]+calls["strlen"], commandsPerDecision+4, "and a few commands: an offset read with each of its blocks")
 }
