@@ -62,7 +62,7 @@ func (p *Prepared) Undo(state []byte, now, takenAt, cost int64, dst []byte) (nex
 	if p.l.Kind == 0 {
 		return nil, errUnprepared
 	}
-	next, _, err = p.l.undo(&p.g, state, now, takenAt, cost, false, dst)
+	next, _, err = p.l.undo(&p.g, state, now, takenAt, cost, oldestAfter, dst)
 	return next, err
 }
 

@@ -28,29 +28,45 @@ func (l Limit) Undo(state []byte, now, takenAt, cost int64, dst []byte) (next []
 	if err != nil {
 		return nil, err
 	}
-	next, _, err = l.undo(&g, state, now, takenAt, cost, false, dst)
+	next, _, err = l.undo(&g, state, now, takenAt, cost, oldestAfter, dst)
 	return next, err
 }
 
-// GiveBack is the decision service's undo (its stores' SettleRequest with Undo), which an
-// untrusted caller may send for any time, as often as it likes: Undo, except that a sliding log
-// drops at most cost of the entries stamped at exactly takenAt (µs: the admission's Decision.At,
-// which is when a store's decision stamps them) — never more than that instant holds and never an
-// entry of a later admission, so a repeated undo, or one naming a time no admission had, gives
-// nothing back. It also returns the units it gave back: for the windows and the log, the units the
-// count or the log lost (0 when the admission's window has rolled over or its entries have
-// expired or are gone); for a bucket, the cost up to the capacity when the bucket was not full,
-// else 0 (a full bucket has nothing to give back).
-func (l Limit) GiveBack(state []byte, now, takenAt, cost int64, dst []byte) (next []byte, given int64, err error) {
+// GiveBack is the decision service's undo (its stores' SettleRequest with Undo), which may come
+// twice or name a time no admission had: Undo, except that a sliding log gives back from one run
+// of equal entries only, at most cost of them. With exact, takenAt is the admission's Decision.At
+// (µs), the time a store's decision stamps its entries with, and the run is the entries stamped at
+// exactly takenAt: never more than that instant holds and never an entry of a later admission, so a
+// repeated undo, or one naming a time no admission had, gives nothing back. Without, takenAt is
+// now minus an upper bound of the admission's age, and the run is the first at or after it.
+//
+// It also returns the units it gave back: for the windows and the log, the units the count or the
+// log lost (0 when the admission's window has rolled over or its entries have expired or are
+// gone); for a bucket, the cost up to the capacity when the bucket was not full, else 0 (a full
+// bucket has nothing to give back).
+func (l Limit) GiveBack(state []byte, now, takenAt, cost int64, exact bool, dst []byte) (next []byte, given int64, err error) {
 	g, err := l.check()
 	if err != nil {
 		return nil, 0, err
 	}
-	return l.undo(&g, state, now, takenAt, cost, true, dst)
+	m := firstRun
+	if exact {
+		m = exactRun
+	}
+	return l.undo(&g, state, now, takenAt, cost, m, dst)
 }
 
-// undo is Undo (GiveBack when exact) for a valid l whose bucket constants are g.
-func (l Limit) undo(g *gcraParams, state []byte, now, takenAt, cost int64, exact bool, dst []byte) (next []byte, given int64, err error) {
+// logUndo is how an undo picks the sliding log's entries it drops.
+type logUndo uint8
+
+const (
+	oldestAfter logUndo = iota // Undo: the cost oldest at or after the time
+	firstRun                   // GiveBack by age: of the first run at or after the time only
+	exactRun                   // GiveBack by the admission's time: of the run at that time only
+)
+
+// undo is Undo (GiveBack: m other than oldestAfter) for a valid l whose bucket constants are g.
+func (l Limit) undo(g *gcraParams, state []byte, now, takenAt, cost int64, m logUndo, dst []byte) (next []byte, given int64, err error) {
 	if cost < 1 {
 		return nil, 0, fmt.Errorf("algorithms: undo cost must be >= 1, got %d", cost)
 	}
@@ -64,7 +80,7 @@ func (l Limit) undo(g *gcraParams, state []byte, now, takenAt, cost int64, exact
 	case FixedWindow:
 		return l.adjustFixed(state, n, at, -cost, dst)
 	case SlidingLog:
-		return l.undoLog(state, n, at, cost, exact, dst)
+		return l.undoLog(state, n, at, cost, m, dst)
 	default:
 		return l.undoSliding(state, n, at, cost, dst)
 	}
@@ -98,8 +114,8 @@ func (l Limit) undoSliding(state []byte, n, at, cost int64, dst []byte) ([]byte,
 	return appendField(dst, k), given, nil
 }
 
-// undoLog drops the cost oldest entries at or after at; when exact, only entries at at.
-func (l Limit) undoLog(state []byte, n, at, cost int64, exact bool, dst []byte) ([]byte, int64, error) {
+// undoLog drops entries of the log at or after at, as m picks them.
+func (l Limit) undoLog(state []byte, n, at, cost int64, m logUndo, dst []byte) ([]byte, int64, error) {
 	s, err := decodeLog(state)
 	if err != nil {
 		return nil, 0, err
@@ -109,9 +125,9 @@ func (l Limit) undoLog(state []byte, n, at, cost int64, exact bool, dst []byte) 
 	}
 	from := s.firstLive(at - 1) // the first entry at or after at
 	to := min(from+int(min(cost, int64(s.len()))), s.len())
-	if exact {
+	if m != oldestAfter {
 		to = from
-		for to < s.len() && s.at(to) == at && int64(to-from) < cost {
+		for to < s.len() && s.at(to) == s.at(from) && (m == firstRun || s.at(to) == at) && int64(to-from) < cost {
 			to++
 		}
 	}

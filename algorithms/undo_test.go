@@ -113,13 +113,16 @@ func TestARepeatedUndoOfASlidingLogAdmissionGivesNothingMoreBack(t *testing.T) {
 	for i, c := range []struct {
 		cost, given, remaining int64
 	}{{3, 2, 7}, {2, 0, 7}, {1, 0, 7}} {
-		next, given, err := l.GiveBack(state, t1, t0, c.cost, nil)
+		next, given, err := l.GiveBack(state, t1, t0, c.cost, true, nil)
 		require.NoError(t, err)
 		assert.Equal(t, c.given, given, "undo %d of %d units", i, c.cost)
 		assert.Equal(t, c.remaining, remaining(t, l, next, t1), "undo %d: the admission at t1 keeps its 3", i)
 		state = next
 	}
-	_, given, err := l.GiveBack(state, t1, t0+1000, 1, nil)
+	_, given, err := l.GiveBack(state, t1, t0+1000, 1, true, nil)
 	require.NoError(t, err)
 	assert.Zero(t, given, "a time no admission had gives nothing back")
+	_, given, err = l.GiveBack(state, t1, t0+1000, 5, false, nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), given, "by age: the first run at or after the time, and only it")
 }

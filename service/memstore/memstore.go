@@ -166,7 +166,7 @@ func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64,
 	apply := req.Limit.Adjust
 	if req.Undo {
 		apply = func(state []byte, now, at, delta int64, dst []byte) (next []byte, err error) {
-			next, given, err = req.Limit.GiveBack(state, now, at, -delta, dst)
+			next, given, err = req.Limit.GiveBack(state, now, at, -delta, !req.At.IsZero(), dst)
 			return next, err
 		}
 	}

@@ -98,7 +98,7 @@ func diffUndo(store *Store, key string, l algorithms.Limit, state []byte, nowUs,
 	if atUs > 0 {
 		takenUs, req.Age, req.At = atUs, 0, time.UnixMicro(atUs)
 	}
-	next, want, err := l.GiveBack(state, nowUs*1000, takenUs*1000, cost, nil)
+	next, want, err := l.GiveBack(state, nowUs*1000, takenUs*1000, cost, atUs > 0, nil)
 	if err != nil {
 		return nil, fmt.Sprintf("Go Undo: %v", err)
 	}

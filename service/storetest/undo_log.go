@@ -26,7 +26,8 @@ type logAdmission struct {
 // decision answers as the reference's, and every undo gives back the reference's units, never
 // more than its admission took nor twice (undos of runs already expired, of times no decision
 // had, repeated undos, and undos asking for more than the admission took), 0 for an expired
-// admission or an unknown time. The logs hold a few hundred runs, so that an undo reaches runs
+// admission or an unknown time; an undo by age (from a filter before at_us) gives back from the
+// first run at or after its time. The logs hold a few hundred runs, so that an undo reaches runs
 // whole blocks before the newest, in a ring that wraps and grows.
 func testSlidingLogUndos(t *testing.T, s service.Store) {
 	ctx := context.Background()
@@ -47,7 +48,7 @@ func testSlidingLogUndos(t *testing.T, s service.Store) {
 					now = now.Add(l.Window / 2) // half of the log expires
 				}
 				if len(admitted) > 0 && r.IntN(3) == 0 {
-					a, unknown := admitted[len(admitted)-1], false
+					a, unknown, byAge := admitted[len(admitted)-1], false, false
 					switch c := r.IntN(20); {
 					case c < 10:
 						a = admitted[r.IntN(len(admitted))] // expired, undone, or live
@@ -55,19 +56,26 @@ func testSlidingLogUndos(t *testing.T, s service.Store) {
 						a = last // repeated
 					case c < 16:
 						unknown = true // a time no decision had
+					case c < 18:
+						byAge = true // as from a filter before at_us: the first run at or after now - age
 					}
 					at, cost := a.at, a.cost+int64(r.IntN(2)) // at times more than it took
 					if unknown {
 						at = at.Add(time.Microsecond)
 					}
 					req := service.SettleRequest{Key: key, Limit: l, Delta: -cost, At: at, Now: now, Undo: true}
-					next, want, err := l.GiveBack(state, now.UnixNano(), at.UnixNano(), cost, nil)
+					if byAge {
+						req.At, req.Age = time.Time{}, now.Sub(at)
+					}
+					next, want, err := l.GiveBack(state, now.UnixNano(), at.UnixNano(), cost, !byAge, nil)
 					require.NoError(t, err)
 					state = next
 					got, err := s.GiveBack(ctx, req)
 					require.NoError(t, err)
 					require.Equal(t, want, got, "step %d: the undo of %d at %v gives back the reference's units", step, cost, at)
+					require.LessOrEqual(t, got, cost, "step %d: never more than asked", step)
 					switch {
+					case byAge: // it may reach a later admission's run, once this one's is empty
 					case unknown:
 						require.Zero(t, got, "step %d: a time no decision had gives nothing back", step)
 					case !at.After(now.Add(-l.Window)):

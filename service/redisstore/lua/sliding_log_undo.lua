@@ -4,15 +4,17 @@
 -- most -delta units out of the run stamped at exactly the admission's time, which holds the
 -- admission's own units (a decision stamps them with its now, which the answer's at_us carries)
 -- and those of any other admission at the same instant: never more than that run holds, and never
--- from another run, so a repeated undo gives back nothing more once the run is empty. An admission
--- that has left the window, or a time no run has, has nothing to give back. Returns the units
--- given back.
+-- from another run, so a repeated undo gives back nothing more once the run is empty. An undo by
+-- age alone (ARGV[7], no ARGV[10]: now minus an upper bound of the age) takes them out of the first
+-- run at or after that time that holds units. An admission that has left the window, or a time no
+-- run has, has nothing to give back (algorithms.Limit.GiveBack). Returns the units given back.
 --
 -- Work, whatever the log's length: a galloping search for the run from the newest (O(log d) runs
--- for the d-th newest, alone then in a block of 32), then the cumulative counts of the runs after it drop by the units: in place in the (at most
--- four) blocks the change begins or ends in, and as a rise of the offset of every block wholly
--- after it (sliding_log_index.lua), one read and one write of the offsets (8 bytes a block).
--- The clock is kept, the TTL too; a key without state is left alone.
+-- for the d-th newest, alone then in a block of 32), then the cumulative counts of the runs after
+-- it drop by the units: in place in the (at most four) blocks the change begins or ends in, and as
+-- a rise of the offset of every block wholly after it (sliding_log_index.lua), one read and one
+-- write of the offsets (8 bytes a block). The clock is kept, the TTL too; a key without state is
+-- left alone.
 
 local undo = -cost
 local when = taken_at()
@@ -41,13 +43,25 @@ while hi - lo >= BLOCK do
   if later(mid) then hi = mid - 1 else lo = mid + 1 end
 end
 local r = search(lo, hi, function(i) return (at(i)) >= when end)
-if r > n or (at(r)) ~= when then
+local exact = tonumber(ARGV[10] or '') ~= nil
+if r > n or exact and (at(r)) ~= when then
   return 0
 end
 local cb = base
 if r > 1 then
   local _, c = at(r - 1)
   cb = c
+end
+if not exact then -- by age: the first run at or after when that holds units
+  r = search(r, n, function(i)
+    local _, c = at(i)
+    return (c - cb) % CUM > 0
+  end)
+  if r > n then return 0 end
+  if r > 1 then
+    local _, c = at(r - 1)
+    cb = c
+  end
 end
 local _, cr = at(r)
 local u = math.min(undo, (cr - cb) % CUM)
