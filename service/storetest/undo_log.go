@@ -100,6 +100,13 @@ func testSlidingLogUndos(t *testing.T, s service.Store) {
 				if d.Allowed {
 					admitted = append(admitted, &logAdmission{at: now, cost: cost})
 				}
+				if step%25 == 0 { // the key as Inspect reads it (offsets and all)
+					want, err := service.PeekState(l, state, now)
+					require.NoError(t, err)
+					got, err := s.Inspect(ctx, service.Request{Key: key, Limit: l, Cost: 1, Now: now})
+					require.NoError(t, err)
+					require.Equal(t, want, got, "step %d: Inspect", step)
+				}
 			}
 			assert.Positive(t, given, "some undos gave units back")
 			t.Logf("%d undos gave back %d units", undos, given)
