@@ -34,6 +34,11 @@ func (s *tallyStore) Settle(ctx context.Context, r service.SettleRequest) error 
 	return s.Store.Settle(ctx, r)
 }
 
+func (s *tallyStore) GiveBack(ctx context.Context, r service.SettleRequest) (int64, error) {
+	s.calls.Add(1)
+	return s.Store.GiveBack(ctx, r)
+}
+
 func (s *tallyStore) Acquire(ctx context.Context, r service.PermitRequest) (service.PermitResult, error) {
 	s.calls.Add(1)
 	return s.Store.Acquire(ctx, r)
