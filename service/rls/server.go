@@ -63,6 +63,7 @@ type scratch struct {
 	plans   []plan
 	key     []byte
 	counts  []service.CountRequest // a batch of window counts (countAll)
+	ends    []int                  // where each count's key ends in key (countAll)
 	results []service.CountResult
 }
 
