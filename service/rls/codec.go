@@ -225,20 +225,16 @@ func (f *requestFill) request(b []byte, req *pb.RateLimitRequest) {
 // descriptor fills d from b, which starts at base in the request.
 func (f *requestFill) descriptor(b []byte, base int, d *rlext.RateLimitDescriptor) {
 	first := f.ne
-	for off := 0; off < len(b); {
-		num, _, n := protowire.ConsumeTag(b[off:])
-		v, m := protowire.ConsumeBytes(b[off+n:])
-		start := base + off + n + m - len(v)
-		off += n + m
+	eachField(b, base, func(num protowire.Number, v []byte, at int) {
 		if num == fieldDescriptorHits {
 			d.HitsAddend = &wrapperspb.UInt64Value{Value: uint64Value(v)}
-			continue
+			return
 		}
 		e := &f.entries[f.ne]
 		f.entryPtrs[f.ne] = e
 		f.ne++
-		f.entry(v, start, e)
-	}
+		f.entry(v, at, e)
+	})
 	if f.ne > first {
 		d.Entries = f.entryPtrs[first:f.ne:f.ne]
 	}
@@ -246,16 +242,24 @@ func (f *requestFill) descriptor(b []byte, base int, d *rlext.RateLimitDescripto
 
 // entry fills e from b, which starts at base in the request.
 func (f *requestFill) entry(b []byte, base int, e *rlext.RateLimitDescriptor_Entry) {
+	eachField(b, base, func(num protowire.Number, v []byte, at int) {
+		if num == fieldEntryKey {
+			e.Key = f.str(at, v)
+		} else {
+			e.Value = f.str(at, v)
+		}
+	})
+}
+
+// eachField calls do with the number and value of every field of b, a message of
+// length-delimited fields only that countRequest took, and where the value starts in the
+// request (b starts at base).
+func eachField(b []byte, base int, do func(num protowire.Number, v []byte, at int)) {
 	for off := 0; off < len(b); {
 		num, _, n := protowire.ConsumeTag(b[off:])
 		v, m := protowire.ConsumeBytes(b[off+n:])
-		s := f.str(base+off+n+m-len(v), v)
+		do(num, v, base+off+n+m-len(v))
 		off += n + m
-		if num == fieldEntryKey {
-			e.Key = s
-		} else {
-			e.Value = s
-		}
 	}
 }
 
