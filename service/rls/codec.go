@@ -212,14 +212,9 @@ func (f *requestFill) request(b []byte, req *pb.RateLimitRequest) {
 			req.Domain = f.str(start, v)
 			continue
 		}
-		d := &f.descs[f.nd]
-		f.descPtrs[f.nd] = d
-		f.nd++
-		f.descriptor(v, start, d)
+		f.descriptor(v, start, take(f.descs, f.descPtrs, &f.nd))
 	}
-	if f.nd > first {
-		req.Descriptors = f.descPtrs[first:f.nd:f.nd]
-	}
+	req.Descriptors = taken(f.descPtrs, first, f.nd)
 }
 
 // descriptor fills d from b, which starts at base in the request.
@@ -230,14 +225,26 @@ func (f *requestFill) descriptor(b []byte, base int, d *rlext.RateLimitDescripto
 			d.HitsAddend = &wrapperspb.UInt64Value{Value: uint64Value(v)}
 			return
 		}
-		e := &f.entries[f.ne]
-		f.entryPtrs[f.ne] = e
-		f.ne++
-		f.entry(v, at, e)
+		f.entry(v, at, take(f.entries, f.entryPtrs, &f.ne))
 	})
-	if f.ne > first {
-		d.Entries = f.entryPtrs[first:f.ne:f.ne]
+	d.Entries = taken(f.entryPtrs, first, f.ne)
+}
+
+// take returns the next of vals (the n-th), its pointer stored in ptrs, and counts it in n.
+func take[T any](vals []T, ptrs []*T, n *int) *T {
+	v := &vals[*n]
+	ptrs[*n] = v
+	*n++
+	return v
+}
+
+// taken is the pointers of ptrs taken from first up to n, with no room to grow into the next
+// ones; nil when none were, as proto.Unmarshal leaves an empty repeated field.
+func taken[T any](ptrs []*T, first, n int) []*T {
+	if n == first {
+		return nil
 	}
+	return ptrs[first:n:n]
 }
 
 // entry fills e from b, which starts at base in the request.
