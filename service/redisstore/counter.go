@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -69,8 +71,11 @@ func (s *Store) CountWindow(ctx context.Context, req service.CountRequest) (int6
 // KeyPrefix + "{" + tag + "}:count:" + startUs + ":" + key, with the tag of Store.key (the
 // same Cluster slot as every other state of key).
 func (s *Store) windowKey(key string, startUs int64) string {
-	return s.keyAt("count", startUs, key)
+	return s.keyAt(countKind, startUs, key)
 }
+
+// countKind is the kind of the window counters' keys.
+const countKind = "count"
 
 // CountWindows implements service.BatchCounter: every request's commands (those of
 // CountWindow) go out in one DoMulti, so a batch costs one pipelined round trip per Redis node
@@ -89,6 +94,7 @@ func (s *Store) CountWindows(ctx context.Context, reqs []service.CountRequest, o
 	}
 	var clockNow time.Time
 	b := batch{windows: make([]counterWindow, len(reqs)), cmds: make(rueidis.Commands, 0, 2*len(reqs))}
+	size := 0
 	for i, r := range reqs {
 		now := r.Now
 		if now.IsZero() {
@@ -97,14 +103,29 @@ func (s *Store) CountWindows(ctx context.Context, reqs []service.CountRequest, o
 			}
 			now = clockNow
 		}
-		w := s.window(r, now)
-		b.windows[i] = w
+		b.windows[i] = s.windowAt(r, now)
+		size += s.keyLen(countKind, b.windows[i].start, r.Key)
+	}
+	// Every window key in one allocation, and a TTL formatted once for the requests that share
+	// it (a request's descriptors are mostly of one unit, so of one window).
+	var keys strings.Builder
+	keys.Grow(size)
+	var ttl string
+	ttlMs := int64(-1)
+	for i, r := range reqs {
+		w := &b.windows[i]
+		from := keys.Len()
+		s.writeKey(&keys, countKind, w.start, r.Key)
+		w.key = keys.String()[from:] // the bytes written are never changed
 		if w.hits == 0 {
 			b.cmds = append(b.cmds, s.client.B().Get().Key(w.key).Build())
 			continue
 		}
+		if ms := pexpireMs(w.left + counterGrace); ms != ttlMs {
+			ttl, ttlMs = strconv.FormatInt(ms, 10), ms
+		}
 		b.cmds = append(b.cmds, s.client.B().Incrby().Key(w.key).Increment(w.hits).Build(),
-			s.client.B().Pexpire().Key(w.key).Milliseconds(pexpireMs(w.left+counterGrace)).Nx().Build())
+			s.client.B().Arbitrary("PEXPIRE").Keys(w.key).Args(ttl, "NX").Build())
 	}
 	over, err := s.readBatch(s.client.DoMulti(ctx, b.cmds...), b.windows, out)
 	if err != nil || !over {
@@ -130,11 +151,17 @@ type counterWindow struct {
 
 // window returns the counterWindow of r at now.
 func (s *Store) window(r service.CountRequest, now time.Time) counterWindow {
+	w := s.windowAt(r, now)
+	w.key = s.windowKey(r.Key, w.start)
+	return w
+}
+
+// windowAt is window without the key.
+func (s *Store) windowAt(r service.CountRequest, now time.Time) counterWindow {
 	us := clampUs(now)
 	w := int64(r.Window / time.Microsecond)
 	start := us - us%w
-	return counterWindow{key: s.windowKey(r.Key, start), left: time.Duration(start+w-us) * time.Microsecond,
-		hits: min(r.Hits, algorithms.MaxQuota), start: start}
+	return counterWindow{left: time.Duration(start+w-us) * time.Microsecond, hits: min(r.Hits, algorithms.MaxQuota), start: start}
 }
 
 // readBatch reads the replies of a batch into out, and reports whether a charge passed

@@ -91,22 +91,32 @@ func counterGroups(plans []plan, keys []string) [][]int {
 	return groups
 }
 
-// maxScratchCounts bounds the batch a pooled scratch keeps between requests.
-const maxScratchCounts = 64
+// maxScratchCounts and maxScratchKeys (bytes) bound the batch a pooled scratch keeps between
+// requests.
+const (
+	maxScratchCounts = 64
+	maxScratchKeys   = 16 << 10
+)
 
 // countAll decides plans, whose counted descriptors are all window counts, with one call of
 // bc (in request order, so a shared counter is charged in request order), into sts (their
 // rooms in ans).
 func (s *Server) countAll(ctx context.Context, bc service.BatchCounter, req *pb.RateLimitRequest, plans []plan, now time.Time, sc *scratch, sts []*pb.RateLimitResponse_DescriptorStatus, ans []answer) error {
-	counts := sc.counts[:0]
+	counts, ends := sc.counts[:0], sc.ends[:0]
+	sc.key = sc.key[:0]
 	for i := range plans {
 		p := &plans[i]
 		if p.kind != planLimit {
 			sts[i] = ans[i].static(p)
 			continue
 		}
-		sc.key = appendKey(sc.key[:0], req.GetDomain(), req, i, p.limit.Unit, p.rule.Shared)
-		counts = append(counts, service.CountRequest{Key: string(sc.key), Window: p.limit.Unit.Duration(), Hits: p.hits, Now: now})
+		sc.key = appendKey(sc.key, req.GetDomain(), req, i, p.limit.Unit, p.rule.Shared)
+		ends = append(ends, len(sc.key))
+		counts = append(counts, service.CountRequest{Window: p.limit.Unit.Duration(), Hits: p.hits, Now: now})
+	}
+	keys, from := string(sc.key), 0 // every key in one allocation
+	for j, end := range ends {
+		counts[j].Key, from = keys[from:end], end
 	}
 	results := slices.Grow(sc.results[:0], len(counts))[:len(counts)]
 	start := time.Now()
@@ -123,7 +133,10 @@ func (s *Server) countAll(ctx context.Context, bc service.BatchCounter, req *pb.
 	}
 	clear(counts) // the keys are not kept past the request
 	if cap(counts) <= maxScratchCounts {
-		sc.counts, sc.results = counts, results
+		sc.counts, sc.results, sc.ends = counts, results, ends
+	}
+	if cap(sc.key) > maxScratchKeys {
+		sc.key = nil
 	}
 	return err
 }

@@ -73,12 +73,15 @@ func NewGRPCServer(s *Server, o GRPCOptions) *grpc.Server {
 }
 
 // serverOptions are the grpc.Server settings of NewGRPCServer. Streams are served by a fixed
-// pool of goroutines (one per CPU) instead of a new goroutine per call, and connections share
-// their write buffers (grpc's default since v1.83): both cut the work per call at high rates.
+// pool of goroutines (one per CPU) instead of a new goroutine per call, connections share
+// their write buffers (grpc's default since v1.83), and requests are decoded by requestCodec:
+// all cut the work per call at high rates.
 func serverOptions(o GRPCOptions) []grpc.ServerOption {
 	o = o.withDefaults()
 	opts := []grpc.ServerOption{
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// RateLimitRequests decoded with their descriptors allocated together (codec.go).
+		grpc.ForceServerCodecV2(newRequestCodec()),
 		// A larger message is refused (RESOURCE_EXHAUSTED) from its length prefix, undecoded.
 		grpc.MaxRecvMsgSize(MaxMessage),
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),

@@ -78,10 +78,21 @@ func (m *Metrics) request(front, code string, d time.Duration) {
 	m.service.ObserveRequest(front, code, d)
 }
 
-// decisions counts the hits of every descriptor that was counted against a limit.
+// decisions counts the hits of every descriptor that was counted against a limit. Descriptors
+// one after the other with the same labels (a request's descriptors of one rule) are added in
+// one call: a label lookup per run of them, not per descriptor.
 func (m *Metrics) decisions(c *rlsconfig.Config, req *pb.RateLimitRequest, plans []plan) {
 	if m == nil {
 		return
+	}
+	var run struct {
+		label, result string
+		hits          int64
+	}
+	flush := func() {
+		if run.hits > 0 {
+			m.hits.WithLabelValues(req.GetDomain(), run.label, run.result).Add(float64(run.hits))
+		}
 	}
 	for i := range plans {
 		p := &plans[i]
@@ -99,8 +110,14 @@ func (m *Metrics) decisions(c *rlsconfig.Config, req *pb.RateLimitRequest, plans
 		if label != p.rule.Path { // values the client sent: bounded
 			label = m.labels.admit(cmp.Or(p.rule.Path, req.GetDomain()), label)
 		}
-		m.hits.WithLabelValues(req.GetDomain(), label, result).Add(float64(p.hits))
+		if run.hits > 0 && label == run.label && result == run.result {
+			run.hits += p.hits
+			continue
+		}
+		flush()
+		run.label, run.result, run.hits = label, result, p.hits
 	}
+	flush()
 }
 
 // descriptorLabel names descriptor i for the hits metric: the values sent with

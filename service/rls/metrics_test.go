@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -137,4 +138,40 @@ func TestALabelValueLongerThanTheBoundIsCountedAsOther(t *testing.T) {
 	assert.Equal(t, "r.other", b.admit("r", "c"), "past the budget")
 	assert.Equal(t, "a", b.admit("r", "a"), "an admitted value stays")
 	assert.Equal(t, "c", b.admit("s", "c"), "each rule has its own budget")
+}
+
+func TestTheHitsOfARequestsDescriptorsAreCountedUnderEachOnesLabels(t *testing.T) {
+	rules, err := rlsconfig.Load([]rlsconfig.File{{Name: "m.yaml", Data: []byte(
+		"domain: m\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 2}\n" +
+			"  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 100}\n" +
+			"  - key: s\n    shadow_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")}})
+	require.NoError(t, err)
+	cases := []struct {
+		name string
+		req  func() *pb.RateLimitRequest
+		want map[string]float64
+	}{
+		{"descriptors of one rule, the last ones over", func() *pb.RateLimitRequest {
+			return req("m", desc("a", "1"), desc("a", "1"), desc("a", "1"), withHits(desc("a", "1"), 4))
+		}, map[string]float64{"descriptor=m.a,domain=m,result=within_limit": 2, "descriptor=m.a,domain=m,result=over_limit": 5}},
+		{"descriptors of rules and results interleaved", func() *pb.RateLimitRequest {
+			return req("m", desc("a", "1"), desc("b", "x"), desc("a", "2"), withHits(desc("b", "y"), 7), desc("s", "z"),
+				desc("s", "z"), desc("a", "1"), desc("a", "1"), withHits(desc("b", "x"), 0), desc("c", "no rule"))
+		}, map[string]float64{"descriptor=m.a,domain=m,result=within_limit": 3, "descriptor=m.a,domain=m,result=over_limit": 1,
+			"descriptor=m.b,domain=m,result=within_limit": 8, "descriptor=m.s,domain=m,result=within_limit": 1,
+			"descriptor=m.s,domain=m,result=shadow_mode": 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, store := range []service.Store{memoryStore(t), struct{ service.Store }{memoryStore(t)}} {
+				sm := service.NewMetrics()
+				s, err := NewServer(Config{Store: store, Rules: func() *rlsconfig.Config { return rules },
+					Metrics: NewMetrics(sm), Now: func() time.Time { return minuteStart }})
+				require.NoError(t, err)
+				_, err = s.ShouldRateLimit(context.Background(), c.req())
+				require.NoError(t, err)
+				assert.Equal(t, c.want, counters(t, sm, "meshlimit_rls_hits_total"))
+			}
+		})
+	}
 }

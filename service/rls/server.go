@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,7 @@ type scratch struct {
 	plans   []plan
 	key     []byte
 	counts  []service.CountRequest // a batch of window counts (countAll)
+	ends    []int                  // where each count's key ends in key (countAll)
 	results []service.CountResult
 }
 
@@ -118,7 +120,7 @@ func (s *Server) decide(ctx context.Context, req *pb.RateLimitRequest, traced bo
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if p, ok := peer.FromContext(ctx); ok { // the gRPC connection is the flow a Gate shares fairly
-		ctx = service.WithFlow(ctx, p.Addr.String())
+		ctx = service.WithFlow(ctx, flowKey(p.Addr))
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
@@ -179,6 +181,16 @@ func countedWork(plans []plan) int {
 		}
 	}
 	return n
+}
+
+// flowKey names a gRPC connection's flow by its remote address: the address itself when it is
+// a *net.TCPAddr (gRPC gives every call of a connection the same one, and pointers compare
+// without formatting a string per call), else its string.
+func flowKey(a net.Addr) any {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t
+	}
+	return a.String()
 }
 
 // decideOne decides descriptor i of req by its plan p, its status in a.
