@@ -15,6 +15,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/meshlimit/meshlimit/internal/redistest"
 )
@@ -23,18 +28,28 @@ import (
 // drives the compiled service binary, never its source: ATTACK22_SERVICE names it (default the
 // review's copy). A machine without that binary skips these tests, saying so.
 
-const a22svcDefaultBinary = "/work/briefs/attack/meshlimit-service"
+const (
+	a22svcDefaultBinary = "/work/briefs/attack/meshlimit-service"
+	// a22svcDefaultBinary2 is the second binary of the review (issue 22's CPU-per-check changes, svccpu22).
+	a22svcDefaultBinary2 = "/work/briefs/attack/meshlimit-service-2"
+)
 
 // a22svcStart starts the binary under review on a 127.0.0.1 port against redisAddr, with extra
 // flags, and returns its base URL once /readyz answers 200. It is killed when the test ends.
 func a22svcStart(t *testing.T, redisAddr string, flags ...string) string {
 	t.Helper()
-	bin := os.Getenv("ATTACK22_SERVICE")
+	return a22svcStartBinary(t, "ATTACK22_SERVICE", a22svcDefaultBinary, redisAddr, flags...)
+}
+
+// a22svcStartBinary is a22svcStart for the binary the environment variable env names, else def.
+func a22svcStartBinary(t *testing.T, env, def, redisAddr string, flags ...string) string {
+	t.Helper()
+	bin := os.Getenv(env)
 	if bin == "" {
-		bin = a22svcDefaultBinary
+		bin = def
 	}
 	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("the service binary under review is not here (%v): set ATTACK22_SERVICE", err)
+		t.Skipf("the service binary under review is not here (%v): set %s", err, env)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -187,6 +202,82 @@ func TestTheRefundedCounterCountsOnlyTheUnitsASettleGaveBack(t *testing.T) {
 			was := refunded()
 			a22svcCheck(t, url, `{"settle":[`+c.settle+`]}`)
 			assert.Equal(t, c.want, refunded()-was)
+		})
+	}
+}
+
+// a22rawCodec sends and receives a gRPC message's bytes as they are, so that a test can send what
+// no generated client would.
+type a22rawCodec struct{}
+
+func (a22rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (a22rawCodec) Unmarshal(b []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), b...)
+	return nil
+}
+func (a22rawCodec) Name() string { return "proto" }
+
+// a22svcFreeAddr is a 127.0.0.1 address free a moment before.
+func a22svcFreeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Finding 3 of the review: a request past the front's bounds (more than 64 descriptors, or more than
+// 64 entries in one) is refused only after it was decoded whole, and decoding allocates about 47
+// times the message (gRPC) or 51 times the body (/json): 12.2 MB for a 256 KiB message of 131,038
+// empty descriptors (16.6 MB before svccpu22), 13.3 MB for a /json body of 87,000. One gRPC
+// connection with its 128 streams of such messages grew the replica from 44 MB to 1.2 GB resident
+// (heap in use 1.28 GB) in 4 s; the API's "no client can grow a replica past its memory" bounds the
+// messages in flight (128 × 256 KiB = 32 MiB a connection), not what decoding them costs.
+func TestARequestPastTheDescriptorBoundsIsRefusedWithoutAllocatingManyTimesItsSize(t *testing.T) {
+	r := redistest.Start(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(dir+"/d.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n"), 0o600))
+	grpcAddr := a22svcFreeAddr(t)
+	url := a22svcStartBinary(t, "ATTACK22_SERVICE2", a22svcDefaultBinary2, r.Addr(),
+		"-grpc-listen", grpcAddr, "-ratelimit-config", dir)
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(a22rawCodec{}), grpc.MaxCallSendMsgSize(1<<20)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+
+	const size = 256*1024 - 64
+	grpcMessage := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "d")
+	for len(grpcMessage)+2 <= size {
+		grpcMessage = append(grpcMessage, 0x12, 0x00) // field 2 (descriptors), an empty message
+	}
+	jsonBody := `{"domain":"d","descriptors":[{}` + strings.Repeat(`,{}`, (size-40)/3) + `]}`
+	cases := []struct {
+		name string
+		size int
+		send func(t *testing.T)
+	}{
+		{"a ShouldRateLimit message of 131,038 empty descriptors", len(grpcMessage), func(t *testing.T) {
+			in, out := grpcMessage, []byte(nil)
+			err := conn.Invoke(t.Context(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &in, &out)
+			require.Equal(t, codes.InvalidArgument, grpcstatus.Code(err), "%v", err)
+		}},
+		{"a /json body of 87,000 empty descriptors", len(jsonBody), func(t *testing.T) {
+			resp, err := http.Post(url+"/json", "application/json", strings.NewReader(jsonBody))
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		}},
+	}
+	const calls = 10
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := a22svcMetric(t, url, "go_memstats_alloc_bytes_total")
+			for range calls {
+				c.send(t)
+			}
+			perCall := (a22svcMetric(t, url, "go_memstats_alloc_bytes_total") - before) / calls
+			assert.LessOrEqual(t, perCall, float64(8*c.size), "bytes allocated per refused request of %d bytes", c.size)
 		})
 	}
 }
