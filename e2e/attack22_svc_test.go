@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -51,10 +50,7 @@ func a22svcStartBinary(t *testing.T, env, def, redisAddr string, flags ...string
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("the service binary under review is not here (%v): set %s", err, env)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
+	addr := a22svcFreeAddr(t)
 	args := append([]string{"-listen", addr, "-redis", redisAddr, "-shutdown-drain", "0"}, flags...)
 	cmd := exec.Command(bin, args...)
 	var log strings.Builder
@@ -217,13 +213,10 @@ func (a22rawCodec) Unmarshal(b []byte, v any) error {
 }
 func (a22rawCodec) Name() string { return "proto" }
 
-// a22svcFreeAddr is a 127.0.0.1 address free a moment before.
+// a22svcFreeAddr is a 127.0.0.1 address free a moment before (redistest.FreePort's port).
 func a22svcFreeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t, false))
 }
 
 // Finding 3 of the review: a request past the front's bounds (more than 64 descriptors, or more than
