@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,32 +26,42 @@ import (
 )
 
 // The independent review of issue 22's service changes (docs/reviews/issue22-service-attack.md)
-// drives the compiled service binary, never its source: ATTACK22_SERVICE names it (default the
-// review's copy). A machine without that binary skips these tests, saying so.
+// drives the compiled service binary, never its source: these tests build cmd/meshlimit-service
+// from this tree once (ATTACK22_SERVICE names another binary to drive instead, say a release's).
 
-const (
-	a22svcDefaultBinary = "/work/briefs/attack/meshlimit-service"
-	// a22svcDefaultBinary2 is the second binary of the review (issue 22's CPU-per-check changes, svccpu22).
-	a22svcDefaultBinary2 = "/work/briefs/attack/meshlimit-service-2"
-)
+var a22svcBuilt struct {
+	once sync.Once
+	bin  string
+	err  error
+}
 
-// a22svcStart starts the binary under review on a 127.0.0.1 port against redisAddr, with extra
+// a22svcBinary is the service binary under test: ATTACK22_SERVICE, else this tree's build.
+func a22svcBinary(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("ATTACK22_SERVICE"); bin != "" {
+		return bin
+	}
+	a22svcBuilt.once.Do(func() {
+		dir, err := os.MkdirTemp("", "meshlimit-service-")
+		if err != nil {
+			a22svcBuilt.err = err
+			return
+		}
+		a22svcBuilt.bin = filepath.Join(dir, "meshlimit-service")
+		out, err := exec.Command("go", "build", "-o", a22svcBuilt.bin, "../cmd/meshlimit-service").CombinedOutput()
+		if err != nil {
+			a22svcBuilt.err = fmt.Errorf("go build ../cmd/meshlimit-service: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, a22svcBuilt.err)
+	return a22svcBuilt.bin
+}
+
+// a22svcStart starts the service under test on a 127.0.0.1 port against redisAddr, with extra
 // flags, and returns its base URL once /readyz answers 200. It is killed when the test ends.
 func a22svcStart(t *testing.T, redisAddr string, flags ...string) string {
 	t.Helper()
-	return a22svcStartBinary(t, "ATTACK22_SERVICE", a22svcDefaultBinary, redisAddr, flags...)
-}
-
-// a22svcStartBinary is a22svcStart for the binary the environment variable env names, else def.
-func a22svcStartBinary(t *testing.T, env, def, redisAddr string, flags ...string) string {
-	t.Helper()
-	bin := os.Getenv(env)
-	if bin == "" {
-		bin = def
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("the service binary under review is not here (%v): set %s", err, env)
-	}
+	bin := a22svcBinary(t)
 	addr := a22svcFreeAddr(t)
 	args := append([]string{"-listen", addr, "-redis", redisAddr, "-shutdown-drain", "0"}, flags...)
 	cmd := exec.Command(bin, args...)
@@ -231,7 +243,7 @@ func TestARequestPastTheDescriptorBoundsIsRefusedWithoutAllocatingManyTimesItsSi
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(dir+"/d.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n"), 0o600))
 	grpcAddr := a22svcFreeAddr(t)
-	url := a22svcStartBinary(t, "ATTACK22_SERVICE2", a22svcDefaultBinary2, r.Addr(),
+	url := a22svcStart(t, r.Addr(),
 		"-grpc-listen", grpcAddr, "-ratelimit-config", dir)
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(a22rawCodec{}), grpc.MaxCallSendMsgSize(1<<20)))
