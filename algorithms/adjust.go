@@ -42,25 +42,37 @@ func (l Limit) Adjust(state []byte, now, reservedAt, delta int64, dst []byte) (n
 	if err != nil {
 		return nil, err
 	}
+	next, _, err = l.adjust(&g, state, now, reservedAt, delta, dst)
+	return next, err
+}
+
+// Settle is Adjust, and also returns the units a refund (delta < 0) gave back, which the decision
+// service counts: for a fixed window the units its count lost (0 when reservedAt is not in the
+// current window or the count is 0), for a bucket the span its TAT moved back by in units, rounded
+// up (0 for a full bucket; -delta, at most the capacity, when the bucket lacked at least that
+// much). For an over-run or a delta of 0, given is 0.
+func (l Limit) Settle(state []byte, now, reservedAt, delta int64, dst []byte) (next []byte, given int64, err error) {
+	g, err := l.check()
+	if err != nil {
+		return nil, 0, err
+	}
 	return l.adjust(&g, state, now, reservedAt, delta, dst)
 }
 
-// adjust is Adjust for a valid l whose bucket constants are g.
-func (l Limit) adjust(g *gcraParams, state []byte, now, reservedAt, delta int64, dst []byte) (next []byte, err error) {
+// adjust is Settle for a valid l whose bucket constants are g.
+func (l Limit) adjust(g *gcraParams, state []byte, now, reservedAt, delta int64, dst []byte) (next []byte, given int64, err error) {
 	n := quantize(now)
 	switch l.Kind {
 	case TokenBucket, LeakyBucket:
-		next, _, err = l.adjustBucket(g, state, n, delta, dst)
-		return next, err
+		return l.adjustBucket(g, state, n, delta, dst)
 	case FixedWindow:
-		next, _, err = l.adjustFixed(state, n, quantize(reservedAt), delta, dst)
-		return next, err
+		return l.adjustFixed(state, n, quantize(reservedAt), delta, dst)
 	}
-	return nil, fmt.Errorf("algorithms: %v does not support settling a cost", l.Kind)
+	return nil, 0, fmt.Errorf("algorithms: %v does not support settling a cost", l.Kind)
 }
 
-// adjustBucket applies delta to a bucket; for a refund it also returns the units given back:
-// -delta up to the capacity when the bucket was not full, else 0.
+// adjustBucket applies delta to a bucket; for a refund it also returns the units given back
+// (refunded): the span the TAT moved back by, in units rounded up (see refunded).
 func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []byte) ([]byte, int64, error) {
 	now := rat{n, 0}
 	tat := now
@@ -78,17 +90,35 @@ func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []b
 	case delta > 0:
 		tat = g.charge(tat, now, delta)
 	case delta < 0:
-		if now.less(tat) {
-			given = min(-delta, g.c)
-		}
+		was := tat
 		back := g.times(min(-delta, g.c))
 		if tat = g.sub(tat, back); tat.less(now) {
 			tat = now
 		}
+		given = g.refunded(was, tat, min(-delta, g.c))
 	}
 	dst = append(dst[:0], header(l.Kind))
 	dst = appendField(dst, tat.i)
 	return appendField(dst, tat.f), given, nil
+}
+
+// refunded returns the units a refund of b <= Capacity units gave back when it moved the TAT
+// from was back to tat (was - b×t <= tat <= was): b when it moved by all of them, else (the bucket
+// is now full, tat is now) ceil((was - tat)/t), the units the bucket lacked of full, rounded up as
+// the bucket's Remaining rounds down (Remaining grows by exactly that much). A full bucket gives
+// back 0.
+func (g *gcraParams) refunded(was, tat rat, b int64) int64 {
+	span := g.sub(was, tat)
+	if span == g.times(b) {
+		return b
+	}
+	q, r := mulDivMod(span.i, g.q, g.w) // span < b×t <= τ: q < Capacity
+	r += span.f
+	q += r / g.w
+	if r%g.w != 0 {
+		q++
+	}
+	return q
 }
 
 // adjustFixed applies delta to a fixed window; for a refund it also returns the units the

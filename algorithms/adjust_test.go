@@ -226,3 +226,52 @@ func sustained(t *testing.T, l Limit, t0, n, reserve, used int64) int64 {
 	}
 	return total
 }
+
+// Settle reports the units a refund gave back, never the units it asked for: a bucket takes back
+// what it lacked of full, rounded up (its Remaining grows by exactly that), a fixed window what
+// its count holds of the reservation's window.
+func TestSettleReportsTheUnitsARefundGaveBack(t *testing.T) {
+	const t0 = int64(1_800_000_000_000_000_000) // ns; a 10 s fixed window begins here
+	bucket := Limit{Kind: TokenBucket, Quota: 10, Window: 10 * time.Second}
+	window := Limit{Kind: FixedWindow, Quota: 10, Window: 10 * time.Second}
+	tests := []struct {
+		name  string
+		l     Limit
+		cost  int64 // decided at t0 first, or 0
+		at    int64 // the refund's now
+		delta int64
+		want  int64
+	}{
+		{"a refund into a fresh bucket gives nothing back", bucket, 0, t0, -7, 0},
+		{"a refund of 7 into a bucket with 2 units used gives back 2", bucket, 2, t0, -7, 2},
+		{"a refund of 1 into a bucket with 2 units used gives back 1", bucket, 2, t0, -1, 1},
+		{"a refund into a bucket that lacks 1.5 units gives back 2", bucket, 2, t0 + int64(500*time.Millisecond), -7, 2},
+		{"a refund into a bucket that lacks a microsecond's refill gives back 1", bucket, 1, t0 + int64(time.Second-time.Microsecond), -7, 1},
+		{"a refund into a full bucket gives nothing back", bucket, 2, t0 + int64(2*time.Second), -7, 0},
+		{"a refund of 10^12 into an empty bucket gives back its capacity", bucket, 10, t0, -1_000_000_000_000, 10},
+		{"an over-run gives nothing back", bucket, 2, t0, 5, 0},
+		{"a refund into an empty fixed window gives nothing back", window, 0, t0, -9, 0},
+		{"a refund of 9 into a fixed window that counts 3 gives back 3", window, 3, t0, -9, 3},
+		{"a refund into the window after the reservation's gives nothing back", window, 3, t0 + int64(10*time.Second), -9, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var state []byte
+			if tt.cost > 0 {
+				var err error
+				state, _, err = tt.l.Decide(nil, t0, tt.cost, nil)
+				require.NoError(t, err)
+			}
+			next, given, err := tt.l.Settle(state, tt.at, t0, tt.delta, nil)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, given)
+			if tt.delta < 0 && tt.l.Kind == TokenBucket {
+				before, err := tt.l.Peek(state, tt.at)
+				require.NoError(t, err)
+				after, err := tt.l.Peek(next, tt.at)
+				require.NoError(t, err)
+				assert.Equal(t, given, after.Remaining-before.Remaining, "the bucket's Remaining grows by the units given back")
+			}
+		})
+	}
+}

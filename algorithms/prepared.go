@@ -71,7 +71,8 @@ func (p *Prepared) Adjust(state []byte, now, reservedAt, delta int64, dst []byte
 	if p.l.Kind == 0 {
 		return nil, errUnprepared
 	}
-	return p.l.adjust(&p.g, state, now, reservedAt, delta, dst)
+	next, _, err = p.l.adjust(&p.g, state, now, reservedAt, delta, dst)
+	return next, err
 }
 
 // IdleAt is Limit.IdleAt.

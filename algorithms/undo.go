@@ -42,8 +42,8 @@ func (l Limit) Undo(state []byte, now, takenAt, cost int64, dst []byte) (next []
 //
 // It also returns the units it gave back: for the windows and the log, the units the count or the
 // log lost (0 when the admission's window has rolled over or its entries have expired or are
-// gone); for a bucket, the cost up to the capacity when the bucket was not full, else 0 (a full
-// bucket has nothing to give back).
+// gone); for a bucket, what Settle's refund of the cost gives back (the span its TAT moved back
+// by, in units rounded up: 0 for a full bucket, at most the cost and the capacity).
 func (l Limit) GiveBack(state []byte, now, takenAt, cost int64, exact bool, dst []byte) (next []byte, given int64, err error) {
 	g, err := l.check()
 	if err != nil {

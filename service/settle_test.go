@@ -108,3 +108,70 @@ func TestAnUndoOfAnExpiredAdmissionCountsNoUnitsGivenBack(t *testing.T) {
 		assert.Equal(t, "3", givenBack(), "a repeated undo gives nothing more")
 	})
 }
+
+// meshlimit_settled_units_total{kind="refunded"} counts the units a refund gave back, not the
+// ones it asked for (attack22 finding 2): a bucket takes back only what it lacked of full, rounded
+// up as its remaining rounds down; a fixed window only what its count holds of the reservation's
+// window. Memory and Redis agree.
+func TestTheRefundedCounterCountsTheUnitsEachRefundGaveBack(t *testing.T) {
+	t.Parallel()
+	const t0 = int64(1_800_000_000_000_000) // a fixed window of 10 s begins here
+	const bucket = `"algorithm":"token_bucket","quota":10,"window_ms":10000`
+	const window = `"algorithm":"fixed_window","quota":10,"window_ms":10000`
+	cases := []struct {
+		name   string
+		key    string
+		limit  string
+		cost   int64 // a decision of this cost at t0 first, or 0
+		atUs   int64 // the refund's time
+		delta  int64
+		want   string
+		remain int64 // a cost-1 decision's remaining at atUs after the refund
+	}{
+		{"a refund into a fresh bucket gives nothing back", "b0", bucket, 0, t0, -7, "0", 9},
+		{"a refund of 7 into a bucket with 2 units used gives back 2", "b1", bucket, 2, t0, -7, "2", 9},
+		{"a refund of 1 into a bucket with 2 units used gives back 1", "b2", bucket, 2, t0, -1, "1", 8},
+		{"a refund into a bucket that has refilled half a unit of its 2 gives back 2", "b3", bucket, 2, t0 + 500_000, -7, "2", 9},
+		{"a refund into a bucket that has refilled its 2 gives nothing back", "b4", bucket, 2, t0 + 2_000_000, -7, "0", 9},
+		{"a refund of 10^12 into a fresh leaky bucket gives nothing back", "b5", `"algorithm":"leaky_bucket","quota":10,"window_ms":10000`, 0, t0, -1_000_000_000_000, "0", 9},
+		{"a refund of 10^12 into a full bucket of 10 used gives back 10", "b6", bucket, 10, t0, -1_000_000_000_000, "10", 9},
+		{"a refund into an empty fixed window gives nothing back", "w0", window, 0, t0, -9, "0", 9},
+		{"a refund of 9 into a fixed window that counts 3 gives back 3", "w1", window, 3, t0 + 1000, -9, "3", 9},
+		{"a refund into the window after the reservation's gives nothing back", "w2", window, 3, t0 + 10_000_000, -9, "0", 9},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			eachStore(t, func(t *testing.T, store service.Store) {
+				h := newTestHandler(t, service.Config{Store: store, Parse: wire.DecodeOptions{AllowClientTime: true}})
+				limit := `"key":"` + c.key + `",` + c.limit
+				post := func(nowUs int64, body string) string {
+					t.Helper()
+					code, out := serve(h, http.MethodPost, "/v1/check", `{"now_us":`+strconv.FormatInt(nowUs, 10)+`,`+body+`}`)
+					require.Equal(t, http.StatusOK, code, out)
+					return out
+				}
+				if c.cost > 0 {
+					require.True(t, decodeAnswer(t, post(t0, `"descriptors":[{`+limit+`,"cost":`+strconv.FormatInt(c.cost, 10)+`}]`)).Allowed)
+				}
+				post(c.atUs, `"settle":[{`+limit+`,"delta":`+strconv.FormatInt(c.delta, 10)+`,"at_us":`+strconv.FormatInt(t0, 10)+`}]`)
+				assert.Equal(t, c.want, metricLine(t, h, `meshlimit_settled_units_total{kind="refunded"}`))
+				a := decodeAnswer(t, post(c.atUs, `"descriptors":[{`+limit+`}]`))
+				require.True(t, a.Allowed)
+				assert.Equal(t, c.remain, a.Decisions[0].Remaining, "what the refund gave back is what the next decision finds")
+			})
+		})
+	}
+}
+
+// metricLine returns the value of the metric line named name in h's /metrics, or "absent".
+func metricLine(t *testing.T, h http.Handler, name string) string {
+	t.Helper()
+	_, m := serve(h, http.MethodGet, "/metrics", "")
+	for _, line := range strings.Split(m, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return "absent"
+}

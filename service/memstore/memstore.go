@@ -142,14 +142,15 @@ func (s *Store) Decide(ctx context.Context, req service.Request) (algorithms.Dec
 	return d, nil
 }
 
-// Settle implements service.Store with algorithms.Limit.Adjust (an undo: Limit.GiveBack) under
+// Settle implements service.Store with algorithms.Limit.Settle (an undo: Limit.GiveBack) under
 // the key's shard lock.
 func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 	_, err := s.GiveBack(ctx, req)
 	return err
 }
 
-// GiveBack implements service.Store: Settle, returning the units an undo gave back.
+// GiveBack implements service.Store: Settle, returning the units an undo or a refund gave back
+// (algorithms.Limit.GiveBack, algorithms.Limit.Settle; 0 for an over-run).
 func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
@@ -162,31 +163,27 @@ func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64,
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.entry(entryKey{req.Limit.Kind, req.Key}, req.Limit, ns, s.perCap)
-	var given int64
-	apply := req.Limit.Adjust
+	apply := req.Limit.Settle
 	if req.Undo {
-		apply = func(state []byte, now, at, delta int64, dst []byte) (next []byte, err error) {
-			next, given, err = req.Limit.GiveBack(state, now, at, -delta, !req.At.IsZero(), dst)
-			return next, err
+		apply = func(state []byte, now, at, delta int64, dst []byte) ([]byte, int64, error) {
+			return req.Limit.GiveBack(state, now, at, -delta, !req.At.IsZero(), dst)
 		}
 	}
 	at := req.TakenAt(ns)
-	next, err := apply(e.state, ns, at, req.Delta, e.state)
+	next, given, err := apply(e.state, ns, at, req.Delta, e.state)
 	if errors.Is(err, algorithms.ErrMalformedState) {
-		next, err = apply(nil, ns, at, req.Delta, e.state)
+		next, given, err = apply(nil, ns, at, req.Delta, e.state)
 	}
 	if err != nil {
 		return 0, err
 	}
-	if req.Undo { // no debt: the entry lives as a decision left it
-		e.limit, e.state = req.Limit, next
-		return given, nil
-	}
-	// A debt lasts at most algorithms.MaxDebt capacities past the TTL (algorithms.Limit.Adjust);
-	// the sweep also asks IdleAt, which reads the debt from the state.
 	e.limit, e.state = req.Limit, next
-	e.expires = max(e.expires, ns+(algorithms.MaxDebt+1)*int64(req.Limit.TTL()))
-	return 0, nil
+	if !req.Undo { // an undo leaves no debt: the entry lives as a decision left it
+		// A debt lasts at most algorithms.MaxDebt capacities past the TTL (algorithms.Limit.Adjust);
+		// the sweep also asks IdleAt, which reads the debt from the state.
+		e.expires = max(e.expires, ns+(algorithms.MaxDebt+1)*int64(req.Limit.TTL()))
+	}
+	return given, nil
 }
 
 // entry returns the entry of k, made (after an eviction when the shard holds perCap keys)

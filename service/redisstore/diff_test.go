@@ -240,16 +240,21 @@ func runDiffTrace(store *Store, k algorithms.Kind, id int, l algorithms.Limit, s
 	return ""
 }
 
-// diffSettle applies settle step s to both implementations and returns Go's next state.
+// diffSettle applies settle step s to both implementations and returns Go's next state; the units
+// a refund gave back must agree too.
 func diffSettle(store *Store, key string, l algorithms.Limit, state []byte, s traceStep) ([]byte, string) {
 	reservedUs := min(max(s.nowUs, 0), wire.MaxTimeUs) - s.ageUs // the script's reservation time
-	next, err := l.Adjust(state, s.nowUs*1000, reservedUs*1000, s.delta, nil)
+	next, want, err := l.Settle(state, s.nowUs*1000, reservedUs*1000, s.delta, nil)
 	if err != nil {
-		return nil, fmt.Sprintf("Go Adjust: %v", err)
+		return nil, fmt.Sprintf("Go Settle: %v", err)
 	}
 	req := service.SettleRequest{Key: key, Limit: l, Delta: s.delta, Age: time.Duration(s.ageUs) * time.Microsecond, Now: time.UnixMicro(s.nowUs)}
-	if _, err := store.settleAt(context.Background(), req, int64(time.Hour/time.Millisecond)); err != nil {
+	got, err := store.settleAt(context.Background(), req, int64(time.Hour/time.Millisecond))
+	if err != nil {
 		return nil, fmt.Sprintf("Redis settle: %v", err)
+	}
+	if got != want {
+		return nil, fmt.Sprintf("a settle of %d at %d µs gave back %d in Redis, %d in Go", s.delta, s.nowUs, got, want)
 	}
 	return next, ""
 }

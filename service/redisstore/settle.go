@@ -19,8 +19,8 @@ func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 	return err
 }
 
-// GiveBack implements service.Store: Settle, returning the units an undo gave back (the scripts'
-// answer).
+// GiveBack implements service.Store: Settle, returning the units an undo or a refund gave back
+// (the scripts' answer; 0 for an over-run).
 func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
@@ -28,8 +28,8 @@ func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64,
 	return s.settleAt(ctx, req, pexpireMs(req.Limit.TTL()))
 }
 
-// settleAt runs req's settle script with the given PEXPIRE in milliseconds and returns, for an
-// undo, the units given back.
+// settleAt runs req's settle script with the given PEXPIRE in milliseconds and returns the units
+// an undo or a refund gave back.
 func (s *Store) settleAt(ctx context.Context, req service.SettleRequest, ttlMs int64) (int64, error) {
 	l := req.Limit
 	args := scriptArgs(make([]string, 0, scriptArgCount+1), l, req.Delta, ttlMs, req.Now, strconv.FormatInt(int64(req.Age/time.Microsecond), 10))
@@ -43,9 +43,6 @@ func (s *Store) settleAt(ctx context.Context, req service.SettleRequest, ttlMs i
 	given, err := script.Exec(ctx, s.client, []string{s.stateKey(l.Kind, req.Key)}, args).AsInt64()
 	if err != nil {
 		return 0, s.redisErr(err)
-	}
-	if !req.Undo {
-		return 0, nil
 	}
 	return given, nil
 }

@@ -4,8 +4,9 @@
 -- empty whatever was left (the TAT at most now + (MAX_DEBT+1)τ, algorithms.MaxDebt); a refund never
 -- makes the bucket fuller than full. The state is written as
 -- Adjust writes it (a refund to a key without state writes a full bucket). Returns the units given
--- back (algorithms.Limit.GiveBack): for a refund, -delta up to the capacity when the bucket was not
--- full, else 0.
+-- back (algorithms.Limit.Settle): for a refund, the span the TAT moved back by in units, rounded
+-- up (-delta up to the capacity when the bucket lacked that much, 0 when it was full); 0 for an
+-- over-run.
 
 local MAX_DEBT = 64
 
@@ -34,10 +35,21 @@ if delta > 0 then
   end
   if less(mi, mf, ti, tf) then ti, tf = mi, mf end
 elseif delta < 0 then
-  if less(now, 0, ti, tf) then given = math.min(-delta, C) end
-  local bi, bf = times(math.min(-delta, C))
+  local b = math.min(-delta, C)
+  local bi, bf = times(b)
+  local wi, wf = ti, tf
   ti, tf = sub(ti, tf, bi, bf)
-  if less(ti, tf, now, 0) then ti, tf = now, 0 end
+  if less(ti, tf, now, 0) then
+    -- full again: the units it lacked, ceil((was - now)/T) < b (algorithms' refunded)
+    ti, tf = now, 0
+    local si, sf = sub(wi, wf, now, 0)
+    local q, r = muldivmod(si, Q, W)
+    r = r + sf
+    given = q + floor(r / W)
+    if r % W ~= 0 then given = given + 1 end
+  else
+    given = b
+  end
 end
 
 redis.call('HSET', key, 'i', str(ti), 'f', str(tf))
