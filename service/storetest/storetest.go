@@ -268,4 +268,44 @@ func testSettles(t *testing.T, s service.Store) {
 		assert.ErrorContains(t, err, "does not settle", "%v", k)
 	}
 	assert.Error(t, s.Settle(ctx, service.SettleRequest{Key: "k", Limit: l, Delta: -1, Age: -time.Second}), "a negative age")
+	testSettleGiven(t, s, t0)
+}
+
+// testSettleGiven checks what GiveBack reports for a settle that is not an undo: the units a
+// refund gave back (algorithms.Limit.Settle's), never the units it asked for, and 0 for an
+// over-run.
+func testSettleGiven(t *testing.T, s service.Store, t0 time.Time) {
+	ctx := context.Background()
+	bucket := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 10, Window: 10 * time.Second}
+	window := algorithms.Limit{Kind: algorithms.FixedWindow, Quota: 10, Window: 10 * time.Second}
+	cases := []struct {
+		name  string
+		l     algorithms.Limit
+		cost  int64         // decided at t0 first, or 0
+		after time.Duration // the settle's time after t0
+		delta int64
+		want  int64
+	}{
+		{"a refund into a fresh bucket gives nothing back", bucket, 0, 0, -7, 0},
+		{"a refund of 7 into a bucket with 2 units used gives back 2", bucket, 2, 0, -7, 2},
+		{"a refund into a bucket lacking 1.5 units gives back 2", bucket, 2, 500 * time.Millisecond, -7, 2},
+		{"a refund of 10^12 into an empty bucket gives back its capacity", bucket, 10, 0, -1_000_000_000_000, 10},
+		{"an over-run reports nothing given back", bucket, 2, 0, 5, 0},
+		{"a refund into an empty fixed window gives nothing back", window, 0, 0, -9, 0},
+		{"a refund of 9 into a fixed window counting 3 gives back 3", window, 3, 0, -9, 3},
+		{"a refund into the window after the reservation's gives nothing back", window, 3, 10 * time.Second, -9, 0},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			key := fmt.Sprintf("given %d", i)
+			if c.cost > 0 {
+				d, err := s.Decide(ctx, service.Request{Key: key, Limit: c.l, Cost: c.cost, Now: t0})
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+			}
+			given, err := s.GiveBack(ctx, service.SettleRequest{Key: key, Limit: c.l, Delta: c.delta, At: t0, Now: t0.Add(c.after)})
+			require.NoError(t, err)
+			assert.Equal(t, c.want, given)
+		})
+	}
 }
