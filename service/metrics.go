@@ -64,7 +64,7 @@ type Metrics struct {
 	decisions [len(algorithms.Kinds) + 1][numOutcomes]prometheus.Counter
 	errors    [numErrKinds]prometheus.Counter
 	latency   prometheus.Histogram
-	permits   [2]prometheus.Counter    // reclaimed at the end of their lease, lost (a renewal came too late)
+	permits   [2]prometheus.Counter    // reclaimed at the end of their lease, lost (a renewal found none held)
 	settles   [3]prometheus.Counter    // units refunded, units charged as over-runs, units given back (undo)
 	resets    prometheus.Counter       // entries appended to the reset log
 	requests  *prometheus.CounterVec   // front, code
@@ -110,7 +110,7 @@ func (m *Metrics) build() {
 	}
 	permits := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "meshlimit_permits_total",
-		Help: "Concurrency permits that ended without a release: reclaimed (an acquire found their lease over), lost (a renewal came after it).",
+		Help: "Concurrency permits that ended without a release: reclaimed (an acquire found their lease over), lost (a renewal found no permit held: its lease had ended, or it was released, lost by a Redis restart or never acquired).",
 	}, []string{"result"})
 	m.permits[0], m.permits[1] = permits.WithLabelValues("reclaimed"), permits.WithLabelValues("lost")
 	settles := prometheus.NewCounterVec(prometheus.CounterOpts{
