@@ -46,12 +46,15 @@ func (l Limit) Adjust(state []byte, now, reservedAt, delta int64, dst []byte) (n
 	return next, err
 }
 
-// Settle is Adjust, and also returns the units a refund (delta < 0) gave back, which the decision
-// service counts: for a fixed window the units its count lost (0 when reservedAt is not in the
-// current window or the count is 0), for a bucket the span its TAT moved back by in units, rounded
-// up (0 for a full bucket; -delta, at most the capacity, when the bucket lacked at least that
-// much). For an over-run or a delta of 0, given is 0.
-func (l Limit) Settle(state []byte, now, reservedAt, delta int64, dst []byte) (next []byte, given int64, err error) {
+// Settle is Adjust, and also returns the units it applied, which the decision service counts
+// (never the units asked for). For a refund (delta < 0), the units given back: for a fixed window
+// the units its count lost (0 when reservedAt is not in the current window or the count is 0), for
+// a bucket the span its TAT moved back by in units, rounded up (0 for a full bucket; -delta, at
+// most the capacity, when the bucket lacked at least that much). For an over-run (delta > 0), the
+// units charged: delta, or less when the debt stopped at MaxDebt capacities (a bucket: the span
+// its TAT moved on by in units, rounded up; a fixed window: what its count rose by). For a delta
+// of 0, 0.
+func (l Limit) Settle(state []byte, now, reservedAt, delta int64, dst []byte) (next []byte, applied int64, err error) {
 	g, err := l.check()
 	if err != nil {
 		return nil, 0, err
@@ -60,7 +63,7 @@ func (l Limit) Settle(state []byte, now, reservedAt, delta int64, dst []byte) (n
 }
 
 // adjust is Settle for a valid l whose bucket constants are g.
-func (l Limit) adjust(g *gcraParams, state []byte, now, reservedAt, delta int64, dst []byte) (next []byte, given int64, err error) {
+func (l Limit) adjust(g *gcraParams, state []byte, now, reservedAt, delta int64, dst []byte) (next []byte, applied int64, err error) {
 	n := quantize(now)
 	switch l.Kind {
 	case TokenBucket, LeakyBucket:
@@ -71,8 +74,8 @@ func (l Limit) adjust(g *gcraParams, state []byte, now, reservedAt, delta int64,
 	return nil, 0, fmt.Errorf("algorithms: %v does not support settling a cost", l.Kind)
 }
 
-// adjustBucket applies delta to a bucket; for a refund it also returns the units given back
-// (refunded): the span the TAT moved back by, in units rounded up (see refunded).
+// adjustBucket applies delta to a bucket and returns the units applied (Settle): for a refund
+// the units given back (refunded), for an over-run the units charged (charged).
 func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []byte) ([]byte, int64, error) {
 	now := rat{n, 0}
 	tat := now
@@ -88,7 +91,9 @@ func (l Limit) adjustBucket(g *gcraParams, state []byte, n, delta int64, dst []b
 	given := int64(0)
 	switch {
 	case delta > 0:
+		was := tat
 		tat = g.charge(tat, now, delta)
+		given = g.charged(was, tat, delta)
 	case delta < 0:
 		was := tat
 		back := g.times(min(-delta, g.c))
@@ -112,7 +117,26 @@ func (g *gcraParams) refunded(was, tat rat, b int64) int64 {
 	if span == g.times(b) {
 		return b
 	}
-	q, r := mulDivMod(span.i, g.q, g.w) // span < b×t <= τ: q < Capacity
+	return g.ceilUnits(span) // span < b×t <= τ: < Capacity
+}
+
+// charged returns the units an over-run of delta units charged when it moved the TAT from was on
+// to tat: delta when the TAT moved by all of it, else (it stopped at MaxDebt capacities of debt,
+// or at the latest TAT a state holds) ceil((tat - was)/t).
+func (g *gcraParams) charged(was, tat rat, delta int64) int64 {
+	if whole := delta / g.c; whole <= MaxDebt+1 && g.sub(tat, was) == g.add(g.timesTau(whole), g.times(delta%g.c)) {
+		return delta
+	}
+	if !was.less(tat) { // a now before the one that left the debt: the ceiling is below was
+		return 0
+	}
+	return g.ceilUnits(g.sub(tat, was))
+}
+
+// ceilUnits returns ceil(span/t) for a span of at most (MaxDebt+1)×τ: the cost units it holds,
+// rounded up.
+func (g *gcraParams) ceilUnits(span rat) int64 {
+	q, r := mulDivMod(span.i, g.q, g.w)
 	r += span.f
 	q += r / g.w
 	if r%g.w != 0 {
@@ -121,8 +145,8 @@ func (g *gcraParams) refunded(was, tat rat, b int64) int64 {
 	return q
 }
 
-// adjustFixed applies delta to a fixed window; for a refund it also returns the units the
-// window's count lost.
+// adjustFixed applies delta to a fixed window and returns the units applied (Settle): for a
+// refund the units the window's count lost, for an over-run what it rose by.
 func (l Limit) adjustFixed(state []byte, n, reservedAt, delta int64, dst []byte) ([]byte, int64, error) {
 	q := l.Quota
 	s, k := n, int64(0)
@@ -137,7 +161,9 @@ func (l Limit) adjustFixed(state []byte, n, reservedAt, delta int64, dst []byte)
 	switch {
 	case delta > 0:
 		ceiling := (MaxDebt + 1) * q
+		was := k
 		k = min(k+min(delta, ceiling), ceiling)
+		given = max(k-was, 0)
 	case delta < 0 && s <= reservedAt && reservedAt < end:
 		given = min(k, min(-delta, q))
 		k -= given

@@ -227,10 +227,11 @@ func sustained(t *testing.T, l Limit, t0, n, reserve, used int64) int64 {
 	return total
 }
 
-// Settle reports the units a refund gave back, never the units it asked for: a bucket takes back
-// what it lacked of full, rounded up (its Remaining grows by exactly that), a fixed window what
-// its count holds of the reservation's window.
-func TestSettleReportsTheUnitsARefundGaveBack(t *testing.T) {
+// Settle reports the units a settle applied, never the units it asked for: a refund into a bucket
+// takes back what it lacked of full, rounded up (its Remaining grows by exactly that), into a fixed
+// window what its count holds of the reservation's window; an over-run charges up to the debt's
+// ceiling.
+func TestSettleReportsTheUnitsASettleApplied(t *testing.T) {
 	const t0 = int64(1_800_000_000_000_000_000) // ns; a 10 s fixed window begins here
 	bucket := Limit{Kind: TokenBucket, Quota: 10, Window: 10 * time.Second}
 	window := Limit{Kind: FixedWindow, Quota: 10, Window: 10 * time.Second}
@@ -249,7 +250,10 @@ func TestSettleReportsTheUnitsARefundGaveBack(t *testing.T) {
 		{"a refund into a bucket that lacks a microsecond's refill gives back 1", bucket, 1, t0 + int64(time.Second-time.Microsecond), -7, 1},
 		{"a refund into a full bucket gives nothing back", bucket, 2, t0 + int64(2*time.Second), -7, 0},
 		{"a refund of 10^12 into an empty bucket gives back its capacity", bucket, 10, t0, -1_000_000_000_000, 10},
-		{"an over-run gives nothing back", bucket, 2, t0, 5, 0},
+		{"an over-run charges its units", bucket, 2, t0, 5, 5},
+		{"an over-run of 10^12 into a fresh bucket charges the 65 capacities of its ceiling", bucket, 0, t0, 1_000_000_000_000, 650},
+		{"an over-run past the ceiling charges what was left below it, rounded up", bucket, 2, t0 + int64(500*time.Millisecond), 1_000_000_000_000, 649}, // 650 - 1.5
+		{"an over-run of 10^12 into a fixed window charges up to 65 quotas", window, 3, t0, 1_000_000_000_000, 647},
 		{"a refund into an empty fixed window gives nothing back", window, 0, t0, -9, 0},
 		{"a refund of 9 into a fixed window that counts 3 gives back 3", window, 3, t0, -9, 3},
 		{"a refund into the window after the reservation's gives nothing back", window, 3, t0 + int64(10*time.Second), -9, 0},

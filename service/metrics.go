@@ -115,7 +115,7 @@ func (m *Metrics) build() {
 	m.permits[0], m.permits[1] = permits.WithLabelValues("reclaimed"), permits.WithLabelValues("lost")
 	settles := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "meshlimit_settled_units_total",
-		Help: "Cost units applied by settles: refunded (of unused reservations, as the store gave them back: 0 into a full bucket or a window the reservation was not in), overrun (charged beyond reservations), given_back (units of admissions undone, as the store gave them back: the request was then denied or not counted; 0 for an admission whose window rolled over or whose entries had expired).",
+		Help: "Cost units applied by settles: refunded (of unused reservations, as the store gave them back: 0 into a full bucket or a window the reservation was not in), overrun (charged beyond reservations, as the store charged them: less than asked once a debt reaches its ceiling), given_back (units of admissions undone, as the store gave them back: the request was then denied or not counted; 0 for an admission whose window rolled over or whose entries had expired).",
 	}, []string{"kind"})
 	m.settles[0], m.settles[1] = settles.WithLabelValues("refunded"), settles.WithLabelValues("overrun")
 	m.settles[2] = settles.WithLabelValues("given_back")
@@ -175,23 +175,17 @@ func (m *Metrics) reclaimed(n int64) {
 	}
 }
 
-// givenBack counts the units an undo gave back.
-func (m *Metrics) givenBack(n int64) {
+// settled counts the units one settle entry of delta applied, as its store answered (not the
+// units it asked for): given back by an undo, refunded, or charged as an over-run.
+func (m *Metrics) settled(undo bool, delta, applied int64) {
 	m.init()
-	m.settles[2].Add(float64(n))
-}
-
-// refunded counts the units a refund gave back (its store's answer, not the units it asked for).
-func (m *Metrics) refunded(n int64) {
-	m.init()
-	m.settles[0].Add(float64(n))
-}
-
-// settled counts the units of one over-run (a refund: refunded; an undo: givenBack).
-func (m *Metrics) settled(delta int64) {
-	m.init()
-	if delta > 0 {
-		m.settles[1].Add(float64(delta))
+	switch {
+	case undo:
+		m.settles[2].Add(float64(applied))
+	case delta < 0:
+		m.settles[0].Add(float64(applied))
+	default:
+		m.settles[1].Add(float64(applied))
 	}
 }
 

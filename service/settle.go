@@ -15,12 +15,13 @@ import (
 // without a decision.
 type SettleStore interface {
 	Settle(ctx context.Context, req SettleRequest) error
-	// GiveBack applies req as Settle does and returns the units it actually gave back. For an
-	// undo (algorithms.Limit.GiveBack): 0 when the admission's window has rolled over, its log
-	// entries expired or were given back already, or its time names none. For a refund
-	// (algorithms.Limit.Settle): the units a fixed window's count lost (0 when the reservation's
-	// window is over), or the span a bucket's TAT moved back by in units, rounded up (0 for a
-	// full bucket), never more than -Delta. For an over-run it returns 0.
+	// GiveBack applies req as Settle does and returns the units it actually applied, never more
+	// than |Delta|. For an undo, the units given back (algorithms.Limit.GiveBack): 0 when the
+	// admission's window has rolled over, its log entries expired or were given back already, or
+	// its time names none. For a refund, the units given back (algorithms.Limit.Settle): what a
+	// fixed window's count lost (0 when the reservation's window is over), or the span a bucket's
+	// TAT moved back by in units, rounded up (0 for a full bucket). For an over-run, the units
+	// charged: Delta, or less when the debt stopped at algorithms.MaxDebt capacities.
 	GiveBack(ctx context.Context, req SettleRequest) (int64, error)
 }
 
@@ -74,30 +75,19 @@ func (r SettleRequest) Validate() error {
 	return r.Limit.Validate()
 }
 
-// settle applies a check's settle list, in order, and returns how many entries it applied. An
-// undo or a refund counts the units its store gave back, not the ones it asked for.
+// settle applies a check's settle list, in order, and returns how many entries it applied. Each
+// entry counts the units its store applied (gave back, or charged), not the ones it asked for.
 func (l *limiter) settle(ctx context.Context, list []wire.Settle, now time.Time) (int, error) {
 	for i, s := range list {
 		req := SettleRequest{Key: s.Key, Limit: s.Limit, Delta: s.Delta, Age: s.Age, Now: now, Undo: s.Undo}
 		if s.AtUs > 0 {
 			req.At = time.UnixMicro(s.AtUs)
 		}
-		if s.Undo || s.Delta < 0 {
-			given, err := l.store.GiveBack(ctx, req)
-			if err != nil {
-				return i, err
-			}
-			if s.Undo {
-				l.metrics.givenBack(given)
-			} else {
-				l.metrics.refunded(given)
-			}
-			continue
-		}
-		if err := l.store.Settle(ctx, req); err != nil {
+		applied, err := l.store.GiveBack(ctx, req)
+		if err != nil {
 			return i, err
 		}
-		l.metrics.settled(s.Delta)
+		l.metrics.settled(s.Undo, s.Delta, applied)
 	}
 	return len(list), nil
 }

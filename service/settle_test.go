@@ -112,7 +112,8 @@ func TestAnUndoOfAnExpiredAdmissionCountsNoUnitsGivenBack(t *testing.T) {
 // meshlimit_settled_units_total{kind="refunded"} counts the units a refund gave back, not the
 // ones it asked for (attack22 finding 2): a bucket takes back only what it lacked of full, rounded
 // up as its remaining rounds down; a fixed window only what its count holds of the reservation's
-// window. Memory and Redis agree.
+// window. {kind="overrun"} counts what an over-run charged, up to the debt's ceiling. Memory and
+// Redis agree.
 func TestTheRefundedCounterCountsTheUnitsEachRefundGaveBack(t *testing.T) {
 	t.Parallel()
 	const t0 = int64(1_800_000_000_000_000) // a fixed window of 10 s begins here
@@ -138,6 +139,28 @@ func TestTheRefundedCounterCountsTheUnitsEachRefundGaveBack(t *testing.T) {
 		{"a refund into an empty fixed window gives nothing back", "w0", window, 0, t0, -9, "0", 9},
 		{"a refund of 9 into a fixed window that counts 3 gives back 3", "w1", window, 3, t0 + 1000, -9, "3", 9},
 		{"a refund into the window after the reservation's gives nothing back", "w2", window, 3, t0 + 10_000_000, -9, "0", 9},
+	}
+	overruns := []struct {
+		name  string
+		key   string
+		limit string
+		delta int64
+		want  string
+	}{
+		{"an over-run of 5 counts 5", "o0", bucket, 5, "5"},
+		{"an over-run of 10^12 into a bucket counts the 65 capacities its debt stops at", "o1", bucket, 1_000_000_000_000, "650"},
+		{"an over-run of 10^12 into a fixed window counts the 65 quotas its debt stops at", "o2", window, 1_000_000_000_000, "650"},
+	}
+	for _, c := range overruns {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			eachStore(t, func(t *testing.T, store service.Store) {
+				h := newTestHandler(t, service.Config{Store: store, Parse: wire.DecodeOptions{AllowClientTime: true}})
+				code, out := serve(h, http.MethodPost, "/v1/check", `{"now_us":`+strconv.FormatInt(t0, 10)+`,"settle":[{"key":"`+c.key+`",`+c.limit+`,"delta":`+strconv.FormatInt(c.delta, 10)+`}]}`)
+				require.Equal(t, http.StatusOK, code, out)
+				assert.Equal(t, c.want, metricLine(t, h, `meshlimit_settled_units_total{kind="overrun"}`))
+			})
+		})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -149,8 +149,8 @@ func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 	return err
 }
 
-// GiveBack implements service.Store: Settle, returning the units an undo or a refund gave back
-// (algorithms.Limit.GiveBack, algorithms.Limit.Settle; 0 for an over-run).
+// GiveBack implements service.Store: Settle, returning the units applied: given back by an undo
+// or a refund, charged by an over-run (algorithms.Limit.GiveBack, algorithms.Limit.Settle).
 func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err

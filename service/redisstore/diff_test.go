@@ -241,7 +241,7 @@ func runDiffTrace(store *Store, k algorithms.Kind, id int, l algorithms.Limit, s
 }
 
 // diffSettle applies settle step s to both implementations and returns Go's next state; the units
-// a refund gave back must agree too.
+// each settle applied (given back, or charged) must agree too.
 func diffSettle(store *Store, key string, l algorithms.Limit, state []byte, s traceStep) ([]byte, string) {
 	reservedUs := min(max(s.nowUs, 0), wire.MaxTimeUs) - s.ageUs // the script's reservation time
 	next, want, err := l.Settle(state, s.nowUs*1000, reservedUs*1000, s.delta, nil)
@@ -254,7 +254,7 @@ func diffSettle(store *Store, key string, l algorithms.Limit, state []byte, s tr
 		return nil, fmt.Sprintf("Redis settle: %v", err)
 	}
 	if got != want {
-		return nil, fmt.Sprintf("a settle of %d at %d µs gave back %d in Redis, %d in Go", s.delta, s.nowUs, got, want)
+		return nil, fmt.Sprintf("a settle of %d at %d µs applied %d in Redis, %d in Go", s.delta, s.nowUs, got, want)
 	}
 	return next, ""
 }

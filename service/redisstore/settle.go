@@ -19,8 +19,8 @@ func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
 	return err
 }
 
-// GiveBack implements service.Store: Settle, returning the units an undo or a refund gave back
-// (the scripts' answer; 0 for an over-run).
+// GiveBack implements service.Store: Settle, returning the units applied: given back by an undo
+// or a refund, charged by an over-run (the scripts' answer).
 func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
@@ -29,7 +29,7 @@ func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64,
 }
 
 // settleAt runs req's settle script with the given PEXPIRE in milliseconds and returns the units
-// an undo or a refund gave back.
+// it applied (GiveBack).
 func (s *Store) settleAt(ctx context.Context, req service.SettleRequest, ttlMs int64) (int64, error) {
 	l := req.Limit
 	args := scriptArgs(make([]string, 0, scriptArgCount+1), l, req.Delta, ttlMs, req.Now, strconv.FormatInt(int64(req.Age/time.Microsecond), 10))

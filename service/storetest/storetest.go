@@ -271,9 +271,9 @@ func testSettles(t *testing.T, s service.Store) {
 	testSettleGiven(t, s, t0)
 }
 
-// testSettleGiven checks what GiveBack reports for a settle that is not an undo: the units a
-// refund gave back (algorithms.Limit.Settle's), never the units it asked for, and 0 for an
-// over-run.
+// testSettleGiven checks what GiveBack reports for a settle that is not an undo: the units it
+// applied (algorithms.Limit.Settle's), never the units it asked for: a refund's given back, an
+// over-run's charged.
 func testSettleGiven(t *testing.T, s service.Store, t0 time.Time) {
 	ctx := context.Background()
 	bucket := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 10, Window: 10 * time.Second}
@@ -290,7 +290,9 @@ func testSettleGiven(t *testing.T, s service.Store, t0 time.Time) {
 		{"a refund of 7 into a bucket with 2 units used gives back 2", bucket, 2, 0, -7, 2},
 		{"a refund into a bucket lacking 1.5 units gives back 2", bucket, 2, 500 * time.Millisecond, -7, 2},
 		{"a refund of 10^12 into an empty bucket gives back its capacity", bucket, 10, 0, -1_000_000_000_000, 10},
-		{"an over-run reports nothing given back", bucket, 2, 0, 5, 0},
+		{"an over-run reports the units it charged", bucket, 2, 0, 5, 5},
+		{"an over-run of 10^12 into a fresh bucket charges the 65 capacities of its ceiling", bucket, 0, 0, 1_000_000_000_000, 650},
+		{"an over-run of 10^12 into a fixed window charges up to 65 quotas", window, 3, 0, 1_000_000_000_000, 647},
 		{"a refund into an empty fixed window gives nothing back", window, 0, 0, -9, 0},
 		{"a refund of 9 into a fixed window counting 3 gives back 3", window, 3, 0, -9, 3},
 		{"a refund into the window after the reservation's gives nothing back", window, 3, 10 * time.Second, -9, 0},

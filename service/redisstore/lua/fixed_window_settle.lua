@@ -4,14 +4,17 @@
 -- debt of MAX_DEBT quotas, carried into the windows after this one); a refund applies only when the
 -- reservation was decided in the current window (refunding into a later one would admit more
 -- than the limit), never below 0. The state is written as Adjust writes it, and kept while its
--- debt lasts. Returns the units the count lost (algorithms.Limit.GiveBack; 0 for an over-run).
+-- debt lasts. Returns the units applied (algorithms.Limit.Settle): for a refund the units the count
+-- lost, for an over-run what it rose by.
 
 local delta = cost
 local given = 0
 
 if delta > 0 then
   local ceiling = (MAX_DEBT + 1) * Q
+  local was = k
   k = math.min(k + math.min(delta, ceiling), ceiling)
+  given = math.max(k - was, 0)
 else
   local at = taken_at()
   if at < 0 then at = 0 end
