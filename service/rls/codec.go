@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"fmt"
 	"unicode/utf8"
 
 	rlext "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -27,15 +28,45 @@ func newRequestCodec() requestCodec {
 	return requestCodec{encoding.GetCodecV2(grpcproto.Name)}
 }
 
-// Unmarshal implements encoding.CodecV2.
+// Unmarshal implements encoding.CodecV2. An inRequest is decoded by decodeIn and never fails
+// (its err says why its message was refused), so that its refusal is the handler's
+// INVALID_ARGUMENT, not the INTERNAL gRPC answers a codec's error with.
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	req, ok := v.(*pb.RateLimitRequest)
-	if !ok {
+	switch v.(type) {
+	case *inRequest, *pb.RateLimitRequest:
+	default:
 		return c.CodecV2.Unmarshal(data, v)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return unmarshalRequest(buf.ReadOnlyData(), req)
+	if in, ok := v.(*inRequest); ok {
+		in.decode(buf.ReadOnlyData())
+		return nil
+	}
+	return unmarshalRequest(buf.ReadOnlyData(), v.(*pb.RateLimitRequest))
+}
+
+// inRequest is what the gRPC front decodes a ShouldRateLimit message into (shouldRateLimit in
+// grpc.go): the request, or why its message was refused.
+type inRequest struct {
+	req pb.RateLimitRequest
+	// maxDescriptors and maxEntries are the Server's bounds, set before decoding.
+	maxDescriptors, maxEntries int
+	// err, when set, is why the message was refused: malformed, or past the bounds.
+	err error
+}
+
+// decode decodes b into in.req, or sets in.err: a message past the bounds is refused from its
+// wire bytes (wireBounds) before anything of it is allocated, so that a 256 KiB message of
+// 131,000 empty descriptors costs its bytes, not 50 times them; a malformed one is refused
+// with proto.Unmarshal's reason.
+func (in *inRequest) decode(b []byte) {
+	if in.err = wireBounds(b, in.maxDescriptors, in.maxEntries); in.err != nil {
+		return
+	}
+	if err := unmarshalRequest(b, &in.req); err != nil {
+		in.err = fmt.Errorf("message: %w", err)
+	}
 }
 
 // unmarshalRequest decodes b into req as proto.Unmarshal does: by decodeRequest when it takes

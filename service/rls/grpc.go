@@ -61,7 +61,7 @@ const (
 // o.Health, or a Health of s's store (health.go).
 func NewGRPCServer(s *Server, o GRPCOptions) *grpc.Server {
 	g := grpc.NewServer(serverOptions(o)...)
-	pb.RegisterRateLimitServiceServer(g, s)
+	g.RegisterService(&rateLimitService, s)
 	if o.Health == nil {
 		o.Health = NewHealth(s.cfg.Store, s.cfg.Timeout)
 	}
@@ -70,6 +70,34 @@ func NewGRPCServer(s *Server, o GRPCOptions) *grpc.Server {
 		reflection.Register(g)
 	}
 	return g
+}
+
+// rateLimitService is pb's RateLimitService with its ShouldRateLimit decoded into an inRequest
+// (shouldRateLimitHandler).
+var rateLimitService = func() grpc.ServiceDesc {
+	d := pb.RateLimitService_ServiceDesc
+	d.Methods = []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: shouldRateLimitHandler}}
+	return d
+}()
+
+// shouldRateLimitHandler is pb's ShouldRateLimit handler, but the message is decoded by
+// requestCodec into an inRequest bounded by the Server's bounds: a message past them is refused
+// before its descriptors are allocated, and a malformed one, like one past them, is answered
+// INVALID_ARGUMENT (gRPC answers a codec's error INTERNAL), counted and traced as any refused
+// request.
+func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	s := srv.(*Server)
+	in := &inRequest{maxDescriptors: s.cfg.MaxDescriptors, maxEntries: s.cfg.MaxEntries}
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return s.shouldRateLimit(ctx, &in.req, in.err)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: pb.RateLimitService_ShouldRateLimit_FullMethodName}
+	return interceptor(ctx, &in.req, info, func(ctx context.Context, _ any) (any, error) {
+		return s.shouldRateLimit(ctx, &in.req, in.err)
+	})
 }
 
 // serverOptions are the grpc.Server settings of NewGRPCServer. Streams are served by a fixed

@@ -72,6 +72,10 @@ func (s *Server) serveJSON(r *http.Request, traced bool, td *tracing.Decision) (
 	if len(body) > maxJSONBody {
 		return nil, status.Error(codes.InvalidArgument, "body: larger than 256 KiB")
 	}
+	// A body past the bounds is refused before protojson allocates its descriptors.
+	if err := jsonBounds(body, s.cfg.MaxDescriptors, s.cfg.MaxEntries); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	var req pb.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, "body: "+err.Error())

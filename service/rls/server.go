@@ -95,10 +95,22 @@ func NewServer(cfg Config) (*Server, error) {
 // MaxEntries) or with an unknown override unit, DeadlineExceeded or Unavailable when the store
 // does not answer in time. The Timeout bounds the whole call.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	return s.shouldRateLimit(ctx, req, nil)
+}
+
+// shouldRateLimit is ShouldRateLimit of a request that its decoder refused (InvalidArgument)
+// when refused is not nil.
+func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest, refused error) (*pb.RateLimitResponse, error) {
 	start := time.Now()
 	_, sp := s.cfg.Tracer.StartGRPC(ctx)
 	td := tracing.Decision{Outcome: tracing.OutcomeInvalid}
-	resp, err := s.decide(ctx, req, sp.Recording(), &td)
+	var resp *pb.RateLimitResponse
+	var err error
+	if refused != nil {
+		err = status.Error(codes.InvalidArgument, refused.Error())
+	} else {
+		resp, err = s.decide(ctx, req, sp.Recording(), &td)
+	}
 	code := status.Code(err)
 	s.cfg.Metrics.request(frontGRPC, code.String(), time.Since(start))
 	td.GRPCStatus = int(code)
