@@ -255,24 +255,45 @@ func TestARequestPastTheDescriptorBoundsIsRefusedWithoutAllocatingManyTimesItsSi
 	for len(grpcMessage)+2 <= size {
 		grpcMessage = append(grpcMessage, 0x12, 0x00) // field 2 (descriptors), an empty message
 	}
+	wideMessage := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "d")
+	wideMessage = protowire.AppendTag(wideMessage, 2, protowire.BytesType)
+	wideMessage = protowire.AppendVarint(wideMessage, uint64(size-len(wideMessage)-3)/2*2)
+	for len(wideMessage)+2 <= size {
+		wideMessage = append(wideMessage, 0x0a, 0x00) // field 1 (entries), an empty message
+	}
+	// An unknown field first: the message is not the hand decoder's, proto.Unmarshal's.
+	unknownFirst := append(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1), grpcMessage[:size-9]...)
+	// A truncated field last: the message is malformed, known only at its end.
+	truncatedLast := append(grpcMessage[:size-9:size-9], 0x12, 0x05)
 	jsonBody := `{"domain":"d","descriptors":[{}` + strings.Repeat(`,{}`, (size-40)/3) + `]}`
+	jsonWide := `{"domain":"d","descriptors":[{"entries":[{}` + strings.Repeat(`,{}`, (size-60)/3) + `]}]}`
+	invoke := func(msg []byte) func(t *testing.T) {
+		return func(t *testing.T) {
+			in, out := msg, []byte(nil)
+			err := conn.Invoke(t.Context(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &in, &out)
+			require.Equal(t, codes.InvalidArgument, grpcstatus.Code(err), "%v", err)
+		}
+	}
+	post := func(body string) func(t *testing.T) {
+		return func(t *testing.T) {
+			resp, err := http.Post(url+"/json", "application/json", strings.NewReader(body))
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		}
+	}
 	cases := []struct {
 		name string
 		size int
 		send func(t *testing.T)
 	}{
-		{"a ShouldRateLimit message of 131,038 empty descriptors", len(grpcMessage), func(t *testing.T) {
-			in, out := grpcMessage, []byte(nil)
-			err := conn.Invoke(t.Context(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &in, &out)
-			require.Equal(t, codes.InvalidArgument, grpcstatus.Code(err), "%v", err)
-		}},
-		{"a /json body of 87,000 empty descriptors", len(jsonBody), func(t *testing.T) {
-			resp, err := http.Post(url+"/json", "application/json", strings.NewReader(jsonBody))
-			require.NoError(t, err)
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-		}},
+		{"a ShouldRateLimit message of 131,038 empty descriptors", len(grpcMessage), invoke(grpcMessage)},
+		{"a ShouldRateLimit message of one descriptor of 131,036 empty entries", len(wideMessage), invoke(wideMessage)},
+		{"a ShouldRateLimit message of an unknown field and 131,034 empty descriptors", len(unknownFirst), invoke(unknownFirst)},
+		{"a ShouldRateLimit message of 131,034 empty descriptors and a truncated one", len(truncatedLast), invoke(truncatedLast)},
+		{"a /json body of 87,000 empty descriptors", len(jsonBody), post(jsonBody)},
+		{"a /json body of one descriptor of 87,000 empty entries", len(jsonWide), post(jsonWide)},
 	}
 	const calls = 10
 	for _, c := range cases {
@@ -282,6 +303,7 @@ func TestARequestPastTheDescriptorBoundsIsRefusedWithoutAllocatingManyTimesItsSi
 				c.send(t)
 			}
 			perCall := (a22svcMetric(t, url, "go_memstats_alloc_bytes_total") - before) / calls
+			t.Logf("%.0f bytes allocated per refused request of %d bytes (%.2f times)", perCall, c.size, perCall/float64(c.size))
 			assert.LessOrEqual(t, perCall, float64(8*c.size), "bytes allocated per refused request of %d bytes", c.size)
 		})
 	}
