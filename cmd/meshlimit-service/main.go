@@ -23,7 +23,8 @@
 //	                                                 if they can be answered within their deadline,
 //	                                                 else are refused at once (default 128)
 //	-store-timeout      MESHLIMIT_STORE_TIMEOUT      bound of a call once sent to Redis, which the
-//	                                                 caller's deadline does not cancel (default 250ms)
+//	                                                 caller's deadline does not cancel, 1ms to 1m
+//	                                                 (default 250ms)
 //	-allow-client-time  MESHLIMIT_ALLOW_CLIENT_TIME  accept now_us in checks (tests only)
 //	-log-level          MESHLIMIT_LOG_LEVEL          debug, info, warn or error (default info)
 //	-shutdown-grace     MESHLIMIT_SHUTDOWN_GRACE     time to finish requests on SIGTERM (default 10s)
@@ -129,6 +130,15 @@ type options struct {
 // forever is the longest duration a flag takes.
 const forever = time.Duration(math.MaxInt64)
 
+// The range of -store-timeout: below a millisecond no Redis call returns (every admitted call's
+// answer would be thrown away), and an admitted call holds its share of the gate for as long
+// as its store timeout, so one that waits minutes for a stuck Redis only holds the room of the
+// calls behind it.
+const (
+	minStoreTimeout = time.Millisecond
+	maxStoreTimeout = time.Minute
+)
+
 func parseOptions(args []string, getenv func(string) string) (options, error) {
 	var o options
 	f := newEnvFlags("meshlimit-service", getenv)
@@ -141,7 +151,7 @@ func parseOptions(args []string, getenv func(string) string) (options, error) {
 	f.positiveInt(&o.maxKeys, "max-keys", 1<<20, "in-memory store key bound (also of the new keys decided in memory while Redis is full), a positive `int`")
 	f.positiveInt(&o.storeMinInflight, "store-min-inflight", defaultStoreMinInflight, "descriptors in flight on Redis at once (a batch counts its descriptors) that the store is always given, a positive `int` at most -store-max-inflight; the bound in force starts there and grows towards -store-max-inflight while Redis answers as fast as when idle; the calls past it wait their turn when they can be answered within their deadline, and are refused at once otherwise (service.Gate)")
 	f.positiveInt(&o.storeMaxInflight, "store-max-inflight", defaultStoreMaxInflight, "most descriptors in flight on Redis at once, a positive `int` (service.Gate)")
-	f.duration(&o.storeTimeout, "store-timeout", service.DefaultStoreTimeout, 1, forever, "bound of a store call once sent to Redis, a positive `duration`: the caller's deadline bounds its wait to be sent, never the call, so that Redis never does work whose answer is thrown away")
+	f.duration(&o.storeTimeout, "store-timeout", service.DefaultStoreTimeout, minStoreTimeout, maxStoreTimeout, "bound of a store call once sent to Redis, a `duration` from 1ms to 1m: the caller's deadline bounds its wait to be sent, never the call, so that Redis never does work whose answer is thrown away")
 	f.bool(&o.allowClientTime, "allow-client-time", false, "accept now_us in checks (tests only)")
 	f.bool(&o.requireSecret, "require-secret", false, "refuse to start without MESHLIMIT_SECRET (the shipped manifests set it)")
 	f.positiveInt(&o.maxConns, "max-conns", 1024, "connections held at once on -listen and -grpc-listen together, a positive `int`; at the cap a quiet one (no completed request or RPC first) is closed for the new one")

@@ -63,6 +63,27 @@ func TestEveryErrorOfTheBinaryIsOneClearLine(t *testing.T) {
 	}
 }
 
+// Attack22 finding 4: -store-timeout 9999999h (past Go's longest duration) was refused as "want
+// a positive duration", and 1ns was accepted, after which every admitted call's answer was thrown
+// away. The flag takes 1ms to 1m and says so.
+func TestTheStoreTimeoutIsRefusedOutsideItsRangeNamingTheRange(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+	}{
+		{"a duration past Go's longest", "9999999h"},
+		{"a nanosecond, which no Redis call returns within", "1ns"},
+		{"just under a millisecond", "999us"},
+		{"just over a minute", "1m0.001s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := realMain(context.Background(), []string{"-store-timeout", tc.value}, func(string) string { return "" }, &stdout, &stderr)
+			assert.Equal(t, 2, code)
+			assert.Equal(t, `meshlimit-service: -store-timeout: want a duration between 1ms and 1m0s, got "`+tc.value+`"`+"\n", stderr.String())
+		})
+	}
+}
+
 // startService runs the binary's run on a free port with args and returns its base address.
 func startService(t *testing.T, args ...string) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
