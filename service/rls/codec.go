@@ -61,6 +61,12 @@ type inRequest struct {
 // 131,000 empty descriptors costs its bytes, not 50 times them; a malformed one is refused
 // with proto.Unmarshal's reason.
 func (in *inRequest) decode(b []byte) {
+	// The usual request, of the hand decoder's shape and fewer entries in all than a descriptor
+	// may have, is within the bounds as counted: decoded without a second pass.
+	if nd, ne, ok := countRequest(b); ok && nd <= in.maxDescriptors && ne <= in.maxEntries {
+		fillRequest(b, &in.req, nd, ne)
+		return
+	}
 	if in.err = wireBounds(b, in.maxDescriptors, in.maxEntries); in.err != nil {
 		return
 	}
@@ -99,9 +105,15 @@ const (
 // request's size.
 func decodeRequest(b []byte, req *pb.RateLimitRequest) bool {
 	nd, ne, ok := countRequest(b)
-	if !ok {
-		return false
+	if ok {
+		fillRequest(b, req, nd, ne)
 	}
+	return ok
+}
+
+// fillRequest is decodeRequest of a request b that countRequest took, of nd descriptors and ne
+// entries.
+func fillRequest(b []byte, req *pb.RateLimitRequest, nd, ne int) {
 	proto.Reset(req)
 	d := requestFill{all: string(b)}
 	if nd > 0 {
@@ -111,7 +123,6 @@ func decodeRequest(b []byte, req *pb.RateLimitRequest) bool {
 		d.entries, d.entryPtrs = make([]rlext.RateLimitDescriptor_Entry, ne), make([]*rlext.RateLimitDescriptor_Entry, ne)
 	}
 	d.request(b, req)
-	return true
 }
 
 // countRequest checks that decodeRequest takes the request b and counts its descriptors and
