@@ -239,22 +239,13 @@ func a22svcFreeAddr(t *testing.T) string {
 // (heap in use 1.28 GB) in 4 s; the API's "no client can grow a replica past its memory" bounds the
 // messages in flight (128 × 256 KiB = 32 MiB a connection), not what decoding them costs.
 func TestARequestPastTheDescriptorBoundsIsRefusedWithoutAllocatingManyTimesItsSize(t *testing.T) {
-	r := redistest.Start(t)
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(dir+"/d.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n"), 0o600))
-	grpcAddr := a22svcFreeAddr(t)
-	url := a22svcStart(t, r.Addr(),
-		"-grpc-listen", grpcAddr, "-ratelimit-config", dir)
+	url, grpcAddr := bounds22Start(t)
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(a22rawCodec{}), grpc.MaxCallSendMsgSize(1<<20)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-
 	const size = 256*1024 - 64
-	grpcMessage := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "d")
-	for len(grpcMessage)+2 <= size {
-		grpcMessage = append(grpcMessage, 0x12, 0x00) // field 2 (descriptors), an empty message
-	}
+	grpcMessage := bounds22EmptyDescriptors(size)
 	wideMessage := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "d")
 	wideMessage = protowire.AppendTag(wideMessage, 2, protowire.BytesType)
 	wideMessage = protowire.AppendVarint(wideMessage, uint64(size-len(wideMessage)-3)/2*2)
