@@ -38,7 +38,7 @@ func bounds22EmptyDescriptors(size int) []byte {
 // Attack22 finding 3, the replica's side: one gRPC connection whose 128 streams send 256 KiB
 // messages of 131,000 empty descriptors for 4 s. Each is refused from its wire bytes, so the
 // replica holds what is in flight (128 x 256 KiB = 32 MiB) and the garbage collector's room
-// for it, not 50 times it: heap in use peaks under 4 x 32 MiB (measured 65-66 MB; 434-557 MB
+// for it, not 50 times it: heap in use peaks under 4 x 32 MiB (measured 55-70 MB; 434-557 MB
 // before the fix, RSS 545-594 MB). A load run, bounded in time, so it runs only with
 // MESHLIMIT_BOUNDS_FLOOD=1; ATTACK22_SERVICE names another binary to measure (a "before").
 func TestOneConnectionOfStreamsPastTheBoundsDoesNotGrowTheReplica(t *testing.T) {
