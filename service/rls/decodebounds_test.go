@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -13,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -180,4 +183,40 @@ func FuzzWireAndJSONBoundsMatchTheDecoded(f *testing.F) {
 			assert.Equal(t, s.checkBounds(&r), jsonBounds(b, 2, 2), "JSON %s", b)
 		}
 	})
+}
+
+// ShouldRateLimit is served by its own handler (shouldRateLimitHandler) on pb's service
+// description: reflection, when on, still lists the service and describes it from its proto
+// file, and a generated client's call is answered as before.
+func TestTheRateLimitServiceOfItsOwnHandlerIsStillDescribedAndServed(t *testing.T) {
+	f := newFixture(t, memoryStore(t), HeadersOff)
+	g := NewGRPCServer(f.srv, GRPCOptions{Reflection: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: pb.RateLimitService_ServiceDesc.ServiceName}}))
+	resp, err := stream.Recv()
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.GetFileDescriptorResponse().GetFileDescriptorProto(), "%v", resp.GetErrorResponse())
+	require.NoError(t, stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{ListServices: ""}}))
+	resp, err = stream.Recv()
+	require.NoError(t, err)
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	assert.Contains(t, names, pb.RateLimitService_ServiceDesc.ServiceName)
+
+	out, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(t.Context(), req("edge_proxy_per_ip", desc("remote_address", "10.0.0.1")))
+	require.NoError(t, err)
+	assert.Equal(t, pb.RateLimitResponse_OK, out.GetOverallCode())
 }
