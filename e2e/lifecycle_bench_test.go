@@ -48,15 +48,15 @@ var lifecycleResponseCases = []lifecycleCase{
 }
 
 // lifecycleAgainst is another build of meshlimit.wasm to measure in the same alternated run.
-var lifecycleAgainst = flag.String("lifecycle.against", "", "another meshlimit.wasm (e.g. the previous commit's build) whose allowed, noquota and denied cases join the wazero side of BenchmarkLifecycleAlternated as base-allowed, base-noquota and base-denied")
+var lifecycleAgainst = flag.String("lifecycle.against", "", "another meshlimit.wasm (e.g. the previous commit's build) whose cases (all but the floor: allowed, noquota, denied and the response cases) join the wazero side of BenchmarkLifecycleAlternated as base-allowed, base-noquota, base-denied, base-countonpass, ...")
 
 // allLifecycleCases is every case of the wazero side, in the order of its figures: with
 // -lifecycle.against, the other module's cases come last.
 func allLifecycleCases() []lifecycleCase {
 	all := append(append([]lifecycleCase(nil), lifecycleCases...), lifecycleResponseCases...)
 	if *lifecycleAgainst != "" {
-		for _, c := range lifecycleCases[1:] {
-			all = append(all, lifecycleCase{"base-" + c.short, *lifecycleAgainst, c.config, nil})
+		for _, c := range append(lifecycleCases[1:len(lifecycleCases):len(lifecycleCases)], lifecycleResponseCases...) {
+			all = append(all, lifecycleCase{"base-" + c.short, *lifecycleAgainst, c.config, c.resp})
 		}
 	}
 	return all
