@@ -164,7 +164,7 @@ need-node: ## install node if missing (as root), or print the one command to run
 test-v8: need-node wasm ## the shared scenarios (e2e/scenarios) on V8 and on wazero; any divergence fails
 	$(GO) test -count=1 -run='^TestTheSharedScenariosRunAlikeOnWazeroAndV8$$' ./e2e/
 
-bench-lifecycle: need-node wasm ## the request lifecycle on wazero and on V8, side by side (CPU time, alternated); AGAINST=other.wasm adds its allowed, noquota and denied cases on wazero as base-*
+bench-lifecycle: need-node wasm ## the request lifecycle on wazero and on V8, side by side (CPU time, alternated); AGAINST=other.wasm adds its cases (all but the floor) on wazero as base-*
 	$(GO) test -run='^$$' -bench='^BenchmarkLifecycleAlternated$$' -count=$(BENCHCOUNT) ./e2e/ $(if $(AGAINST),-args -lifecycle.against=$(abspath $(AGAINST))) | tee $(BUILD)/bench-lifecycle.txt
 	node e2e/v8host/table.js $(BUILD)/bench-lifecycle.txt
 
