@@ -123,3 +123,90 @@ func TestAnUndoOnASlidingLogOf1500RunsReadsAndWritesABoundedNumberOfBytes(t *tes
 	t.Logf("a decision on the log after the undos: %v", calls)
 	assert.LessOrEqual(t, calls["getrange"]+calls["setrange"]+calls["strlen"], commandsPerDecision+4, "and a few commands: an offset read with each of its blocks")
 }
+
+// movedBatch runs reqs as one batch script whose Redis calls are counted (countedUndoSource's
+// counter) and returns the decisions made and the bytes the calls moved.
+func movedBatch(t *testing.T, s *Store, reqs []service.Request) (int, int64) {
+	t.Helper()
+	src, err := decideAllScript()
+	require.NoError(t, err)
+	const ret = "\nreturn out\n"
+	require.Equal(t, 1, strings.Count(src, ret))
+	const counter = `local MOVED = 0
+local function counted(cmd, ...)
+  local args = {...}
+  local r = redis.call(cmd, ...)
+  if cmd == 'SETRANGE' then MOVED = MOVED + #args[3] end
+  if cmd == 'SET' then MOVED = MOVED + #args[2] end
+  if type(r) == 'string' and (cmd == 'GET' or cmd == 'GETRANGE') then MOVED = MOVED + #r end
+  return r
+end
+`
+	src = counter + strings.Replace(strings.ReplaceAll(src, "redis.call(", "counted("), ret, "\nout[#out + 1] = MOVED\nreturn out\n", 1)
+	keys, args := s.batchCall(reqs)
+	rows, err := rueidis.NewLuaScript(src).Exec(context.Background(), s.client, keys, args).ToArray()
+	require.NoError(t, err)
+	n, err := rows[len(rows)-1].AsInt64()
+	require.NoError(t, err)
+	return len(rows) - 1, n
+}
+
+// Issue 22's service review, finding 1: an undo in the middle of a full sliding log (quota runs
+// of one unit) left a run with no units there, and the next decision, finding the ring full,
+// grew it by one slot: it applied the offsets by rewriting the whole ring (GET of it, SET of
+// it: 162 KB at quota 10^4) and moved a part of it; every further undo and decision did so again.
+// Now the ring may hold twice the quota's slots (the room such runs take), and a full ring of
+// twice the quota drops them in one rewrite, which needs at least a quota of undos since the
+// last: over three quotas of (undo in the middle, decision) cycles on a full log, every decision
+// runs at most commandsPerDecision commands of at most a block each, no SET, except at most one
+// doubling past the fill and one rewrite per quota of undos. Every decision is admitted: an undo
+// gave its unit back.
+func TestDecisionsAfterUndosInTheMiddleOfAFullSlidingLogRewriteTheRingAtMostOncePerQuotaOfUndos(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	s := newStore(t, rs.Addr())
+	ctx := context.Background()
+	const quota, cycles = 100, 300
+	l := algorithms.Limit{Kind: algorithms.SlidingLog, Quota: quota, Window: time.Hour}
+	now := time.Now().Add(-time.Minute).UnixMicro()
+	var held []int64 // the times of the runs that hold a unit, oldest first
+	for range quota {
+		d, err := s.Decide(ctx, service.Request{Key: "full", Limit: l, Cost: 1, Now: time.UnixMicro(now)})
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		held = append(held, now)
+		now += 10
+	}
+	heavy, maxLight, maxMoved := 0, 0, int64(0)
+	for i := range cycles {
+		mid := len(held) / 2
+		given, err := s.GiveBack(ctx, service.SettleRequest{Key: "full", Limit: l, Delta: -1, At: time.UnixMicro(held[mid]), Now: time.UnixMicro(now), Undo: true})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), given, "cycle %d: the undo gives its unit back", i)
+		held = append(held[:mid], held[mid+1:]...)
+		now += 10
+		_, err = rs.Do("CONFIG", "RESETSTAT")
+		require.NoError(t, err)
+		decided, moved := movedBatch(t, s, []service.Request{{Key: "full", Limit: l, Cost: 1, Now: time.UnixMicro(now)}})
+		require.Equal(t, 1, decided, "cycle %d: the decision is admitted", i)
+		held = append(held, now)
+		now += 10
+		calls := commandCalls(t, rs)
+		onLog := calls["get"] + calls["set"] + calls["getrange"] + calls["setrange"] + calls["strlen"]
+		if calls["set"] > 0 || onLog > commandsPerDecision {
+			heavy++
+			t.Logf("cycle %d: %d commands on the log, %d SET, %d bytes moved", i, onLog, calls["set"], moved)
+			continue
+		}
+		maxLight, maxMoved = max(maxLight, onLog), max(maxMoved, moved)
+	}
+	t.Logf("%d cycles on a full log of quota %d: %d decisions rewrote or grew the ring; the others at most %d commands, %d bytes",
+		cycles, quota, heavy, maxLight, maxMoved)
+	assert.LessOrEqual(t, heavy, 1+cycles/quota, "one doubling past the fill and one rewrite per quota of undos")
+	assert.LessOrEqual(t, maxMoved, int64(logHead+4*32*logEntry+2*16+2*logEntry+logHead), "the header, four blocks, offsets, a run and the header written")
+	n, err := rs.Do("STRLEN", s.stateKey(l.Kind, "full"))
+	require.NoError(t, err)
+	size, err := strconv.Atoi(n)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, size, ringBytes(2*quota)+8*((2*quota+31)/32), "never past twice the quota's slots")
+}

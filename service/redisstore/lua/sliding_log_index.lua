@@ -74,13 +74,17 @@ end
 
 local blocks, offsets = {}, {}
 -- offset returns block b's offset (0 without offsets).
+-- It reads the offsets of blocks b and b + 1 in one GETRANGE: a decision that reads its newest
+-- run's block writes the next run in that block or the next.
 local function offset(b)
   if not offs then return 0 end
   local o = offsets[b]
   if o == nil then
     local from = HEAD + cap * SIZE + 8 * b
-    o = struct.unpack('<d', redis.call('GETRANGE', key, from, from + 7))
+    local raw = redis.call('GETRANGE', key, from, from + 15)
+    o = struct.unpack('<d', raw)
     offsets[b] = o
+    if #raw == 16 and offsets[b + 1] == nil then offsets[b + 1] = struct.unpack('<d', raw, 9) end
   end
   return o
 end
@@ -141,10 +145,39 @@ local function settle()
   offs, blocks, offsets = false, {}, {}
 end
 
--- grow doubles the ring's cap (at least 4, at most q unless more are needed), moving the
--- smaller of the ring's two parts: [0, start) after the old slots, or [start, cap) to the end.
-local function grow(q)
-  local k = math.max(math.min(math.max(4, 2 * cap), q), n + 1)
+-- compact rewrites the ring without its runs that hold no units (an undo's, sliding_log_undo.lua)
+-- and without its offsets, from slot 0, at the same cap: O(cap), and only on a ring of twice the
+-- quota that is full (grow), which holds at most q runs with units and so at least q without, each
+-- left by an undo since the ring last grew or compacted: at least q undos per compaction. nb is the
+-- count before the first run.
+local function compact(nb)
+  local raw = redis.call('GETRANGE', key, HEAD, HEAD + cap * SIZE + 8 * blockCount(cap) - 1)
+  local out, prev = {}, nb
+  for i = 1, n do
+    local p = (start + i - 1) % cap
+    local t, c = struct.unpack('<dd', raw, p * SIZE + 1)
+    if offs then c = (c - struct.unpack('<d', raw, cap * SIZE + 8 * floor(p / BLOCK) + 1)) % CUM end
+    if c ~= prev then out[#out + 1] = struct.pack('<dd', t, c) end
+    prev = c
+  end
+  start, n = 0, #out
+  out[#out + 1] = string.rep('\0', (cap - n) * SIZE)
+  redis.call('SET', key, 'R' .. struct.pack('<ddddd', clock, base, start, n, cap) .. table.concat(out), 'KEEPTTL')
+  offs, blocks, offsets = false, {}, {}
+end
+
+-- grow doubles the ring's cap (at least 4, at most twice q unless more are needed), moving the
+-- smaller of the ring's two parts: [0, start) after the old slots, or [start, cap) to the end. A
+-- ring of twice q (past the q runs with units a log can hold, the room the runs an undo emptied
+-- take) compacts instead (compact), unless it holds no run without units. nb is the count
+-- before the first run.
+local function grow(q, nb)
+  local limit = 2 * q
+  if cap >= limit and n > 0 and not fresh then
+    compact(nb)
+    if n < cap then return end
+  end
+  local k = math.max(math.min(math.max(4, 2 * cap), limit), n + 1)
   if cap == 0 or fresh then
     redis.call('SET', key, 'R' .. struct.pack('<ddddd', 0, 0, 0, 0, k) .. string.rep('\0', k * SIZE))
     start, n, cap, fresh = 0, 0, k, false
@@ -178,12 +211,12 @@ local function writeLog(eff, keep, nb, cost, q)
     if n > 0 and last == eff then
       slot((start + n - 1) % cap, eff, (lastc + cost) % CUM)
     else
-      if n >= cap or fresh then grow(q) end
+      if n >= cap or fresh then grow(q, nb) end
       slot((start + n) % cap, eff, (lastc + cost) % CUM)
       n = n + 1
     end
   end
-  if fresh then grow(q) end
+  if fresh then grow(q, nb) end
   redis.call('SETRANGE', key, 0, 'R' .. struct.pack('<ddddd', eff, nb, start, n, cap))
   redis.call('PEXPIRE', key, ttl)
 end
