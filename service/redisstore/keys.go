@@ -97,7 +97,7 @@ var errNotALog = errors.New("redisstore: sliding log: not a state")
 // logNumbers returns a sliding log's state as the numbers of its text form: the clock, then each
 // run's time and units.
 func logNumbers(raw string) ([]int64, error) {
-	if strings.HasPrefix(raw, "R") {
+	if strings.HasPrefix(raw, "S") {
 		return ringLogNumbers(raw)
 	}
 	vals := strings.Fields(raw)
@@ -115,12 +115,13 @@ func logNumbers(raw string) ([]int64, error) {
 	return nums, nil
 }
 
-// logHead and logEntry are the sizes of the ring form's header ('R', clock, base, start, count,
-// cap) and of a run (time, cumulative units modulo logCum), little-endian doubles; after an undo,
-// the slots are followed by an offset per block of logBlock slots, to subtract from their counts
+// logHead and logEntry are the sizes of the ring form's header ('S', clock, base, start, count,
+// cap, the sweep's gap: the run it follows and its slots, and a slot where the next sweep begins)
+// and of a run (time, cumulative units modulo logCum), little-endian doubles; after an undo, the
+// slots are followed by an offset per block of logBlock slots, to subtract from their counts
 // (lua/sliding_log_index.lua).
 const (
-	logHead  = 41
+	logHead  = 65
 	logEntry = 16
 	logBlock = 32
 	logCum   = 1 << 52
@@ -136,22 +137,27 @@ func ringLogNumbers(raw string) ([]int64, error) {
 		n := int64(f)
 		return n, f >= 0 && f < logCum && float64(n) == f
 	}
-	var h [5]int64 // clock, base, start, count, cap
+	var h [8]int64 // clock, base, start, count, cap, gap after, gap slots, next sweep
 	for i := range h {
 		var ok bool
 		if h[i], ok = num(1 + 8*i); !ok {
 			return nil, errNotALog
 		}
 	}
-	clock, prev, start, count, capacity := h[0], h[1], h[2], h[3], h[4]
+	clock, prev, start, count, capacity, gapAfter, gap := h[0], h[1], h[2], h[3], h[4], h[5], h[6]
 	slots := logHead + logEntry*capacity
 	offsets := capacity > 0 && int64(len(raw)) == slots+8*((capacity+logBlock-1)/logBlock) // an undo's (lua/sliding_log_undo.lua)
-	if int64(len(raw)) != slots && !offsets || count > capacity || count > 0 && start >= capacity {
+	if int64(len(raw)) != slots && !offsets || count > capacity || count > 0 && start >= capacity ||
+		gapAfter > count || gap > capacity-count {
 		return nil, errNotALog
 	}
 	nums := []int64{clock}
 	for i := range count {
-		p := (start + i) % capacity
+		p := start + i
+		if i >= gapAfter {
+			p += gap
+		}
+		p %= capacity
 		at := logHead + logEntry*int(p)
 		t, ok1 := num(at)
 		c, ok2 := num(at + 8)

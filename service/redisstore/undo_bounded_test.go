@@ -58,16 +58,19 @@ func countedUndo(t *testing.T, s *Store, src string, req service.SettleRequest) 
 
 // undoBytes bounds the bytes an undo of a sliding log of n runs in cap slots moves: the header,
 // the search's runs read alone (8 bytes, at most two probes a bit of n) and its last two blocks,
-// four blocks read and rewritten in place, and the blocks' offsets read and written once. Only the
-// offsets' 8 bytes a block of 32 slots grow with the log.
+// four blocks read and rewritten in place, the blocks' offsets read and written once, and the
+// sweep's step (lua/sliding_log_undo.lua: the three blocks of the 33 runs before the gap and two
+// pairs of their offsets read, at most 32 runs and the header written). Only the offsets' 8 bytes
+// a block of 32 slots grow with the log.
 func undoBytes(n, cap int) int {
 	block := 32 * logEntry
-	return logHead + 8*(2*bits.Len(uint(n))+2) + 2*block + 2*4*block + 2*8*((cap+31)/32)
+	return logHead + 8*(2*bits.Len(uint(n))+2) + 2*block + 2*4*block + 2*8*((cap+31)/32) +
+		3*block + 2*16 + block + logHead
 }
 
 // An undo on a sliding log of 1,500 runs reads and writes a bounded number of bytes: whichever
 // run it gives back from (the newest, which an undo mostly names, the oldest, one in the middle),
-// at most undoBytes and less than an eighth of the ring's 32 KB (the undo before read the ring
+// at most undoBytes and less than a sixth of the ring's 32 KB (the undo before read the ring
 // whole and wrote it back whole as text); a repeated undo gives nothing back; it runs a logarithm
 // of GETRANGEs and a few SETRANGEs, never GET or SET of the whole log; and a decision after it
 // still reads a logarithm of the log.
@@ -92,7 +95,7 @@ func TestAnUndoOnASlidingLogOf1500RunsReadsAndWritesABoundedNumberOfBytes(t *tes
 		given, moved := countedUndo(t, s, src, req)
 		assert.Equal(t, int64(1), given, c.name)
 		assert.LessOrEqual(t, moved, int64(undoBytes(runs, 2048)), c.name)
-		assert.Less(t, moved, int64(ring/8), c.name)
+		assert.Less(t, moved, int64(ring/6), c.name)
 		t.Logf("an undo of %s of %d: %d bytes moved (the ring: %d)", c.name, runs, moved, ring)
 		given, moved = countedUndo(t, s, src, req)
 		assert.Zero(t, given, "%s: a repeated undo gives nothing back", c.name)

@@ -24,10 +24,15 @@
 -- writeLog.
 
 local CUM = 4503599627370496 -- 2^52: counts are kept modulo it (a log holds at most 10^4 units)
-local HEAD, SIZE, BLOCK = 41, 16, 32
+local HEAD, SIZE, BLOCK = 65, 16, 32
 local function touch() end
 
 local clock, base, start, n, cap = 0, 0, 0, 0, 0
+-- The sweep (sliding_log_undo.lua): the slots after run gx (0: none) hold no run, g of them; a
+-- sweep is under way while gx > 0, and moves that gap toward the oldest run, dropping the runs an
+-- undo emptied into it. h is the slot (plus 1; 0: none) of the newest run an undo emptied after
+-- the gap, where the next sweep begins.
+local gx, g, h = 0, 0, 0
 local fresh = true -- no usable state in the ring form: the writer writes the key whole
 local offs = false -- the key holds the blocks' offsets after its slots
 
@@ -47,11 +52,11 @@ local function toRing(vals)
     cum, prev = (cum + u) % CUM, t
     slots[#slots + 1] = struct.pack('<dd', t, cum)
   end
-  return 'R' .. struct.pack('<ddddd', c, 0, 0, #slots, #slots) .. table.concat(slots)
+  return 'S' .. struct.pack('<dddddddd', c, 0, 0, #slots, #slots, 0, 0, 0) .. table.concat(slots)
 end
 
 local head = redis.call('GETRANGE', key, 0, HEAD - 1)
-if head ~= '' and string.sub(head, 1, 1) ~= 'R' then
+if head ~= '' and string.find('RS', string.sub(head, 1, 1), 1, true) == nil then
   local vals = {}
   for v in string.gmatch(redis.call('GET', key), '%S+') do vals[#vals + 1] = v end
   local ring = toRing(vals)
@@ -60,16 +65,29 @@ if head ~= '' and string.sub(head, 1, 1) ~= 'R' then
     head = string.sub(ring, 1, HEAD)
   end
 end
-if #head == HEAD and string.sub(head, 1, 1) == 'R' then
-  local c, b, s, m, k = struct.unpack('<ddddd', head, 2)
+if #head == HEAD and string.sub(head, 1, 1) == 'S' then
+  local c, b, s, m, k, x, y, z = struct.unpack('<dddddddd', head, 2)
   if field(c, MAX_TIME) ~= nil and field(b, CUM - 1) ~= nil and field(k, MAX_QUOTA) ~= nil and
-      field(m, k) ~= nil and (field(s, k - 1) ~= nil or k == 0 and s == 0) then
+      field(m, k) ~= nil and (field(s, k - 1) ~= nil or k == 0 and s == 0) and field(x, m) ~= nil and
+      field(y, k - m) ~= nil and field(z, k) ~= nil then
     local len = redis.call('STRLEN', key)
     if len == HEAD + k * SIZE or k > 0 and len == HEAD + k * SIZE + 8 * blockCount(k) then
       clock, base, start, n, cap, fresh = c, b, s, m, k, false
+      gx, g, h = x, y, z
       offs = len ~= HEAD + k * SIZE
     end
   end
+end
+
+-- pos returns run i's slot: the gap's g slots lie after run gx.
+local function pos(i)
+  if i > gx then return (start + i - 1 + g) % cap end
+  return (start + i - 1) % cap
+end
+
+-- header returns the header of the ring with clock c and base b.
+local function header(c, b)
+  return 'S' .. struct.pack('<dddddddd', c, b, start, n, cap, gx, g, h)
 end
 
 local blocks, offsets = {}, {}
@@ -92,7 +110,7 @@ end
 -- at returns run i's time and cumulative count.
 local function at(i)
   touch()
-  local p = (start + i - 1) % cap
+  local p = pos(i)
   local b = floor(p / BLOCK)
   local blk = blocks[b]
   if blk == nil then
@@ -131,59 +149,43 @@ local function slot(p, t, c)
   redis.call('SETRANGE', key, HEAD + p * SIZE, struct.pack('<dd', t, c))
 end
 
--- settle applies the blocks' offsets to their slots and drops them: O(cap), once per growth.
-local function settle()
-  local raw = redis.call('GETRANGE', key, HEAD, HEAD + cap * SIZE + 8 * blockCount(cap) - 1)
-  local out = {}
-  for p = 0, cap - 1 do
-    local b = floor(p / BLOCK)
-    local o = struct.unpack('<d', raw, cap * SIZE + 8 * b + 1)
-    local t, c = struct.unpack('<dd', raw, p * SIZE + 1)
-    out[p + 1] = struct.pack('<dd', t, (c - o) % CUM)
-  end
-  redis.call('SET', key, redis.call('GETRANGE', key, 0, HEAD - 1) .. table.concat(out), 'KEEPTTL')
-  offs, blocks, offsets = false, {}, {}
-end
-
--- compact rewrites the ring without its runs that hold no units (an undo's, sliding_log_undo.lua)
--- and without its offsets, from slot 0, at the same cap: O(cap), and only on a ring of twice the
--- quota that is full (grow), which holds at most q runs with units and so at least q without, each
--- left by an undo since the ring last grew or compacted: at least q undos per compaction. nb is the
--- count before the first run.
+-- compact rewrites the ring without its gap, its runs that hold no units (an undo's,
+-- sliding_log_undo.lua) and its offsets, from slot 0, at the same cap: O(cap), and only when the
+-- ring grows (grow). nb is the count before the first run.
 local function compact(nb)
   local raw = redis.call('GETRANGE', key, HEAD, HEAD + cap * SIZE + 8 * blockCount(cap) - 1)
   local out, prev = {}, nb
   for i = 1, n do
-    local p = (start + i - 1) % cap
+    local p = pos(i)
     local t, c = struct.unpack('<dd', raw, p * SIZE + 1)
     if offs then c = (c - struct.unpack('<d', raw, cap * SIZE + 8 * floor(p / BLOCK) + 1)) % CUM end
     if c ~= prev then out[#out + 1] = struct.pack('<dd', t, c) end
     prev = c
   end
-  start, n = 0, #out
+  start, n, gx, g, h = 0, #out, 0, 0, 0
   out[#out + 1] = string.rep('\0', (cap - n) * SIZE)
-  redis.call('SET', key, 'R' .. struct.pack('<ddddd', clock, base, start, n, cap) .. table.concat(out), 'KEEPTTL')
+  redis.call('SET', key, header(clock, base) .. table.concat(out), 'KEEPTTL')
   offs, blocks, offsets = false, {}, {}
 end
 
 -- grow doubles the ring's cap (at least 4, at most twice q unless more are needed), moving the
--- smaller of the ring's two parts: [0, start) after the old slots, or [start, cap) to the end. A
--- ring of twice q (past the q runs with units a log can hold, the room the runs an undo emptied
--- take) compacts instead (compact), unless it holds no run without units. nb is the count
--- before the first run.
+-- smaller of the ring's two parts: [0, start) after the old slots, or [start, cap) to the end; a
+-- ring with offsets or a gap is compacted first (compact), and a ring of twice q only compacted
+-- while that frees a slot: the sweep (sliding_log_undo.lua) keeps the slots of runs an undo
+-- emptied below q/8 or so, so that a ring of twice q never fills. nb is the count before the
+-- first run.
 local function grow(q, nb)
   local limit = 2 * q
-  if cap >= limit and n > 0 and not fresh then
+  if cap > 0 and not fresh and (offs or g > 0 or cap >= limit) then
     compact(nb)
-    if n < cap then return end
+    if cap >= limit and n < cap then return end
   end
   local k = math.max(math.min(math.max(4, 2 * cap), limit), n + 1)
   if cap == 0 or fresh then
-    redis.call('SET', key, 'R' .. struct.pack('<ddddd', 0, 0, 0, 0, k) .. string.rep('\0', k * SIZE))
-    start, n, cap, fresh = 0, 0, k, false
+    redis.call('SET', key, 'S' .. struct.pack('<dddddddd', 0, 0, 0, 0, k, 0, 0, 0) .. string.rep('\0', k * SIZE))
+    start, n, cap, fresh, gx, g, h = 0, 0, k, false, 0, 0, 0
     return
   end
-  if offs then settle() end
   local tail = cap - start
   if start == 0 then
     redis.call('SETRANGE', key, HEAD + k * SIZE - 1, '\0')
@@ -196,27 +198,35 @@ local function grow(q, nb)
     redis.call('SETRANGE', key, HEAD + (k - tail) * SIZE, part)
     start = k - tail
   end
-  cap = k
+  cap, h = k, 0
 end
 
 -- writeLog keeps runs keep..n (with base nb before them), then appends the admitted cost at eff,
 -- merged into the last kept run when it has that time (cost 0: none), and writes the clock eff,
--- the header, and the TTL (ttl, lib.lua). q is the quota, the most runs a ring needs.
+-- the header, and the TTL (ttl, lib.lua). q is the quota. Dropping the runs up to the gap drops
+-- the gap (and ends the sweep).
 local function writeLog(eff, keep, nb, cost, q)
-  if n > 0 then start = (start + keep - 1) % cap end
-  n = n - keep + 1
+  local d = keep - 1
+  if n > 0 and d > 0 then
+    if d >= gx then
+      start, gx, g = (start + d + (gx > 0 and g or 0)) % cap, 0, 0
+    else
+      start, gx = (start + d) % cap, gx - d
+    end
+  end
+  n = n - d
   if cost > 0 then
     local last, lastc = 0, nb
     if n > 0 then last, lastc = at(n) end
     if n > 0 and last == eff then
-      slot((start + n - 1) % cap, eff, (lastc + cost) % CUM)
+      slot(pos(n), eff, (lastc + cost) % CUM)
     else
-      if n >= cap or fresh then grow(q, nb) end
-      slot((start + n) % cap, eff, (lastc + cost) % CUM)
+      if n + g >= cap or fresh then grow(q, nb) end
       n = n + 1
+      slot(pos(n), eff, (lastc + cost) % CUM)
     end
   end
   if fresh then grow(q, nb) end
-  redis.call('SETRANGE', key, 0, 'R' .. struct.pack('<ddddd', eff, nb, start, n, cap))
+  redis.call('SETRANGE', key, 0, header(eff, nb))
   redis.call('PEXPIRE', key, ttl)
 end

@@ -26,7 +26,7 @@ end
 -- left, on blocks: O(log d) runs for the d-th newest.
 local function later(i)
   touch()
-  local p = HEAD + ((start + i - 1) % cap) * SIZE
+  local p = HEAD + pos(i) * SIZE
   return (struct.unpack('<d', redis.call('GETRANGE', key, p, p + 7))) >= when
 end
 local lo, hi, step = 1, n, 1 -- later holds after hi
@@ -95,7 +95,8 @@ local function span(a, z)
   end
 end
 
-local pr, pn = (start + r - 1) % cap, (start + n - 1) % cap
+local emptied = u == (cr - cb) % CUM
+local pr, pn = pos(r), pos(n)
 if pr <= pn then
   span(pr, pn)
 else
@@ -106,6 +107,7 @@ if #whole > 0 then
   local from, k = HEAD + cap * SIZE, blockCount(cap)
   if not offs then
     redis.call('SETRANGE', key, from + 8 * k - 1, '\0') -- zero offsets (0.0 is eight zero bytes)
+    offs = true
   end
   local raw = redis.call('GETRANGE', key, from, from + 8 * k - 1)
   local vals = {}
@@ -121,4 +123,64 @@ if #whole > 0 then
   end
   redis.call('SETRANGE', key, from, table.concat(out))
 end
+
+-- The sweep: the runs an undo empties stay in place (they count nothing), and each undo that
+-- empties one moves the gap (sliding_log_index.lua) past the BLOCK runs before it, keeping those
+-- that hold units and dropping into the gap those that hold none; a gap that reaches the oldest
+-- run leaves the ring (start moves past it), and the next sweep begins at h, the newest run
+-- emptied after the gap. So each such undo reads and writes a bounded number of blocks, and the
+-- slots of runs without units stay below about (q + those slots)/16 + 2: a ring of twice the
+-- quota never fills, and no decision rewrites it (review attack22, finding 1).
+if not emptied then
+  return u
+end
+-- index returns the run at slot p (plus 1), or 0 (none: in the gap, or past the runs).
+local function index(p1)
+  if p1 == 0 then return 0 end
+  local d = (p1 - 1 - start) % cap
+  if d < gx then return d + 1 end
+  if d < gx + g then return 0 end
+  local i = d - g + 1
+  if i > n then return 0 end
+  return i
+end
+if gx == 0 then
+  gx, g = r, 0
+elseif r > gx and r > index(h) then
+  h = pos(r) + 1
+end
+blocks, offsets = {}, {} -- the undo changed them
+local a = math.max(1, gx - BLOCK + 1)
+local prev = base
+if a > 1 then
+  local _, c = at(a - 1)
+  prev = c
+end
+local kept = {}
+for i = a, gx do
+  local t, c = at(i)
+  if (c - prev) % CUM > 0 then kept[#kept + 1] = {t, c} end
+  prev = c
+end
+local ng = g + (gx - a + 1 - #kept)
+local d0 = (start + a - 1 + ng) % cap -- the slot of the first kept run
+local j = 1
+while j <= #kept do
+  local p = (d0 + j - 1) % cap
+  local b = floor(p / BLOCK)
+  local o = offset(b)
+  local out = {}
+  repeat
+    out[#out + 1] = struct.pack('<dd', kept[j][1], (kept[j][2] + o) % CUM)
+    j = j + 1
+  until j > #kept or (d0 + j - 1) % cap == 0 or (d0 + j - 1) % cap % BLOCK == 0
+  redis.call('SETRANGE', key, HEAD + p * SIZE, table.concat(out))
+end
+n = n - (gx - a + 1 - #kept)
+gx, g = a - 1, ng
+if gx == 0 then -- the gap leaves the ring; the next sweep begins at h
+  start, g = (start + g) % cap, 0
+  gx, h = index(h), 0
+end
+redis.call('SETRANGE', key, 0, header(clock, base))
 return u
