@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshlimit/meshlimit/algorithms"
@@ -110,4 +112,45 @@ func diffUndo(store *Store, key string, l algorithms.Limit, state []byte, nowUs,
 		return nil, fmt.Sprintf("an undo of %d units at %d µs gave back %d in Redis, %d in Go", cost, takenUs, got, want)
 	}
 	return next, ""
+}
+
+// The sweep of the runs undos empty (lua/sliding_log_undo.lua) moves runs across the ring, and a
+// gap between them, while decisions append, drop expired runs and search: long traces of
+// decisions, with about one undo in four of a random pending admission, decide and give back
+// exactly as package algorithms, whatever the window does to the ring (it wraps when runs
+// expire), and the ring stays within twice the quota's slots.
+func TestLongSlidingLogTracesWithUndosDecideAsTheReferenceWhileTheSweepMovesRuns(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	store := newStore(t, rs.Addr())
+	cases := []struct {
+		name   string
+		quota  int64
+		window time.Duration
+		stepUs int64
+	}{
+		{"a log whose window outlasts the trace", 200, time.Hour, 1000},
+		{"a log whose runs expire while it sweeps, so that the ring wraps", 100, 300 * time.Millisecond, 1000},
+		{"a small log that undos empty often", 40, 200 * time.Millisecond, 3000},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(20261203, uint64(i)))
+			l := algorithms.Limit{Kind: algorithms.SlidingLog, Quota: c.quota, Window: c.window}
+			steps := make([]traceStep, 3000)
+			now := int64(1_800_000_000_000_000)
+			for j := range steps {
+				now += 1 + r.Int64N(2*c.stepUs)
+				steps[j] = traceStep{nowUs: now, cost: 1 + r.Int64N(2)}
+			}
+			undone, msg := runUndoTrace(store, r, algorithms.SlidingLog, 1000+i, l, steps)
+			require.Empty(t, msg)
+			assert.Positive(t, undone)
+			n, err := rs.Do("STRLEN", store.stateKey(l.Kind, fmt.Sprintf("undo-%v-%d", algorithms.SlidingLog, 1000+i)))
+			require.NoError(t, err)
+			size, err := strconv.Atoi(n)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, size, ringBytes(int(2*c.quota))+8*int((2*c.quota+31)/32))
+		})
+	}
 }
