@@ -170,20 +170,23 @@ func TestDecisionsAfterUndosInAFullSlidingLogNeverRewriteTheRing(t *testing.T) {
 	rs := redistest.Start(t)
 	s := newStore(t, rs.Addr())
 	ctx := context.Background()
-	const quota, cycles = 100, 300
-	l := algorithms.Limit{Kind: algorithms.SlidingLog, Quota: quota, Window: time.Hour}
 	r := rand.New(rand.NewPCG(20261203, 1))
+	middle := func(held int) int { return held / 2 }
 	cases := []struct {
-		name  string
-		which func(held int) int // the index of the run to empty among the held ones
+		name          string
+		quota, cycles int
+		which         func(held int) int // the index of the run to empty among the held ones
 	}{
-		{"an undo of the run in the middle", func(held int) int { return held / 2 }},
-		{"an undo of the newest run", func(held int) int { return held - 1 }},
-		{"an undo of the second oldest run", func(int) int { return 1 }},
-		{"an undo of a random run", func(held int) int { return r.IntN(held) }},
+		{"an undo of the run in the middle", 100, 300, middle},
+		{"an undo of the newest run", 100, 300, func(held int) int { return held - 1 }},
+		{"an undo of the second oldest run", 100, 300, func(int) int { return 1 }},
+		{"an undo of a random run", 100, 300, func(held int) int { return r.IntN(held) }},
+		{"an undo of the run in the middle of a log of the largest quota", int(algorithms.MaxLogQuota), 40, middle},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			quota, cycles := c.quota, c.cycles
+			l := algorithms.Limit{Kind: algorithms.SlidingLog, Quota: int64(quota), Window: time.Hour}
 			key := "full " + c.name
 			now := time.Now().Add(-time.Minute).UnixMicro()
 			var held []int64 // the times of the runs that hold a unit, oldest first
