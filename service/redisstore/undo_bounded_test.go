@@ -24,13 +24,10 @@ import (
 // counted, never timed: the bytes the script's Redis calls move (what GETRANGE and GET return,
 // what SETRANGE and SET are given) and the commands Redis ran (INFO commandstats).
 
-// countedUndoSource returns the sliding log's undo script with every Redis call counted: it
-// returns {units given back, bytes moved}.
-func countedUndoSource(t *testing.T) string {
-	t.Helper()
-	src, err := undoScript(algorithms.SlidingLog)
-	require.NoError(t, err)
-	const counter = `local MOVED = 0
+// movedCounter is Lua that counts in MOVED the bytes the calls of counted move: what GET and
+// GETRANGE return, what SET and SETRANGE are given. A script counts by calling counted for
+// redis.call.
+const movedCounter = `local MOVED = 0
 local function counted(cmd, ...)
   local args = {...}
   local r = redis.call(cmd, ...)
@@ -39,10 +36,16 @@ local function counted(cmd, ...)
   if type(r) == 'string' and (cmd == 'GET' or cmd == 'GETRANGE') then MOVED = MOVED + #r end
   return r
 end
-local function body()
 `
+
+// countedUndoSource returns the sliding log's undo script with every Redis call counted: it
+// returns {units given back, bytes moved}.
+func countedUndoSource(t *testing.T) string {
+	t.Helper()
+	src, err := undoScript(algorithms.SlidingLog)
+	require.NoError(t, err)
 	require.Positive(t, strings.Count(src, "redis.call("))
-	return counter + strings.ReplaceAll(src, "redis.call(", "counted(") + "\nend\nlocal given = body()\nreturn {given, MOVED}\n"
+	return movedCounter + "local function body()\n" + strings.ReplaceAll(src, "redis.call(", "counted(") + "\nend\nlocal given = body()\nreturn {given, MOVED}\n"
 }
 
 // countedUndo runs req's undo through countedUndoSource and returns the units it gave back and
@@ -128,25 +131,15 @@ func TestAnUndoOnASlidingLogOf1500RunsReadsAndWritesABoundedNumberOfBytes(t *tes
 	assert.LessOrEqual(t, calls["getrange"]+calls["setrange"]+calls["strlen"], commandsPerDecision+4, "and a few commands: an offset read with each of its blocks")
 }
 
-// movedBatch runs reqs as one batch script whose Redis calls are counted (countedUndoSource's
-// counter) and returns the decisions made and the bytes the calls moved.
+// movedBatch runs reqs as one batch script whose Redis calls are counted (movedCounter) and
+// returns the decisions made and the bytes the calls moved.
 func movedBatch(t *testing.T, s *Store, reqs []service.Request) (int, int64) {
 	t.Helper()
 	src, err := decideAllScript()
 	require.NoError(t, err)
 	const ret = "\nreturn out\n"
 	require.Equal(t, 1, strings.Count(src, ret))
-	const counter = `local MOVED = 0
-local function counted(cmd, ...)
-  local args = {...}
-  local r = redis.call(cmd, ...)
-  if cmd == 'SETRANGE' then MOVED = MOVED + #args[3] end
-  if cmd == 'SET' then MOVED = MOVED + #args[2] end
-  if type(r) == 'string' and (cmd == 'GET' or cmd == 'GETRANGE') then MOVED = MOVED + #r end
-  return r
-end
-`
-	src = counter + strings.Replace(strings.ReplaceAll(src, "redis.call(", "counted("), ret, "\nout[#out + 1] = MOVED\nreturn out\n", 1)
+	src = movedCounter + strings.Replace(strings.ReplaceAll(src, "redis.call(", "counted("), ret, "\nout[#out + 1] = MOVED\nreturn out\n", 1)
 	keys, args := s.batchCall(reqs)
 	rows, err := rueidis.NewLuaScript(src).Exec(context.Background(), s.client, keys, args).ToArray()
 	require.NoError(t, err)
@@ -157,8 +150,8 @@ end
 
 // Issue 22's service review, finding 1: an undo in the middle of a full sliding log (quota runs
 // of one unit) left a run with no units there, and the next decision, finding the ring full,
-// grew it by one slot: it applied the offsets by rewriting the whole ring (GET of it, SET of
-// it: 162 KB at quota 10^4) and moved a part of it; every further undo and decision did so again,
+// grew it by one slot: it applied the offsets by rewriting the whole ring (a GETRANGE and a SET
+// of it: 162 KB each at quota 10^4) and moved a part of it; every further undo and decision did so again,
 // and the ring grew past the quota without bound. Now each undo that empties a run sweeps a
 // block of runs (lua/sliding_log_undo.lua) and the ring may hold twice the quota's slots: over
 // three quotas of (undo, decision) cycles on a full log, whichever run the undos empty, every
