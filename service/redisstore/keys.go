@@ -146,7 +146,7 @@ func ringLogNumbers(raw string) ([]int64, error) {
 	}
 	clock, prev, start, count, capacity, gapAfter, gap := h[0], h[1], h[2], h[3], h[4], h[5], h[6]
 	slots := logHead + logEntry*capacity
-	offsets := capacity > 0 && int64(len(raw)) == slots+8*((capacity+logBlock-1)/logBlock) // an undo's (lua/sliding_log_undo.lua)
+	offsets := capacity > 0 && int64(len(raw)) == slots+8*((capacity+logBlock-1)/logBlock+1) // an undo's (lua/sliding_log_undo.lua): each block's, then block 0's again
 	if int64(len(raw)) != slots && !offsets || count > capacity || count > 0 && start >= capacity ||
 		gapAfter > count || gap > capacity-count {
 		return nil, errNotALog

@@ -38,6 +38,9 @@ local offs = false -- the key holds the blocks' offsets after its slots
 
 -- blockCount returns the number of blocks of a ring of k slots.
 local function blockCount(k) return floor((k + BLOCK - 1) / BLOCK) end
+-- offCount returns the number of offsets kept after k slots: a block's each, then block 0's again,
+-- so that the offsets of a block and the next are one read wherever the ring wraps.
+local function offCount(k) return blockCount(k) + 1 end
 
 -- toRing returns the ring form of clock c and the runs of text form vals, or nil (unusable).
 local function toRing(vals)
@@ -71,7 +74,7 @@ if #head == HEAD and string.sub(head, 1, 1) == 'S' then
       field(m, k) ~= nil and (field(s, k - 1) ~= nil or k == 0 and s == 0) and field(x, m) ~= nil and
       field(y, k - m) ~= nil and field(z, k) ~= nil then
     local len = redis.call('STRLEN', key)
-    if len == HEAD + k * SIZE or k > 0 and len == HEAD + k * SIZE + 8 * blockCount(k) then
+    if len == HEAD + k * SIZE or k > 0 and len == HEAD + k * SIZE + 8 * offCount(k) then
       clock, base, start, n, cap, fresh = c, b, s, m, k, false
       gx, g, h = x, y, z
       offs = len ~= HEAD + k * SIZE
@@ -102,7 +105,8 @@ local function offset(b)
     local raw = redis.call('GETRANGE', key, from, from + 15)
     o = struct.unpack('<d', raw)
     offsets[b] = o
-    if #raw == 16 and offsets[b + 1] == nil then offsets[b + 1] = struct.unpack('<d', raw, 9) end
+    local nb = (b + 1) % blockCount(cap)
+    if #raw == 16 and offsets[nb] == nil then offsets[nb] = struct.unpack('<d', raw, 9) end
   end
   return o
 end
@@ -221,7 +225,8 @@ local function writeLog(eff, keep, nb, cost, q)
     if n > 0 and last == eff then
       slot(pos(n), eff, (lastc + cost) % CUM)
     else
-      if n + g >= cap or fresh then grow(q, nb) end
+      -- a ring below twice q grows while it keeps room for the runs undos empty until swept
+      if n + g >= cap or fresh or cap < 2 * q and n + g >= cap - floor((n + g) / 8) - 4 then grow(q, nb) end
       n = n + 1
       slot(pos(n), eff, (lastc + cost) % CUM)
     end

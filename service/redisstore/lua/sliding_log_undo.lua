@@ -106,7 +106,7 @@ end
 if #whole > 0 then
   local from, k = HEAD + cap * SIZE, blockCount(cap)
   if not offs then
-    redis.call('SETRANGE', key, from + 8 * k - 1, '\0') -- zero offsets (0.0 is eight zero bytes)
+    redis.call('SETRANGE', key, from + 8 * offCount(cap) - 1, '\0') -- zero offsets (0.0 is eight zero bytes)
     offs = true
   end
   local raw = redis.call('GETRANGE', key, from, from + 8 * k - 1)
@@ -121,6 +121,7 @@ if #whole > 0 then
   for b = 0, k - 1 do
     out[b + 1] = struct.pack('<d', vals[b])
   end
+  out[k + 1] = out[1] -- block 0's again (offCount)
   redis.call('SETRANGE', key, from, table.concat(out))
 end
 
