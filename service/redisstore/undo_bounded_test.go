@@ -163,8 +163,8 @@ func TestDecisionsAfterUndosInAFullSlidingLogNeverRewriteTheRing(t *testing.T) {
 	rs := redistest.Start(t)
 	s := newStore(t, rs.Addr())
 	ctx := context.Background()
-	r := rand.New(rand.NewPCG(20261203, 1))
 	middle := func(held int) int { return held / 2 }
+	r := rand.New(rand.NewPCG(20261203, 1))
 	cases := []struct {
 		name          string
 		quota, cycles int
