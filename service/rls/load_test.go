@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/meshlimit/meshlimit/algorithms"
@@ -187,22 +188,7 @@ func TestGRPCLoadFigures(t *testing.T) {
 		{"grpc-rls+gate", "grpc-floor"}, {"grpc-rls16+redis", "grpc-rls+redis"}, {"grpc-rls16+goroutines", "grpc-rls+redis"},
 		{"grpc-rls16+gate", "grpc-rls+gate"}, {"grpc-peer", "grpc-floor"}, {"grpc-rls+redis", "grpc-peer"}, {"grpc-rls+gate", "grpc-peer"},
 		{"grpc-peer16", "grpc-peer"}, {"grpc-rls16+redis", "grpc-peer16"}} {
-		if len(results[pair[0]]) == 0 || len(results[pair[1]]) == 0 {
-			continue
-		}
-		var ratios, p99s, cpus []float64
-		errs, n := 0, 0
-		for r := range rounds {
-			a, b := results[pair[0]][r], results[pair[1]][r]
-			ratios, p99s = append(ratios, a.rps/b.rps), append(p99s, float64(a.p99)/float64(b.p99))
-			cpus = append(cpus, b.cpuUs/a.cpuUs)
-			errs, n = errs+a.errors, n+a.n+a.errors
-		}
-		slices.Sort(ratios)
-		slices.Sort(p99s)
-		slices.Sort(cpus)
-		t.Logf("%s / %s: throughput median %.2f (rounds %.2f), p99 median %.2f, CPU per request: floor / service median %.2f (rounds %.2f), errors %d of %d (%.3f%%)",
-			pair[0], pair[1], ratios[len(ratios)/2], ratios, p99s[len(p99s)/2], cpus[len(cpus)/2], cpus, errs, n, 100*float64(errs)/float64(n))
+		logPair(t, results, pair[0], pair[1])
 	}
 	if os.Getenv("MESHLIMIT_BENCH_NO_REDIS_BENCHMARK") != "1" {
 		redisBenchmark(t, rs, inflight, d)
@@ -226,6 +212,35 @@ func procCPU(pid int) time.Duration {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// logPair logs phase a against phase b, round by round (the rounds ran the two phases seconds
+// apart, so each ratio saw about the same machine): the median ratio of throughputs, of p99s, of
+// CPU per request (b's ÷ a's: what the throughput ratio would be if both were CPU-bound on a
+// machine of their own), and a's errors with their kinds. It logs nothing unless both ran.
+func logPair(t *testing.T, results map[string][]grpcResult, a, b string) {
+	t.Helper()
+	rounds := min(len(results[a]), len(results[b]))
+	if rounds == 0 {
+		return
+	}
+	var ratios, p99s, cpus []float64
+	errs, n := 0, 0
+	kinds := map[string]int{}
+	for r := range rounds {
+		x, y := results[a][r], results[b][r]
+		ratios, p99s = append(ratios, x.rps/y.rps), append(p99s, float64(x.p99)/float64(y.p99))
+		cpus = append(cpus, y.cpuUs/x.cpuUs)
+		errs, n = errs+x.errors, n+x.n+x.errors
+		for k, c := range x.kinds {
+			kinds[k] += c
+		}
+	}
+	slices.Sort(ratios)
+	slices.Sort(p99s)
+	slices.Sort(cpus)
+	t.Logf("%s / %s: throughput median %.2f (rounds %.2f), p99 median %.2f (rounds %.2f), CPU per request: %s's / %s's median %.2f (rounds %.2f), errors %d of %d (%.3f%%) %v",
+		a, b, ratios[len(ratios)/2], ratios, p99s[len(p99s)/2], p99s, b, a, cpus[len(cpus)/2], cpus, errs, n, 100*float64(errs)/float64(n), kinds)
 }
 
 // benchRequests returns 10,000 requests of n descriptors each, every descriptor its own
@@ -302,7 +317,8 @@ type grpcResult struct {
 	p50, p99 time.Duration
 	n        int
 	errors   int
-	cpuUs    float64 // CPU µs (this process and redis-server) per request, answered or not
+	cpuUs    float64        // CPU µs (this process and redis-server) per request, answered or not
+	kinds    map[string]int // the failed calls by kind: gRPC code, HTTP status, client error
 }
 
 // selfCPU returns the CPU time (user and system) this process has used.
@@ -314,20 +330,28 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// redisWait returns how long redis-server's threads have waited, runnable, for a CPU (the
-// second field of /proc/PID/task/*/schedstat, PID from INFO server; 0 where Linux does not say).
-func redisWait(rs *redistest.Server) time.Duration {
+// redisWait returns how long redis-server's threads have waited, runnable, for a CPU.
+func redisWait(rs *redistest.Server) time.Duration { return pidWait(redisProcessID(rs)) }
+
+// redisProcessID returns redis-server's process id (INFO server), 0 if it does not say.
+func redisProcessID(rs *redistest.Server) int {
 	out, err := rs.Do("INFO", "server")
 	if err != nil {
 		return 0
 	}
-	pid := ""
 	for _, line := range strings.Split(out, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			pid = v
+			pid, _ := strconv.Atoi(v)
+			return pid
 		}
 	}
-	files, _ := filepath.Glob("/proc/" + pid + "/task/*/schedstat")
+	return 0
+}
+
+// pidWait returns how long process pid's threads have waited, runnable, for a CPU (the second
+// field of /proc/PID/task/*/schedstat; 0 where Linux does not say).
+func pidWait(pid int) time.Duration {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/schedstat")
 	var total int64
 	for _, f := range files {
 		if b, err := os.ReadFile(f); err == nil {
@@ -388,22 +412,47 @@ func serveHTTP(t *testing.T, h http.Handler) string {
 // jsonLoad keeps inflight POST /json requests going over as many keep-alive connections for
 // d; a request counts when it answers 200.
 func jsonLoad(addr string, inflight int, d time.Duration, bodies [][]byte) (grpcResult, error) {
-	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: inflight, MaxConnsPerHost: inflight}}
+	return postLoad("http://"+addr+"/json", inflight, d, bodies)
+}
+
+// postLoad keeps inflight POSTs of bodies to url going over as many keep-alive connections
+// (net/http's client) for d; a request counts when it answers 200 within 5 s, a failure by its
+// status ("HTTP 503") or the client's error.
+func postLoad(url string, inflight int, d time.Duration, bodies [][]byte) (grpcResult, error) {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: inflight, MaxConnsPerHost: inflight}}
 	defer c.CloseIdleConnections()
-	url := "http://" + addr + "/json"
-	return drive(inflight, d, func(i int) bool {
+	return drive(inflight, d, func(i int) string {
 		resp, err := c.Post(url, "application/json", bytes.NewReader(bodies[i%len(bodies)]))
 		if err != nil {
-			return false
+			return "client: " + errorKind(err)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		if resp.StatusCode != http.StatusOK {
+			return "HTTP " + strconv.Itoa(resp.StatusCode)
+		}
+		return ""
 	})
 }
 
+// errorKind names a client error's kind: a timeout, a refused or reset connection, or else its
+// text without the addresses that make every instance differ.
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err):
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "connection reset"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed"
+	}
+	return err.Error()
+}
+
 // grpcLoad keeps inflight calls going over nconns connections for d; a call counts when it
-// answers OK.
+// answers OK within 5 s, a failure by its gRPC code or by the overall code it answered.
 func grpcLoad(addr string, nconns, inflight int, d time.Duration, reqs []*pb.RateLimitRequest) (grpcResult, error) {
 	clients := make([]pb.RateLimitServiceClient, nconns)
 	for i := range clients {
@@ -414,27 +463,37 @@ func grpcLoad(addr string, nconns, inflight int, d time.Duration, reqs []*pb.Rat
 		defer c.Close()
 		clients[i] = pb.NewRateLimitServiceClient(c)
 	}
-	return drive(inflight, d, func(i int) bool {
-		resp, err := clients[i%nconns].ShouldRateLimit(context.Background(), reqs[i%len(reqs)])
-		return err == nil && resp.GetOverallCode() == pb.RateLimitResponse_OK
+	return drive(inflight, d, func(i int) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := clients[i%nconns].ShouldRateLimit(ctx, reqs[i%len(reqs)])
+		if err != nil {
+			return "gRPC " + status.Code(err).String()
+		}
+		if code := resp.GetOverallCode(); code != pb.RateLimitResponse_OK {
+			return "answered " + code.String()
+		}
+		return ""
 	})
 }
 
 // drive runs call from inflight goroutines for d (goroutine g calls with g, g+inflight, ...)
-// and measures the successful calls.
-func drive(inflight int, d time.Duration, call func(i int) bool) (grpcResult, error) {
+// and measures the successful calls, those for which call returns ""; the others count by the
+// kind it returns. It never fails: a phase whose every call failed measures 0 req/s.
+func drive(inflight int, d time.Duration, call func(i int) string) (grpcResult, error) {
 	var wg sync.WaitGroup
 	lat := make([][]time.Duration, inflight)
-	errs := make([]int, inflight)
+	errs := make([]map[string]int, inflight)
 	end := time.Now().Add(d)
 	for g := range inflight {
 		wg.Add(1)
+		errs[g] = map[string]int{}
 		go func() {
 			defer wg.Done()
 			for i := g; time.Now().Before(end); i += inflight {
 				start := time.Now()
-				if !call(i) {
-					errs[g]++
+				if kind := call(i); kind != "" {
+					errs[g][kind]++
 					continue
 				}
 				lat[g] = append(lat[g], time.Since(start))
@@ -443,17 +502,331 @@ func drive(inflight int, d time.Duration, call func(i int) bool) (grpcResult, er
 	}
 	wg.Wait()
 	var all []time.Duration
-	res := grpcResult{}
+	res := grpcResult{kinds: map[string]int{}}
 	for g := range lat {
 		all = append(all, lat[g]...)
-		res.errors += errs[g]
-	}
-	if len(all) == 0 {
-		return res, fmt.Errorf("no successful call")
+		for k, n := range errs[g] {
+			res.errors += n
+			res.kinds[k] += n
+		}
 	}
 	slices.Sort(all)
 	res.n = len(all)
 	res.rps = float64(len(all)) / d.Seconds()
-	res.p50, res.p99 = all[len(all)/2], all[len(all)*99/100]
+	if len(all) > 0 { // else every call failed: a figure too (0 req/s)
+		res.p50, res.p99 = all[len(all)/2], all[len(all)*99/100]
+	}
 	return res, nil
+}
+
+// benchRule is the rule of every load figure, in the YAML of envoyproxy/ratelimit that both it
+// and meshlimit's -ratelimit-config read: every client address its own counter, 10^9 a second.
+const benchRule = "domain: bench\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"
+
+// server is a process TestServiceBinariesLoadFigures loads: its gRPC and HTTP addresses and the
+// processes whose CPU is its CPU (its own and its Redis's).
+type server struct {
+	name       string
+	grpc, http string
+	pids       []int
+}
+
+// TestServiceBinariesLoadFigures measures built services side by side, each a process of its
+// own on a redis-server of its own: the meshlimit-service binaries of MESHLIMIT_BENCH_BINARIES
+// (name=path,..., e.g. before=/tmp/a,after=/tmp/b), envoyproxy/ratelimit's binary of
+// MESHLIMIT_BENCH_PEER_BIN (its settings' defaults but the addresses, TCP Redis and no statsd),
+// both with benchRule, and the no-op floors in a child process of this test binary
+// (TestServeFloors). Only the load generators run in this process, so a phase's CPU per request
+// is its server's process and its Redis's (/proc/PID/stat), not the generator's.
+//
+// The phases of a server s: grpc-s and grpc16-s (ShouldRateLimit of 1 and 16 descriptors, 64 in
+// flight over 8 connections as TestGRPCLoadFigures), json-s (POST /json of 1 descriptor), and,
+// meshlimit's only, check-s and check16-s (POST /v1/check of 1 and 16 token-bucket descriptors);
+// the floors' are grpc-floor, json-floor and check-floor. The HTTP phases use net/http's client
+// at 64 keep-alive connections. The phases alternate, in an order rotated each round, for
+// MESHLIMIT_BENCH_ROUNDS (3) rounds of MESHLIMIT_BENCH_SECONDS (3), after a warm-up of a second
+// each; every round logs the load average before and after it. A failed call counts by its
+// kind, and each meshlimit service's own error counters are logged at the end.
+// MESHLIMIT_BENCH_TIMEOUT_MS is the binaries' -timeout (default theirs, the production 10 ms),
+// MESHLIMIT_BENCH_ONLY keeps the phases it names. Loopback only, bounded, opt-in:
+//
+//	MESHLIMIT_BENCH_BINARIES=before=/tmp/bin/a,after=/tmp/bin/b MESHLIMIT_BENCH_PEER_BIN=/tmp/bin/ratelimit \
+//	  go test -run TestServiceBinariesLoadFigures -v -timeout 30m ./service/rls/
+func TestServiceBinariesLoadFigures(t *testing.T) {
+	binaries, peerBin := os.Getenv("MESHLIMIT_BENCH_BINARIES"), os.Getenv("MESHLIMIT_BENCH_PEER_BIN")
+	if binaries == "" && peerBin == "" {
+		t.Skip("set MESHLIMIT_BENCH_BINARIES and/or MESHLIMIT_BENCH_PEER_BIN to measure")
+	}
+	d := time.Duration(benchEnv("MESHLIMIT_BENCH_SECONDS", 3)) * time.Second
+	rounds, inflight, nconns := benchEnv("MESHLIMIT_BENCH_ROUNDS", 3), benchEnv("MESHLIMIT_BENCH_CONNS", 64), benchEnv("MESHLIMIT_BENCH_GRPC_CONNS", 8)
+
+	servers := []server{startFloors(t)}
+	var names []string // the meshlimit binaries', in the order given
+	for _, nb := range strings.Split(binaries, ",") {
+		if nb == "" {
+			continue
+		}
+		name, bin, ok := strings.Cut(nb, "=")
+		require.True(t, ok, "MESHLIMIT_BENCH_BINARIES: %q is not name=path", nb)
+		servers = append(servers, startMeshlimit(t, name, bin))
+		names = append(names, name)
+	}
+	if peerBin != "" {
+		servers = append(servers, startPeer(t, peerBin))
+	}
+
+	reqs, reqs16 := benchRequests(1), benchRequests(16)
+	bodies := make([][]byte, len(reqs))
+	for i, r := range reqs {
+		var err error
+		bodies[i], err = protojson.Marshal(r)
+		require.NoError(t, err)
+	}
+	checks, checks16 := checkBodies(1), checkBodies(16)
+	type phase struct {
+		name string
+		srv  server
+		load func(time.Duration) (grpcResult, error)
+	}
+	var phases []phase
+	for _, s := range servers {
+		suffix := "-" + s.name
+		phases = append(phases,
+			phase{"grpc" + suffix, s, func(d time.Duration) (grpcResult, error) { return grpcLoad(s.grpc, nconns, inflight, d, reqs) }},
+			phase{"json" + suffix, s, func(d time.Duration) (grpcResult, error) { return jsonLoad(s.http, inflight, d, bodies) }})
+		if s.name != "floor" {
+			phases = append(phases, phase{"grpc16" + suffix, s, func(d time.Duration) (grpcResult, error) { return grpcLoad(s.grpc, nconns, inflight, d, reqs16) }})
+		}
+		if s.name != "peer" {
+			phases = append(phases, phase{"check" + suffix, s, func(d time.Duration) (grpcResult, error) {
+				return postLoad("http://"+s.http+"/v1/check", inflight, d, checks)
+			}})
+		}
+		if s.name != "peer" && s.name != "floor" {
+			phases = append(phases, phase{"check16" + suffix, s, func(d time.Duration) (grpcResult, error) {
+				return postLoad("http://"+s.http+"/v1/check", inflight, d, checks16)
+			}})
+		}
+	}
+	if only := os.Getenv("MESHLIMIT_BENCH_ONLY"); only != "" {
+		phases = slices.DeleteFunc(phases, func(p phase) bool { return !slices.Contains(strings.Split(only, ","), p.name) })
+	}
+
+	t.Logf("%s, %d in flight (gRPC over %d connections), %d rounds of %v, %d phases", runtime.Version(), inflight, nconns, rounds, d, len(phases))
+	for _, p := range phases {
+		_, err := p.load(time.Second)
+		require.NoError(t, err, p.name)
+	}
+	results := map[string][]grpcResult{}
+	for r := range rounds {
+		load0 := loadAverage()
+		for i := range phases {
+			p := phases[(i+r)%len(phases)]
+			cpu0, wait0, self0 := pidsCPU(p.srv.pids), pidWait(p.srv.pids[0]), selfCPU()
+			res, err := p.load(d)
+			require.NoError(t, err, p.name)
+			cpu, wait, self := pidsCPU(p.srv.pids)-cpu0, pidWait(p.srv.pids[0])-wait0, selfCPU()-self0
+			res.cpuUs = float64(cpu/time.Microsecond) / float64(res.n+res.errors)
+			results[p.name] = append(results[p.name], res)
+			t.Logf("round %d %-16s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d answered, %d errors %v; CPU: server and its Redis %.2f, %.1f µs/request, %.1f µs/answer, the server waited for a CPU %.0f ms/s; load generator %.2f)",
+				r+1, p.name, res.rps, msOf(res.p50), msOf(res.p99), res.n, res.errors, res.kinds,
+				cpu.Seconds()/d.Seconds(), res.cpuUs, float64(cpu/time.Microsecond)/float64(res.n), float64(wait/time.Millisecond)/d.Seconds(), self.Seconds()/d.Seconds())
+		}
+		t.Logf("round %d: load average %s → %s", r+1, load0, loadAverage())
+	}
+	for _, p := range phases {
+		m := medianGRPC(results[p.name])
+		cpus := make([]float64, 0, len(results[p.name]))
+		for _, r := range results[p.name] {
+			cpus = append(cpus, r.cpuUs)
+		}
+		slices.Sort(cpus)
+		t.Logf("median %-16s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  %.1f CPU µs/request", p.name, m.rps, msOf(m.p50), msOf(m.p99), cpus[len(cpus)/2])
+	}
+	for _, s := range append(slices.Clone(names), "peer") {
+		for _, pair := range [][2]string{{"grpc-", "grpc-floor"}, {"json-", "json-floor"}, {"check-", "check-floor"},
+			{"grpc16-", "grpc-"}, {"check16-", "check-"}, {"grpc-", "grpc-peer"}, {"grpc16-", "grpc16-peer"}, {"json-", "json-peer"}} {
+			b := pair[1]
+			if strings.HasSuffix(b, "-") {
+				b += s
+			}
+			if b != pair[0]+s {
+				logPair(t, results, pair[0]+s, b)
+			}
+		}
+	}
+	for i, a := range names { // every later binary against every earlier one
+		for _, b := range names[i+1:] {
+			for _, front := range []string{"grpc-", "grpc16-", "json-", "check-", "check16-"} {
+				logPair(t, results, front+b, front+a)
+			}
+		}
+	}
+	for _, s := range servers[1:] {
+		if s.name != "peer" {
+			t.Logf("%s's own counters: %v", s.name, errorCounters(t, s.http))
+		}
+	}
+}
+
+// checkBodies returns 10,000 /v1/check bodies of n token-bucket descriptors each that always
+// admit, every descriptor its own key.
+func checkBodies(n int) [][]byte {
+	bodies := make([][]byte, 10000)
+	for i := range bodies {
+		var b strings.Builder
+		for j := range n {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"key":"user-%d","algorithm":"token_bucket","quota":1000000000,"window_ms":1000}`, i*n+j)
+		}
+		bodies[i] = []byte(`{"descriptors":[` + b.String() + `]}`)
+	}
+	return bodies
+}
+
+// startFloors starts this test binary's TestServeFloors in a child process and returns its
+// addresses; the child ends when the test does (its stdin closes).
+func startFloors(t *testing.T) server {
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestServeFloors$", "-test.timeout", "0")
+	cmd.Env = append(os.Environ(), "MESHLIMIT_BENCH_FLOOR_CHILD=1")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	var grpcAddr, httpAddr string
+	_, err = fmt.Fscanf(stdout, "floors %s %s\n", &grpcAddr, &httpAddr)
+	require.NoError(t, err, "the floors' child did not say its addresses")
+	return server{name: "floor", grpc: grpcAddr, http: httpAddr, pids: []int{cmd.Process.Pid}}
+}
+
+// TestServeFloors is not a test but the floors' process of TestServiceBinariesLoadFigures (it
+// skips without MESHLIMIT_BENCH_FLOOR_CHILD=1): it serves the no-op gRPC RateLimitService
+// (floorServer) with the service's grpc.Server settings, and on HTTP a constant OK for
+// POST /json and {"allowed":true} for POST /v1/check with cmd/meshlimit-service's timeouts,
+// writes "floors GRPC_ADDR HTTP_ADDR" to its stdout, and serves until its stdin closes.
+func TestServeFloors(t *testing.T) {
+	if os.Getenv("MESHLIMIT_BENCH_FLOOR_CHILD") != "1" {
+		t.Skip("the floors' process of TestServiceBinariesLoadFigures")
+	}
+	floor := func(answer string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(answer))
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /json", floor(`{"overallCode":"OK","statuses":[{"code":"OK"}]}`))
+	mux.Handle("POST /v1/check", floor(`{"allowed":true}`+"\n"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+	fmt.Printf("floors %s %s\n", serveGRPC(t, floorServer{}), ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// startMeshlimit runs the meshlimit-service binary bin on a redis-server of its own with
+// benchRule, its gRPC and HTTP fronts on free loopback ports, until the test ends.
+func startMeshlimit(t *testing.T, name, bin string) server {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(benchRule), 0o600))
+	s := server{name: name, grpc: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t, false)), http: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t, false))}
+	args := []string{"-listen", s.http, "-grpc-listen", s.grpc, "-redis", rs.Addr(), "-ratelimit-config", dir, "-log-level", "warn"}
+	if ms := benchEnv("MESHLIMIT_BENCH_TIMEOUT_MS", 0); ms > 0 {
+		args = append(args, "-timeout", strconv.Itoa(ms)+"ms")
+	}
+	pid := startProcess(t, name, exec.Command(bin, args...), "http://"+s.http+"/readyz")
+	s.pids = []int{pid, redisProcessID(rs)}
+	require.NotZero(t, s.pids[1], "redis-server's pid")
+	return s
+}
+
+// startPeer runs envoyproxy/ratelimit's binary bin on a redis-server of its own with benchRule
+// (RUNTIME_ROOT a temporary directory), every port on loopback, until the test ends.
+func startPeer(t *testing.T, bin string) server {
+	rs := redistest.Start(t)
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "ratelimit", "config", "bench.yaml"), []byte(benchRule), 0o600))
+	grpcPort, httpPort, debugPort := redistest.FreePort(t, false), redistest.FreePort(t, false), redistest.FreePort(t, false)
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rs.Addr(),
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(httpPort), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(grpcPort),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(debugPort)}
+	s := server{name: "peer", grpc: fmt.Sprintf("127.0.0.1:%d", grpcPort), http: fmt.Sprintf("127.0.0.1:%d", httpPort)}
+	pid := startProcess(t, "peer", cmd, "http://"+s.http+"/healthcheck")
+	s.pids = []int{pid, redisProcessID(rs)}
+	require.NotZero(t, s.pids[1], "redis-server's pid")
+	return s
+}
+
+// startProcess starts cmd, its output to a file of the test's temporary directory, waits until
+// ready answers 200 (at most 30 s) and returns its pid; the process is killed when the test ends.
+func startProcess(t *testing.T, name string, cmd *exec.Cmd, ready string) int {
+	out, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	require.NoError(t, err)
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start(), name)
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		out.Close()
+	})
+	redistest.WaitFor(t, 30*time.Second, name+" ready", func() bool {
+		resp, err := http.Get(ready)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return cmd.Process.Pid
+}
+
+// pidsCPU is the CPU the processes pids have used so far (procCPU's sum).
+func pidsCPU(pids []int) time.Duration {
+	var total time.Duration
+	for _, pid := range pids {
+		total += procCPU(pid)
+	}
+	return total
+}
+
+// loadAverage is the machine's load averages over 1, 5 and 15 minutes (/proc/loadavg).
+func loadAverage() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// errorCounters returns the non-zero meshlimit_errors_total and meshlimit_store_* counters of the
+// service whose HTTP address is addr (its /metrics).
+func errorCounters(t *testing.T, addr string) []string {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "meshlimit_errors_total") && !strings.HasPrefix(line, "meshlimit_store_overloaded") && !strings.HasPrefix(line, "meshlimit_store_late") {
+			continue
+		}
+		if f := strings.Fields(line); len(f) == 2 && f[1] != "0" {
+			out = append(out, line)
+		}
+	}
+	return out
 }
