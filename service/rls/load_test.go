@@ -612,6 +612,9 @@ func TestServiceBinariesLoadFigures(t *testing.T) {
 		phases = slices.DeleteFunc(phases, func(p phase) bool { return !slices.Contains(strings.Split(only, ","), p.name) })
 	}
 
+	for _, s := range servers {
+		t.Logf("%s: gRPC %s, HTTP %s, processes %v (the server's, its Redis's)", s.name, s.grpc, s.http, s.pids)
+	}
 	t.Logf("%s, %d in flight (gRPC over %d connections), %d rounds of %v, %d phases", runtime.Version(), inflight, nconns, rounds, d, len(phases))
 	for _, p := range phases {
 		_, err := p.load(time.Second)
