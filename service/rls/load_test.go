@@ -625,15 +625,16 @@ func TestServiceBinariesLoadFigures(t *testing.T) {
 		load0 := loadAverage()
 		for i := range phases {
 			p := phases[(i+r)%len(phases)]
-			cpu0, wait0, self0 := pidsCPU(p.srv.pids), pidWait(p.srv.pids[0]), selfCPU()
+			cpu0, own0, wait0, self0 := pidsCPU(p.srv.pids), procCPU(p.srv.pids[0]), pidWait(p.srv.pids[0]), selfCPU()
 			res, err := p.load(d)
 			require.NoError(t, err, p.name)
-			cpu, wait, self := pidsCPU(p.srv.pids)-cpu0, pidWait(p.srv.pids[0])-wait0, selfCPU()-self0
+			cpu, own, wait, self := pidsCPU(p.srv.pids)-cpu0, procCPU(p.srv.pids[0])-own0, pidWait(p.srv.pids[0])-wait0, selfCPU()-self0
 			res.cpuUs = float64(cpu/time.Microsecond) / float64(res.n+res.errors)
 			results[p.name] = append(results[p.name], res)
-			t.Logf("round %d %-16s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d answered, %d errors %v; CPU: server and its Redis %.2f, %.1f µs/request, %.1f µs/answer, the server waited for a CPU %.0f ms/s; load generator %.2f)",
+			t.Logf("round %d %-16s %9.0f req/s  p50 %6.3f ms  p99 %6.3f ms  (%d answered, %d errors %v; CPU: server and its Redis %.2f, %.1f µs/request, %.1f µs/answer (the server's own %.1f), the server waited for a CPU %.0f ms/s; load generator %.2f)",
 				r+1, p.name, res.rps, msOf(res.p50), msOf(res.p99), res.n, res.errors, res.kinds,
-				cpu.Seconds()/d.Seconds(), res.cpuUs, float64(cpu/time.Microsecond)/float64(res.n), float64(wait/time.Millisecond)/d.Seconds(), self.Seconds()/d.Seconds())
+				cpu.Seconds()/d.Seconds(), res.cpuUs, float64(cpu/time.Microsecond)/float64(res.n), float64(own/time.Microsecond)/float64(res.n),
+				float64(wait/time.Millisecond)/d.Seconds(), self.Seconds()/d.Seconds())
 		}
 		t.Logf("round %d: load average %s → %s", r+1, load0, loadAverage())
 	}
