@@ -548,7 +548,12 @@ type server struct {
 // each; every round logs the load average before and after it. A failed call counts by its
 // kind, and each meshlimit service's own error counters are logged at the end.
 // MESHLIMIT_BENCH_TIMEOUT_MS is the binaries' -timeout (default theirs, the production 10 ms),
-// MESHLIMIT_BENCH_ONLY keeps the phases it names. Loopback only, bounded, opt-in:
+// MESHLIMIT_BENCH_ONLY keeps the phases it names. MESHLIMIT_BENCH_CALLGRIND=DIR runs every server
+// (not Redis) under valgrind's callgrind, its counts in DIR, zeroed before each phase and dumped
+// after it: the instructions per request, a figure the machine's load does not change (give
+// such a run a MESHLIMIT_BENCH_TIMEOUT_MS of seconds and a few connections); the servers then
+// run with GODEBUG=asyncpreemptoff=1, as valgrind needs.
+// Loopback only, bounded, opt-in:
 //
 //	MESHLIMIT_BENCH_BINARIES=before=/tmp/bin/a,after=/tmp/bin/b MESHLIMIT_BENCH_PEER_BIN=/tmp/bin/ratelimit \
 //	  go test -run TestServiceBinariesLoadFigures -v -timeout 30m ./service/rls/
@@ -625,9 +630,13 @@ func TestServiceBinariesLoadFigures(t *testing.T) {
 		load0 := loadAverage()
 		for i := range phases {
 			p := phases[(i+r)%len(phases)]
+			callgrind(t, "-z", p.srv.pids[0])
 			cpu0, own0, wait0, self0 := pidsCPU(p.srv.pids), procCPU(p.srv.pids[0]), pidWait(p.srv.pids[0]), selfCPU()
 			res, err := p.load(d)
 			require.NoError(t, err, p.name)
+			if ir := callgrind(t, "-d", p.srv.pids[0]); ir > 0 {
+				t.Logf("round %d %-16s %.0f instructions per request of the server (callgrind, %d requests)", r+1, p.name, float64(ir)/float64(res.n+res.errors), res.n+res.errors)
+			}
 			cpu, own, wait, self := pidsCPU(p.srv.pids)-cpu0, procCPU(p.srv.pids[0])-own0, pidWait(p.srv.pids[0])-wait0, selfCPU()-self0
 			res.cpuUs = float64(cpu/time.Microsecond) / float64(res.n+res.errors)
 			results[p.name] = append(results[p.name], res)
@@ -693,8 +702,8 @@ func checkBodies(n int) [][]byte {
 // startFloors starts this test binary's TestServeFloors in a child process and returns its
 // addresses; the child ends when the test does (its stdin closes).
 func startFloors(t *testing.T) server {
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestServeFloors$", "-test.timeout", "0")
-	cmd.Env = append(os.Environ(), "MESHLIMIT_BENCH_FLOOR_CHILD=1")
+	cmd := benchCommand(os.Args[0], "-test.run", "^TestServeFloors$", "-test.timeout", "0")
+	cmd.Env = append(append(os.Environ(), "MESHLIMIT_BENCH_FLOOR_CHILD=1"), underValgrind()...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -750,7 +759,9 @@ func startMeshlimit(t *testing.T, name, bin string) server {
 	if ms := benchEnv("MESHLIMIT_BENCH_TIMEOUT_MS", 0); ms > 0 {
 		args = append(args, "-timeout", strconv.Itoa(ms)+"ms")
 	}
-	pid := startProcess(t, name, exec.Command(bin, args...), "http://"+s.http+"/readyz")
+	cmd := benchCommand(bin, args...)
+	cmd.Env = append(os.Environ(), underValgrind()...)
+	pid := startProcess(t, name, cmd, "http://"+s.http+"/readyz")
 	s.pids = []int{pid, redisProcessID(rs)}
 	require.NotZero(t, s.pids[1], "redis-server's pid")
 	return s
@@ -764,11 +775,11 @@ func startPeer(t *testing.T, bin string) server {
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "ratelimit", "config", "bench.yaml"), []byte(benchRule), 0o600))
 	grpcPort, httpPort, debugPort := redistest.FreePort(t, false), redistest.FreePort(t, false), redistest.FreePort(t, false)
-	cmd := exec.Command(bin)
-	cmd.Env = []string{"USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rs.Addr(),
-		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(httpPort), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(grpcPort),
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(debugPort)}
+	cmd := benchCommand(bin)
+	cmd.Env = append(underValgrind(), "USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rs.Addr(),
+		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "PORT="+strconv.Itoa(httpPort), "GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(grpcPort),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(debugPort))
 	s := server{name: "peer", grpc: fmt.Sprintf("127.0.0.1:%d", grpcPort), http: fmt.Sprintf("127.0.0.1:%d", httpPort)}
 	pid := startProcess(t, "peer", cmd, "http://"+s.http+"/healthcheck")
 	s.pids = []int{pid, redisProcessID(rs)}
@@ -777,7 +788,7 @@ func startPeer(t *testing.T, bin string) server {
 }
 
 // startProcess starts cmd, its output to a file of the test's temporary directory, waits until
-// ready answers 200 (at most 30 s) and returns its pid; the process is killed when the test ends.
+// ready answers 200 (at most 2 minutes: valgrind is slow to start) and returns its pid; the process is killed when the test ends.
 func startProcess(t *testing.T, name string, cmd *exec.Cmd, ready string) int {
 	out, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	require.NoError(t, err)
@@ -788,7 +799,7 @@ func startProcess(t *testing.T, name string, cmd *exec.Cmd, ready string) int {
 		_ = cmd.Wait()
 		out.Close()
 	})
-	redistest.WaitFor(t, 30*time.Second, name+" ready", func() bool {
+	redistest.WaitFor(t, 2*time.Minute, name+" ready", func() bool {
 		resp, err := http.Get(ready)
 		if err != nil {
 			return false
@@ -833,4 +844,52 @@ func errorCounters(t *testing.T, addr string) []string {
 		}
 	}
 	return out
+}
+
+// benchCommand is the command of program and args, under callgrind when MESHLIMIT_BENCH_CALLGRIND
+// names a directory for its counts.
+func benchCommand(program string, args ...string) *exec.Cmd {
+	if dir := os.Getenv("MESHLIMIT_BENCH_CALLGRIND"); dir != "" {
+		return exec.Command("valgrind", append([]string{"--tool=callgrind", "--callgrind-out-file=" + filepath.Join(dir, "callgrind.out.%p"), program}, args...)...)
+	}
+	return exec.Command(program, args...)
+}
+
+// underValgrind is the environment the servers add under callgrind: Go's preemption signals off.
+func underValgrind() []string {
+	if os.Getenv("MESHLIMIT_BENCH_CALLGRIND") == "" {
+		return nil
+	}
+	return []string{"GODEBUG=asyncpreemptoff=1"}
+}
+
+// callgrind sends callgrind_control's command (-z zero, -d dump) to the server pid when the
+// servers run under callgrind (MESHLIMIT_BENCH_CALLGRIND), and after a dump returns the
+// instructions it counted since the last zero (the "totals:" of its newest dump); else 0.
+func callgrind(t *testing.T, command string, pid int) int64 {
+	dir := os.Getenv("MESHLIMIT_BENCH_CALLGRIND")
+	if dir == "" {
+		return 0
+	}
+	out, err := exec.Command("callgrind_control", command, strconv.Itoa(pid)).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	if command != "-d" {
+		return 0
+	}
+	dumps, err := filepath.Glob(filepath.Join(dir, fmt.Sprintf("callgrind.out.%d.*", pid)))
+	require.NoError(t, err)
+	require.NotEmpty(t, dumps, "callgrind wrote no dump of %d", pid)
+	n := func(f string) int { i, _ := strconv.Atoi(f[strings.LastIndexByte(f, '.')+1:]); return i }
+	newest := slices.MaxFunc(dumps, func(a, b string) int { return n(a) - n(b) })
+	b, err := os.ReadFile(newest)
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "totals: "); ok {
+			ir, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			require.NoError(t, err)
+			return ir
+		}
+	}
+	t.Fatalf("%s has no totals", newest)
+	return 0
 }
