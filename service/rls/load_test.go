@@ -871,14 +871,18 @@ func callgrind(t *testing.T, command string, pid int) int64 {
 	if dir == "" {
 		return 0
 	}
+	pattern := filepath.Join(dir, fmt.Sprintf("callgrind.out.%d.*", pid))
+	before, _ := filepath.Glob(pattern)
 	out, err := exec.Command("callgrind_control", command, strconv.Itoa(pid)).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	if command != "-d" {
 		return 0
 	}
-	dumps, err := filepath.Glob(filepath.Join(dir, fmt.Sprintf("callgrind.out.%d.*", pid)))
-	require.NoError(t, err)
-	require.NotEmpty(t, dumps, "callgrind wrote no dump of %d", pid)
+	var dumps []string // the dump is written when the process next runs: wait for it
+	redistest.WaitFor(t, time.Minute, fmt.Sprintf("callgrind's dump of %d", pid), func() bool {
+		dumps, _ = filepath.Glob(pattern)
+		return len(dumps) > len(before)
+	})
 	n := func(f string) int { i, _ := strconv.Atoi(f[strings.LastIndexByte(f, '.')+1:]); return i }
 	newest := slices.MaxFunc(dumps, func(a, b string) int { return n(a) - n(b) })
 	b, err := os.ReadFile(newest)
