@@ -34,6 +34,7 @@ import (
 	"github.com/meshlimit/meshlimit/service"
 	"github.com/meshlimit/meshlimit/service/redisstore"
 	"github.com/meshlimit/meshlimit/service/rlsconfig"
+	"github.com/meshlimit/meshlimit/wire"
 )
 
 // floorServer answers every ShouldRateLimit with a constant OK: the gRPC floor.
@@ -683,18 +684,17 @@ func TestServiceBinariesLoadFigures(t *testing.T) {
 }
 
 // checkBodies returns 10,000 /v1/check bodies of n token-bucket descriptors each that always
-// admit, every descriptor its own key.
+// admit (quota 10^9 a second, cost 1), every descriptor its own key, as the filter encodes them
+// (package wire).
 func checkBodies(n int) [][]byte {
 	bodies := make([][]byte, 10000)
+	limit := algorithms.Limit{Kind: algorithms.TokenBucket, Quota: 1_000_000_000, Window: time.Second}
 	for i := range bodies {
-		var b strings.Builder
+		b := wire.AppendRequestStart(nil)
 		for j := range n {
-			if j > 0 {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, `{"key":"user-%d","algorithm":"token_bucket","quota":1000000000,"window_ms":1000}`, i*n+j)
+			b = wire.AppendDescriptor(b, j, wire.Key{Plugin: "bench", Rule: "user", Value: "user-" + strconv.Itoa(i*n+j)}, limit, 1)
 		}
-		bodies[i] = []byte(`{"descriptors":[` + b.String() + `]}`)
+		bodies[i] = wire.AppendRequestEnd(b)
 	}
 	return bodies
 }
