@@ -420,3 +420,26 @@ func TestTheBoundInForceNeverPassesMaxWork(t *testing.T) {
 	assert.LessOrEqual(t, h.most.Load(), int64(20), "never more than MaxWork in flight")
 	assert.Greater(t, h.most.Load(), int64(8), "the bound grew past MinWork")
 }
+
+func TestACallThatFindsRoomIsSentEvenWhenTheMeanStoreTimePassesItsDeadline(t *testing.T) {
+	h := newHeldStore(t)
+	c := newFakeClock()
+	g := service.NewGate(h, service.GateConfig{MaxWork: 2, Now: c.Now})
+	teach(t, g, h, c, 8*time.Millisecond) // a slow spell: the store took 8ms a call
+	first := decideAsync(g, context.Background(), decideReq("first"))
+	held := <-h.calls // one call in flight, room for one more
+	second := decideAsync(g, within(t, c, 5*time.Millisecond), decideReq("second"))
+	var next heldCall
+	select {
+	case next = <-h.calls:
+	case err := <-second:
+		t.Fatalf("refused before the store (%v): the bound had room, and the store may well answer in 5ms", err)
+	}
+	assert.Equal(t, "second", next.name)
+	c.Advance(2 * time.Millisecond)
+	close(next.done)
+	require.NoError(t, <-second, "answered within its deadline")
+	close(held.done)
+	require.NoError(t, <-first)
+	assert.Zero(t, g.Stats().Overloaded, "nothing refused")
+}
