@@ -37,15 +37,9 @@ func (c *clockedStore) Decide(ctx context.Context, req service.Request) (algorit
 }
 
 // Settle implements service.Store.
-func (c *clockedStore) Settle(ctx context.Context, req service.SettleRequest) error {
+func (c *clockedStore) Settle(ctx context.Context, req service.SettleRequest) (int64, error) {
 	req.Now = c.at(req.Now)
 	return c.Store.Settle(ctx, req)
-}
-
-// GiveBack implements service.Store.
-func (c *clockedStore) GiveBack(ctx context.Context, req service.SettleRequest) (int64, error) {
-	req.Now = c.at(req.Now)
-	return c.Store.GiveBack(ctx, req)
 }
 
 // CountWindow implements service.Store.

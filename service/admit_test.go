@@ -29,14 +29,9 @@ func (s *tallyStore) Decide(ctx context.Context, r service.Request) (algorithms.
 	return s.Store.Decide(ctx, r)
 }
 
-func (s *tallyStore) Settle(ctx context.Context, r service.SettleRequest) error {
+func (s *tallyStore) Settle(ctx context.Context, r service.SettleRequest) (int64, error) {
 	s.calls.Add(1)
 	return s.Store.Settle(ctx, r)
-}
-
-func (s *tallyStore) GiveBack(ctx context.Context, r service.SettleRequest) (int64, error) {
-	s.calls.Add(1)
-	return s.Store.GiveBack(ctx, r)
 }
 
 func (s *tallyStore) Acquire(ctx context.Context, r service.PermitRequest) (service.PermitResult, error) {

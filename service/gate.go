@@ -256,14 +256,8 @@ func (g *Gate) CountWindows(ctx context.Context, reqs []CountRequest, out []Coun
 }
 
 // Settle implements Store.
-func (g *Gate) Settle(ctx context.Context, req SettleRequest) error {
-	_, err := gated(g, ctx, 1, func(ctx context.Context) (struct{}, error) { return struct{}{}, g.Store.Settle(ctx, req) })
-	return err
-}
-
-// GiveBack implements Store.
-func (g *Gate) GiveBack(ctx context.Context, req SettleRequest) (int64, error) {
-	return gated(g, ctx, 1, func(ctx context.Context) (int64, error) { return g.Store.GiveBack(ctx, req) })
+func (g *Gate) Settle(ctx context.Context, req SettleRequest) (int64, error) {
+	return gated(g, ctx, 1, func(ctx context.Context) (int64, error) { return g.Store.Settle(ctx, req) })
 }
 
 // Acquire implements Store.

@@ -14,15 +14,13 @@ import (
 // the cost the request turned out to have (algorithms.Limit.Adjust), atomically on its key and
 // without a decision.
 type SettleStore interface {
-	Settle(ctx context.Context, req SettleRequest) error
-	// GiveBack applies req as Settle does and returns the units it actually applied, never more
-	// than |Delta|. For an undo, the units given back (algorithms.Limit.GiveBack): 0 when the
+	// Settle applies req and returns the units it actually applied, never more than |Delta|. For an undo, the units given back (algorithms.Limit.GiveBack): 0 when the
 	// admission's window has rolled over, its log entries expired or were given back already, or
 	// its time names none. For a refund, the units given back (algorithms.Limit.Settle): what a
 	// fixed window's count lost (0 when the reservation's window is over), or the span a bucket's
 	// TAT moved back by in units, rounded up (0 for a full bucket). For an over-run, the units
 	// charged: Delta, or less when the debt stopped at algorithms.MaxDebt capacities.
-	GiveBack(ctx context.Context, req SettleRequest) (int64, error)
+	Settle(ctx context.Context, req SettleRequest) (applied int64, err error)
 }
 
 // SettleRequest is one settle: Delta units (< 0 a refund, > 0 an over-run) to Key under Limit,
@@ -83,7 +81,7 @@ func (l *limiter) settle(ctx context.Context, list []wire.Settle, now time.Time)
 		if s.AtUs > 0 {
 			req.At = time.UnixMicro(s.AtUs)
 		}
-		applied, err := l.store.GiveBack(ctx, req)
+		applied, err := l.store.Settle(ctx, req)
 		if err != nil {
 			return i, err
 		}

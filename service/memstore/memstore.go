@@ -143,15 +143,9 @@ func (s *Store) Decide(ctx context.Context, req service.Request) (algorithms.Dec
 }
 
 // Settle implements service.Store with algorithms.Limit.Settle (an undo: Limit.GiveBack) under
-// the key's shard lock.
-func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
-	_, err := s.GiveBack(ctx, req)
-	return err
-}
-
-// GiveBack implements service.Store: Settle, returning the units applied: given back by an undo
-// or a refund, charged by an over-run (algorithms.Limit.GiveBack, algorithms.Limit.Settle).
-func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64, error) {
+// the key's shard lock, and returns the units applied: given back by an undo or a refund,
+// charged by an over-run.
+func (s *Store) Settle(ctx context.Context, req service.SettleRequest) (int64, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}

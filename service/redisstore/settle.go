@@ -14,14 +14,10 @@ import (
 // arithmetic); the sliding kinds have an undo script of their own, which keeps the key's TTL. A
 // request's At (the decision's time, on the Redis clock that made it) is the scripts' time of
 // the take instead of now - Age.
-func (s *Store) Settle(ctx context.Context, req service.SettleRequest) error {
-	_, err := s.GiveBack(ctx, req)
-	return err
-}
-
-// GiveBack implements service.Store: Settle, returning the units applied: given back by an undo
-// or a refund, charged by an over-run (the scripts' answer).
-func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64, error) {
+//
+// It returns the units applied: given back by an undo or a refund, charged by an over-run (the
+// scripts' answer).
+func (s *Store) Settle(ctx context.Context, req service.SettleRequest) (int64, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}
@@ -29,7 +25,7 @@ func (s *Store) GiveBack(ctx context.Context, req service.SettleRequest) (int64,
 }
 
 // settleAt runs req's settle script with the given PEXPIRE in milliseconds and returns the units
-// it applied (GiveBack).
+// it applied (Settle).
 func (s *Store) settleAt(ctx context.Context, req service.SettleRequest, ttlMs int64) (int64, error) {
 	l := req.Limit
 	args := scriptArgs(make([]string, 0, scriptArgCount+1), l, req.Delta, ttlMs, req.Now, strconv.FormatInt(int64(req.Age/time.Microsecond), 10))

@@ -108,7 +108,7 @@ func TestAnUndoOnASlidingLogOf1500RunsReadsAndWritesABoundedNumberOfBytes(t *tes
 
 	_, err = rs.Do("CONFIG", "RESETSTAT")
 	require.NoError(t, err)
-	given, err := s.GiveBack(context.Background(), service.SettleRequest{Key: "big", Limit: bigLog, Delta: -1, At: time.UnixMicro(logStart + runs/3), Now: now, Undo: true})
+	given, err := s.Settle(context.Background(), service.SettleRequest{Key: "big", Limit: bigLog, Delta: -1, At: time.UnixMicro(logStart + runs/3), Now: now, Undo: true})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), given)
 	calls := commandCalls(t, rs)
@@ -194,7 +194,7 @@ func TestDecisionsAfterUndosInAFullSlidingLogNeverRewriteTheRing(t *testing.T) {
 			heavy, maxLight, maxMoved := 0, 0, int64(0)
 			for i := range cycles {
 				j := c.which(len(held))
-				given, err := s.GiveBack(ctx, service.SettleRequest{Key: key, Limit: l, Delta: -1, At: time.UnixMicro(held[j]), Now: time.UnixMicro(now), Undo: true})
+				given, err := s.Settle(ctx, service.SettleRequest{Key: key, Limit: l, Delta: -1, At: time.UnixMicro(held[j]), Now: time.UnixMicro(now), Undo: true})
 				require.NoError(t, err)
 				require.Equal(t, int64(1), given, "cycle %d: the undo gives its unit back", i)
 				held = append(held[:j], held[j+1:]...)

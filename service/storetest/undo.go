@@ -30,7 +30,7 @@ func testUndos(t *testing.T, s service.Store) {
 		}
 		undo := func(at time.Time, cost int64, age time.Duration) {
 			t.Helper()
-			require.NoError(t, s.Settle(ctx, service.SettleRequest{Key: key, Limit: l, Delta: -cost, Age: age, Now: at, Undo: true}))
+			require.NoError(t, errOf(s.Settle(ctx, service.SettleRequest{Key: key, Limit: l, Delta: -cost, Age: age, Now: at, Undo: true})))
 		}
 		t.Run(name+" gives back an admission exactly", func(t *testing.T) {
 			c := l.Capacity()
@@ -48,7 +48,7 @@ func testUndos(t *testing.T, s service.Store) {
 	testSlidingLogUndos(t, s)
 	t.Run("an undo must give back a cost", func(t *testing.T) {
 		for _, delta := range []int64{0, 1} {
-			err := s.Settle(ctx, service.SettleRequest{Key: "k", Limit: limits[4], Delta: delta, Undo: true})
+			err := errOf(s.Settle(ctx, service.SettleRequest{Key: "k", Limit: limits[4], Delta: delta, Undo: true}))
 			assert.ErrorContains(t, err, "delta must be < 0", "delta %d", delta)
 		}
 	})
@@ -69,12 +69,12 @@ func testUndosAcrossAWindowsStart(t *testing.T, s service.Store, start time.Time
 			require.NoError(t, err)
 			require.True(t, d.Allowed, "the whole quota, 100 ms into the window")
 			undo := service.SettleRequest{Key: key, Limit: l, Delta: -l.Quota, Age: 200 * time.Millisecond, Now: at, Undo: true}
-			require.NoError(t, s.Settle(ctx, undo))
+			require.NoError(t, errOf(s.Settle(ctx, undo)))
 			d, err = s.Decide(ctx, service.Request{Key: key, Limit: l, Cost: 1, Now: at})
 			require.NoError(t, err)
 			assert.False(t, d.Allowed, "the undo's time, 100 ms before the window, gives back nothing of it")
 			undo.Age = 100 * time.Millisecond
-			require.NoError(t, s.Settle(ctx, undo))
+			require.NoError(t, errOf(s.Settle(ctx, undo)))
 			d, err = s.Decide(ctx, service.Request{Key: key, Limit: l, Cost: l.Quota, Now: at})
 			require.NoError(t, err)
 			assert.True(t, d.Allowed, "an age reaching the window's start gives it all back")

@@ -37,7 +37,7 @@ func testUndosAtTheDecisionsTime(t *testing.T, s service.Store) {
 			require.Equal(t, at.UnixNano(), d.At, "the decision reports its time")
 			later := at.Add(150 * time.Millisecond)
 			undo := service.SettleRequest{Key: key, Limit: l, Delta: -l.Capacity(), At: time.Unix(0, d.At), Now: later, Undo: true}
-			require.NoError(t, s.Settle(ctx, undo))
+			require.NoError(t, errOf(s.Settle(ctx, undo)))
 			d, err = s.Decide(ctx, service.Request{Key: key, Limit: l, Cost: l.Capacity(), Now: later})
 			require.NoError(t, err)
 			assert.True(t, d.Allowed, "all of it was given back, into the window that took it")
@@ -49,7 +49,7 @@ func testUndosAtTheDecisionsTime(t *testing.T, s service.Store) {
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 		require.Positive(t, d.At)
-		require.NoError(t, s.Settle(ctx, service.SettleRequest{Key: key, Limit: l, Delta: -l.Quota, At: time.Unix(0, d.At), Undo: true}))
+		require.NoError(t, errOf(s.Settle(ctx, service.SettleRequest{Key: key, Limit: l, Delta: -l.Quota, At: time.Unix(0, d.At), Undo: true})))
 		d, err = s.Decide(ctx, service.Request{Key: key, Limit: l, Cost: l.Quota})
 		require.NoError(t, err)
 		assert.True(t, d.Allowed, "given back (or, past the window's end, a fresh window)")

@@ -70,7 +70,7 @@ func testSlidingLogUndos(t *testing.T, s service.Store) {
 					next, want, err := l.GiveBack(state, now.UnixNano(), at.UnixNano(), cost, !byAge, nil)
 					require.NoError(t, err)
 					state = next
-					got, err := s.GiveBack(ctx, req)
+					got, err := s.Settle(ctx, req)
 					require.NoError(t, err)
 					require.Equal(t, want, got, "step %d: the undo of %d at %v gives back the reference's units", step, cost, at)
 					require.LessOrEqual(t, got, cost, "step %d: never more than asked", step)
